@@ -1,0 +1,37 @@
+"""Memory-bound operations of the BLOOM block, each with a PyTorch reference and optional fused paths.
+
+The model calls exactly three operations through a ``KernelSet``:
+
+- ``layer_norm(x, weight, bias, eps)``: LayerNorm over the last dim, statistics in fp32, output in x.dtype.
+- ``bias_gelu(x, bias)``: tanh-GeLU(x + bias), BLOOM's GeLU (the tanh approximation, not erf).
+- ``alibi_softmax(scores, slopes, scale, mask=None)``: softmax over the last dim, computed in fp32, of
+  ``scale * scores + slopes[h] * j`` with the causal mask applied; ``scores`` is ``[b, np, sq, sk]`` (raw
+  Q @ K^T in the model dtype), ``slopes`` is ``[np]`` fp32, query row i sits at key position
+  ``sk - sq + i`` (so a KV-cache step of sq=1 sees every key). ``mask`` is an optional bool
+  ``[b, 1, sq, sk]`` padding mask, True where masked. Output dtype = scores.dtype.
+
+``get_kernels(kind)`` returns the set for ``kind`` in ``{"torch", "fused", "compile", "apex"}``. Fused
+paths fall back to the reference (with one log line saying why) when they cannot be built or do not
+support a shape.
+"""
+
+from __future__ import annotations
+
+from bloomtrain.kernels.reference import KernelSet, reference_kernels
+
+KERNEL_KINDS = ("torch", "fused", "compile", "apex")
+
+
+def get_kernels(kind: str = "torch") -> KernelSet:
+    """The kernel set for ``kind``; see the module docstring for the three operations."""
+    if kind not in KERNEL_KINDS:
+        raise ValueError(f"kernels must be one of {KERNEL_KINDS}, got {kind!r}")
+    if kind == "torch":
+        return reference_kernels()
+    # Fused, compiled and apex paths are provided by bloomtrain.kernels.dispatch once built.
+    from bloomtrain.kernels import dispatch  # noqa: PLC0415
+
+    return dispatch.kernels_for(kind)
+
+
+__all__ = ["KERNEL_KINDS", "KernelSet", "get_kernels", "reference_kernels"]

@@ -1,0 +1,26 @@
+"""Builds the C++ sample-index helpers (csrc/indices) as ``bloomdata._index_helpers``.
+
+Everything else about the package lives in pyproject.toml. The extension is optional in the
+Megatron way: if it cannot be built, the install still succeeds and bloomdata falls back to its
+numpy builders, which produce identical arrays (tests/bloomdata/test_index_builders.py).
+The fused training kernels (csrc/kernels) are not built here: bloomtrain.kernels JIT-builds them
+with torch.utils.cpp_extension on first use, or ahead of time with `bloomtrain build-kernels`.
+"""
+
+from pybind11.setup_helpers import Pybind11Extension
+from setuptools import setup
+
+ext_modules = [
+    Pybind11Extension(
+        "bloomdata._index_helpers",
+        ["csrc/indices/helpers.cpp"],
+        cxx_std=17,
+        # -ffp-contract=off: the blend recurrence must not be contracted into FMAs, or near-ties could
+        # flip against megatron-core's build (reference megatron-data.md section 3.5).
+        extra_compile_args=["-O3", "-ffp-contract=off", "-fopenmp"],
+        extra_link_args=["-fopenmp"],
+        optional=True,
+    )
+]
+
+setup(ext_modules=ext_modules)
