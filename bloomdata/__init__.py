@@ -1,1 +1,38 @@
-"""bloomdata"""
+"""bloomdata: BLOOM tokenizer, Megatron-compatible token datasets, sample indices and blends.
+
+Never imports torch (data workers stay light); only ``bloomdata.parallel`` imports dask.
+The public API is re-exported here; heavier pieces are imported on first use.
+"""
+
+from bloomdata.errors import BloomDataError
+from bloomdata.indexed import (
+    IndexedDataset,
+    IndexedDatasetWriter,
+    best_fitting_dtype,
+    merge_datasets,
+)
+
+# name -> module, imported on first attribute access (PEP 562) so `import bloomdata` stays cheap.
+_LAZY = {
+    "GPTSamples": "bloomdata.samples",
+    "Blend": "bloomdata.blend",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'bloomdata' has no attribute {name!r}")
+
+
+__all__ = [
+    "BloomDataError",
+    "Blend",
+    "GPTSamples",
+    "IndexedDataset",
+    "IndexedDatasetWriter",
+    "best_fitting_dtype",
+    "merge_datasets",
+]
