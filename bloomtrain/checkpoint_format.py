@@ -1,0 +1,224 @@
+"""Model files of a DeepSpeed *pipeline* checkpoint, as Megatron-DeepSpeed wrote BLOOM's, plus the HF key map.
+
+Layout (reference bloom-training.md §0.9 and §4.2)::
+
+    CKPT/latest                                          the tag, e.g. "global_step1000"
+    CKPT/<tag>/layer_{idx:02d}-model_{tp:02d}-model_states.pt   state_dict of pipeline spec ``idx`` on TP rank tp
+    CKPT/<tag>/bloomtrain_model.json                     {"model": ModelConfig, "tp_size", "pp_size"}
+
+Spec indices: 1 = embedding (``word_embeddings.weight``, ``word_embeddings.norm.*``), 3 .. 3+L-1 = blocks,
+4+L = final LayerNorm (bare ``weight``/``bias``); the tied head is never saved. Layer files do not
+depend on the pipeline degree, so merging needs only the TP rules (HF's converter; §6):
+TP-duplicated tensors (LayerNorms, row-parallel biases) are averaged, row-parallel weights are
+concatenated on dim 1, everything else on dim 0. DeepSpeed's ``mp_rank_*``/optimizer files are the
+trainer's business and are not read here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from bloomdata.errors import BloomDataError
+from bloomtrain.model.config import ModelConfig
+
+EMBED_INDEX = 1
+FIRST_BLOCK_INDEX = 3
+METADATA_FILE = "bloomtrain_model.json"
+_LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
+_ROW_PARALLEL_WEIGHTS = ("self_attention.dense.weight", "mlp.dense_4h_to_h.weight")
+_DUPLICATED = ("norm.weight", "norm.bias", "layernorm.weight", "layernorm.bias",
+               "self_attention.dense.bias", "mlp.dense_4h_to_h.bias")
+
+
+def block_index(layer: int) -> int:
+    return FIRST_BLOCK_INDEX + layer
+
+
+def final_norm_index(num_layers: int) -> int:
+    return FIRST_BLOCK_INDEX + num_layers + 1
+
+
+def partition_dim(key: str) -> int | None:
+    """How a Meg-DS layer key is sharded over TP: 0, 1, or None (duplicated on every rank)."""
+    if key in ("weight", "bias") or key.endswith(_DUPLICATED):
+        return None
+    return 1 if key.endswith(_ROW_PARALLEL_WEIGHTS) else 0
+
+
+def stage_indices(num_layers: int, pp_rank: int, pp_size: int) -> list[int]:
+    """Spec indices a pipeline stage saves: blocks split evenly (earlier stages take the remainder)."""
+    if pp_size > num_layers:
+        raise BloomDataError(f"pipeline size {pp_size} exceeds the {num_layers} layers; every stage needs a block")
+    per, extra = divmod(num_layers, pp_size)
+    start = pp_rank * per + min(pp_rank, extra)
+    stop = start + per + (1 if pp_rank < extra else 0)
+    indices = [block_index(i) for i in range(start, stop)]
+    if pp_rank == 0:
+        indices.insert(0, EMBED_INDEX)
+    if pp_rank == pp_size - 1:
+        indices.append(final_norm_index(num_layers))
+    return indices
+
+
+# --- tensors <-> TP shards ----------------------------------------------------------------------------
+
+
+def merge_tp(key: str, shards: list[torch.Tensor]) -> torch.Tensor:
+    dim = partition_dim(key)
+    if dim is not None:
+        return torch.cat(shards, dim=dim)
+    if all(torch.equal(shards[0], s) for s in shards[1:]):
+        return shards[0].clone()  # exact: the round trip HF -> ours -> HF stays bit-identical
+    return torch.stack([s.float() for s in shards]).mean(0).to(shards[0].dtype)
+
+
+def split_tp(key: str, full: torch.Tensor, tp_rank: int, tp_size: int) -> torch.Tensor:
+    dim = partition_dim(key)
+    if dim is None:
+        return full.clone()
+    if full.shape[dim] % tp_size:
+        raise BloomDataError(f"{key}: dim {dim} of shape {tuple(full.shape)} is not divisible by TP {tp_size}")
+    return full.chunk(tp_size, dim=dim)[tp_rank].clone()
+
+
+def shard_states(full: dict[int, dict[str, torch.Tensor]], config: ModelConfig, tp_rank: int, tp_size: int,
+                 pp_rank: int = 0, pp_size: int = 1) -> dict[int, dict[str, torch.Tensor]]:
+    """The layer state dicts one (tp, pp) rank holds, sliced from merged (TP=1) layer states."""
+    vocab = config.padded_vocab_size(tp_size)
+    rows = full[EMBED_INDEX]["word_embeddings.weight"].shape[0]
+    if rows != vocab:
+        raise BloomDataError(
+            f"embedding has {rows} rows but the config pads the vocabulary to {vocab} at TP={tp_size}; "
+            "set pad_vocab_size_to to the checkpoint's row count"
+        )
+    return {
+        idx: {key: split_tp(key, t, tp_rank, tp_size) for key, t in full[idx].items()}
+        for idx in stage_indices(config.num_layers, pp_rank, pp_size)
+    }
+
+
+# --- our modules <-> layer state dicts ---------------------------------------------------------------
+
+
+def model_layer_states(model) -> dict[int, dict[str, torch.Tensor]]:
+    """Layer state dicts of a single-stage ``BloomModel`` (this rank's TP shards)."""
+    states = {EMBED_INDEX: model.embedding.state_dict()}
+    for i, block in enumerate(model.blocks):
+        states[block_index(i)] = block.state_dict()
+    states[final_norm_index(len(model.blocks))] = model.final_norm.state_dict()
+    return states
+
+
+def load_model_layer_states(model, states: dict[int, dict[str, torch.Tensor]]) -> None:
+    """Load this rank's layer state dicts into a single-stage ``BloomModel`` (strict)."""
+    model.embedding.load_state_dict(states[EMBED_INDEX])
+    for i, block in enumerate(model.blocks):
+        block.load_state_dict(states[block_index(i)])
+    model.final_norm.load_state_dict(states[final_norm_index(len(model.blocks))])
+
+
+# --- files --------------------------------------------------------------------------------------------
+
+
+def layer_path(ckpt_dir: Path, tag: str, idx: int, tp_rank: int) -> Path:
+    return Path(ckpt_dir) / tag / f"layer_{idx:02d}-model_{tp_rank:02d}-model_states.pt"
+
+
+def save_layer_states(ckpt_dir: Path, tag: str, tp_rank: int, states: dict[int, dict[str, torch.Tensor]]) -> None:
+    for idx, sd in states.items():
+        path = layer_path(ckpt_dir, tag, idx, tp_rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu().contiguous() for k, v in sd.items()}, path)
+
+
+def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, pp_size: int) -> None:
+    """Write the model config next to the layer files and point ``latest`` at ``tag``."""
+    path = Path(ckpt_dir) / tag / METADATA_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"format_version": 1, "model": config.model_dump(), "tp_size": tp_size, "pp_size": pp_size}
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+    (Path(ckpt_dir) / "latest").write_text(tag)
+
+
+def read_tag(ckpt_dir: Path, tag: str | None = None) -> str:
+    if tag is not None:
+        return tag
+    latest = Path(ckpt_dir) / "latest"
+    if not latest.is_file():
+        raise BloomDataError(f"{latest} not found: {ckpt_dir} is not a checkpoint directory (or pass --tag)")
+    return latest.read_text().strip()
+
+
+def read_config(ckpt_dir: Path, tag: str) -> ModelConfig:
+    path = Path(ckpt_dir) / tag / METADATA_FILE
+    if not path.is_file():
+        raise BloomDataError(
+            f"{path} not found: this checkpoint has no bloomtrain model metadata; write it with "
+            "bloomtrain.checkpoint_format.save_metadata(ckpt_dir, tag, config, tp, pp)"
+        )
+    return ModelConfig(**json.loads(path.read_text())["model"])
+
+
+def load_merged_states(ckpt_dir: Path, tag: str | None = None) -> tuple[ModelConfig, dict[int, dict]]:
+    """Read every layer file of a checkpoint (any TP x PP) and merge the TP shards: (config, {idx: sd})."""
+    tag = read_tag(ckpt_dir, tag)
+    config = read_config(ckpt_dir, tag)
+    shards: dict[int, dict[int, dict]] = defaultdict(dict)
+    for path in sorted((Path(ckpt_dir) / tag).glob("layer_*-model_states.pt")):
+        m = _LAYER_FILE.fullmatch(path.name)
+        if m:
+            shards[int(m[1])][int(m[2])] = torch.load(path, map_location="cpu", weights_only=True)
+    expected = [EMBED_INDEX, *(block_index(i) for i in range(config.num_layers)), final_norm_index(config.num_layers)]
+    missing = [i for i in expected if i not in shards]
+    if missing:
+        raise BloomDataError(f"{Path(ckpt_dir) / tag}: layer files for spec indices {missing} are missing")
+    merged = {}
+    for idx in expected:
+        tps = sorted(shards[idx])
+        if tps != list(range(len(tps))):
+            raise BloomDataError(f"{Path(ckpt_dir) / tag}: layer {idx:02d} has TP ranks {tps}; expected 0..N-1")
+        parts = [shards[idx][t] for t in tps]
+        merged[idx] = {key: merge_tp(key, [p[key] for p in parts]) for key in parts[0]}
+    return config, merged
+
+
+# --- Meg-DS layer keys <-> transformers BloomForCausalLM keys (reference §6) ---------------------------
+
+
+def to_hf_state_dict(merged: dict[int, dict[str, torch.Tensor]], num_layers: int) -> dict[str, torch.Tensor]:
+    out = {}
+    for idx, sd in merged.items():
+        for key, t in sd.items():
+            if idx == EMBED_INDEX:
+                name = key.replace("word_embeddings.norm.", "word_embeddings_layernorm.")
+            elif idx == final_norm_index(num_layers):
+                name = f"ln_f.{key}"
+            else:
+                name = f"h.{idx - FIRST_BLOCK_INDEX}.{key}"
+            out[f"transformer.{name}"] = t
+    return out
+
+
+def from_hf_state_dict(hf: dict[str, torch.Tensor], num_layers: int) -> dict[int, dict[str, torch.Tensor]]:
+    """HF keys (with or without the ``transformer.`` prefix; ``lm_head`` ignored: it is tied) -> layer states."""
+    merged: dict[int, dict[str, torch.Tensor]] = defaultdict(dict)
+    for name, t in hf.items():
+        name = name.removeprefix("transformer.")
+        if name.startswith("lm_head."):
+            continue
+        if name.startswith("word_embeddings_layernorm."):
+            merged[EMBED_INDEX][name.replace("word_embeddings_layernorm.", "word_embeddings.norm.")] = t
+        elif name.startswith("word_embeddings."):
+            merged[EMBED_INDEX][name] = t
+        elif name.startswith("ln_f."):
+            merged[final_norm_index(num_layers)][name.removeprefix("ln_f.")] = t
+        elif m := re.fullmatch(r"h\.(\d+)\.(.+)", name):
+            merged[block_index(int(m[1]))][m[2]] = t
+        else:
+            raise BloomDataError(f"unexpected tensor {name!r} in a BLOOM state dict")
+    return dict(merged)

@@ -1,0 +1,126 @@
+"""``bloomtrain import HF_DIR --out CKPT --tp N [--pp M]``: a transformers BLOOM checkpoint -> our layout.
+
+Reads ``config.json`` and the weights (``model.safetensors``, a sharded ``*.safetensors.index.json`` or
+``pytorch_model*.bin``) of a ``BloomForCausalLM`` directory, maps HF keys to Megatron-DeepSpeed layer keys
+(bloomtrain.checkpoint_format) and slices them for any TP degree. The CLI writes a pipeline checkpoint
+(tag ``global_step0``) plus the model metadata and the tokenizer files, ready for continued pretraining;
+``sharded_states`` returns the same shards in memory for one ``ParallelState``.
+
+The embedding keeps every HF row: the config's ``pad_vocab_size_to`` is set to the HF ``vocab_size``
+(250880 for the released models), which must be divisible by TP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from bloomdata.errors import BloomDataError
+from bloomtrain import checkpoint_format as fmt
+from bloomtrain.model.config import ModelConfig
+from bloomtrain.parallel.state import ParallelState
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                   "merges.txt")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def config_from_hf(hf: dict) -> ModelConfig:
+    """ModelConfig from a BLOOM ``config.json`` dict."""
+    if hf.get("apply_residual_connection_post_layernorm"):
+        raise BloomDataError("config.json: apply_residual_connection_post_layernorm=true is not BLOOM's layout")
+    vocab = hf["vocab_size"]
+    return ModelConfig(
+        num_layers=hf.get("n_layer", hf.get("num_hidden_layers")),
+        hidden_size=hf.get("hidden_size", hf.get("n_embed")),
+        num_heads=hf.get("n_head", hf.get("num_attention_heads")),
+        vocab_size=vocab,
+        pad_vocab_size_to=vocab,
+        make_vocab_size_divisible_by=128 if vocab % 128 == 0 else 1,
+        seq_length=hf.get("seq_length", 2048),
+        layernorm_eps=hf.get("layer_norm_epsilon", 1e-5),
+        init_std=hf.get("initializer_range", 0.02),
+        hidden_dropout=hf.get("hidden_dropout", 0.0),
+        attention_dropout=hf.get("attention_dropout", 0.0),
+    )
+
+
+def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
+    hf_dir = Path(hf_dir)
+    from safetensors.torch import load_file  # noqa: PLC0415
+
+    if (hf_dir / "model.safetensors").is_file():
+        return load_file(hf_dir / "model.safetensors")
+    index = hf_dir / "model.safetensors.index.json"
+    if index.is_file():
+        out = {}
+        for name in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+            out.update(load_file(hf_dir / name))
+        return out
+    bins = sorted(hf_dir.glob("pytorch_model*.bin"))
+    if bins:
+        out = {}
+        for path in bins:
+            out.update(torch.load(path, map_location="cpu", weights_only=True))
+        return out
+    raise BloomDataError(f"{hf_dir}: no model.safetensors, safetensors index or pytorch_model*.bin found")
+
+
+def read_hf_dir(hf_dir: Path) -> tuple[ModelConfig, dict[int, dict[str, torch.Tensor]]]:
+    """(config, merged layer states) of a transformers BLOOM directory."""
+    path = Path(hf_dir) / "config.json"
+    if not path.is_file():
+        raise BloomDataError(f"{path} not found: pass a BloomForCausalLM directory (save_pretrained output)")
+    config = config_from_hf(json.loads(path.read_text()))
+    merged = fmt.from_hf_state_dict(read_hf_weights(hf_dir), config.num_layers)
+    return config, merged
+
+
+def sharded_states(hf_dir: Path, state: ParallelState) -> tuple[ModelConfig, dict[int, dict[str, torch.Tensor]]]:
+    """The layer states (spec index -> state dict) that ``state``'s TP rank and PP stage hold."""
+    config, merged = read_hf_dir(hf_dir)
+    return config, fmt.shard_states(merged, config, state.tp_rank, state.tp_size, state.pp_rank, state.pp_size)
+
+
+def copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (Path(src) / name).is_file():
+            Path(dst).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(src) / name, Path(dst) / name)
+            copied.append(name)
+    return copied
+
+
+def import_hf(hf_dir: Path, out: Path, tp_size: int, pp_size: int = 1, dtype: torch.dtype | None = None,
+              tag: str = "global_step0") -> ModelConfig:
+    """Write a TP x PP checkpoint of an HF BLOOM directory; returns its config."""
+    config, merged = read_hf_dir(hf_dir)
+    if dtype is not None:
+        merged = {i: {k: v.to(dtype) for k, v in sd.items()} for i, sd in merged.items()}
+    for pp_rank in range(pp_size):
+        for tp_rank in range(tp_size):
+            shard = fmt.shard_states(merged, config, tp_rank, tp_size, pp_rank, pp_size)
+            fmt.save_layer_states(out, tag, tp_rank, shard)
+    fmt.save_metadata(out, tag, config, tp_size, pp_size)
+    copy_tokenizer_files(hf_dir, out)
+    return config
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bloomtrain import", description=__doc__.splitlines()[0])
+    parser.add_argument("hf_dir", type=Path, help="a transformers BloomForCausalLM directory")
+    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
+    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the written shards")
+    parser.add_argument("--pp", type=int, default=1, help="pipeline degree (recorded; layer files do not depend on it)")
+    parser.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="cast weights (default: keep)")
+    parser.add_argument("--tag", default="global_step0")
+    args = parser.parse_args(argv)
+    config = import_hf(args.hf_dir, args.out, args.tp, args.pp, _DTYPES.get(args.dtype), args.tag)
+    print(f"wrote {args.out}/{args.tag}: {config.num_layers} layers, hidden {config.hidden_size}, "
+          f"TP={args.tp}, PP={args.pp}")
+    return 0

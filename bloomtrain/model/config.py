@@ -1,0 +1,154 @@
+"""``ModelConfig``: the shape and numerics of a BLOOM model, with the published sizes as presets.
+
+One pydantic model holds everything the model code reads (no global args). Presets mirror the BigScience
+runs (reference bloom-training.md §1.6): every size uses init std 0.0048, eps 1e-5, ALiBi, the embedding
+LayerNorm and a vocabulary of 250680 tokens padded to 250880 rows, so the padded size does not depend on
+the tensor-parallel degree. Without ``pad_vocab_size_to`` the Megatron rule applies instead: pad to a
+multiple of ``make_vocab_size_divisible_by * tp_size`` (250752 at TP=1, 250880 at TP=2/4/8).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from bloomdata.errors import BloomDataError
+
+BLOOM_VOCAB = 250680  # len(tokenizer) of bigscience/tokenizer
+BLOOM_PADDED_VOCAB = 250880  # = 1960 * 128; the rows in every released BLOOM checkpoint
+
+
+class ModelConfig(BaseModel):
+    """Shape, initialisation and dropout of a BLOOM decoder. Frozen: build a new one to change it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    vocab_size: int = BLOOM_VOCAB
+    """Tokenizer vocabulary before padding."""
+    pad_vocab_size_to: int | None = BLOOM_PADDED_VOCAB
+    """Exact number of embedding rows (TP-independent). None: the multiple-of-(divisor x TP) rule."""
+    make_vocab_size_divisible_by: int = 128
+    seq_length: int = 2048
+    """Training sequence length in tokens (ALiBi has no position table, so this is not a hard limit)."""
+    layernorm_eps: float = 1e-5
+    init_std: float = 0.0048
+    """Std of the normal init; output projections use init_std / sqrt(2 * num_layers)."""
+    init_seed: int = 42
+    """Base seed of the TP-invariant per-parameter init (bloomtrain.parallel.init)."""
+    hidden_dropout: float = 0.0
+    """Dropout after the embedding LN and on both residual branches (BLOOM trained with 0.1)."""
+    attention_dropout: float = 0.0
+    """Dropout on the attention probabilities (BLOOM trained with 0.1)."""
+    kernels: Literal["torch", "fused", "compile", "apex"] = "torch"
+    """Implementation of LayerNorm, bias+GeLU and the ALiBi softmax (bloomtrain.kernels.get_kernels)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelConfig:
+        if min(self.num_layers, self.hidden_size, self.num_heads, self.vocab_size) < 1:
+            raise BloomDataError(f"ModelConfig: sizes must be >= 1, got {self!r}")
+        if self.hidden_size % self.num_heads:
+            raise BloomDataError(
+                f"ModelConfig: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
+                "pick a head count that divides it"
+            )
+        if self.pad_vocab_size_to is not None:
+            if self.pad_vocab_size_to < self.vocab_size:
+                raise BloomDataError(
+                    f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is smaller than "
+                    f"vocab_size={self.vocab_size}; raise it or set it to None"
+                )
+            if self.pad_vocab_size_to % self.make_vocab_size_divisible_by:
+                raise BloomDataError(
+                    f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is not a multiple of "
+                    f"make_vocab_size_divisible_by={self.make_vocab_size_divisible_by}"
+                )
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise BloomDataError(f"ModelConfig: {name} must be in [0, 1), got {getattr(self, name)}")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def ffn_hidden_size(self) -> int:
+        # BLOOM (and transformers' BloomMLP) hard-wire the MLP width to 4h.
+        return 4 * self.hidden_size
+
+    @property
+    def output_init_std(self) -> float:
+        """Std of the attention ``dense`` and ``dense_4h_to_h`` weights (Megatron's scaled init)."""
+        return self.init_std / math.sqrt(2.0 * self.num_layers)
+
+    def padded_vocab_size(self, tp_size: int = 1) -> int:
+        """Rows of the word embedding for ``tp_size`` tensor-parallel ranks (Megatron's padding rule)."""
+        if self.pad_vocab_size_to is not None:
+            if self.pad_vocab_size_to % tp_size:
+                raise BloomDataError(
+                    f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is not divisible by "
+                    f"tensor-parallel size {tp_size}; pick a TP size that divides it"
+                )
+            return self.pad_vocab_size_to
+        multiple = self.make_vocab_size_divisible_by * tp_size
+        return -(-self.vocab_size // multiple) * multiple
+
+    def num_parameters(self, tp_size: int = 1) -> int:
+        """Total parameters with the tied head counted once: l(12h^2 + 13h) + Vh + 4h."""
+        h, v = self.hidden_size, self.padded_vocab_size(tp_size)
+        return self.num_layers * (12 * h * h + 13 * h) + v * h + 4 * h
+
+    # --- presets: the released BLOOM sizes (reference §1.6) and tiny test sizes -----------------------
+
+    @classmethod
+    def bloom_560m(cls, **overrides) -> ModelConfig:
+        return cls(**{"num_layers": 24, "hidden_size": 1024, "num_heads": 16, **overrides})
+
+    @classmethod
+    def bloom_1b1(cls, **overrides) -> ModelConfig:
+        return cls(**{"num_layers": 24, "hidden_size": 1536, "num_heads": 16, **overrides})
+
+    @classmethod
+    def bloom_1b7(cls, **overrides) -> ModelConfig:
+        return cls(**{"num_layers": 24, "hidden_size": 2048, "num_heads": 16, **overrides})
+
+    @classmethod
+    def bloom_3b(cls, **overrides) -> ModelConfig:
+        return cls(**{"num_layers": 30, "hidden_size": 2560, "num_heads": 32, **overrides})
+
+    @classmethod
+    def bloom_7b1(cls, **overrides) -> ModelConfig:
+        return cls(**{"num_layers": 30, "hidden_size": 4096, "num_heads": 32, **overrides})
+
+    @classmethod
+    def bloom_176b(cls, **overrides) -> ModelConfig:
+        return cls(**{"num_layers": 70, "hidden_size": 14336, "num_heads": 112, **overrides})
+
+    @classmethod
+    def tiny(cls, **overrides) -> ModelConfig:
+        """2 layers, hidden 96, 12 heads (3 per rank at TP=4: non-power-of-two ALiBi), 256-row vocab."""
+        defaults = {
+            "num_layers": 2,
+            "hidden_size": 96,
+            "num_heads": 12,
+            "vocab_size": 250,
+            "pad_vocab_size_to": 256,
+            "seq_length": 32,
+        }
+        return cls(**{**defaults, **overrides})
+
+
+PRESETS = {
+    "bloom-560m": ModelConfig.bloom_560m,
+    "bloom-1b1": ModelConfig.bloom_1b1,
+    "bloom-1b7": ModelConfig.bloom_1b7,
+    "bloom-3b": ModelConfig.bloom_3b,
+    "bloom-7b1": ModelConfig.bloom_7b1,
+    "bloom-176b": ModelConfig.bloom_176b,
+    "tiny": ModelConfig.tiny,
+}
