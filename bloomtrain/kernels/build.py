@@ -1,0 +1,166 @@
+"""Build and load the fused kernel extension (csrc/kernels) with torch.utils.cpp_extension + ninja.
+
+Design: the extension is JIT-built on first use, or ahead of time with ``bloomtrain build-kernels``.
+The build directory is ``$BLOOMSTACK_KERNEL_CACHE`` (default ``~/.cache/bloomstack/kernels``) /
+``<hash>``, where the hash covers every source byte, the torch and CUDA versions, the flags and the
+CUDA arch list, so a stale build is never loaded and an unchanged tree never rebuilds. A file lock
+serialises concurrent builders (DDP ranks, pytest workers); the losers wait and then load the
+winner's ``.so``. Flags are portable (``-O3``, no ``-march=native``) because the cache may be shared
+between machines; the CPU kernels get their SIMD from ``#pragma omp simd`` on the baseline ISA.
+
+A failed build is remembered for the rest of the process (``try_load`` is cached): callers fall
+back to the PyTorch reference with one log line instead of recompiling on every call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+logger = logging.getLogger("bloomtrain.kernels")
+
+CPU_SOURCES = ("layer_norm_cpu.cpp", "bias_gelu_cpu.cpp", "alibi_softmax_cpu.cpp", "bindings.cpp")
+CUDA_SOURCES = ("layer_norm_cuda.cu", "bias_gelu_cuda.cu", "alibi_softmax_cuda.cu")
+HEADERS = ("cpu_common.h", "cpu_kernels.h", "cuda_kernels.h", "cuda_common.cuh")
+
+CXX_FLAGS = ("-O3", "-fopenmp")
+LD_FLAGS = ("-fopenmp",)
+# As Megatron's fused_kernels build: fast math and relaxed constexpr for the bf16/half intrinsics.
+NVCC_FLAGS = ("-O3", "--use_fast_math", "--expt-relaxed-constexpr", "-U__CUDA_NO_HALF_OPERATORS__",
+              "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__")
+
+
+class KernelBuildError(RuntimeError):
+    """The extension could not be compiled or imported; the message says why."""
+
+
+def source_dir() -> Path:
+    """csrc/kernels of this checkout (the package is installed editable from the repository)."""
+    return Path(__file__).resolve().parents[2] / "csrc" / "kernels"
+
+
+def cache_root() -> Path:
+    env = os.environ.get("BLOOMSTACK_KERNEL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "bloomstack" / "kernels"
+
+
+def cuda_buildable() -> bool:
+    """True when torch has CUDA and a CUDA toolkit (nvcc) is installed for the build."""
+    import torch  # noqa: PLC0415
+    from torch.utils.cpp_extension import CUDA_HOME  # noqa: PLC0415
+
+    return torch.version.cuda is not None and torch.cuda.is_available() and CUDA_HOME is not None
+
+
+def build_key(with_cuda: bool) -> str:
+    """Hash of everything that changes the binary: sources, headers, flags, torch/CUDA, arch list."""
+    import torch  # noqa: PLC0415
+
+    h = hashlib.sha256()
+    names = CPU_SOURCES + HEADERS + (CUDA_SOURCES if with_cuda else ())
+    for name in sorted(names):
+        path = source_dir() / name
+        h.update(name.encode())
+        h.update(path.read_bytes() if path.exists() else b"<missing>")
+    parts = [torch.__version__, str(torch.version.cuda), sys.version.split()[0], str(with_cuda),
+             " ".join(CXX_FLAGS + LD_FLAGS + NVCC_FLAGS), os.environ.get("TORCH_CUDA_ARCH_LIST", "")]
+    h.update("|".join(parts).encode())
+    return h.hexdigest()[:16]
+
+
+def _ninja_on_path() -> None:
+    # torch looks for the `ninja` executable on PATH; a venv run as .venv/bin/python has the pip
+    # ninja's bin dir outside PATH, so put it there when the system has none.
+    try:
+        import ninja  # noqa: PLC0415
+    except ImportError:
+        return
+    bin_dir = getattr(ninja, "BIN_DIR", None)
+    if bin_dir and bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), bin_dir])
+
+
+def load(with_cuda: bool, verbose: bool = False) -> ModuleType:
+    """Build (if needed) and import the extension; raises KernelBuildError with the reason."""
+    import filelock  # noqa: PLC0415
+    from torch.utils import cpp_extension  # noqa: PLC0415
+
+    key = build_key(with_cuda)
+    build_dir = cache_root() / key
+    build_dir.mkdir(parents=True, exist_ok=True)
+    sources = [str(source_dir() / s) for s in CPU_SOURCES]
+    if with_cuda:
+        sources += [str(source_dir() / s) for s in CUDA_SOURCES]
+    missing = [s for s in sources if not Path(s).exists()]
+    if missing:
+        raise KernelBuildError(f"kernel sources missing: {missing} (expected under {source_dir()})")
+    _ninja_on_path()
+    name = f"bloomstack_kernels_{'cuda' if with_cuda else 'cpu'}_{key[:8]}"
+    started = time.perf_counter()
+    try:
+        with filelock.FileLock(str(build_dir / "build.lock")):
+            module = cpp_extension.load(
+                name=name,
+                sources=sources,
+                extra_cflags=list(CXX_FLAGS) + (["-DBLOOM_WITH_CUDA"] if with_cuda else []),
+                extra_ldflags=list(LD_FLAGS),
+                extra_cuda_cflags=list(NVCC_FLAGS),
+                build_directory=str(build_dir),
+                with_cuda=with_cuda,
+                verbose=verbose,
+            )
+    except Exception as exc:  # compiler errors arrive as RuntimeError/CalledProcessError/ImportError
+        last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+        raise KernelBuildError(f"building {name} in {build_dir} failed: {last[0]} "
+                               f"(rerun `bloomtrain build-kernels --verbose` for the compiler log)") from exc
+    logger.debug("loaded %s from %s in %.1fs", name, build_dir, time.perf_counter() - started)
+    return module
+
+
+@functools.cache
+def try_load(with_cuda: bool) -> tuple[ModuleType | None, str | None]:
+    """(module, None) or (None, reason); cached so a failed build is tried once per process."""
+    try:
+        return load(with_cuda), None
+    except KernelBuildError as exc:
+        return None, str(exc)
+
+
+def extension_for(device_type: str) -> tuple[ModuleType | None, str | None]:
+    """The extension that serves tensors on ``device_type`` ("cpu" or "cuda"), or the reason none does."""
+    if device_type == "cuda":
+        if not cuda_buildable():
+            return None, "no CUDA toolkit (nvcc/CUDA_HOME) to build the CUDA kernels"
+        return try_load(True)
+    if device_type != "cpu":
+        return None, f"no fused kernels for device type {device_type!r}"
+    # A CUDA build serves CPU tensors too; reuse it when this process has a GPU rather than building twice.
+    return try_load(cuda_buildable())
+
+
+def main(argv: list[str]) -> int:
+    """`bloomtrain build-kernels`: compile the extension into the cache ahead of time."""
+    from bloomdata.errors import BloomDataError  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="bloomtrain build-kernels", description=main.__doc__)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--cuda", dest="cuda", action="store_true", default=None, help="build the CUDA kernels too")
+    group.add_argument("--cpu-only", dest="cuda", action="store_false", help="build the CPU kernels only")
+    parser.add_argument("--verbose", action="store_true", help="show the compiler commands and output")
+    args = parser.parse_args(argv)
+    with_cuda = cuda_buildable() if args.cuda is None else args.cuda
+    started = time.perf_counter()
+    try:
+        load(with_cuda, verbose=args.verbose)
+    except KernelBuildError as exc:
+        raise BloomDataError(str(exc)) from exc
+    kind = "CPU+CUDA" if with_cuda else "CPU"
+    print(f"built {kind} kernels in {cache_root() / build_key(with_cuda)} ({time.perf_counter() - started:.1f}s)")
+    return 0

@@ -1,0 +1,80 @@
+// Fused bias + tanh-GeLU on the CPU: one read of x, one write of y, math in fp32 (fp64 for fp64
+// inputs). BLOOM's formula (Megatron fused_bias_gelu.py):
+//   y = 0.5 u (1 + tanh(k u (1 + 0.044715 u^2))),  u = x + bias,  k = sqrt(2/pi)
+//   dy/du = 0.5 (1 + t) + 0.5 u (1 - t^2) k (1 + 3 * 0.044715 u^2),  t = tanh(...)
+// dbias is summed from dx before rounding, per thread into private [cols] buffers.
+#include <omp.h>
+
+#include <vector>
+
+#include "cpu_kernels.h"
+
+namespace bloomkernels::cpu {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kCubic = 0.044715;
+
+template <typename A>
+inline A gelu(A u) {
+  const A t = fast_tanh(A(kSqrt2OverPi) * u * (A(1) + A(kCubic) * u * u));
+  return A(0.5) * u * (A(1) + t);
+}
+
+template <typename A>
+inline A gelu_grad(A u) {
+  const A t = fast_tanh(A(kSqrt2OverPi) * u * (A(1) + A(kCubic) * u * u));
+  return A(0.5) * (A(1) + t) + A(0.5) * u * (A(1) - t * t) * A(kSqrt2OverPi) * (A(1) + A(3 * kCubic) * u * u);
+}
+
+}  // namespace
+
+template <typename T>
+void bias_gelu_forward(const T* x, const acc_t<T>* bias, T* y, int64_t rows, int64_t cols) {
+  using A = acc_t<T>;
+#pragma omp parallel for schedule(static) if (rows * cols > kParallelGrain && rows > 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) yr[c] = static_cast<T>(gelu<A>(static_cast<A>(xr[c]) + bias[c]));
+  }
+}
+
+template <typename T>
+void bias_gelu_backward(const T* dy, const T* x, const acc_t<T>* bias, T* dx, acc_t<T>* dbias, int64_t rows,
+                        int64_t cols) {
+  using A = acc_t<T>;
+  const bool parallel = rows * cols > kParallelGrain && rows > 1;
+  const int threads = parallel ? omp_get_max_threads() : 1;
+  std::vector<A> partial(static_cast<size_t>(threads) * cols, A(0));
+#pragma omp parallel num_threads(threads) if (parallel)
+  {
+    A* pb = partial.data() + static_cast<size_t>(omp_get_thread_num()) * cols;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* xr = x + r * cols;
+      const T* dyr = dy + r * cols;
+      T* dxr = dx + r * cols;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) {
+        const A g = static_cast<A>(dyr[c]) * gelu_grad<A>(static_cast<A>(xr[c]) + bias[c]);
+        dxr[c] = static_cast<T>(g);
+        pb[c] += g;
+      }
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    A s = 0;
+    for (int t = 0; t < threads; ++t) s += partial[static_cast<size_t>(t) * cols + c];
+    dbias[c] = s;
+  }
+}
+
+#define BLOOM_INSTANTIATE_GELU(T)                                                            \
+  template void bias_gelu_forward<T>(const T*, const acc_t<T>*, T*, int64_t, int64_t);       \
+  template void bias_gelu_backward<T>(const T*, const T*, const acc_t<T>*, T*, acc_t<T>*, int64_t, \
+                                      int64_t);
+BLOOM_CPU_INSTANTIATE(BLOOM_INSTANTIATE_GELU)
+
+}  // namespace bloomkernels::cpu
