@@ -1,0 +1,108 @@
+"""``bloomtrain export CHECKPOINT OUT_DIR``: a checkpoint of any TP x PP layout -> a BloomForCausalLM directory.
+
+Reads the layer files and the model metadata (bloomtrain.checkpoint_format), merges the TP shards by
+the HF converter's rules (duplicated tensors averaged, or taken as-is when all copies are equal, which
+keeps HF -> import -> export bit-identical; row-parallel weights concatenated on dim 1; the rest on
+dim 0), renames to transformers keys and writes ``config.json``, ``model.safetensors`` (the checkpoint's
+dtype unless ``--dtype``) and the tokenizer files found in the checkpoint directory or ``--tokenizer``.
+The embedding keeps all padded rows, as the released BLOOM checkpoints do (vocab_size 250880).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from bloomdata.errors import BloomDataError
+from bloomtrain import checkpoint_format as fmt
+from bloomtrain.hf_import import copy_tokenizer_files
+from bloomtrain.model.config import ModelConfig
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_BLOOM_SPECIAL_IDS = {"bos_token": 1, "eos_token": 2, "pad_token": 3}  # bigscience/tokenizer
+
+
+def special_token_ids(tokenizer_dir: Path | None) -> dict[str, int | None]:
+    """bos/eos/pad ids from tokenizer_config.json + tokenizer.json, else BLOOM's (1, 2, 3)."""
+    ids: dict[str, int | None] = dict(_BLOOM_SPECIAL_IDS)
+    if tokenizer_dir is None or not (Path(tokenizer_dir) / "tokenizer.json").is_file():
+        return ids
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    tok = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json"))
+    cfg_path = Path(tokenizer_dir) / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    for name in ids:
+        token = cfg.get(name)
+        token = token.get("content") if isinstance(token, dict) else token
+        ids[name] = tok.token_to_id(token) if token else None
+    return ids
+
+
+def hf_config(config: ModelConfig, vocab_rows: int, dtype: torch.dtype, special: dict[str, int | None]) -> dict:
+    dtype_name = str(dtype).removeprefix("torch.")
+    return {
+        "architectures": ["BloomForCausalLM"],
+        "model_type": "bloom",
+        "vocab_size": vocab_rows,
+        "hidden_size": config.hidden_size,
+        "n_layer": config.num_layers,
+        "n_head": config.num_heads,
+        "layer_norm_epsilon": config.layernorm_eps,
+        "initializer_range": config.init_std,
+        "hidden_dropout": config.hidden_dropout,
+        "attention_dropout": config.attention_dropout,
+        "apply_residual_connection_post_layernorm": False,
+        "pretraining_tp": 1,
+        "slow_but_exact": False,
+        "tie_word_embeddings": True,
+        "use_cache": True,
+        "seq_length": config.seq_length,
+        "bos_token_id": special["bos_token"],
+        "eos_token_id": special["eos_token"],
+        "pad_token_id": special["pad_token"],
+        "dtype": dtype_name,
+        "torch_dtype": dtype_name,  # the key transformers 4.x reads
+    }
+
+
+def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_dir: Path | None = None,
+           dtype: torch.dtype | None = None) -> Path:
+    """Write ``out_dir`` as a BloomForCausalLM directory; returns it."""
+    from safetensors.torch import save_file  # noqa: PLC0415
+
+    config, merged = fmt.load_merged_states(Path(ckpt_dir), tag)
+    state = fmt.to_hf_state_dict(merged, config.num_layers)
+    dtype = dtype or state["transformer.word_embeddings.weight"].dtype
+    state = {k: v.to(dtype).contiguous() for k, v in state.items()}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(state, out_dir / "model.safetensors", metadata={"format": "pt"})
+
+    source = tokenizer_dir or Path(ckpt_dir)
+    copied = copy_tokenizer_files(source, out_dir)
+    if tokenizer_dir is not None and not copied:
+        raise BloomDataError(f"--tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there")
+    rows = state["transformer.word_embeddings.weight"].shape[0]
+    config_json = hf_config(config, rows, dtype, special_token_ids(source if copied else None))
+    (out_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
+    return out_dir
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bloomtrain export", description=__doc__.splitlines()[0])
+    parser.add_argument("checkpoint", type=Path, help="checkpoint directory (holds `latest`)")
+    parser.add_argument("out_dir", type=Path, help="directory to write the transformers model into")
+    parser.add_argument("--tag", default=None, help="checkpoint tag (default: the `latest` file)")
+    parser.add_argument("--tokenizer", type=Path, default=None,
+                        help="directory with tokenizer.json (default: the checkpoint directory)")
+    parser.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="default: the checkpoint's dtype")
+    args = parser.parse_args(argv)
+    out = export(args.checkpoint, args.out_dir, tag=args.tag, tokenizer_dir=args.tokenizer,
+                 dtype=_DTYPES.get(args.dtype))
+    has_tok = (out / "tokenizer.json").is_file()
+    print(f"wrote {out} (config.json, model.safetensors{', tokenizer' if has_tok else '; no tokenizer files found'})")
+    return 0
