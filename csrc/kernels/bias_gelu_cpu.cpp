@@ -15,16 +15,28 @@ namespace {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 constexpr double kCubic = 0.044715;
 
+// With e = exp(2z), d = 1 / (e + 1): 1 + tanh(z) = 2 e d and 1 - tanh(z)^2 = 4 e d^2. Both avoid the
+// cancellation of 1 +/- t when |z| is large (the reference's autograd loses ~1e-5 there in fp32).
+// fast_exp clamps its argument, so e is finite and e * d stays in [0, 1].
+template <typename A>
+inline A exp2z(A u) {
+  return fast_exp(A(2 * kSqrt2OverPi) * u * (A(1) + A(kCubic) * u * u));
+}
+
 template <typename A>
 inline A gelu(A u) {
-  const A t = fast_tanh(A(kSqrt2OverPi) * u * (A(1) + A(kCubic) * u * u));
-  return A(0.5) * u * (A(1) + t);
+  const A e = exp2z(u);
+  const A d = A(1) / (e + A(1));
+  return u * (e * d);  // 0.5 u (1 + tanh) = u e d
 }
 
 template <typename A>
 inline A gelu_grad(A u) {
-  const A t = fast_tanh(A(kSqrt2OverPi) * u * (A(1) + A(kCubic) * u * u));
-  return A(0.5) * (A(1) + t) + A(0.5) * u * (A(1) - t * t) * A(kSqrt2OverPi) * (A(1) + A(3 * kCubic) * u * u);
+  const A e = exp2z(u);
+  const A d = A(1) / (e + A(1));
+  const A ed = e * d;  // (1 + tanh) / 2
+  const A sech2 = A(4) * ed * d;
+  return ed + A(0.5) * u * sech2 * A(kSqrt2OverPi) * (A(1) + A(3 * kCubic) * u * u);
 }
 
 }  // namespace
