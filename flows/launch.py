@@ -1,0 +1,209 @@
+"""Launch a training job (torchrun, the DeepSpeed launcher, sbatch) as a subprocess we fully own.
+
+Design: the child starts in its own session, hence its own process group (``start_new_session=True``),
+so one ``os.killpg`` reaches the launcher *and* every rank it forked, including grandchildren that
+outlive their parent. We never rely on Prefect's own cancellation to do that: a runner signals only the
+flow process (3.8), and a ``.submit()``-ed task thread cannot be interrupted while it blocks on a pipe.
+
+How it stays interruptible: a daemon thread copies the child's merged stdout/stderr into a queue; the
+calling (main) thread polls that queue with a short timeout. So a SIGTERM turned into Prefect's
+``TerminationSignal``, a ``SIGALRM`` timeout, a ``KeyboardInterrupt`` or a cancel request seen by
+``should_stop`` all land in the main thread within ``poll_s`` and reach the ``finally`` that kills the
+group: SIGTERM first (torchrun and the DeepSpeed launcher forward it to their ranks and exit), SIGKILL
+after ``grace_s`` for whatever is left.
+
+This module is Prefect-free: ``flows.train`` plugs the run logger into ``on_line`` and a flow-run-state
+probe into ``should_stop``. The trade-off of the reader thread is one extra thread per launch; in
+exchange every exit path, including ones we did not anticipate, goes through one cleanup.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_EOF = object()
+
+
+class LaunchError(RuntimeError):
+    """The job ended badly: non-zero exit, timeout or cancellation. The message quotes the last lines."""
+
+    def __init__(self, message: str, result: LaunchResult):
+        super().__init__(message)
+        self.result = result
+
+
+@dataclass
+class LaunchResult:
+    """What a launch left behind: exit code, why it stopped, and the last lines of its output."""
+
+    cmd: list[str]
+    returncode: int | None
+    reason: str  # "exited" | "timeout" | "cancelled"
+    seconds: float
+    tail: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.reason == "exited" and self.returncode == 0
+
+    def describe(self) -> str:
+        """One paragraph for a Failed state: what ran, how it ended, and its last lines."""
+        prog = " ".join(self.cmd[:3]) + (" ..." if len(self.cmd) > 3 else "")
+        if self.reason == "timeout":
+            head = f"`{prog}` timed out after {self.seconds:.0f} s; its process group was killed"
+        elif self.reason == "cancelled":
+            head = f"`{prog}` was cancelled after {self.seconds:.0f} s; its process group was killed"
+        else:
+            head = f"`{prog}` exited with code {self.returncode}{_signal_hint(self.returncode)}"
+        lines = "\n".join(self.tail) if self.tail else "(no output)"
+        return f"{head}. Last {len(self.tail)} lines:\n{lines}"
+
+
+def _signal_hint(rc: int | None) -> str:
+    if rc is None or rc >= 0:
+        return " (137 = SIGKILL, often the OOM killer)" if rc == 137 else ""
+    try:
+        return f" (killed by {signal.Signals(-rc).name})"
+    except ValueError:
+        return ""
+
+
+def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """SIGTERM the child's whole process group, wait up to ``grace_s``, then SIGKILL what is left.
+
+    We signal the group even after the leader exited: grandchildren it left behind keep the group alive.
+    """
+    pgid = proc.pid  # start_new_session=True: the child leads a group whose id is its pid
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None and not group_alive(pgid):
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    # Members of a killed group are reaped by init; give the kernel a moment to drop them.
+    deadline = time.monotonic() + 5.0
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process (zombies excluded) is still in group ``pgid``."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg(0) succeeds for zombies too; look at /proc so an unreaped child does not count as alive.
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _pump(stream, out: queue.Queue) -> None:
+    for line in iter(stream.readline, ""):
+        out.put(line.rstrip("\n"))
+    out.put(_EOF)
+
+
+def run_process(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+    on_line: Callable[[str], None] = print,
+    should_stop: Callable[[], bool] | None = None,
+    stop_check_s: float = 2.0,
+    timeout_s: float | None = None,
+    grace_s: float = 10.0,
+    tail_lines: int = 30,
+    log_file: str | Path | None = None,
+    on_start: Callable[[int], None] | None = None,
+    poll_s: float = 0.2,
+) -> LaunchResult:
+    """Run ``cmd`` in its own process group, stream its output, and always leave no process behind.
+
+    ``env`` is merged over ``os.environ`` (plus ``PYTHONUNBUFFERED=1`` so Python ranks stream line by line).
+    ``should_stop`` is asked every ``stop_check_s`` seconds; True ends the run as "cancelled". The result
+    is returned for every ending; callers decide what is a failure (see ``LaunchResult.ok``).
+    """
+    cmd = [str(c) for c in cmd]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+    log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 (closed in finally)
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        text=True, errors="replace", bufsize=1, start_new_session=True,
+    )
+    lines: queue.Queue = queue.Queue()
+    reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
+    reader.start()
+    reason = "exited"
+    try:
+        if on_start is not None:
+            on_start(proc.pid)
+        next_check = start + stop_check_s
+        eof = False
+        leader_gone = 0.0
+        while not eof:
+            try:
+                item = lines.get(timeout=poll_s)
+            except queue.Empty:
+                item = None
+            if item is _EOF:
+                eof = True
+            elif item is not None:
+                tail.append(item)
+                if log is not None:
+                    log.write(item + "\n")
+                on_line(item)
+                continue  # drain bursts before the (cheaper) checks below
+            now = time.monotonic()
+            if item is None and proc.poll() is not None:
+                # The leader exited but something it forked still holds the pipe open: stop reading
+                # after a short drain; the finally below kills the leftovers.
+                leader_gone = leader_gone or now
+                if now - leader_gone > 1.0:
+                    break
+            if timeout_s is not None and now - start > timeout_s:
+                reason = "timeout"
+                break
+            if should_stop is not None and now >= next_check:
+                next_check = now + stop_check_s
+                if should_stop():
+                    reason = "cancelled"
+                    break
+        if reason == "exited":
+            proc.wait()
+    finally:
+        # Every way out (normal end, timeout, cancel, exceptions incl. Prefect's TerminationSignal) goes here.
+        if proc.poll() is None or group_alive(proc.pid):
+            on_line(f"[launch] terminating process group {proc.pid} ({reason if reason != 'exited' else 'cleanup'})")
+            kill_group(proc, grace_s)
+        proc.wait()
+        if log is not None:
+            log.close()
+    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail))
