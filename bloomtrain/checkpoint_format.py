@@ -114,12 +114,15 @@ def model_layer_states(model) -> dict[int, dict[str, torch.Tensor]]:
     return states
 
 
-def load_model_layer_states(model, states: dict[int, dict[str, torch.Tensor]]) -> None:
-    """Load this rank's layer state dicts into a single-stage ``BloomModel`` (strict)."""
-    model.embedding.load_state_dict(states[EMBED_INDEX])
+def load_model_layer_states(model, states: dict[int, dict[str, torch.Tensor]], assign: bool = False) -> None:
+    """Load this rank's layer state dicts into a single-stage ``BloomModel`` (strict).
+
+    ``assign=True`` adopts the tensors instead of copying (for a model built on the meta device).
+    """
+    model.embedding.load_state_dict(states[EMBED_INDEX], assign=assign)
     for i, block in enumerate(model.blocks):
-        block.load_state_dict(states[block_index(i)])
-    model.final_norm.load_state_dict(states[final_norm_index(len(model.blocks))])
+        block.load_state_dict(states[block_index(i)], assign=assign)
+    model.final_norm.load_state_dict(states[final_norm_index(len(model.blocks))], assign=assign)
 
 
 # --- files --------------------------------------------------------------------------------------------

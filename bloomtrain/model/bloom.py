@@ -121,7 +121,9 @@ class BloomAttention(nn.Module):
         self.query_key_value = ColumnParallelLinear(h, 3 * h, state, dtype=dtype, device=device)
         self.dense = RowParallelLinear(h, h, state, dtype=dtype, device=device)
         slopes = local_alibi_slopes(config.num_heads, state.tp_rank, state.tp_size)
-        self.register_buffer("slopes", slopes.to(device=device) if device != "meta" else slopes, persistent=False)
+        # A meta-device model (built to be loaded with assign=True) keeps real slopes on the CPU.
+        on_meta = device is not None and torch.device(device).type == "meta"
+        self.register_buffer("slopes", slopes if on_meta else slopes.to(device=device), persistent=False)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, cache: LayerCache | None) -> torch.Tensor:
         b, sq, _ = x.shape

@@ -1,0 +1,138 @@
+"""``bloomtrain generate``: greedy or top-k / top-p sampling from a checkpoint or an exported model.
+
+``--model`` is either our checkpoint directory (holds ``latest``; TP shards are merged) or a
+transformers BLOOM directory (``config.json`` + safetensors). The model runs unsharded in one process
+with a KV cache (one forward over the prompt, then one token per step). The tokenizer is read with the
+``tokenizers`` library from ``tokenizer.json`` in the model directory (or ``--tokenizer``). Sampling
+never picks the padded vocabulary rows beyond the tokenizer's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from bloomdata.errors import BloomDataError
+from bloomtrain import checkpoint_format as fmt
+from bloomtrain.hf_import import read_hf_dir
+from bloomtrain.model import BloomModel
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def load_model(path: Path, dtype: torch.dtype = torch.float32) -> BloomModel:
+    """An unsharded eval-mode ``BloomModel`` from a checkpoint dir or a transformers BLOOM dir."""
+    path = Path(path)
+    if (path / "latest").is_file():
+        config, merged = fmt.load_merged_states(path)
+    elif (path / "config.json").is_file():
+        config, merged = read_hf_dir(path)
+    else:
+        raise BloomDataError(f"{path}: neither a checkpoint (no `latest`) nor a transformers model (no config.json)")
+    model = BloomModel(config, device="meta")  # no random init: the weights are adopted below
+    merged = {i: {k: v.to(dtype) for k, v in sd.items()} for i, sd in merged.items()}
+    fmt.load_model_layer_states(model, merged, assign=True)
+    return model.eval()
+
+
+def _filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float | None) -> torch.Tensor:
+    """Set logits outside the top-k and outside the top-p nucleus to -inf. logits: [b, V] fp32."""
+    if top_k is not None and 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(dim=-1)
+        # Drop a token when the tokens ranked above it already hold >= top_p of the mass (top-1 always kept).
+        drop_sorted = (probs.cumsum(dim=-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(
+    model: BloomModel,
+    input_ids: torch.Tensor,
+    *,
+    attention_mask: torch.Tensor | None = None,
+    max_new_tokens: int = 32,
+    greedy: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    eos_token_id: int | None = None,
+    vocab_limit: int | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Extend ``input_ids`` ``[b, s]`` (left-padded when ``attention_mask`` has zeros) -> ``[b, s + n]``.
+
+    Rows that produced ``eos_token_id`` keep emitting it; stops early when every row has.
+    """
+    if model.state.tp_size != 1:
+        raise ValueError("generate runs an unsharded model (tp_size 1)")
+    cache = model.new_cache()
+    tokens, step_input = input_ids, input_ids
+    mask = attention_mask
+    done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+    for _ in range(max_new_tokens):
+        logits = model(step_input, mask, cache=cache)[:, -1].float()  # [b, V]
+        if vocab_limit is not None:
+            logits[:, vocab_limit:] = float("-inf")
+        if greedy:
+            next_ids = logits.argmax(dim=-1)
+        else:
+            logits = _filter_logits(logits / max(temperature, 1e-6), top_k, top_p)
+            next_ids = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
+        if eos_token_id is not None:
+            next_ids = next_ids.masked_fill(done, eos_token_id)
+            done |= next_ids == eos_token_id
+        tokens = torch.cat([tokens, next_ids[:, None]], dim=1)
+        step_input = next_ids[:, None]
+        if mask is not None:
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        if eos_token_id is not None and bool(done.all()):
+            break
+    return tokens
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bloomtrain generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="checkpoint dir or transformers BLOOM dir")
+    parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
+    parser.add_argument("--tokenizer", type=Path, default=None, help="dir with tokenizer.json (default: --model)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--greedy", action="store_true", help="argmax decoding (ignores the sampling flags)")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--top-p", type=float, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
+    args = parser.parse_args(argv)
+
+    tok_path = (args.tokenizer or args.model) / "tokenizer.json"
+    if not tok_path.is_file():
+        raise BloomDataError(f"{tok_path} not found; pass --tokenizer DIR with the model's tokenizer.json")
+    from tokenizers import Tokenizer  # noqa: PLC0415
+
+    tokenizer = Tokenizer.from_file(str(tok_path))
+    model = load_model(args.model, _DTYPES[args.dtype])
+    eos = tokenizer.token_to_id("</s>")
+    encoded = [tokenizer.encode(p, add_special_tokens=False).ids for p in args.prompt]
+    if not all(encoded):
+        raise BloomDataError("--prompt: every prompt must encode to at least one token")
+    width = max(len(e) for e in encoded)
+    pad = tokenizer.token_to_id("<pad>") or 0
+    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])  # left padding
+    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+    out = generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
+                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, eos_token_id=eos,
+                   vocab_limit=tokenizer.get_vocab_size(),
+                   generator=torch.Generator().manual_seed(args.seed))
+    for prompt, row in zip(args.prompt, out[:, width:].tolist()):
+        if eos is not None and eos in row:
+            row = row[: row.index(eos)]
+        print(prompt + tokenizer.decode(row))
+    return 0
