@@ -152,7 +152,7 @@ def run_process(
     cmd = [str(c) for c in cmd]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-    log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 (closed in finally)
+    log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in the finally below
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

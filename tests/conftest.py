@@ -1,0 +1,38 @@
+"""Run-wide fixtures. The Prefect test server is opt-in: only tests that name ``prefect_harness`` start it.
+
+Prefect reads its settings from the environment when it is first imported, so the isolation below is set
+here, before any test module imports prefect: a throwaway PREFECT_HOME (database, result storage, profiles),
+no analytics, and a server start-up timeout that fits a loaded 2-core box (measured 20-40 s here).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_PREFECT_HOME = tempfile.mkdtemp(prefix="bloomstack-prefect-")
+os.environ["PREFECT_HOME"] = _PREFECT_HOME
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.pop("PREFECT_API_URL", None)  # never talk to a developer's real server from tests
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(_PREFECT_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def prefect_harness(tmp_path_factory):
+    """One Prefect API server (temporary SQLite) for the whole run; result storage in a tmp dir.
+
+    Never nest another ``prefect_test_harness`` inside: its exit would stop this shared server.
+    """
+    from prefect.settings import PREFECT_RESULTS_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    store = tmp_path_factory.mktemp("prefect-results")
+    with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: store}):
+        with prefect_test_harness(server_startup_timeout=180):
+            yield
