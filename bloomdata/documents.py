@@ -467,3 +467,17 @@ def iter_documents(sources: list[SourceConfig]) -> Iterator[Document]:
         for item in read_shard(shard):
             if isinstance(item, Document):
                 yield item
+
+
+_LANG_SPEC = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,31})=(.+)$")
+
+
+def source_from_spec(spec: str, text_field: str = "text", format: Format = "auto",
+                     lang_field: str = "lang") -> SourceConfig:
+    """A source from a CLI ``--input`` value: ``PATH`` (language from each row's lang field) or
+    ``LANG=PATH`` (every document of PATH is in LANG). A path that exists as written is never split."""
+    match = _LANG_SPEC.match(spec)
+    if match and not os.path.exists(spec):
+        return SourceConfig(paths=[match.group(2)], lang=match.group(1), text_field=text_field,
+                            format=format, lang_field=lang_field)
+    return SourceConfig(paths=[spec], text_field=text_field, format=format, lang_field=lang_field)

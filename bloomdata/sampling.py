@@ -1,0 +1,136 @@
+"""Alpha-weighted per-language sampling of training text under a byte budget (XLM / BigScience style).
+
+Languages are weighted ``p_lang ∝ n_lang ** alpha`` where ``n_lang`` is the language's text size in UTF-8
+bytes; alpha=1 keeps the natural proportions, alpha=0 makes every language equal, and BigScience used 0.3
+for the BLOOM tokenizer (``make_ratios_thomas.ipynb``), which lifts small languages without drowning the
+large ones.
+
+Algorithm (two streaming passes, deterministic for a seed, memory ~1.25x the budget):
+
+1. Count text bytes per language over all documents (``count_bytes``).
+2. Turn probabilities into byte quotas by water-filling (``byte_quotas``): ``q = budget * p``; a language
+   whose quota exceeds its size is capped at its size and the excess is shared among the others in
+   proportion to their ``p``, until nothing is capped anew.
+3. Give every document a key ``blake2b(seed, text)`` (a seeded shuffle that depends on content only, so
+   the sample does not change when files are renamed or reordered, and exact duplicates collapse into
+   one). In the second pass keep, per language, only documents whose key falls under the fraction
+   ``(1.25 q + 1 MB) / n`` of the key space (a Bernoulli pre-filter that bounds memory), then sort the
+   kept documents by key and take them while they fit the quota. A language whose every kept document is
+   larger than its quota gets its first document truncated (at a character boundary) to the quota.
+
+Documents without a language are grouped under ``UNKNOWN_LANG``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from bloomdata.documents import Document, SourceConfig, iter_documents
+from bloomdata.errors import BloomDataError
+
+UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined"
+_KEY_SPACE = 1 << 64
+_OVERSAMPLE, _SLACK_BYTES = 1.25, 1 << 20  # pre-filter margin so the greedy fill rarely runs short
+
+
+def alpha_probabilities(sizes: dict[str, int], alpha: float) -> dict[str, float]:
+    """p_lang ∝ n_lang ** alpha over languages with some text (sizes in any unit)."""
+    if alpha < 0:
+        raise BloomDataError(f"alpha must be >= 0, got {alpha}")
+    weights = {lang: float(n) ** alpha for lang, n in sizes.items() if n > 0}
+    total = sum(weights.values())
+    return {lang: w / total for lang, w in weights.items()} if total else {}
+
+
+def byte_quotas(sizes: dict[str, int], alpha: float, budget: int) -> dict[str, int]:
+    """Bytes to draw per language: budget * p_lang, capped at each language's size (water-filling)."""
+    probs = alpha_probabilities(sizes, alpha)
+    quotas: dict[str, int] = {}
+    free = dict(probs)  # languages not capped yet
+    left = budget
+    while free:
+        mass = sum(free.values())
+        capped = {lang for lang, p in free.items() if left * p / mass >= sizes[lang]}
+        if not capped:
+            for lang, p in free.items():
+                quotas[lang] = int(left * p / mass)
+            break
+        for lang in capped:
+            quotas[lang] = sizes[lang]
+            left -= sizes[lang]
+            del free[lang]
+    return {lang: quotas[lang] for lang in sorted(quotas)}
+
+
+def doc_key(seed: int, text: str) -> int:
+    """A 64-bit pseudo-random key of (seed, text): the seeded shuffle order of a document."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
+    return int.from_bytes(digest, "little")
+
+
+@dataclass
+class Sample:
+    """Training text drawn per language, and the numbers behind it (for the training report)."""
+
+    texts: dict[str, list[str]]
+    sizes: dict[str, int]  # bytes available per language
+    probabilities: dict[str, float]
+    quotas: dict[str, int]  # bytes asked per language
+    drawn: dict[str, int] = field(default_factory=dict)  # bytes actually drawn per language
+    docs: dict[str, int] = field(default_factory=dict)  # documents drawn per language
+
+    def iter_texts(self) -> Iterable[str]:
+        for lang in sorted(self.texts):
+            yield from self.texts[lang]
+
+
+def _progress(items: Iterable[Document], desc: str, show: bool) -> Iterable[Document]:
+    if not show:
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=desc, unit=" docs", file=sys.stderr, mininterval=1.0)
+
+
+def count_bytes(sources: list[SourceConfig], show_progress: bool = False) -> dict[str, int]:
+    """Pass 1: UTF-8 bytes of text per language."""
+    sizes: dict[str, int] = {}
+    for doc in _progress(iter_documents(sources), "counting text", show_progress):
+        lang = doc.lang or UNKNOWN_LANG
+        sizes[lang] = sizes.get(lang, 0) + len(doc.text.encode("utf-8"))
+    return sizes
+
+
+def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, seed: int,
+                show_progress: bool = False) -> Sample:
+    """Both passes: alpha-weighted, budgeted, seeded sample of the sources' documents (see module doc)."""
+    if byte_budget < 1:
+        raise BloomDataError(f"byte_budget must be >= 1, got {byte_budget}")
+    sizes = count_bytes(sources, show_progress)
+    if not sizes:
+        raise BloomDataError("the inputs hold no documents (every row was empty or rejected)")
+    quotas = byte_quotas(sizes, alpha, byte_budget)
+    cutoff = {lang: min(_KEY_SPACE, int(_KEY_SPACE * (_OVERSAMPLE * q + _SLACK_BYTES) / sizes[lang]))
+              for lang, q in quotas.items()}
+    kept: dict[str, dict[int, str]] = {lang: {} for lang in quotas}
+    for doc in _progress(iter_documents(sources), "sampling text", show_progress):
+        lang = doc.lang or UNKNOWN_LANG
+        key = doc_key(seed, doc.text)
+        if key < cutoff[lang]:
+            kept[lang][key] = doc.text  # equal text -> equal key: duplicates collapse
+    sample = Sample({}, sizes, alpha_probabilities(sizes, alpha), quotas)
+    for lang, by_key in kept.items():
+        texts, used = [], 0
+        for key in sorted(by_key):
+            n = len(by_key[key].encode("utf-8"))
+            if used + n <= quotas[lang]:
+                texts.append(by_key[key])
+                used += n
+        if not texts and by_key and quotas[lang] > 0:
+            first = by_key[min(by_key)].encode("utf-8")[: quotas[lang]].decode("utf-8", errors="ignore")
+            texts, used = [first], len(first.encode("utf-8"))
+        sample.texts[lang], sample.drawn[lang], sample.docs[lang] = texts, used, len(texts)
+    return sample

@@ -1,0 +1,202 @@
+"""The BLOOM tokenizer: byte-level BPE configured exactly as BigScience's, trained on an alpha-weighted sample.
+
+Configuration (the published BLOOM ``tokenizer.json``; see the reference tokenizer report, Part A1):
+
+- no normalizer (NFKC was rejected: it merges ``2²`` with ``22`` for <1% fertility gain);
+- pre-tokenizer ``Sequence[Split(BLOOM_SPLIT_PATTERN, Isolated), ByteLevel(add_prefix_space=False,
+  trim_offsets=True, use_regex=False)]``. The pattern is Oniguruma syntax: ``[^(\\s|[.,!?…。，、।۔،])]`` is ONE
+  negated class, so pieces break at exactly 39 code points (25 whitespace, 14 punctuation); there is no
+  digit splitting and no English contraction rule;
+- BPE over the 256-symbol byte alphabet (``ByteLevel.alphabet()`` is the trainer's initial alphabet), so
+  every string encodes without ``<unk>`` and ``decode(encode(x)) == x`` for any script, seen or not;
+- special tokens ``<unk>=0 <s>=1 </s>=2 <pad>=3``; encoding adds none (Megatron appends ``</s>`` as EOD);
+- ByteLevel decoder, ByteLevel(trim_offsets=False) post-processor (offsets only).
+
+Training memory: HF's BpeTrainer peaks at ~30 bytes of RAM per byte of training text, so samples are
+capped at ``MAX_SAFE_BUDGET`` unless explicitly allowed. The output directory loads with
+``transformers.AutoTokenizer.from_pretrained`` (``BloomTokenizerFast``) and with ``Tokenizer.from_file``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+from bloomdata.documents import SourceConfig
+from bloomdata.errors import BloomDataError
+
+BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3, in this order
+EOD_TOKEN = "</s>"
+BLOOM_VOCAB_SIZE = 250_680
+MAX_SAFE_BUDGET = 500_000_000  # bytes of sample text; x30 in the trainer ~ 15 GB of RAM
+TRAINER_BYTES_PER_BYTE = 30
+
+
+class TokenizerTrainConfig(BaseModel):
+    """Everything that determines a trained tokenizer (shared by the CLI and the Prefect flows)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sources: list[SourceConfig] = Field(min_length=1, description="inputs; language per source or per row")
+    out_dir: str = Field(description="directory to write tokenizer.json and friends into")
+    vocab_size: int = Field(default=BLOOM_VOCAB_SIZE, ge=len(SPECIAL_TOKENS) + 256,
+                            description="tokens incl. specials and the 256 bytes (BLOOM: 250,680)")
+    alpha: float = Field(default=0.3, ge=0.0, le=1.0, description="p_lang ∝ bytes_lang ** alpha")
+    byte_budget: int = Field(default=100_000_000, ge=1, description="UTF-8 bytes of text to train on")
+    seed: int = 0
+    min_frequency: int = Field(default=2, ge=0, description="pairs seen fewer times are never merged")
+    allow_large_budget: bool = Field(default=False, description=f"allow byte_budget > {MAX_SAFE_BUDGET}")
+    show_progress: bool = True
+
+
+def bloom_tokenizer() -> Tokenizer:
+    """An untrained tokenizer with BLOOM's pipeline (normalizer, pre-tokenizer, decoder, post-processor)."""
+    tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False))
+    tok.normalizer = None
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(BLOOM_SPLIT_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, min_frequency: int = 2,
+                     show_progress: bool = False, length: int | None = None) -> Tokenizer:
+    """Train BLOOM's byte-level BPE on an iterable of documents (held by the trainer: mind the memory)."""
+    tok = bloom_tokenizer()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),  # all 256 bytes: nothing is ever <unk>
+        show_progress=show_progress,
+    )
+    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    for i, token in enumerate(SPECIAL_TOKENS):
+        if tok.token_to_id(token) != i:  # cannot happen with the trainer above; checked because ids are ABI
+            raise BloomDataError(f"trained tokenizer put {token} at id {tok.token_to_id(token)}, expected {i}")
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: dict | None = None) -> Path:
+    """Write a transformers-loadable directory: tokenizer.json, tokenizer_config.json,
+    special_tokens_map.json and (when given) training_report.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(out / "tokenizer.json"))
+    unk, bos, eos, pad = SPECIAL_TOKENS
+    special_map = {"bos_token": bos, "eos_token": eos, "unk_token": unk, "pad_token": pad}
+    config = {
+        "tokenizer_class": "BloomTokenizerFast",
+        "padding_side": "left",
+        "add_prefix_space": False,
+        "clean_up_tokenization_spaces": False,
+        **special_map,
+        "added_tokens_decoder": {
+            str(i): {"content": t, "lstrip": False, "rstrip": False, "normalized": False,
+                     "single_word": False, "special": True}
+            for i, t in enumerate(SPECIAL_TOKENS)
+        },
+        # no model_max_length: ALiBi has no trained position limit
+    }
+    _write_json(out / "tokenizer_config.json", config)
+    _write_json(out / "special_tokens_map.json", special_map)
+    if report is not None:
+        _write_json(out / "training_report.json", report)
+    return out
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def check_budget(config: TokenizerTrainConfig) -> None:
+    """Refuse (or, when allowed, warn about) samples the BPE trainer would need too much RAM for."""
+    if config.byte_budget <= MAX_SAFE_BUDGET:
+        return
+    need_gb = config.byte_budget * TRAINER_BYTES_PER_BYTE / 1e9
+    msg = (f"byte_budget {config.byte_budget:,} B exceeds {MAX_SAFE_BUDGET:,} B: the BPE trainer would "
+           f"need ~{need_gb:.0f} GB of RAM ({TRAINER_BYTES_PER_BYTE}x the text)")
+    if not config.allow_large_budget:
+        raise BloomDataError(msg + "; lower byte_budget or pass --allow-large-budget")
+    warnings.warn(msg, stacklevel=2)
+
+
+def train_tokenizer(config: TokenizerTrainConfig) -> dict:
+    """Sample, train and save; returns the training report (also written to training_report.json)."""
+    from bloomdata.sampling import draw_sample
+
+    check_budget(config)
+    t0 = time.perf_counter()
+    sample = draw_sample(config.sources, config.alpha, config.byte_budget, config.seed, config.show_progress)
+    t1 = time.perf_counter()
+    n_docs = sum(sample.docs.values())
+    tok = train_from_texts(sample.iter_texts(), config.vocab_size, config.min_frequency,
+                           config.show_progress, length=n_docs)
+    t2 = time.perf_counter()
+    report = {
+        "languages": sorted(sample.texts),
+        "bytes_available": sample.sizes,
+        "probabilities": {k: round(v, 6) for k, v in sample.probabilities.items()},
+        "bytes_quota": sample.quotas,
+        "bytes_drawn": sample.drawn,
+        "docs_drawn": sample.docs,
+        "total_bytes_drawn": sum(sample.drawn.values()),
+        "seed": config.seed,
+        "alpha": config.alpha,
+        "byte_budget": config.byte_budget,
+        "min_frequency": config.min_frequency,
+        "vocab_size_requested": config.vocab_size,
+        "vocab_size": tok.get_vocab_size(),
+        "sampling_seconds": round(t1 - t0, 3),
+        "training_seconds": round(t2 - t1, 3),
+        "wall_seconds": round(t2 - t0, 3),
+    }
+    save_tokenizer(tok, config.out_dir, report)
+    report["tokenizer_identity"] = tokenizer_identity(config.out_dir)
+    return report
+
+
+def _tokenizer_file(path_or_dir: str | os.PathLike) -> Path:
+    path = Path(path_or_dir)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise BloomDataError(f"tokenizer not found: {file} (give a tokenizer.json or a directory holding "
+                             "one; train one with `bloomdata train-tokenizer`)")
+    return file
+
+
+def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
+    """A ``tokenizers.Tokenizer`` from a tokenizer.json file or a directory holding one."""
+    file = _tokenizer_file(path_or_dir)
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # the Rust side raises plain Exception for bad JSON / unknown fields
+        raise BloomDataError(f"{file}: not a valid tokenizer.json ({exc})") from None
+
+
+def tokenizer_identity(path_or_dir: str | os.PathLike) -> str:
+    """sha256 (hex) of the tokenizer.json bytes: a cache key that changes whenever the tokenizer does."""
+    return hashlib.sha256(_tokenizer_file(path_or_dir).read_bytes()).hexdigest()
+
+
+def eod_id(tok: Tokenizer) -> int:
+    """The end-of-document id appended after every document (``</s>``; 2 for BLOOM)."""
+    token_id = tok.token_to_id(EOD_TOKEN)
+    if token_id is None:
+        raise BloomDataError(f"the tokenizer has no {EOD_TOKEN} token; use a BLOOM-style tokenizer "
+                             "(bloomdata train-tokenizer) or add it as a special token")
+    return token_id
