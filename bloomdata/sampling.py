@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from bloomdata.documents import Document, SourceConfig, iter_documents
+from bloomdata.documents import Document, SourceConfig, plan_shards, read_shard
 from bloomdata.errors import BloomDataError
 
 UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined"
@@ -95,10 +95,15 @@ def _progress(items: Iterable[Document], desc: str, show: bool) -> Iterable[Docu
     return tqdm(items, desc=desc, unit=" docs", file=sys.stderr, mininterval=1.0)
 
 
+def _documents(sources: list[SourceConfig]) -> Iterable[Document]:
+    shards = plan_shards(sources)  # resolve every path first: a typo fails before any progress bar shows
+    return (item for shard in shards for item in read_shard(shard) if isinstance(item, Document))
+
+
 def count_bytes(sources: list[SourceConfig], show_progress: bool = False) -> dict[str, int]:
     """Pass 1: UTF-8 bytes of text per language."""
     sizes: dict[str, int] = {}
-    for doc in _progress(iter_documents(sources), "counting text", show_progress):
+    for doc in _progress(_documents(sources), "counting text", show_progress):
         lang = doc.lang or UNKNOWN_LANG
         sizes[lang] = sizes.get(lang, 0) + len(doc.text.encode("utf-8"))
     return sizes
@@ -116,7 +121,7 @@ def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, see
     cutoff = {lang: min(_KEY_SPACE, int(_KEY_SPACE * (_OVERSAMPLE * q + _SLACK_BYTES) / sizes[lang]))
               for lang, q in quotas.items()}
     kept: dict[str, dict[int, str]] = {lang: {} for lang in quotas}
-    for doc in _progress(iter_documents(sources), "sampling text", show_progress):
+    for doc in _progress(_documents(sources), "sampling text", show_progress):
         lang = doc.lang or UNKNOWN_LANG
         key = doc_key(seed, doc.text)
         if key < cutoff[lang]:

@@ -1,0 +1,171 @@
+"""`bloomdata fertility`: tokens per word and per character, per language (optionally beside a 2nd tokenizer).
+
+Fertility is how BigScience chose BLOOM's vocabulary size (no language should lose more than 10 points
+against a monolingual tokenizer). Words are whitespace-separated pieces (``str.split()``); for languages
+written without spaces between words (zh, ja, th, ...) a "word" is a whole clause, so their per-word
+figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by tokens per character.
+
+    bloomdata fertility --tokenizer tok --input ../shared/corpus [--compare other_tok] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from bloomdata.documents import SourceConfig, iter_documents
+from bloomdata.errors import BloomDataError
+from bloomdata.sampling import UNKNOWN_LANG
+from bloomdata.tokenizer import load_tokenizer
+
+# Scripts without spaces between words: whitespace "words" are clauses there (ISO 639 codes).
+NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu", "dz"})
+ALL = "(all)"
+_BATCH = 256  # documents per encode call
+
+
+def uses_spaces(lang: str) -> bool:
+    return lang.replace("_", "-").split("-")[0].lower() not in NO_SPACE_LANGS
+
+
+@dataclass
+class FertilityRow:
+    """One language's counts; ``compare_*`` are filled when a second tokenizer is given."""
+
+    lang: str
+    docs: int = 0
+    words: int = 0
+    chars: int = 0
+    tokens: int = 0
+    compare_tokens: int | None = None
+    whitespace_words: bool = True
+
+    @property
+    def tokens_per_word(self) -> float | None:
+        return self.tokens / self.words if self.words and self.whitespace_words else None
+
+    @property
+    def tokens_per_char(self) -> float:
+        return self.tokens / self.chars if self.chars else 0.0
+
+    @property
+    def compare_tokens_per_word(self) -> float | None:
+        if self.compare_tokens is None or not self.words or not self.whitespace_words:
+            return None
+        return self.compare_tokens / self.words
+
+    @property
+    def compare_tokens_per_char(self) -> float | None:
+        return None if self.compare_tokens is None or not self.chars else self.compare_tokens / self.chars
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tokens_per_word=self.tokens_per_word, tokens_per_char=self.tokens_per_char)
+        if self.compare_tokens is not None:
+            d.update(compare_tokens_per_word=self.compare_tokens_per_word,
+                     compare_tokens_per_char=self.compare_tokens_per_char)
+        return d
+
+
+def _count_tokens(tok: Tokenizer, texts: list[str]) -> int:
+    encodings = tok.encode_batch_fast(texts, add_special_tokens=False)  # no offsets: ~1.5x faster
+    return sum(len(e.ids) for e in encodings)
+
+
+def fertility_table(tokenizer: Tokenizer, sources: list[SourceConfig], compare: Tokenizer | None = None,
+                    max_docs_per_lang: int | None = None) -> list[FertilityRow]:
+    """Per-language rows (sorted by language) plus a final ``(all)`` row over every counted document."""
+    rows: dict[str, FertilityRow] = {}
+    pending: dict[str, list[str]] = {}
+
+    def flush(lang: str) -> None:
+        texts, row = pending.pop(lang, []), rows[lang]
+        if texts:
+            row.tokens += _count_tokens(tokenizer, texts)
+            if compare is not None:
+                row.compare_tokens = (row.compare_tokens or 0) + _count_tokens(compare, texts)
+
+    for doc in iter_documents(sources):
+        lang = doc.lang or UNKNOWN_LANG
+        row = rows.setdefault(lang, FertilityRow(lang, whitespace_words=uses_spaces(lang)))
+        if max_docs_per_lang is not None and row.docs >= max_docs_per_lang:
+            continue
+        row.docs += 1
+        row.words += len(doc.text.split())
+        row.chars += len(doc.text)
+        pending.setdefault(lang, []).append(doc.text)
+        if len(pending[lang]) >= _BATCH:
+            flush(lang)
+    for lang in list(pending):
+        flush(lang)
+    if not rows:
+        raise BloomDataError("the inputs hold no documents (every row was empty or rejected)")
+    table = [rows[lang] for lang in sorted(rows)]
+    total = FertilityRow(ALL, whitespace_words=False)  # mixed scripts: per-word is not meaningful overall
+    for row in table:
+        total.docs += row.docs
+        total.words += row.words
+        total.chars += row.chars
+        total.tokens += row.tokens
+        if row.compare_tokens is not None:
+            total.compare_tokens = (total.compare_tokens or 0) + row.compare_tokens
+    return table + [total]
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def to_markdown(rows: list[FertilityRow], name: str = "tokenizer", compare_name: str | None = None) -> str:
+    """A Markdown table: tokens per word (n/a where words are not space-separated) and per character."""
+    head = ["lang", "docs", "words", "chars", f"{name} tokens", "tok/word", "tok/char"]
+    if compare_name:
+        head += [f"{compare_name} tokens", "tok/word", "tok/char", "ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for r in rows:
+        cells = [r.lang, str(r.docs), str(r.words), str(r.chars), str(r.tokens),
+                 _fmt(r.tokens_per_word), _fmt(r.tokens_per_char)]
+        if compare_name:
+            ratio = r.compare_tokens / r.tokens if r.compare_tokens is not None and r.tokens else None
+            cells += [str(r.compare_tokens), _fmt(r.compare_tokens_per_word), _fmt(r.compare_tokens_per_char),
+                      _fmt(ratio)]
+        lines.append("| " + " | ".join(cells) + " |")
+    if any(not r.whitespace_words for r in rows if r.lang != ALL):
+        lines.append("\nn/a: the language is written without spaces between words; compare tok/char.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    from bloomdata.tokenizer_cli import add_input_arguments, input_sources, load_yaml, validate
+
+    parser = argparse.ArgumentParser(prog="bloomdata fertility", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", required=True, help="tokenizer directory or tokenizer.json")
+    parser.add_argument("--compare", metavar="DIR", help="a second tokenizer to show beside the first")
+    add_input_arguments(parser)
+    parser.add_argument("--max-docs", type=int, help="documents per language at most")
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = parser.parse_args(argv)
+
+    sources = input_sources(args) if args.input else load_yaml(args.config).get("sources") if args.config \
+        else None
+    if not sources:
+        raise BloomDataError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
+    sources = [validate(SourceConfig, s, args.config or "--input") for s in sources]
+    tok = load_tokenizer(args.tokenizer)
+    other = load_tokenizer(args.compare) if args.compare else None
+    rows = fertility_table(tok, sources, other, args.max_docs)
+    name = Path(os.path.normpath(args.tokenizer)).name
+    compare_name = Path(os.path.normpath(args.compare)).name if args.compare else None
+    if compare_name == name:
+        compare_name = f"{compare_name} (compare)"
+    print(to_markdown(rows, name, compare_name))
+    if args.json:
+        payload = {"tokenizer": args.tokenizer, "compare": args.compare, "rows": [r.to_dict() for r in rows]}
+        Path(args.json).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return 0
