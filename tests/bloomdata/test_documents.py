@@ -1,0 +1,240 @@
+"""Readers: every format streams the rows it was given, bad rows become Rejects with file:line, and shard
+planning covers every row exactly once, deterministically."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+
+from bloomdata.documents import (
+    REJECT_REASONS,
+    Document,
+    Reject,
+    Shard,
+    SourceConfig,
+    iter_documents,
+    plan_shards,
+    read_shard,
+    source_from_spec,
+)
+from bloomdata.errors import BloomDataError
+
+ROWS = [{"text": f"document {i} — ünïcode ✓ 文字", "lang": ["en", "fr", "zh"][i % 3]} for i in range(1037)]
+
+
+def _jsonl_bytes(rows, trailing_newline=True) -> bytes:
+    body = "\n".join(json.dumps(r, ensure_ascii=False) for r in rows)
+    return (body + ("\n" if trailing_newline else "")).encode("utf-8")
+
+
+def write_rows(tmp_path, kind: str, rows=ROWS, name="data") -> str:
+    """Write rows in one of the supported formats; returns the path (file or directory)."""
+    table = pa.Table.from_pylist(rows)
+    path = tmp_path / f"{name}.{kind}"
+    if kind == "jsonl":
+        path.write_bytes(_jsonl_bytes(rows))
+    elif kind == "jsonl.gz":
+        path.write_bytes(gzip.compress(_jsonl_bytes(rows)))
+    elif kind == "jsonl.zst":
+        path.write_bytes(zstandard.ZstdCompressor().compress(_jsonl_bytes(rows)))
+    elif kind == "parquet":
+        pq.write_table(table, path, row_group_size=128)
+    elif kind in ("arrow-file", "arrow-stream"):
+        path = tmp_path / f"{name}-{kind}.arrow"
+        opener = pa.ipc.new_file if kind == "arrow-file" else pa.ipc.new_stream
+        with opener(str(path), table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=100):
+                writer.write_batch(batch)
+    elif kind == "hf":
+        datasets = pytest.importorskip("datasets")
+        path = tmp_path / f"{name}-hf"
+        datasets.Dataset.from_list(rows).save_to_disk(str(path), max_shard_size="20KB")
+    else:
+        raise AssertionError(kind)
+    return str(path)
+
+
+FORMATS = ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "arrow-file", "arrow-stream", "hf"]
+
+
+def _read_all(source: SourceConfig, max_rows=None) -> list[Document | Reject]:
+    return [item for shard in plan_shards([source], max_rows) for item in read_shard(shard)]
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+def test_every_format_reads_all_rows_in_order(tmp_path, kind):
+    path = write_rows(tmp_path, kind)
+    items = _read_all(SourceConfig(paths=[path]))
+    assert all(isinstance(d, Document) for d in items)
+    assert [d.text for d in items] == [r["text"] for r in ROWS]
+    assert [d.lang for d in items] == [r["lang"] for r in ROWS]  # from the row's lang field
+    if kind != "hf":  # hf may split into several files; line numbers are per file
+        assert [d.line for d in items] == list(range(1, len(ROWS) + 1))
+    else:
+        assert len(plan_shards([SourceConfig(paths=[path])])) > 1, "fixture should span several arrow files"
+
+
+@pytest.mark.parametrize("kind", FORMATS)
+@pytest.mark.parametrize("max_rows", [100, 1037, 5000])
+def test_shards_cover_every_row_once(tmp_path, kind, max_rows):
+    path = write_rows(tmp_path, kind)
+    source = SourceConfig(paths=[path])
+    shards = plan_shards([source], max_rows)
+    assert shards == plan_shards([source], max_rows), "planning must be deterministic"
+    assert len({s.name for s in shards}) == len(shards)
+    seen = [(item.path, item.line) for s in shards for item in read_shard(s)]
+    assert len(seen) == len(set(seen)) == len(ROWS), "no row lost, none read twice"
+    assert all(s.stop is None or s.stop - s.start <= max_rows for s in shards)
+    for path_ in {s.path for s in shards}:  # ranges of one file are contiguous from 0
+        ranges = [(s.start, s.stop) for s in shards if s.path == path_]
+        assert ranges[0][0] == 0
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    if kind == "jsonl" and max_rows == 100:
+        assert len(shards) == 11 and all(s.offset is not None for s in shards)
+
+
+def test_jsonl_without_trailing_newline_and_blank_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"text": "a"}\n\n{"text": "b"}\n{"text": "c"}')
+    for max_rows in (None, 1, 2):
+        items = _read_all(SourceConfig(paths=[str(path)]), max_rows)
+        assert [(type(i).__name__, i.line) for i in items] == [
+            ("Document", 1), ("Reject", 2), ("Document", 3), ("Document", 4)]
+        assert items[1].reason == "malformed_json" and items[3].text == "c"
+
+
+def test_bad_rows_become_rejects_with_file_and_line(tmp_path):
+    lines = [
+        b'{"text": "good", "lang": "en"}',
+        b'{"text": "unterminated',
+        b'{"text": "caf\xe9"}',  # latin-1 byte: invalid UTF-8
+        b'{"body": "no text field"}',
+        b'{"text": 42}',
+        b'{"text": ""}',
+        b'["text", "an array, not an object"]',
+        b'{"text": null}',
+        b'{"text": "lone \\ud800 surrogate"}',
+        b'{"text": ["a", "list"]}',
+    ]
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    items = list(read_shard(plan_shards([SourceConfig(paths=[str(path)])])[0]))
+    got = [(i.reason if isinstance(i, Reject) else "ok", i.line) for i in items]
+    assert got == [("ok", 1), ("malformed_json", 2), ("invalid_utf8", 3), ("missing_text", 4),
+                   ("non_string_text", 5), ("empty_text", 6), ("malformed_json", 7), ("missing_text", 8),
+                   ("invalid_utf8", 9), ("non_string_text", 10)]
+    assert all(i.path == str(path) for i in items)
+    assert {i.reason for i in items if isinstance(i, Reject)} == set(REJECT_REASONS)
+
+
+def test_columnar_bad_values(tmp_path):
+    path = tmp_path / "bad.parquet"
+    table = pa.table({"text": pa.array([b"ok", b"", None, b"\xff\xfe"], type=pa.binary())})
+    pq.write_table(table, path)
+    items = _read_all(SourceConfig(paths=[str(path)]))
+    assert isinstance(items[0], Document) and items[0].text == "ok"
+    assert [(i.reason, i.line) for i in items[1:]] == [("empty_text", 2), ("missing_text", 3), ("invalid_utf8", 4)]
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
+    assert {i.reason for i in _read_all(SourceConfig(paths=[str(tmp_path / "ints.parquet")]))} == {"non_string_text"}
+
+
+def test_missing_text_column_fails_fast(tmp_path):
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"content": ["a"]}), path)
+    with pytest.raises(BloomDataError, match=r"x\.parquet: no column 'text'.*content.*text_field"):
+        _read_all(SourceConfig(paths=[str(path)]))
+
+
+def test_configurable_text_field_and_lang_from_config(tmp_path):
+    rows = [{"content": "hello", "language": "en", "lang": "xx"}, {"content": "bonjour", "language": "fr"}]
+    for kind in ("jsonl", "parquet", "arrow-stream"):
+        path = write_rows(tmp_path, kind, rows, name=f"cfg-{kind}")
+        by_field = _read_all(SourceConfig(paths=[path], text_field="content", lang_field="language"))
+        assert [(d.text, d.lang) for d in by_field] == [("hello", "en"), ("bonjour", "fr")]
+        by_config = _read_all(SourceConfig(paths=[path], text_field="content", lang="sw"))
+        assert [d.lang for d in by_config] == ["sw", "sw"]
+        default_field = _read_all(SourceConfig(paths=[path], text_field="content"))
+        assert [d.lang for d in default_field] == ["xx", None]
+
+
+def test_txt_is_one_document_per_file(tmp_path):
+    (tmp_path / "a.txt").write_text("line one\nline two\n", encoding="utf-8")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"gzipped\n"))
+    (tmp_path / "c.txt").write_bytes(b"")
+    (tmp_path / "d.txt").write_bytes(b"\xc3\x28")
+    (tmp_path / "README.md").write_text("not an input")
+    items = _read_all(SourceConfig(paths=[str(tmp_path)], lang="en"))
+    assert [(os.path.basename(i.path), type(i).__name__) for i in items] == [
+        ("a.txt", "Document"), ("b.txt.gz", "Document"), ("c.txt", "Reject"), ("d.txt", "Reject")]
+    assert items[0].text == "line one\nline two\n" and items[0].lang == "en" and items[0].line == 1
+    assert (items[2].reason, items[3].reason) == ("empty_text", "invalid_utf8")
+
+
+def test_hf_dataset_dict_and_directory_walk(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    dd = datasets.DatasetDict({"train": datasets.Dataset.from_list(ROWS[:10]),
+                               "test": datasets.Dataset.from_list(ROWS[10:13])})
+    dd.save_to_disk(str(tmp_path / "hfdict"))
+    docs = list(iter_documents([SourceConfig(paths=[str(tmp_path / "hfdict")])]))
+    assert [d.text for d in docs] == [r["text"] for r in ROWS[10:13] + ROWS[:10]]  # splits sorted: test, train
+    # a directory containing an HF dataset among other files: the dataset is read once, as a dataset
+    write_rows(tmp_path, "jsonl", ROWS[:5], name="side")
+    docs = list(iter_documents([SourceConfig(paths=[str(tmp_path)])]))
+    assert len(docs) == 13 + 5
+
+
+def test_missing_and_unknown_inputs_raise_one_line_errors(tmp_path):
+    with pytest.raises(BloomDataError, match="input path not found: .*nope.jsonl") as err:
+        plan_shards([SourceConfig(paths=[str(tmp_path / "nope.jsonl")])])
+    assert "\n" not in str(err.value)
+    with pytest.raises(BloomDataError, match="globs must match"):
+        plan_shards([SourceConfig(paths=[str(tmp_path / "*.jsonl")])])
+    (tmp_path / "data.csv").write_text("text\nx\n")
+    with pytest.raises(BloomDataError, match="data.csv: unknown file type"):
+        plan_shards([SourceConfig(paths=[str(tmp_path / "data.csv")])])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BloomDataError, match="holds no readable files"):
+        plan_shards([SourceConfig(paths=[str(tmp_path / "empty")])])
+    shard = Shard(str(tmp_path / "gone.jsonl"), "jsonl", "text", None, "lang")
+    with pytest.raises(BloomDataError, match="input file not found: .*gone.jsonl"):
+        list(read_shard(shard))
+
+
+def test_corrupt_compressed_file_names_the_file(tmp_path):
+    path = tmp_path / "broken.jsonl.gz"
+    path.write_bytes(gzip.compress(_jsonl_bytes(ROWS))[:300])
+    with pytest.raises(BloomDataError, match=r"broken\.jsonl\.gz:\d+: cannot decompress"):
+        _read_all(SourceConfig(paths=[str(path)]))
+
+
+def test_plan_order_and_names(tmp_path):
+    for name in ("b", "a", "c"):
+        write_rows(tmp_path, "jsonl", ROWS[:3], name=name)
+    shards = plan_shards([SourceConfig(paths=[str(tmp_path / "*.jsonl")])])
+    assert [os.path.basename(s.path) for s in shards] == ["a.jsonl", "b.jsonl", "c.jsonl"]
+    assert all(os.path.isabs(s.path) for s in shards)
+    name = shards[0].name
+    assert name.startswith("a.jsonl-0-end-") and "/" not in name
+    other = Shard(shards[0].path, "jsonl", "body", None, "lang")
+    assert other.name != name, "reading another field is another unit of work"
+
+
+def test_source_from_spec(tmp_path):
+    assert source_from_spec("en=data/*.jsonl").lang == "en"
+    assert source_from_spec("en=data/*.jsonl").paths == ["data/*.jsonl"]
+    assert source_from_spec("data/x.jsonl").lang is None
+    odd = tmp_path / "k=v.jsonl"
+    odd.write_text("")
+    assert source_from_spec(str(odd)).paths == [str(odd)]  # an existing path is never split
+
+
+def test_shared_corpus_has_27_languages(corpus_dir):
+    docs = list(iter_documents([SourceConfig(paths=[str(corpus_dir)])]))
+    assert len({d.lang for d in docs}) == 27
+    assert len(docs) > 27 * 100
