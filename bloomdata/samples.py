@@ -1,0 +1,240 @@
+"""GPT training samples over an IndexedDataset: megatron's three indices, rebuilt exactly and faster.
+
+A GPT "sample" is ``seq_length + 1`` consecutive tokens of the concatenation of shuffled documents
+(consecutive samples share one token). Three arrays define the order (reference megatron-data.md §2):
+
+- ``document_index`` int32[E * D]: the split's sequence ids repeated for E epochs and shuffled;
+- ``sample_index`` [n + 1, 2]: per sample boundary, (position in document_index, token offset);
+- ``shuffle_index`` uint32/int64[n]: the order in which samples are served.
+
+``compat`` picks the algorithm. ``"core"`` equals megatron-core 0.16.1's ``GPTDataset`` (last-epoch
+cutoff 0.80; sample_index int32 unless ``max(len(document_index), sizes.max())`` exceeds int32, then
+int64). ``"bloom"`` is the BigScience Megatron-DeepSpeed code that trained BLOOM (cutoff 0.95; int32
+sample_index always, refused instead of silently overflowing as it did there). Both use one
+``RandomState(seed)`` stream, in the order: document shuffle(s), then sample shuffle(s).
+
+Differences from megatron, on purpose: a split with no documents or no tokens raises ``BloomDataError``
+(megatron-core loops forever there); the cache is keyed by everything that determines the arrays and is
+written atomically (``bloomdata.index_cache``); ``s[i]`` returns the int64 tokens only.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from bloomdata import index_builders
+from bloomdata.errors import BloomDataError
+from bloomdata.index_cache import IndexCache
+from bloomdata.indexed import IndexedDataset, index_file_path
+from bloomdata.splits import check_compat, split_position, split_range
+
+LAST_EPOCH_CUTOFF = {"core": 0.80, "bloom": 0.95}
+ARRAY_NAMES = ["document_index", "sample_index", "shuffle_index"]
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """How many epochs a request needs and whether the last one is shuffled on its own."""
+
+    tokens_per_epoch: int
+    num_epochs: int
+    separate_final_epoch: bool
+    num_samples_sans_final_epoch: int  # samples covered by the first E-1 epochs (when separate)
+    total_samples: int  # rows of sample_index minus one: every full sample of the E epochs
+
+
+def plan_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int | None, compat: str) -> EpochPlan:
+    """megatron's epoch count (smallest E with E*T >= N*L + 1) and last-epoch separation rule."""
+    t, sl = tokens_per_epoch, seq_length
+    if num_samples is None:  # one pass (megatron-core's num_samples=None)
+        num_epochs = 1
+    else:
+        num_epochs = max(1, -(-(num_samples * sl + 1) // t))
+    separate, sans_final = False, 0
+    if num_epochs > 1:
+        sans_final = ((num_epochs - 1) * t - 1) // sl
+        from_final = num_samples - sans_final
+        per_epoch = (t - 1) // sl
+        separate = from_final < int(LAST_EPOCH_CUTOFF[compat] * per_epoch)
+    total = (num_epochs * t - 1) // sl
+    return EpochPlan(t, num_epochs, separate, sans_final, total)
+
+
+def sample_index_dtype(document_index_len: int, max_size: int, compat: str) -> np.dtype:
+    if compat == "bloom":
+        return np.dtype(np.int32)
+    # megatron-core helpers.build_sample_idx: int32 while both positions and offsets fit.
+    return np.dtype(np.int32 if max(document_index_len, max_size) <= index_builders.INT32_MAX else np.int64)
+
+
+def build_gpt_indices(
+    documents: np.ndarray,
+    sizes: np.ndarray,
+    seq_length: int,
+    num_samples: int | None,
+    seed: int,
+    compat: str = "core",
+    backend: str | None = None,
+) -> tuple[dict[str, np.ndarray], EpochPlan, dict[str, float]]:
+    """The three arrays for ``documents`` (sequence ids) of a dataset with lengths ``sizes``.
+
+    Returns (arrays, plan, seconds per step). Pure: no files, no dataset object.
+    """
+    backend = index_builders.resolve_backend(backend)
+    tokens = int(np.sum(sizes[documents], dtype=np.int64))
+    if tokens == 0:
+        raise BloomDataError("no tokens in the requested documents")
+    plan = plan_epochs(tokens, seq_length, num_samples, compat)
+    if plan.num_epochs * len(documents) > index_builders.INT32_MAX and compat == "bloom":
+        raise BloomDataError(
+            f"{plan.num_epochs} epochs x {len(documents)} documents overflow BLOOM's int32 sample index; "
+            "use compat='core' (int64) or fewer samples"
+        )
+    times = {}
+    t0 = time.perf_counter()
+    stream = index_builders.RandomStream(seed, backend)
+    document_index, lengths = index_builders.build_document_index(
+        documents, sizes, plan.num_epochs, plan.separate_final_epoch, stream
+    )
+    t1 = time.perf_counter()
+    max_size = int(sizes.max()) if len(sizes) else 0
+    dtype = sample_index_dtype(len(document_index), max_size, compat)
+    sample_index = index_builders.build_sample_index(lengths, seq_length, plan.total_samples, dtype, backend)
+    del lengths
+    t2 = time.perf_counter()
+    first = plan.num_samples_sans_final_epoch if plan.separate_final_epoch else plan.total_samples
+    shuffle_index = index_builders.build_shuffle_index(first, plan.total_samples, stream)
+    t3 = time.perf_counter()
+    times = {"document_index": t1 - t0, "sample_index": t2 - t1, "shuffle_index": t3 - t2}
+    arrays = {"document_index": document_index, "sample_index": sample_index, "shuffle_index": shuffle_index}
+    return arrays, plan, times
+
+
+def _dataset_identity(ds: IndexedDataset) -> dict:
+    """What identifies the .idx contents cheaply: path, size, mtime, counts."""
+    path = index_file_path(ds.prefix)
+    st = os.stat(path)
+    return {
+        "idx": os.path.realpath(path),
+        "idx_bytes": st.st_size,
+        "idx_mtime_ns": st.st_mtime_ns,
+        "sequences": len(ds),
+        "dtype": ds.dtype.name,
+    }
+
+
+class GPTSamples:
+    """Samples of ``seq_length + 1`` tokens over one split of an IndexedDataset.
+
+    ``split`` is None (all sequences), ``(begin, end)``, ``"START:END"`` fractions or a ``"949,50,1"``
+    vector (see ``bloomdata.splits``); ``split_name`` picks train/valid/test. With ``cache_dir`` the
+    arrays are loaded from / saved to that directory. ``tokenizer_id`` (any string naming the tokenizer)
+    is part of the cache key only. ``backend`` forces "cpp" or "numpy" (tests).
+    """
+
+    def __init__(
+        self,
+        dataset: IndexedDataset | str | os.PathLike,
+        seq_length: int,
+        num_samples: int | None,
+        seed: int = 1234,
+        split: str | tuple[int, int] | None = None,
+        split_name: str = "train",
+        cache_dir: str | os.PathLike | None = None,
+        compat: str = "core",
+        *,
+        tokenizer_id: str | None = None,
+        backend: str | None = None,
+        verify_cache: bool = True,
+    ):
+        check_compat(compat)
+        split_position(split_name)
+        if not isinstance(dataset, IndexedDataset):
+            dataset = IndexedDataset(dataset)
+        if int(seq_length) < 1:
+            raise BloomDataError(f"seq_length must be >= 1, got {seq_length}")
+        if num_samples is not None and int(num_samples) < 0:
+            raise BloomDataError(f"num_samples must be >= 0 or None, got {num_samples}")
+        if not 0 <= int(seed) < 2**32:
+            raise BloomDataError(f"seed must be in [0, 2**32), got {seed}")
+        self.dataset = dataset
+        self.seq_length, self.seed, self.compat = int(seq_length), int(seed), compat
+        self.num_samples = None if num_samples is None else int(num_samples)
+        self.split, self.split_name = split, split_name
+        self.document_range = split_range(split, split_name, len(dataset), compat)
+        begin, end = self.document_range
+        where = f"{dataset.prefix} split {split_name!r} ({split!r} -> sequences [{begin}, {end}))"
+        if end <= begin:
+            raise BloomDataError(f"{where} holds no documents; change the split or use more data")
+        tokens = int(dataset.sizes[begin:end].sum(dtype=np.int64))
+        if tokens == 0:
+            raise BloomDataError(f"{where} holds no tokens (all its documents are empty)")
+        if self.num_samples is None and tokens - 1 < self.seq_length:
+            raise BloomDataError(f"{where} holds {tokens} tokens, fewer than one sample of {self.seq_length + 1}")
+        self.plan = plan_epochs(tokens, self.seq_length, self.num_samples, compat)
+        documents = np.arange(begin, end, dtype=np.int32)
+
+        def build() -> dict[str, np.ndarray]:
+            arrays, _, self.build_seconds = build_gpt_indices(
+                documents, np.asarray(dataset.sizes), self.seq_length, self.num_samples, self.seed, compat, backend
+            )
+            return arrays
+
+        self.build_seconds: dict[str, float] = {}
+        if cache_dir is None:
+            arrays, self.built = build(), True
+            self.cache = None
+        else:
+            description = {
+                "dataset": _dataset_identity(dataset),
+                "document_range": [begin, end],
+                "split": list(split) if isinstance(split, tuple | list) else split,
+                "split_name": split_name,
+                "compat": compat,
+                "tokenizer": tokenizer_id,
+                "seed": self.seed,
+                "seq_length": self.seq_length,
+                "num_samples": self.num_samples,
+                "plan": asdict(self.plan),
+            }
+            self.cache = IndexCache(cache_dir, "GPTSamples", split_name, description)
+            arrays, self.built = self.cache.load_or_build(ARRAY_NAMES, build, verify=verify_cache)
+        self.document_index = arrays["document_index"]
+        self.sample_index = arrays["sample_index"]
+        self.shuffle_index = arrays["shuffle_index"]
+
+    @property
+    def prefix(self) -> str:
+        return self.dataset.prefix
+
+    def __len__(self) -> int:
+        return self.sample_index.shape[0] - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        """Tokens of sample ``i`` (int64[seq_length + 1]), served in shuffled order."""
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample {i} out of range for {n} samples")
+        j = int(self.shuffle_index[i])
+        first, first_offset = (int(x) for x in self.sample_index[j])
+        last, last_offset = (int(x) for x in self.sample_index[j + 1])
+        doc = self.document_index
+        if first == last:
+            return self.dataset.get(int(doc[first]), first_offset, last_offset - first_offset + 1).astype(np.int64)
+        parts = [self.dataset.get(int(doc[first]), first_offset)]
+        parts += [self.dataset.get(int(doc[k])) for k in range(first + 1, last)]
+        parts.append(self.dataset.get(int(doc[last]), 0, last_offset + 1))
+        return np.concatenate(parts, dtype=np.int64)
+
+    def __repr__(self) -> str:
+        return (
+            f"GPTSamples({self.prefix!r}, split={self.split_name}:{self.document_range}, "
+            f"seq_length={self.seq_length}, samples={len(self)}, epochs={self.plan.num_epochs}, "
+            f"compat={self.compat})"
+        )
