@@ -11,7 +11,7 @@
 #include "cuda_kernels.h"
 
 #ifdef BLOOM_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -51,7 +51,7 @@ cuda::DType cuda_dtype(const at::Tensor& t) {
   }
 }
 
-void* stream() { return static_cast<void*>(at::cuda::getCurrentCUDAStream().stream()); }
+void* stream() { return static_cast<void*>(c10::cuda::getCurrentCUDAStream().stream()); }
 
 void check_launch(int code, const char* name) {
   TORCH_CHECK(code == 0, name, " launch failed: ", cuda::error_string(code));
