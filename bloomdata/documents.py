@@ -216,16 +216,54 @@ except ImportError:  # zstandard is a core dependency; this only keeps the modul
     _ZstdError = OSError
 
 
+class _ZstdRaw(io.RawIOBase):
+    """Decompressed bytes of a .zst file (any number of frames) that, unlike zstandard's stream_reader,
+    raises EOFError when the file ends inside a frame instead of silently ending early."""
+
+    def __init__(self, path: str):
+        import zstandard
+
+        self._fh = open(path, "rb")
+        self._dctx = zstandard.ZstdDecompressor()
+        self._obj = self._dctx.decompressobj()
+        self._mid_frame = False  # input fed to the current frame and it has not ended
+        self._out, self._at = b"", 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while self._at >= len(self._out):
+            data = self._fh.read(_CHUNK)
+            if not data:
+                if self._mid_frame:
+                    raise EOFError("compressed file ended before the end of a zstd frame")
+                return 0
+            parts = []
+            while data:
+                parts.append(self._obj.decompress(data))
+                self._mid_frame = not self._obj.eof
+                data = b"" if self._mid_frame else self._obj.unused_data
+                if not self._mid_frame:
+                    self._obj = self._dctx.decompressobj()
+            self._out, self._at = b"".join(parts), 0
+        n = min(len(buffer), len(self._out) - self._at)
+        buffer[:n] = self._out[self._at:self._at + n]
+        self._at += n
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
 def _open_bytes(path: str) -> IO[bytes]:
     """A buffered binary stream of the file's (decompressed) bytes."""
     try:
         if path.endswith(".gz"):
             return gzip.open(path, "rb")
         if path.endswith((".zst", ".zstd")):
-            import zstandard
-
-            raw = open(path, "rb")
-            return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, closefd=True), _CHUNK)
+            return io.BufferedReader(_ZstdRaw(path), _CHUNK)
         return open(path, "rb", buffering=_CHUNK)
     except OSError as exc:
         raise BloomDataError(f"cannot read input {path}: {exc.strerror or exc}") from None
@@ -235,19 +273,25 @@ def _count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
     """(number of lines, byte offset of lines every, 2*every, ... or None when compressed)."""
     seekable = _strip_compression(path) == path
     lines, base, offsets, last = 0, 0, [], b"\n"
-    with _open_bytes(path) as fh:
-        while chunk := fh.read(_CHUNK):
-            n = chunk.count(b"\n")
-            if seekable and lines + n >= every * (len(offsets) + 1):
-                idx = -1
-                while (idx := chunk.find(b"\n", idx + 1)) != -1:  # only chunks holding a boundary
-                    lines += 1
-                    if lines % every == 0:
-                        offsets.append(base + idx + 1)
-            else:
-                lines += n
-            base += len(chunk)
-            last = chunk[-1:]
+    try:
+        fh = _open_bytes(path)
+        chunks = iter(lambda: fh.read(_CHUNK), b"")
+        with fh:
+            for chunk in chunks:
+                n = chunk.count(b"\n")
+                if seekable and lines + n >= every * (len(offsets) + 1):
+                    idx = -1
+                    while (idx := chunk.find(b"\n", idx + 1)) != -1:  # only chunks holding a boundary
+                        lines += 1
+                        if lines % every == 0:
+                            offsets.append(base + idx + 1)
+                else:
+                    lines += n
+                base += len(chunk)
+                last = chunk[-1:]
+    except (OSError, EOFError, _ZstdError) as exc:
+        raise BloomDataError(f"{path}:{lines + 1}: cannot decompress/read ({exc}); the file is truncated "
+                             "or corrupt") from None
     return lines + (last != b"\n"), (offsets if seekable else None)
 
 

@@ -206,11 +206,22 @@ def test_missing_and_unknown_inputs_raise_one_line_errors(tmp_path):
         list(read_shard(shard))
 
 
-def test_corrupt_compressed_file_names_the_file(tmp_path):
-    path = tmp_path / "broken.jsonl.gz"
-    path.write_bytes(gzip.compress(_jsonl_bytes(ROWS))[:300])
-    with pytest.raises(BloomDataError, match=r"broken\.jsonl\.gz:\d+: cannot decompress"):
-        _read_all(SourceConfig(paths=[str(path)]))
+@pytest.mark.parametrize("suffix", ["gz", "zst"])
+@pytest.mark.parametrize("max_rows", [None, 100])
+def test_truncated_compressed_file_names_the_file(tmp_path, suffix, max_rows):
+    compress = gzip.compress if suffix == "gz" else zstandard.ZstdCompressor().compress
+    path = tmp_path / f"broken.jsonl.{suffix}"
+    path.write_bytes(compress(_jsonl_bytes(ROWS))[:300])  # ends inside the stream: an error, not EOF
+    with pytest.raises(BloomDataError, match=rf"broken\.jsonl\.{suffix}:\d+: cannot decompress"):
+        _read_all(SourceConfig(paths=[str(path)]), max_rows)
+
+
+def test_multi_frame_zstd(tmp_path):
+    path = tmp_path / "frames.jsonl.zst"
+    compress = zstandard.ZstdCompressor().compress
+    path.write_bytes(compress(_jsonl_bytes(ROWS[:500])) + compress(_jsonl_bytes(ROWS[500:])))
+    items = _read_all(SourceConfig(paths=[str(path)]), 300)
+    assert [d.text for d in items] == [r["text"] for r in ROWS]
 
 
 def test_plan_order_and_names(tmp_path):
