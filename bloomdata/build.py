@@ -1,0 +1,456 @@
+"""Tokenize corpora into Megatron ``.bin/.idx`` datasets: per-shard steps, completion markers and merge.
+
+Design (datatrove's split between steps and executors; Megatron's "tokenize shards, then merge"):
+
+- ``plan_shards`` (bloomdata.documents) cuts the inputs into a deterministic list of shards (a file, or a
+  row range of a large file). ``tokenize_shard`` is a pure step: it streams one shard in bounded batches
+  through ``Tokenizer.encode_batch_fast`` and writes one small dataset per output name (language) under
+  ``OUT_DIR/shards/<shard name>/``. ``bloomdata.parallel.run_shards`` places the steps on Dask workers;
+  nothing here knows about Dask.
+- Completion markers: a shard is done when ``OUT_DIR/shards/<shard name>.done.json`` exists, records the
+  same *key* (shard identity, input size + mtime, tokenizer sha256, append_eod, dtype, output naming) and
+  the part files it lists exist with the recorded sizes. The marker is written (atomically) only after the
+  parts are published, so a killed worker or build never leaves a half-written shard that looks complete;
+  a changed input or tokenizer changes the key and the shard is rebuilt, never reused.
+- Determinism: outputs are merged in *plan* order, never completion order, and shard outputs depend only
+  on the shard's rows, so the bytes are identical for any number of workers or any scheduling.
+- The merged outputs are ``OUT_DIR/<name>.bin/.idx`` (``name`` = language, or ``output_name`` with
+  ``split_by="none"``); the summary is ``OUT_DIR/build_summary.json`` and reject examples (at most
+  ``max_reject_examples`` per reason, in plan order) are ``OUT_DIR/rejects.jsonl``. Shard parts are deleted
+  after a successful merge unless ``keep_shards``; a rerun whose inputs and settings are unchanged finds the
+  summary's fingerprint and does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.documents import REJECT_REASONS, Reject, Shard, SourceConfig, plan_shards, read_shard
+from bloomdata.errors import BloomDataError
+from bloomdata.indexed import (
+    IndexedDataset,
+    IndexedDatasetWriter,
+    best_fitting_dtype,
+    data_file_path,
+    index_file_path,
+    merge_datasets,
+)
+from bloomdata.tokenizer import eod_id, load_tokenizer, tokenizer_identity
+
+MARKER_VERSION = 1  # bump when the shard output format changes: every old marker becomes invalid
+SUMMARY_FILE = "build_summary.json"
+REJECTS_FILE = "rejects.jsonl"
+SHARDS_DIR = "shards"
+LOCK_FILE = ".bloomdata-build.lock"
+UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined": documents without a language
+
+
+class BuildConfig(BaseModel):
+    """Everything a build needs (shared by ``bloomdata build`` and the Prefect flow)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sources: list[SourceConfig] = Field(min_length=1, description="inputs; language per source or per row")
+    tokenizer: str = Field(description="tokenizer.json or a directory holding one")
+    out_dir: str = Field(description="output directory: OUT_DIR/<name>.bin/.idx, summary, rejects")
+    append_eod: bool = Field(default=False, description="append </s> to every document (Megatron --append-eod)")
+    split_by: Literal["lang", "none"] = Field(default="lang", description="one output per language, or one")
+    output_name: str = Field(default="all", pattern=r"^[A-Za-z0-9_.-]+$",
+                             description="output prefix name with split_by='none'")
+    workers: int = Field(default=2, ge=0, description="LocalCluster worker processes (0: run in-process)")
+    scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler")
+    max_rows_per_shard: int | None = Field(default=None, ge=1, description="split larger files into row ranges")
+    strict: bool = Field(default=False, description="the first rejected row is an error naming file:line")
+    batch_docs: int = Field(default=1000, ge=1, description="documents per encode_batch call")
+    batch_bytes: int = Field(default=8 << 20, ge=1, description="characters per encode_batch call (memory)")
+    max_reject_examples: int = Field(default=20, ge=0, description="examples per reason in rejects.jsonl")
+    keep_shards: bool = Field(default=False, description="keep OUT_DIR/shards after the merge")
+    progress: bool = Field(default=True, description="tqdm progress bar on stderr")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One shard
+
+
+def output_name_of(lang: str | None) -> str:
+    """Filesystem-safe output name for a document language."""
+    if not lang:
+        return UNKNOWN_LANG
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", lang)[:64]
+
+
+def shard_key(shard: Shard, tokenizer_sha: str, append_eod: bool, dtype: np.dtype, split_by: str,
+              output_name: str) -> dict[str, Any]:
+    """Everything that determines a shard's output bytes; a marker is valid only for an equal key."""
+    try:
+        st = os.stat(shard.path)
+    except OSError as exc:
+        raise BloomDataError(f"cannot read input {shard.path}: {exc.strerror}") from None
+    return {
+        "version": MARKER_VERSION,
+        "shard": dataclasses.asdict(shard),
+        "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "tokenizer_sha256": tokenizer_sha,
+        "append_eod": append_eod,
+        "dtype": np.dtype(dtype).name,
+        "split_by": split_by,
+        "output_name": output_name if split_by == "none" else None,
+    }
+
+
+def marker_path(out_dir: str, shard: Shard) -> str:
+    return os.path.join(out_dir, SHARDS_DIR, f"{shard.name}.done.json")
+
+
+def part_prefix(out_dir: str, shard: Shard, name: str) -> str:
+    return os.path.join(out_dir, SHARDS_DIR, shard.name, name)
+
+
+def load_marker(out_dir: str, shard: Shard, key: dict[str, Any]) -> dict[str, Any] | None:
+    """The shard's manifest when its marker is valid for ``key`` and its parts are intact, else None."""
+    try:
+        with open(marker_path(out_dir, shard), encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if manifest.get("key") != key:
+        return None
+    for name, part in manifest.get("outputs", {}).items():
+        prefix = part_prefix(out_dir, shard, name)
+        for path, size in ((data_file_path(prefix), part["bin_bytes"]), (index_file_path(prefix), part["idx_bytes"])):
+            if not os.path.isfile(path) or os.path.getsize(path) != size:
+                return None
+    return manifest
+
+
+def _write_json_atomic(path: str, obj: Any) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_tokenizer(path: str, size: int, mtime_ns: int):
+    """(Tokenizer, sha256) loaded once per worker process; the stat in the key reloads a changed file."""
+    return load_tokenizer(path), tokenizer_identity(path)
+
+
+def _tokenizer(path: str):
+    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    try:
+        st = os.stat(file)
+    except OSError:
+        return load_tokenizer(path), None  # raises the tokenizer module's error naming the path
+    return _cached_tokenizer(file, st.st_size, st.st_mtime_ns)
+
+
+def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eod: bool, dtype: str,
+                   split_by: str = "lang", output_name: str = "all", strict: bool = False,
+                   batch_docs: int = 1000, batch_bytes: int = 8 << 20,
+                   max_examples: int = 20) -> dict[str, Any]:
+    """Tokenize one shard into ``OUT_DIR/shards/<shard>/<name>.bin/.idx`` and mark it done.
+
+    Idempotent: a shard with a valid marker is not redone (Dask may re-run a task whose worker died).
+    Memory is bounded by one batch (``batch_docs`` documents or ``batch_bytes`` characters) plus the
+    writers' 4 bytes per document. Returns the manifest (small: counts, sizes, bounded reject examples).
+    """
+    t0 = time.perf_counter()
+    tok, sha = _tokenizer(tokenizer_path)
+    np_dtype = np.dtype(dtype)
+    key = shard_key(shard, sha, append_eod, np_dtype, split_by, output_name)
+    manifest = load_marker(out_dir, shard, key)
+    if manifest is not None:
+        return {**manifest, "reused": True}
+    eod = eod_id(tok) if append_eod else None
+    work = os.path.join(out_dir, SHARDS_DIR, shard.name)
+    shutil.rmtree(work, ignore_errors=True)  # stray temp files or stale parts of an earlier attempt
+    os.makedirs(work, exist_ok=True)
+    writers: dict[str, IndexedDatasetWriter] = {}
+    rejects: Counter[str] = Counter()
+    examples: list[dict[str, Any]] = []
+    counts = {"documents": 0, "tokens": 0, "text_bytes": 0}
+    part_tokens: Counter[str] = Counter()
+    batch_names: list[str] = []
+    batch_texts: list[str] = []
+    batch_chars = 0
+
+    def flush() -> None:
+        encodings = tok.encode_batch_fast(batch_texts, add_special_tokens=False)
+        for name, text, enc in zip(batch_names, batch_texts, encodings):
+            ids = enc.ids
+            if eod is not None:
+                ids.append(eod)
+            if name not in writers:
+                writers[name] = IndexedDatasetWriter(part_prefix(out_dir, shard, name), np_dtype)
+            if writers[name].add_document(np.array(ids, dtype=np_dtype)):
+                counts["documents"] += 1
+                counts["tokens"] += len(ids)
+                part_tokens[name] += len(ids)
+            counts["text_bytes"] += len(text.encode("utf-8"))
+        batch_names.clear()
+        batch_texts.clear()
+
+    try:
+        for item in read_shard(shard):
+            if isinstance(item, Reject):
+                if strict:
+                    raise BloomDataError(f"{item.path}:{item.line}: {item.reason} ({item.detail or 'no detail'});"
+                                         " fix or drop that row, or run without --strict to skip and count it")
+                rejects[item.reason] += 1
+                if rejects[item.reason] <= max_examples:
+                    examples.append(dataclasses.asdict(item))
+                continue
+            batch_names.append(output_name if split_by == "none" else output_name_of(item.lang))
+            batch_texts.append(item.text)
+            batch_chars += len(item.text)
+            if len(batch_texts) >= batch_docs or batch_chars >= batch_bytes:
+                flush()
+                batch_chars = 0
+        if batch_texts:
+            flush()
+        for writer in writers.values():
+            writer.finalize()
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    outputs = {}
+    for name in sorted(writers):
+        prefix = part_prefix(out_dir, shard, name)
+        outputs[name] = {"documents": len(writers[name]), "tokens": part_tokens[name],
+                         "bin_bytes": os.path.getsize(data_file_path(prefix)),
+                         "idx_bytes": os.path.getsize(index_file_path(prefix))}
+    manifest = {"key": key, "shard": shard.name, "outputs": outputs, **counts,
+                "rejects": dict(sorted(rejects.items())), "reject_examples": examples,
+                "seconds": round(time.perf_counter() - t0, 3)}
+    _write_json_atomic(marker_path(out_dir, shard), manifest)
+    return {**manifest, "reused": False}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Merge
+
+
+def merge_shards(out_dir: str, shards: list[Shard], manifests: list[dict[str, Any]],
+                 names: set[str], dtype: np.dtype) -> dict[str, dict[str, Any]]:
+    """Merge every output name's shard parts, in plan order, into ``OUT_DIR/<name>``; names with no
+    documents get an empty dataset. Returns per-output statistics."""
+    for manifest in manifests:
+        names = names | set(manifest["outputs"])
+    stats = {}
+    for name in sorted(names):
+        parts = [part_prefix(out_dir, s, name) for s, m in zip(shards, manifests) if name in m["outputs"]]
+        prefix = os.path.join(out_dir, name)
+        if parts:
+            ds = merge_datasets(parts, prefix)
+        else:
+            with IndexedDatasetWriter(prefix, dtype):
+                pass
+            ds = IndexedDataset(prefix)
+        stats[name] = {"prefix": prefix, "documents": ds.num_documents, "sequences": len(ds),
+                       "tokens": ds.num_tokens, "bin_bytes": os.path.getsize(data_file_path(prefix)),
+                       "idx_bytes": os.path.getsize(index_file_path(prefix))}
+    return stats
+
+
+def write_rejects(path: str, manifests: list[dict[str, Any]], max_examples: int) -> None:
+    """The first ``max_examples`` rejects of each reason, in plan order (file:line, reason, detail)."""
+    taken: Counter[str] = Counter()
+    lines = []
+    for manifest in manifests:
+        for ex in manifest["reject_examples"]:
+            if taken[ex["reason"]] < max_examples:
+                taken[ex["reason"]] += 1
+                lines.append(json.dumps({"where": f"{ex['path']}:{ex['line']}", **ex}, ensure_ascii=False))
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(line + "\n" for line in lines))
+    os.replace(tmp, path)
+
+
+def empty_reject_counts() -> dict[str, int]:
+    return {reason: 0 for reason in REJECT_REASONS}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The whole build: plan -> tokenize shards in parallel -> merge in plan order -> summary
+
+
+@contextlib.contextmanager
+def _locked_out_dir(out_dir: str) -> Iterator[None]:
+    """Create OUT_DIR and hold its lock: two builds never write the same directory at once, and stray
+    temp files found under the lock belong to dead builds. The lock dies with its process (flock)."""
+    import filelock
+
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        lock = filelock.FileLock(os.path.join(out_dir, LOCK_FILE))
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise BloomDataError(f"{out_dir}: another build is writing there ({LOCK_FILE} is locked); wait for it "
+                             "or choose another --out") from None
+    except OSError as exc:
+        raise BloomDataError(f"{out_dir}: cannot create or write the output directory "
+                             f"({exc.strerror or exc}); choose a writable --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _remove_stray_temps(out_dir: str) -> None:
+    """Temp files of a killed build (merge outputs, summary, markers); called under the lock."""
+    for directory in (out_dir, os.path.join(out_dir, SHARDS_DIR)):
+        if os.path.isdir(directory):
+            for entry in os.scandir(directory):
+                if ".tmp-" in entry.name and entry.is_file():
+                    os.remove(entry.path)
+
+
+def _sweep_unmarked(out_dir: str) -> None:
+    """After a failed run: remove shard directories without a marker (half-written by cancelled tasks)."""
+    shards_dir = os.path.join(out_dir, SHARDS_DIR)
+    if os.path.isdir(shards_dir):
+        for entry in os.scandir(shards_dir):
+            if entry.is_dir() and not os.path.exists(f"{entry.path}.done.json"):
+                shutil.rmtree(entry.path, ignore_errors=True)
+    _remove_stray_temps(out_dir)
+
+
+def _up_to_date(out_dir: str, fingerprint: str) -> dict[str, Any] | None:
+    """The previous summary when it was written for the same fingerprint and its outputs are intact."""
+    try:
+        with open(os.path.join(out_dir, SUMMARY_FILE), encoding="utf-8") as f:
+            summary = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if summary.get("fingerprint") != fingerprint:
+        return None
+    for out in summary.get("outputs", {}).values():
+        prefix = out["prefix"]
+        for path, size in ((data_file_path(prefix), out["bin_bytes"]), (index_file_path(prefix), out["idx_bytes"])):
+            if not os.path.isfile(path) or os.path.getsize(path) != size:
+                return None
+    return summary
+
+
+def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
+    """Plan, tokenize every unfinished shard in parallel, merge in plan order; returns the summary.
+
+    Everything that can fail on user input (missing input, bad tokenizer path, unwritable output) fails
+    before anything is written. ``client``: an existing ``distributed.Client`` to run on (else
+    ``config.scheduler`` or a LocalCluster of ``config.workers``).
+    """
+    from tqdm import tqdm
+
+    from bloomdata.parallel import run_shards
+
+    t0 = time.perf_counter()
+    shards = plan_shards(config.sources, config.max_rows_per_shard)
+    if not shards:
+        raise BloomDataError("the sources hold no input files; check the --input paths")
+    tok = load_tokenizer(config.tokenizer)
+    tokenizer_sha = tokenizer_identity(config.tokenizer)
+    if config.append_eod:
+        eod_id(tok)  # fails now, not in every worker, when the tokenizer has no </s>
+    dtype = best_fitting_dtype(tok.get_vocab_size())
+    out_dir = os.path.abspath(config.out_dir)
+    names = {config.output_name} if config.split_by == "none" else \
+        {output_name_of(s.lang) for s in config.sources if s.lang}
+    keys = [shard_key(s, tokenizer_sha, config.append_eod, dtype, config.split_by, config.output_name)
+            for s in shards]
+    fingerprint = hashlib.sha256(json.dumps([keys, sorted(names), config.max_reject_examples],
+                                            sort_keys=True).encode()).hexdigest()
+    with _locked_out_dir(out_dir):
+        _remove_stray_temps(out_dir)
+        previous = _up_to_date(out_dir, fingerprint)
+        if previous is not None:
+            return {**previous, "up_to_date": True}
+        manifests = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
+        pending = [i for i, m in enumerate(manifests) if m is None]
+        step = functools.partial(
+            tokenize_shard, tokenizer_path=config.tokenizer, out_dir=out_dir, append_eod=config.append_eod,
+            dtype=dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
+            batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples)
+        done = Counter({k: sum(m[k] for m in manifests if m) for k in ("documents", "tokens")})
+        bar = tqdm(total=len(shards), initial=len(shards) - len(pending), unit="shard", desc="tokenize",
+                   disable=not config.progress, file=sys.stderr, dynamic_ncols=True)
+
+        def on_result(j: int, manifest: dict[str, Any]) -> None:
+            manifests[pending[j]] = manifest
+            done.update({k: manifest[k] for k in ("documents", "tokens")})
+            bar.set_postfix(docs=done["documents"], tokens=done["tokens"], refresh=False)
+            bar.update(1)
+
+        t1 = time.perf_counter()
+        try:
+            run_shards(step, [shards[i] for i in pending], n_workers=config.workers,
+                       scheduler_address=config.scheduler, client=client, on_result=on_result)
+        except BaseException:
+            _sweep_unmarked(out_dir)
+            raise
+        finally:
+            bar.close()
+        t2 = time.perf_counter()
+        outputs = merge_shards(out_dir, shards, manifests, names, dtype)
+        write_rejects(os.path.join(out_dir, REJECTS_FILE), manifests, config.max_reject_examples)
+        wall = time.perf_counter() - t0
+        built = [manifests[i] for i in pending]
+        rejects = empty_reject_counts()
+        for m in manifests:
+            for reason, n in m["rejects"].items():
+                rejects[reason] = rejects.get(reason, 0) + n
+        processed_bytes = sum(m["text_bytes"] for m in built)
+        processed_tokens = sum(m["tokens"] for m in built)
+        summary = {
+            "out_dir": out_dir,
+            "outputs": outputs,
+            "documents": sum(o["documents"] for o in outputs.values()),
+            "tokens": sum(o["tokens"] for o in outputs.values()),
+            "text_bytes_in": sum(m["text_bytes"] for m in manifests),  # UTF-8 bytes of the documents' texts
+            "input_file_bytes": sum({k["shard"]["path"]: k["input"]["size"] for k in keys}.values()),
+            "bytes_out": sum(o["bin_bytes"] + o["idx_bytes"] for o in outputs.values()),
+            "rejects": rejects,
+            "rejects_total": sum(rejects.values()),
+            "rejects_file": os.path.join(out_dir, REJECTS_FILE),
+            "shards": {"total": len(shards), "built": len(pending), "reused": len(shards) - len(pending)},
+            "tokenizer": os.path.abspath(config.tokenizer),
+            "tokenizer_sha256": tokenizer_sha,
+            "dtype": dtype.name,
+            "append_eod": config.append_eod,
+            "split_by": config.split_by,
+            "workers": 0 if config.scheduler or client is not None else config.workers,
+            "scheduler": config.scheduler,
+            "wall_seconds": round(wall, 3),
+            "tokenize_seconds": round(t2 - t1, 3),
+            "merge_seconds": round(wall - (t2 - t0), 3),
+            # throughput of the work done in this run (reused shards excluded), over the whole wall time
+            "throughput_mb_s": round(processed_bytes / 1e6 / wall, 3),
+            "tokens_per_s": round(processed_tokens / wall, 1),
+            "fingerprint": fingerprint,
+            "up_to_date": False,
+        }
+        _write_json_atomic(os.path.join(out_dir, SUMMARY_FILE), summary)
+        if not config.keep_shards:
+            shutil.rmtree(os.path.join(out_dir, SHARDS_DIR), ignore_errors=True)
+    return summary

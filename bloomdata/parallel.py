@@ -1,0 +1,109 @@
+"""Run one function over many shards on Dask: the only module of bloomdata that imports dask/distributed.
+
+``run_shards(fn, items, ...)`` is the executor half of datatrove's step/executor split: ``fn`` is a pure,
+idempotent, importable step (``bloomdata.build.tokenize_shard``) that takes a shard and returns a small
+manifest; this module only decides *where* it runs. Choices and their reasons:
+
+- A ``distributed.LocalCluster`` of N worker *processes* with one thread each (the tokenizer's Python
+  glue, JSON parsing and the writers hold the GIL, so threads would not scale) and the dashboard off; or
+  an existing cluster (``scheduler_address``), or a caller's ``Client`` (tests and flows share one).
+  ``n_workers=0`` runs in the calling process, for debugging.
+- Workers get ``TOKENIZERS_PARALLELISM=false``: parallelism comes from processes, and Rayon threads on top
+  would oversubscribe the cores. A LocalCluster sets it at worker start (Nanny ``env``); a worker plugin
+  sets it on the workers of an existing cluster, before any task runs there.
+- Tasks get random keys (``pure=False``): a rerun must run the step again (it checks its own completion
+  marker), never be answered from a result Dask still holds.
+- Results come back as tasks finish (``as_completed``) for progress, but are returned in input order, so
+  callers never depend on scheduling. The first failure cancels the remaining tasks and is re-raised;
+  a task that keeps killing its workers becomes a ``BloomDataError`` naming the item.
+- Spawned worker processes re-import ``__main__``: scripts that call this must guard their entry point
+  with ``if __name__ == "__main__":`` and keep task code in importable modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from distributed import Client, LocalCluster, WorkerPlugin, as_completed
+from distributed.scheduler import KilledWorker
+
+from bloomdata.errors import BloomDataError
+
+WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+CONNECT_TIMEOUT_S = 30  # to reach an existing scheduler and see at least one worker
+
+
+class _WorkerEnv(WorkerPlugin):
+    """Sets ``WORKER_ENV`` in every worker of a cluster we did not start (and in ones that join later)."""
+
+    name = "bloomdata-worker-env"
+
+    def setup(self, worker) -> None:
+        os.environ.update(WORKER_ENV)
+
+
+@contextlib.contextmanager
+def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Iterator[Client]:
+    """A Client on a fresh LocalCluster (closed on exit) or on an existing scheduler."""
+    if scheduler_address:
+        try:
+            client = Client(scheduler_address, timeout=f"{CONNECT_TIMEOUT_S}s")
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise BloomDataError(f"cannot connect to the Dask scheduler at {scheduler_address} ({exc}); start "
+                                 "one with `dask scheduler` plus `dask worker ADDR`, or drop --scheduler") from None
+        with client:
+            try:
+                client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                raise BloomDataError(f"the Dask scheduler at {scheduler_address} has no workers after "
+                                     f"{CONNECT_TIMEOUT_S}s; start some with `dask worker {scheduler_address}`") from None
+            yield client
+        return
+    if n_workers < 1:
+        raise BloomDataError(f"a local Dask cluster needs at least 1 worker, got {n_workers}")
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                           env=dict(WORKER_ENV), silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
+        yield client
+
+
+def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int = 2,
+               scheduler_address: str | None = None, client: Client | None = None,
+               on_result: Callable[[int, Any], None] | None = None) -> list[Any]:
+    """``[fn(item) for item in items]``, computed on Dask; ``on_result(index, result)`` as each finishes.
+
+    ``fn`` and the items must pickle (module-level functions, ``functools.partial`` of them, dataclasses).
+    """
+    results: list[Any] = [None] * len(items)
+    if not items:
+        return results
+    if client is None and scheduler_address is None and n_workers == 0:
+        for i, item in enumerate(items):  # in-process: same code path, no cluster (debugging, tiny inputs)
+            results[i] = fn(item)
+            if on_result is not None:
+                on_result(i, results[i])
+        return results
+    with contextlib.ExitStack() as stack:
+        if client is None:
+            client = stack.enter_context(dask_client(n_workers, scheduler_address))
+        client.register_plugin(_WorkerEnv())  # idempotent (named); a no-op on our own LocalCluster
+        futures = client.map(fn, list(items), pure=False)
+        position = {future.key: i for i, future in enumerate(futures)}
+        try:
+            for future in as_completed(futures):
+                i = position[future.key]
+                try:
+                    results[i] = future.result()
+                except KilledWorker as exc:
+                    raise BloomDataError(f"{items[i]!r}: its task killed {exc.allowed_failures + 1} workers "
+                                         "(out of memory? lower batch sizes or give workers more memory)") from None
+                if on_result is not None:
+                    on_result(i, results[i])
+        except BaseException:
+            client.cancel(futures)
+            raise
+    return results
