@@ -43,6 +43,8 @@ def split_position(split_name: str) -> int:
 
 
 def _split_weights(spec: str, compat: str) -> list[float]:
+    if "-" in spec:  # megatron-core's regex would silently read "-1" as 1
+        raise BloomDataError(f"split {spec!r}: weights must be non-negative numbers like '949,50,1'")
     try:
         if compat == "core":
             # megatron-core parse_and_normalize_split: every number in the string, padded to three.

@@ -1,0 +1,107 @@
+"""The C++ builders (bloomdata._index_helpers) equal the numpy ones, and the numpy RandomState stream.
+
+Covers every dtype and seed edge (0, 2**32 - 1), chained shuffles on one stream, zero-length documents,
+both sample-index widths, the multi-threaded sample-index path (> 65,536 entries) and blend near-ties.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bloomdata import index_builders as ib
+
+pytestmark = pytest.mark.skipif(not ib.cpp_available(), reason="C++ index helpers not built")
+
+
+@pytest.mark.parametrize("seed", [0, 42, 2**32 - 1])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64])
+def test_shuffle_matches_numpy_randomstate(seed, dtype):
+    ref, cpp = np.random.RandomState(seed), ib.RandomStream(seed, "cpp")
+    for n in (0, 1, 2, 3, 17, 1000, 70_001):  # one stream across several shuffles, as the builders use it
+        a = np.arange(n, dtype=dtype)
+        b = a.copy()
+        ref.shuffle(a)
+        cpp.shuffle(b)
+        np.testing.assert_array_equal(a, b)
+
+
+def test_shuffle_rejects_unsupported_arrays():
+    with pytest.raises(TypeError):
+        ib.RandomStream(1, "cpp").shuffle(np.arange(10, dtype=np.float64))
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_document_index_matches(separate):
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 50, size=500).astype(np.int32)
+    documents = np.arange(30, 470, dtype=np.int32)
+    out = {}
+    for backend in ("numpy", "cpp"):
+        stream = ib.RandomStream(7, backend)
+        doc, lengths = ib.build_document_index(documents, sizes, 4, separate, stream)
+        out[backend] = (doc, lengths, ib.build_shuffle_index(900, 1000, stream))
+    for a, b in zip(out["numpy"], out["cpp"]):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(out["cpp"][1], sizes[out["cpp"][0]])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("seq_length", [1, 7, 2048])
+def test_sample_index_matches_with_threads_and_empty_documents(dtype, seq_length):
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(0, 40, size=200_000).astype(np.int32)  # > 65,536: several C++ threads
+    lengths[:3] = 0  # row 0 stays (0, 0) even when the first entries are empty
+    n = (int(lengths.sum(dtype=np.int64)) - 1) // seq_length
+    a = ib.build_sample_index(lengths, seq_length, n, dtype, "numpy")
+    b = ib.build_sample_index(lengths, seq_length, n, dtype, "cpp")
+    assert a.dtype == b.dtype == dtype and a.shape == (n + 1, 2)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(b[0], [0, 0])
+
+
+@pytest.mark.parametrize("total", [0, 1, 1000])
+def test_shuffle_index_matches(total):
+    for first in {0, total // 2, total}:
+        a = ib.build_shuffle_index(first, total, ib.RandomStream(3, "numpy"))
+        b = ib.build_shuffle_index(first, total, ib.RandomStream(3, "cpp"))
+        assert a.dtype == b.dtype == np.uint32
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "weights",
+    [
+        [1 / 3, 1 / 3, 1 / 3],  # exact ties every few samples
+        [0.001, 0.999],  # extreme ratio
+        list(np.random.default_rng(2).dirichlet(np.ones(28))),  # BLOOM-sized blend
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.int16, np.uint8])
+def test_blending_indices_match(weights, dtype):
+    a = ib.build_blending_indices(weights, 20_000, dtype, "numpy")
+    b = ib.build_blending_indices(weights, 20_000, dtype, "cpp")
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+    counts = np.bincount(b[0].astype(np.int64), minlength=len(weights))
+    assert np.all(np.abs(counts - np.array(weights) * 20_000) <= 2)  # greedy stays within +-1 or so
+
+
+def test_blending_indices_match_megatron_helper():
+    from megatron.core.datasets import helpers_cpp
+
+    weights = np.random.default_rng(4).dirichlet(np.ones(28))
+    ref_index = np.zeros(50_000, dtype=np.int16)
+    ref_sample = np.zeros(50_000, dtype=np.int64)
+    helpers_cpp.build_blending_indices(ref_index, ref_sample, weights, 28, 50_000, False)
+    index, sample = ib.build_blending_indices(weights, 50_000, np.int16, "cpp")
+    np.testing.assert_array_equal(index, ref_index)
+    np.testing.assert_array_equal(sample, ref_sample)
+
+
+def test_backend_resolution():
+    assert ib.resolve_backend(None) == "cpp"
+    with pytest.raises(ValueError):
+        ib.resolve_backend("fortran")
