@@ -1,0 +1,265 @@
+"""``TrainConfig``: one typed object describes a training run; the DeepSpeed JSON is derived from it.
+
+A run is ``model + parallel + optim + schedule + data + checkpoint + stability + logging``, each a small
+frozen pydantic model, loaded from YAML plus ``key.sub=value`` overrides (OLMo-core's dotlist merge).
+DeepSpeed never reads a hand-written JSON: ``to_deepspeed_config`` generates it, so there is a single source
+of truth (BigScience's tr11 slurm script kept two, CLI flags and a heredoc ds_config; reference style.md §5).
+
+Units are explicit in names: ``*_samples`` count sequences of ``model.seq_length`` tokens, ``*_iters``
+count optimizer iterations (one global batch each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from bloomdata.errors import BloomDataError
+from bloomtrain.model.config import PRESETS, ModelConfig
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ParallelConfig(_Frozen):
+    tp: int = 1
+    """Tensor-parallel degree (ranks that share one layer; adjacent global ranks)."""
+    pp: int = 1
+    """Pipeline stages."""
+    partition_method: str = "type:transformer|embedding"
+    """DeepSpeed PipelineModule partitioning: blocks and both embedding specs count as one unit each."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block in backward (blocks only; never the embedding stage)."""
+
+
+class OptimConfig(_Frozen):
+    precision: Literal["bf16", "fp32"] = "bf16"
+    """bf16: DeepSpeed BF16_Optimizer (fp32 master + fp32 grad accumulation). fp32: exact, for tests."""
+    lr: float = 6e-5
+    min_lr: float = 6e-6
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    """Applied to matrices only: biases and LayerNorm parameters are never decayed."""
+    clip_grad: float = 1.0
+    """Max global L2 norm (TP-duplicated and tied parameters counted once); 0 disables clipping."""
+    grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Data-parallel all-reduce dtype in bf16 mode (BLOOM reduced in bf16; fp32 is the safe default)."""
+
+
+class ScheduleConfig(_Frozen):
+    micro_batch_size: int = 1
+    """Sequences per micro-batch per data-parallel rank."""
+    global_batch_size: int = 8
+    """Sequences per optimizer step (after the ramp-up)."""
+    rampup_batch_size: tuple[int, int, int] | None = None
+    """BLOOM's ``start increment samples``: grow the global batch from start by increment, evenly over samples."""
+    train_samples: int | None = None
+    train_iters: int | None = None
+    warmup_samples: int = 0
+    """Linear warmup from 0 to ``optim.lr`` over this many samples."""
+    decay_samples: int | None = None
+    """Cosine decay from the end of warmup to ``optim.min_lr`` at this many samples (default: train_samples)."""
+    decay_style: Literal["cosine", "linear", "constant"] = "cosine"
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleConfig:
+        if (self.train_samples is None) == (self.train_iters is None):
+            raise BloomDataError(
+                "schedule: set exactly one of train_samples and train_iters "
+                f"(got train_samples={self.train_samples}, train_iters={self.train_iters})"
+            )
+        if self.rampup_batch_size is not None and self.train_iters is not None:
+            raise BloomDataError("schedule: rampup_batch_size needs train_samples (as in Megatron), not train_iters")
+        if self.global_batch_size % self.micro_batch_size:
+            raise BloomDataError(
+                f"schedule: global_batch_size {self.global_batch_size} is not a multiple of "
+                f"micro_batch_size {self.micro_batch_size}"
+            )
+        return self
+
+
+class DataConfig(_Frozen):
+    kind: Literal["synthetic", "blend"] = "synthetic"
+    """synthetic: seeded random tokens (tests, benchmarks); blend: a ``bloomdata blend`` YAML."""
+    blend: str | None = None
+    """Path of the blend YAML written by ``bloomdata blend`` (kind=blend)."""
+    valid_blend: str | None = None
+    """Optional separate validation blend; default: the ``valid`` split of ``blend``."""
+    seed: int = 1234
+    synthetic_samples: int = 4096
+    """Samples in the synthetic training set (validation gets a quarter, from another seed)."""
+    cache_dir: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> DataConfig:
+        if self.kind == "blend" and not self.blend:
+            raise BloomDataError("data: kind=blend needs data.blend=PATH (the YAML written by `bloomdata blend`)")
+        return self
+
+
+class CheckpointConfig(_Frozen):
+    dir: str | None = None
+    """Checkpoint root (DeepSpeed layout, ``latest`` tag file). None: never save or load."""
+    save_interval: int | None = None
+    """Save every this many iterations (BLOOM: 100)."""
+    keep_last: int | None = 3
+    """Keep this many most recent checkpoints (None keeps all)."""
+    load: bool = True
+    """Resume from ``dir/latest`` when it exists."""
+    load_universal: bool = False
+    """Resume from a universal checkpoint (converting ``latest`` first if needed): any TP/PP/DP."""
+    kill_switch_path: str | None = None
+    """When this file appears, save and stop (BLOOM's --kill-switch-path)."""
+    exit_duration_in_mins: float | None = None
+    """Save and stop after this many minutes of wall time (BLOOM: 5990 of a 100 h allocation)."""
+    exit_signals: tuple[str, ...] = ("SIGTERM", "SIGUSR1")
+    """Signals that make the trainer save at the end of the iteration and exit 0."""
+
+
+class StabilityConfig(_Frozen):
+    max_consecutive_skips: int = 10
+    """After this many non-finite iterations in a row: save and stop with an error."""
+    spike_factor: float = 2.0
+    """Log a loss spike when the loss exceeds this factor times its running mean."""
+    inject_nan_at_iters: tuple[int, ...] = ()
+    """Drill: make the loss NaN at these iterations (1-based) to exercise the skip path."""
+
+
+class LoggingConfig(_Frozen):
+    dir: str | None = None
+    """TensorBoard events and ``metrics.jsonl`` go here (rank 0 only). None: console only."""
+    log_interval: int = 1
+    eval_interval: int | None = None
+    eval_iters: int = 1
+    """Global batches per evaluation; each evaluation reads the same first validation samples."""
+    tensorboard: bool = True
+    peak_tflops: float | None = None
+    """Per-device peak (dense bf16) for MFU; None: 312 on A100, 989 on H100, no MFU on CPU."""
+
+
+class TrainConfig(_Frozen):
+    model: ModelConfig
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    schedule: ScheduleConfig
+    data: DataConfig = Field(default_factory=DataConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    stability: StabilityConfig = Field(default_factory=StabilityConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    seed: int = 42
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_preset(cls, value: Any) -> Any:
+        """``model: {preset: bloom-560m, seq_length: 1024}`` = the preset with overrides."""
+        if isinstance(value, dict) and "preset" in value:
+            rest = {k: v for k, v in value.items() if k != "preset"}
+            if value["preset"] not in PRESETS:
+                raise ValueError(f"unknown model preset {value['preset']!r}; choose one of {sorted(PRESETS)}")
+            return PRESETS[value["preset"]](**rest)
+        return value
+
+    # --- derived sizes -----------------------------------------------------------------------------
+
+    def dp_size(self, world_size: int) -> int:
+        tp, pp = self.parallel.tp, self.parallel.pp
+        if world_size % (tp * pp):
+            raise BloomDataError(
+                f"world size {world_size} is not divisible by tp {tp} x pp {pp}; launch a multiple of {tp * pp} "
+                "processes or change parallel.tp / parallel.pp"
+            )
+        dp = world_size // (tp * pp)
+        for name, batch in self._batch_sizes():
+            if batch % (self.schedule.micro_batch_size * dp):
+                raise BloomDataError(
+                    f"schedule.{name}={batch} is not a multiple of micro_batch_size "
+                    f"{self.schedule.micro_batch_size} x data-parallel size {dp}; change one of them"
+                )
+        return dp
+
+    def _batch_sizes(self) -> list[tuple[str, int]]:
+        sizes = [("global_batch_size", self.schedule.global_batch_size)]
+        if self.schedule.rampup_batch_size is not None:
+            start, inc, _ = self.schedule.rampup_batch_size
+            sizes += [("rampup_batch_size start", start), ("rampup_batch_size increment", inc)]
+        return sizes
+
+    def to_deepspeed_config(self, world_size: int, train_batch_size: int | None = None) -> dict[str, Any]:
+        """The DeepSpeed config for this run (``train_batch_size`` = the current, ramped global batch).
+
+        bf16: DeepSpeed 0.19.8 builds BF16_Optimizer with fp32 gradient accumulation only for ZeRO stage 1
+        plus ``data_types.grad_accum_dtype=fp32`` (stage 0 accumulates in bf16, stage 0 + fp32 raises;
+        reference bloom-training.md finding 4). fp32: stage 0 and DeepSpeed's clipping off, because its fp32
+        clip_grad_norm_ counts LayerNorms only on model-parallel rank 0 and tied weights twice; our
+        optimizer wrapper (bloomtrain.engine) clips on the correct global norm instead.
+        """
+        dp = self.dp_size(world_size)
+        batch = train_batch_size or self.schedule.global_batch_size
+        mbs = self.schedule.micro_batch_size
+        ds: dict[str, Any] = {
+            "train_batch_size": batch,
+            "train_micro_batch_size_per_gpu": mbs,
+            "gradient_accumulation_steps": batch // (mbs * dp),
+            "steps_per_print": 10**9,  # our metrics module logs; keep DeepSpeed quiet
+            "wall_clock_breakdown": False,
+            "zero_allow_untested_optimizer": True,
+            "checkpoint": {"load_universal": self.checkpoint.load_universal},
+        }
+        if self.optim.precision == "bf16":
+            ds.update(
+                bf16={"enabled": True},
+                zero_optimization={"stage": 1},
+                data_types={"grad_accum_dtype": "fp32"},
+                communication_data_type=self.optim.grad_reduce_dtype,
+                gradient_clipping=self.optim.clip_grad,
+            )
+        else:
+            ds.update(zero_optimization={"stage": 0}, gradient_clipping=0.0)
+        return ds
+
+
+# --- loading --------------------------------------------------------------------------------------------
+
+
+def _set_dotted(tree: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = tree
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise BloomDataError(f"override {key}=...: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def apply_overrides(tree: dict, overrides: list[str]) -> dict:
+    """Apply ``a.b=value`` strings (values parsed as YAML: ``3``, ``1e-4``, ``true``, ``[1,2]``)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise BloomDataError(f"override {item!r} is not key=value (e.g. optim.lr=1e-4)")
+        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else None)
+    return tree
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None, base: dict | None = None) -> TrainConfig:
+    """Read a YAML file (or start from ``base``), apply overrides, validate. Errors name the file and key."""
+    tree: dict = dict(base or {})
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise BloomDataError(f"training config {path} does not exist (see configs/train/)")
+        tree = yaml.safe_load(path.read_text()) or {}
+    tree = apply_overrides(tree, list(overrides or []))
+    try:
+        return TrainConfig.model_validate(tree)
+    except ValidationError as exc:
+        where = path or "config"
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise BloomDataError(f"{where}: {problems}") from None

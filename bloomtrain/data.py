@@ -1,0 +1,102 @@
+"""Training data: samples of ``seq_length + 1`` tokens, consumed in Megatron's pretraining-sampler order.
+
+The adapter is thin on purpose: anything indexable that returns a 1-D token array per sample works (a
+bloomdata ``GPTSamples`` or ``Blend``, or ``SyntheticSamples`` for tests and benchmarks). Order follows
+Megatron's ``MegatronPretrainingSampler`` (reference megatron-data.md §3.6): the global order is the index
+order ``consumed, consumed + 1, ...``; each group of ``micro_batch x DP`` consecutive indices is split by
+data-parallel rank into ``[rank * mbs, (rank + 1) * mbs)``. The order therefore does not depend on the
+batch-size ramp-up, and resuming needs one integer, ``consumed_samples``.
+
+A micro-batch is ``(input_ids [b, s], (labels [b, s], loss_mask [b, s]))``: the shape DeepSpeed's pipeline
+engine feeds to the first stage (inputs) and to the loss on the last stage (labels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from bloomdata.errors import BloomDataError
+from bloomtrain.config import TrainConfig
+
+MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+
+
+class SyntheticSamples:
+    """``n`` samples of ``length`` random token ids in ``[0, vocab)``; sample i depends only on (seed, i)."""
+
+    def __init__(self, n: int, length: int, vocab: int, seed: int) -> None:
+        self.n, self.length, self.vocab, self.seed = n, length, vocab, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return np.random.default_rng((self.seed, i)).integers(0, self.vocab, self.length, dtype=np.int64)
+
+
+def pretraining_indices(consumed_samples: int, micro_batch_size: int, dp_rank: int, dp_size: int,
+                        total_samples: int) -> Iterator[list[int]]:
+    """This DP rank's sample indices, one micro-batch at a time, from ``consumed_samples`` on (drop_last)."""
+    if consumed_samples % (micro_batch_size * dp_size):
+        # Megatron asserts this too: a resume must start on a micro-batch-group boundary.
+        raise BloomDataError(
+            f"consumed_samples={consumed_samples} is not a multiple of micro_batch_size x DP = "
+            f"{micro_batch_size * dp_size}; resume with the micro-batch size and DP the checkpoint was saved with "
+            "or convert it to a universal checkpoint"
+        )
+    step = micro_batch_size * dp_size
+    for start in range(consumed_samples, total_samples - step + 1, step):
+        first = start + dp_rank * micro_batch_size
+        yield list(range(first, first + micro_batch_size))
+
+
+def collate(samples: Sequence[Any]) -> MicroBatch:
+    tokens = torch.from_numpy(np.stack([np.asarray(s, dtype=np.int64) for s in samples]))
+    labels = tokens[:, 1:].contiguous()
+    return tokens[:, :-1].contiguous(), (labels, torch.ones(labels.shape, dtype=torch.float32))
+
+
+def micro_batches(dataset: Sequence, consumed_samples: int, micro_batch_size: int, dp_rank: int,
+                  dp_size: int) -> Iterator[MicroBatch]:
+    """Infinite-looking iterator for the engine; raises a clear error when the dataset runs out."""
+    for indices in pretraining_indices(consumed_samples, micro_batch_size, dp_rank, dp_size, len(dataset)):
+        yield collate([dataset[i] for i in indices])
+    raise BloomDataError(
+        f"training data exhausted after {len(dataset)} samples; build the dataset/blend with at least "
+        "schedule.train_samples samples (or lower the training length)"
+    )
+
+
+def build_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
+    """(train, valid) sample sequences for ``cfg.data``; each item is ``seq_length + 1`` token ids."""
+    length = cfg.model.seq_length + 1
+    if cfg.data.kind == "synthetic":
+        n = cfg.data.synthetic_samples
+        vocab = cfg.model.vocab_size
+        return (SyntheticSamples(n, length, vocab, cfg.data.seed),
+                SyntheticSamples(max(1, n // 4), length, vocab, cfg.data.seed + 1))
+    return _blend_datasets(cfg)
+
+
+def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
+    try:
+        from bloomdata.blend import load_blend  # noqa: PLC0415
+    except ImportError as exc:
+        raise BloomDataError(
+            f"data.kind=blend needs bloomdata.blend.load_blend, which this install lacks ({exc}); "
+            "use data.kind=synthetic or update bloomdata"
+        ) from None
+    train = load_blend(cfg.data.blend, split="train", seq_length=cfg.model.seq_length,
+                       cache_dir=cfg.data.cache_dir)
+    valid_path = cfg.data.valid_blend or cfg.data.blend
+    try:
+        valid = load_blend(valid_path, split="valid", seq_length=cfg.model.seq_length, cache_dir=cfg.data.cache_dir)
+    except BloomDataError:
+        valid = None  # no validation split in this blend: evaluation is skipped
+    return train, valid
