@@ -1,0 +1,124 @@
+"""The index cache: hits, keys, truncation and corruption detected and rebuilt, eight concurrent builders."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from megatron_oracle import write_dataset
+
+from bloomdata.blend import build_blend
+from bloomdata.samples import GPTSamples
+
+NAMES = ["document_index", "sample_index", "shuffle_index"]
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory):
+    return write_dataset(tmp_path_factory.mktemp("cache") / "ds", num_docs=400, seed=3)
+
+
+def _samples(prefix, cache, **kw):
+    args = {"seq_length": 16, "num_samples": 2000, "seed": 5, "split": "90,8,2", "cache_dir": cache, **kw}
+    return GPTSamples(prefix, **args)
+
+
+def _assert_equal(a: GPTSamples, b: GPTSamples):
+    for name in NAMES:
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype
+        np.testing.assert_array_equal(x, y)
+
+
+def test_hit_after_build_and_files_described(prefix, tmp_path):
+    first = _samples(prefix, tmp_path)
+    second = _samples(prefix, tmp_path)
+    assert first.built and not second.built
+    _assert_equal(first, second)
+    _assert_equal(first, _samples(prefix, None))
+    record = json.loads(open(first.cache.description_path).read())
+    assert record["description"]["seed"] == 5 and record["description"]["compat"] == "core"
+    for name in NAMES:
+        path = first.cache.array_path(name)
+        assert record["files"][name]["bytes"] == os.path.getsize(path)
+        assert len(record["files"][name]["sha256"]) == 64
+    assert not glob.glob(str(tmp_path / "*.tmp-*"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"seed": 6}, {"num_samples": 2001}, {"seq_length": 17}, {"split": "80,18,2"}, {"compat": "bloom"},
+     {"tokenizer_id": "bloom-250k"}, {"split_name": "valid"}],
+)
+def test_key_covers_everything_that_determines_the_arrays(prefix, tmp_path, change):
+    base = _samples(prefix, tmp_path)
+    other = _samples(prefix, tmp_path, **change)
+    assert other.built and other.cache.stem != base.cache.stem
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "drop_description", "garbage_description"])
+def test_damaged_cache_is_detected_and_rebuilt(prefix, tmp_path, damage):
+    good = _samples(prefix, tmp_path)
+    path = good.cache.array_path("shuffle_index")
+    if damage == "truncate":
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    elif damage == "flip":  # same size, zeroed middle: only the checksum can tell
+        with open(path, "r+b") as f:
+            f.seek(os.path.getsize(path) // 2)
+            f.write(b"\x00" * 64)
+    elif damage == "drop_description":
+        os.remove(good.cache.description_path)
+    else:
+        open(good.cache.description_path, "w").write("{not json")
+    again = _samples(prefix, tmp_path)
+    assert again.built
+    _assert_equal(again, _samples(prefix, None))
+    assert not _samples(prefix, tmp_path).built
+
+
+_WORKER = """
+import hashlib, json, sys, time
+from bloomdata.samples import GPTSamples
+prefix, cache, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+while time.time() < start:
+    time.sleep(0.001)
+s = GPTSamples(prefix, 16, 200_000, 5, "90,8,2", "train", cache)
+digest = hashlib.sha256(b"".join(getattr(s, n).tobytes() for n in ("document_index", "sample_index", "shuffle_index")))
+print(json.dumps({"built": s.built, "sha": digest.hexdigest()}))
+"""
+
+
+def test_eight_processes_build_once_and_agree(prefix, tmp_path):
+    start = time.time() + 3.0  # all eight imported and waiting, then released together
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WORKER, prefix, str(tmp_path), str(start)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sum(r["built"] for r in results) == 1
+    assert len({r["sha"] for r in results}) == 1
+    assert len(glob.glob(str(tmp_path / "*-GPTSamples-train-*.npy"))) == 3
+
+
+def test_blend_cache_roundtrip(tmp_path):
+    prefixes = [write_dataset(tmp_path / f"l{k}", num_docs=120, seed=k) for k in range(2)]
+    cache = tmp_path / "cache"
+    first = build_blend(prefixes, [0.7, 0.3], 500, 16, 1, "90,8,2", cache_dir=cache)
+    second = build_blend(prefixes, [0.7, 0.3], 500, 16, 1, "90,8,2", cache_dir=cache)
+    assert first.built and not second.built and not any(s.built for s in second.samples)
+    np.testing.assert_array_equal(first.dataset_index, second.dataset_index)
+    np.testing.assert_array_equal(first.dataset_sample_index, second.dataset_sample_index)
+    third = build_blend(prefixes, [0.6, 0.4], 500, 16, 1, "90,8,2", cache_dir=cache)
+    assert third.built
