@@ -137,10 +137,13 @@ def test_dropout_is_configurable():
 
 
 def test_model_code_imports_no_deepspeed():
-    for path in [*(ROOT / "bloomtrain/model").glob("*.py"), *(ROOT / "bloomtrain/parallel").glob("*.py")]:
+    # parallel/pipeline.py (the PipelineModule wrapper) may import deepspeed; the model and TP layers may not,
+    # except state.py's lazy import inside from_topology.
+    tp_files = ("state", "mappings", "layers", "cross_entropy", "init")
+    paths = [*(ROOT / "bloomtrain/model").glob("*.py"), *(ROOT / f"bloomtrain/parallel/{f}.py" for f in tp_files)]
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                # state.py may import deepspeed lazily, inside from_topology only.
-                top_level = node.col_offset == 0
-                assert not (top_level and any(n.split(".")[0] == "deepspeed" for n in names)), path
+                lazy_ok = path.name == "state.py" and node.col_offset > 0
+                assert lazy_ok or not any(n.split(".")[0] == "deepspeed" for n in names), path
