@@ -114,6 +114,11 @@ def _grid_layout() -> list[int]:
         members = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size(group))]
         dist.all_gather(members, torch.tensor([rank]), group=group)
         out.append(sorted(int(m) for m in members))
+    from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+
+    topo_state = ParallelState.from_topology(PipeModelDataParallelTopology(num_pp=2, num_mp=2, num_dp=2))
+    coords = ("tp_rank", "pp_rank", "dp_rank", "tp_size", "pp_size", "dp_size")
+    assert [getattr(topo_state, c) for c in coords] == [getattr(state, c) for c in coords]
     return [state.get_model_parallel_rank(), *[tuple(g) for g in out]]
 
 
