@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import os
 import queue
+import re
 import signal
 import subprocess
 import threading
@@ -49,7 +50,8 @@ class LaunchResult:
     returncode: int | None
     reason: str  # "exited" | "timeout" | "cancelled"
     seconds: float
-    tail: list[str] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)  # the last lines seen (a few times tail_lines, see below)
+    tail_lines: int = 30  # lines quoted in describe()
 
     @property
     def ok(self) -> bool:
@@ -64,8 +66,25 @@ class LaunchResult:
             head = f"`{prog}` was cancelled after {self.seconds:.0f} s; its process group was killed"
         else:
             head = f"`{prog}` exited with code {self.returncode}{_signal_hint(self.returncode)}"
-        lines = "\n".join(self.tail) if self.tail else "(no output)"
-        return f"{head}. Last {len(self.tail)} lines:\n{lines}"
+        quoted = failure_excerpt(self.tail, self.tail_lines)
+        lines = "\n".join(quoted) if quoted else "(no output)"
+        return f"{head}. Last {len(quoted)} lines:\n{lines}"
+
+
+# torchrun's agent logs like "E1122 03:46:27.979000 12376 torch/distributed/elastic/...": its report follows.
+_ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/elastic/")
+
+
+def failure_excerpt(lines: list[str], n: int) -> list[str]:
+    """The last ``n`` lines worth quoting. Under torchrun, the ranks' own last lines (the agent's traceback
+    and report come after them and would crowd them out) plus the agent's root-cause rank and exit code."""
+    if not any("ChildFailedError" in line for line in lines):
+        return lines[-n:]
+    first_agent = next((i for i, line in enumerate(lines) if _ELASTIC_LOG.match(line)), len(lines))
+    ranks = lines[:first_agent][-n:]
+    root = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
+    cause = [line.strip() for line in lines[root:] if line.strip().startswith(("rank", "exitcode"))] if root else []
+    return ranks + ([f"[torchrun root cause] {' | '.join(cause)}"] if cause else [])
 
 
 def _signal_hint(rc: int | None) -> str:
@@ -151,7 +170,8 @@ def run_process(
     """
     cmd = [str(c) for c in cmd]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+    # Keep more than we quote: a launcher's own report can follow the ranks' last words (failure_excerpt).
+    tail: collections.deque[str] = collections.deque(maxlen=max(200, 5 * tail_lines))
     log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in the finally below
     start = time.monotonic()
     proc = subprocess.Popen(
@@ -206,4 +226,4 @@ def run_process(
         proc.wait()
         if log is not None:
             log.close()
-    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail))
+    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail), tail_lines)

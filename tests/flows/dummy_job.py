@@ -1,31 +1,40 @@
-"""A stand-in for torchrun: prints lines, forks grandchildren that would outlive it, then exits (orphaning them) or hangs.
+"""A stand-in for a training job: prints lines, forks grandchildren that would outlive it, exits or hangs.
 
-    python tests/flows/dummy_job.py --pidfile F [--grandchildren N] [--lines N] [--exit-code C]
-                                    [--hang] [--ignore-term]
-
-The pids of this process and its grandchildren go to --pidfile (one per line) once they are all running,
-so a test can check that none of them survives the launcher's cleanup.
+Run directly (``python tests/flows/dummy_job.py --pidfile F ...``) or as the trainer module under torchrun
+(``-m dummy_job --config train.yaml``, with tests/flows on PYTHONPATH); options then come from DUMMY_JOB_*
+environment variables, since the launcher owns argv. The pids of this process, its parent when launched
+(the torchrun agent) and its grandchildren go to the pidfile (``.RANK`` appended under torchrun) once they
+all run, so a test can check that none survives. With ``--config``, rank 0 writes a metrics.jsonl and a
+checkpoint directory where the YAML says, like the trainer.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(f"DUMMY_JOB_{name}", default)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pidfile", required=True)
-    ap.add_argument("--grandchildren", type=int, default=0)
-    ap.add_argument("--lines", type=int, default=3)
-    ap.add_argument("--exit-code", type=int, default=0)
-    ap.add_argument("--hang", action="store_true", help="sleep until killed")
+    ap.add_argument("--pidfile", default=_env("PIDFILE", ""))
+    ap.add_argument("--grandchildren", type=int, default=int(_env("GRANDCHILDREN", "0")))
+    ap.add_argument("--lines", type=int, default=int(_env("LINES", "3")))
+    ap.add_argument("--exit-code", type=int, default=int(_env("EXIT_CODE", "0")))
+    ap.add_argument("--hang", action="store_true", default=_env("HANG", "") == "1", help="sleep until killed")
     ap.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (needs the SIGKILL escalation)")
-    args = ap.parse_args()
+    ap.add_argument("--config", default=None, help="trainer YAML: write metrics and a checkpoint dir there")
+    args, _overrides = ap.parse_known_args()
+    rank = os.environ.get("RANK")
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Grandchildren ignore SIGTERM too when asked, and inherit our stdout (so they hold the pipe open).
@@ -33,20 +42,31 @@ def main() -> int:
     kids = [subprocess.Popen(["bash", "-c", f"{pre}sleep 300 & wait"]) for _ in range(args.grandchildren)]
     for i in range(args.lines):
         print(f"step {i} loss {10.0 / (i + 1):.3f}", flush=True)
+    if args.config and rank in (None, "0"):
+        import yaml  # noqa: PLC0415
+
+        cfg = yaml.safe_load(Path(args.config).read_text())
+        Path(cfg["checkpoint"]["dir"]).mkdir(parents=True, exist_ok=True)
+        logs = Path(cfg["logging"]["dir"])
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / "metrics.jsonl", "a") as f:
+            for i in range(1, args.lines + 1):
+                f.write(json.dumps({"iteration": i, "loss": 10.0 / i, "tokens_per_s": 100.0 * i}) + "\n")
+            f.write(json.dumps({"iteration": args.lines, "valid_loss": 1.5, "valid_ppl": 4.48}) + "\n")
     time.sleep(0.3)  # let bash start its sleep so the pid list below is complete
-    pids = [os.getpid()] + [k.pid for k in kids]
+    pids = [os.getpid()] + ([os.getppid()] if rank is not None else []) + [k.pid for k in kids]
     for k in kids:
         out = subprocess.run(["pgrep", "-P", str(k.pid)], capture_output=True, text=True).stdout
         pids += [int(p) for p in out.split()]
-    tmp = args.pidfile + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(map(str, pids)) + "\n")
-    os.replace(tmp, args.pidfile)
+    if args.pidfile:
+        target = args.pidfile + (f".{rank}" if rank is not None else "")
+        Path(target + ".tmp").write_text("\n".join(map(str, pids)) + "\n")
+        os.replace(target + ".tmp", target)
     if args.hang:
         while True:
             time.sleep(1)
     if args.exit_code:
-        print(f"RuntimeError: rank 1 diverged (exit {args.exit_code})", file=sys.stderr, flush=True)
+        print(f"RuntimeError: rank {rank or 0} diverged (exit {args.exit_code})", file=sys.stderr, flush=True)
     return args.exit_code
 
 

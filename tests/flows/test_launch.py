@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.launch import LaunchResult, group_alive, run_process
+from flows.launch import LaunchResult, failure_excerpt, group_alive, run_process
 
 DUMMY = str(Path(__file__).with_name("dummy_job.py"))
 
@@ -48,9 +48,22 @@ def test_success_streams_every_line(tmp_path):
 def test_nonzero_exit_quotes_last_lines(tmp_path):
     res, _, _ = _run(tmp_path, "--lines", "50", "--exit-code", "3", tail_lines=5)
     assert not res.ok and res.returncode == 3
-    assert len(res.tail) == 5 and res.tail[-1] == "RuntimeError: rank 1 diverged (exit 3)"
+    assert res.tail[-1] == "RuntimeError: rank 0 diverged (exit 3)"
     text = res.describe()
-    assert "exited with code 3" in text and "step 49 loss" in text and "step 40" not in text
+    assert "exited with code 3. Last 5 lines:" in text
+    assert "step 49 loss" in text and "step 45" not in text and text.endswith("diverged (exit 3)")
+
+
+def test_torchrun_report_does_not_crowd_out_the_ranks_last_lines():
+    lines = [f"step {i}" for i in range(10)] + ["ValueError: bad shard 7"]
+    lines += ["E1122 03:46:27.979000 12376 torch/distributed/elastic/multiprocessing/api.py:1002] failed"]
+    lines += ["Traceback (most recent call last):"] + ["  frame"] * 30 + [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "Root Cause (first observed failure):",
+        "[0]:", "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 12330) ", "=" * 60]
+    got = failure_excerpt(lines, 3)
+    assert got == ["step 8", "step 9", "ValueError: bad shard 7",
+                   "[torchrun root cause] rank      : 0 (local_rank: 0) | exitcode  : 1 (pid: 12330)"]
+    assert failure_excerpt(["a", "b", "c"], 2) == ["b", "c"]
 
 
 def test_cancel_kills_grandchildren(tmp_path):

@@ -1,0 +1,53 @@
+"""How a training run is launched: a typed ``LaunchConfig`` and the command line it becomes.
+
+The command is built here, Prefect-free, so a test can assert the exact argv and a user can copy it:
+
+- torchrun: ``python -m torch.distributed.run --standalone --nproc-per-node N -m bloomtrain.train --config X``
+  (single node; multi-node adds ``--nnodes/--node-rank/--rdzv-*`` through ``launcher_args``);
+- deepspeed: ``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank --module bloomtrain.train ...``
+  (``--no_local_rank``: our trainer reads LOCAL_RANK from the environment, not from argv);
+- sbatch: ``sbatch --wait [args] SCRIPT`` (an sbatch script, e.g. from ``bloomtrain slurm``); ``--wait``
+  makes sbatch block until the job ends and return its exit code, so cancelling is ``scancel`` of the job
+  id sbatch printed (the job's ranks run on other nodes, out of reach of our process group).
+
+We launch through ``sys.executable -m`` rather than the ``torchrun``/``deepspeed`` scripts so the job runs in
+the same environment as the flow, whatever PATH says.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+SBATCH_JOB_ID = re.compile(r"Submitted batch job (\d+)")
+
+
+class LaunchConfig(BaseModel):
+    launcher: Literal["torchrun", "deepspeed", "sbatch"] = "torchrun"
+    nproc_per_node: int = Field(2, ge=1, description="processes (ranks) per node; on GPUs, one per device")
+    module: str = Field("bloomtrain.train", description="python module the launcher runs on every rank")
+    launcher_args: list[str] = Field(default_factory=list, description="extra launcher flags (rdzv, hostfile...)")
+    sbatch_script: str | None = Field(None, description="launcher=sbatch: the batch script to submit")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the job")
+    timeout_s: float | None = Field(None, description="kill the job after this many seconds (None: no limit)")
+    grace_s: float = Field(30.0, description="seconds between SIGTERM and SIGKILL when stopping the job")
+    tail_lines: int = Field(40, description="output lines quoted in a Failed state")
+
+
+def build_command(launch: LaunchConfig, config_path: str | Path, overrides: list[str] = ()) -> list[str]:
+    """The argv that runs ``launch.module --config config_path *overrides`` under the chosen launcher."""
+    program = ["--config", str(config_path), *overrides]
+    if launch.launcher == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc-per-node={launch.nproc_per_node}", *launch.launcher_args,
+                "-m", launch.module, *program]
+    if launch.launcher == "deepspeed":
+        return [sys.executable, "-m", "deepspeed.launcher.runner", f"--num_gpus={launch.nproc_per_node}",
+                "--no_local_rank", *launch.launcher_args, "--module", launch.module, *program]
+    if not launch.sbatch_script:
+        raise ValueError("launch.launcher=sbatch needs launch.sbatch_script=PATH (write one with `bloomtrain slurm`)")
+    return ["sbatch", "--wait", *launch.launcher_args, launch.sbatch_script]

@@ -1,0 +1,141 @@
+"""``train_flow``: launch a training job, stream it into the run logs, publish its summary.
+
+Thin by design: the trainer is ``bloomtrain`` run by a launcher in a subprocess (``flows.launch``); the flow
+writes the run's YAML, launches, follows ``metrics.jsonl`` for a progress artifact, and turns the outcome
+into a Prefect state:
+
+- exit 0 -> Completed, a Markdown summary (loss, perplexity, tokens/s, MFU, paths) with a loss-curve PNG;
+- non-zero exit or timeout -> Failed, the message quoting the job's last lines. A non-zero exit other than 2
+  (the CLIs' "bad input" code) is retried ``retries`` times; a retry resumes from the last checkpoint;
+- a cancel request (the flow run going Cancelling) -> the job's process group is killed, the run Cancelled.
+
+The launcher is called directly in the flow, never ``.submit()``-ed: only the main thread can be
+interrupted by SIGTERM or a timeout while the job runs (reference §4.2).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.states import Cancelled
+
+from flows.config import TrainStageConfig
+from flows.launch import LaunchError, run_process
+from flows.launch_config import SBATCH_JOB_ID, build_command
+from flows.report import plot_loss, read_metrics, summarize, training_markdown
+from flows.stages import completed, config_hash, write_marker
+
+
+class LaunchCancelled(LaunchError):
+    """The flow run was cancelled while the job ran; the job's processes are gone."""
+
+
+def _cancel_requested() -> bool:
+    """True once this flow run is Cancelling/Cancelled in the API (UI button, `prefect flow-run cancel`)."""
+    from prefect import get_client  # noqa: PLC0415
+    from prefect.runtime import flow_run  # noqa: PLC0415
+
+    run_id = flow_run.id
+    if not run_id:
+        return False
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(run_id).state
+    except Exception:  # an API hiccup must not kill a multi-day run; ask again next time
+        return False
+    return state is not None and (state.is_cancelling() or state.is_cancelled())
+
+
+def _retry_transient(task_, task_run, state) -> bool:
+    """Retry real crashes only: not cancellations, timeouts, or exit code 2 (a config error: retrying won't help)."""
+    exc = state.result(raise_on_failure=False)
+    if not isinstance(exc, LaunchError) or isinstance(exc, LaunchCancelled):
+        return False
+    return exc.result.reason == "exited" and exc.result.returncode not in (2,)
+
+
+@task(name="launch-training", retry_condition_fn=_retry_transient, retry_delay_seconds=5)
+def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_iters: int | None,
+                    timeout_s: float | None, grace_s: float, tail_lines: int) -> dict[str, Any]:
+    log = get_run_logger()
+    run = Path(run_dir)
+    metrics = run / "logs" / "metrics.jsonl"
+    progress = create_progress_artifact(0.0, key="training-progress", description=f"training in {run_dir}")
+    slurm_job: list[str] = []
+
+    def on_line(line: str) -> None:
+        log.info(line)
+        if not slurm_job and (m := SBATCH_JOB_ID.search(line)):
+            slurm_job.append(m.group(1))
+
+    def should_stop() -> bool:
+        # Runs every few seconds in the main thread: refresh progress, then ask the API about cancellation.
+        if total_iters:
+            train, _ = read_metrics(metrics)
+            if train:
+                update_progress_artifact(progress, min(100.0, 100.0 * train[-1]["iteration"] / total_iters))
+        return _cancel_requested()
+
+    log.info("launching: %s", " ".join(cmd))
+    result = run_process(cmd, env=env, cwd=os.getcwd(), on_line=on_line, should_stop=should_stop,
+                         timeout_s=timeout_s, grace_s=grace_s, tail_lines=tail_lines,
+                         log_file=run / "launch.log", on_start=lambda pid: log.info("job process group %d", pid))
+    if slurm_job and not result.ok:
+        # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
+        run_process(["scancel", slurm_job[0]], on_line=log.warning)
+    if result.reason == "cancelled":
+        raise LaunchCancelled(result.describe(), result)
+    if not result.ok:
+        raise LaunchError(result.describe(), result)
+    update_progress_artifact(progress, 100.0)
+    return {"returncode": result.returncode, "seconds": result.seconds}
+
+
+def write_run_config(cfg: TrainStageConfig, run_dir: Path) -> Path:
+    """The YAML the trainer reads: the typed config with this run's checkpoint and log dirs filled in."""
+    tree = cfg.train.model_dump(mode="json")
+    tree["checkpoint"]["dir"] = tree["checkpoint"]["dir"] or str(run_dir / "checkpoints")
+    tree["logging"]["dir"] = tree["logging"]["dir"] or str(run_dir / "logs")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "train.yaml"
+    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    return path
+
+
+def _publish(run_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
+    train, evals = read_metrics(run_dir / "logs" / "metrics.jsonl")
+    summary = summarize(train, evals)
+    png = plot_loss(train, evals, run_dir / "loss.png") if train else None
+    create_markdown_artifact(training_markdown(summary, paths=paths, png=png), key="training-summary",
+                             description="final loss, perplexity, throughput, MFU, paths")
+    return {**summary, "loss_png": str(png) if png else None}
+
+
+@flow(name="train", log_prints=True)
+def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str] | None = None) -> dict[str, Any]:
+    """Train (or resume) with the configured launcher; skip when this exact run already finished."""
+    log = get_run_logger()
+    run_dir = Path(config.out_dir).resolve()
+    digest = config_hash(config, upstream=upstream or [])
+    if marker := completed(run_dir, digest):
+        log.info("train: skipped, %s already holds run %s", run_dir, digest)
+        return marker["summary"]
+    cfg_path = write_run_config(config, run_dir)
+    cmd = build_command(config.launch, cfg_path, config.overrides)
+    try:
+        launch_training.with_options(retries=config.retries)(
+            cmd, config.launch.env, str(run_dir), config.train.schedule.train_iters,
+            config.launch.timeout_s, config.launch.grace_s, config.launch.tail_lines)
+    except LaunchCancelled as exc:
+        return Cancelled(message=str(exc))
+    ckpt = yaml.safe_load(cfg_path.read_text())["checkpoint"]["dir"]
+    paths = {"config": str(cfg_path), "checkpoints": ckpt, "metrics": str(run_dir / "logs" / "metrics.jsonl")}
+    summary = {**_publish(run_dir, paths), "paths": paths}
+    write_marker(run_dir, stage="train", digest=digest, outputs={"config": cfg_path, "checkpoints": ckpt},
+                 summary=summary, config=config)
+    return summary

@@ -1,0 +1,114 @@
+"""train_flow against the shared Prefect test server, with torchrun launching a dummy job on 2 ranks.
+
+The dummy (tests/flows/dummy_job.py) stands in for ``bloomtrain train``: it prints loss lines, forks
+grandchildren, and writes metrics.jsonl. So these tests exercise the real launch path (torchrun agent,
+ranks, process group) in seconds: a run that completes with its summary, one that is skipped on rerun,
+one that fails and quotes the job's last lines, and one cancelled through the API leaving no process.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from flows.config import TrainStageConfig
+from flows.launch_config import LaunchConfig
+from flows.train import train_flow
+
+HERE = Path(__file__).parent
+
+
+def _config(tmp_path: Path, **env: str) -> TrainStageConfig:
+    launch = LaunchConfig(module="dummy_job", nproc_per_node=2, grace_s=5, tail_lines=6,
+                          env={"PYTHONPATH": str(HERE), "DUMMY_JOB_PIDFILE": str(tmp_path / "pids"), **env})
+    return TrainStageConfig(launch=launch, retries=0, out_dir=str(tmp_path / "run"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _all_pids(tmp_path: Path) -> list[int]:
+    return [int(p) for f in sorted(tmp_path.glob("pids.[0-9]")) for p in f.read_text().split()]
+
+
+def _logs(flow_run_id) -> list[str]:
+    from prefect import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    return [log.message for log in logs]
+
+
+def _artifact(key: str):
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return found[-1] if found else None
+
+
+def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path):
+    cfg = _config(tmp_path, DUMMY_JOB_LINES="4")
+    state = train_flow(cfg, return_state=True)
+    assert state.is_completed(), state.message
+    summary = state.result()
+    assert summary["iterations"] == 4 and summary["final_loss"] == pytest.approx(2.5)
+    assert summary["valid_loss"] == pytest.approx(1.5)
+    assert Path(summary["loss_png"]).stat().st_size > 1000
+    assert (tmp_path / "run" / "train.yaml").exists()
+    logs = _logs(state.state_details.flow_run_id)
+    assert any(line.endswith("step 3 loss 2.500") for line in logs), logs[-10:]  # rank output streamed
+    md = _artifact("training-summary")
+    assert md is not None and "| final training loss | 2.5000 |" in md.data
+    assert not any(_alive(p) for p in _all_pids(tmp_path))
+
+    launched = (tmp_path / "run" / "launch.log").read_text()
+    again = train_flow(cfg, return_state=True)
+    assert again.is_completed() and again.result()["final_loss"] == pytest.approx(2.5)
+    assert (tmp_path / "run" / "launch.log").read_text() == launched  # skipped: nothing was launched
+
+
+def test_train_failure_ends_failed_quoting_last_lines(prefect_harness, tmp_path):
+    state = train_flow(_config(tmp_path, DUMMY_JOB_EXIT_CODE="3", DUMMY_JOB_LINES="30"), return_state=True)
+    assert state.is_failed()
+    # The ranks' last words, not torchrun's own traceback, then the root cause torchrun reports.
+    assert "diverged (exit 3)" in state.message and "step 29 loss" in state.message
+    assert "[torchrun root cause]" in state.message and "exitcode  : 3" in state.message
+    assert "step 10 loss" not in state.message and "launcher/api.py" not in state.message
+    assert not (tmp_path / "run" / "_stage.json").exists()  # a failed stage is never marked done
+
+
+def test_cancelled_training_leaves_no_process(prefect_harness, tmp_path):
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+    from prefect.states import Cancelling
+
+    cfg = _config(tmp_path, DUMMY_JOB_HANG="1", DUMMY_JOB_GRANDCHILDREN="2")
+    name = f"cancel-{tmp_path.name}"
+    box: dict = {}
+    ctx = contextvars.copy_context()  # the harness API URL lives in a context variable
+    runner = threading.Thread(target=ctx.run, args=(lambda: box.update(
+        state=train_flow.with_options(flow_run_name=name)(cfg, return_state=True)),))
+    runner.start()
+    deadline = time.monotonic() + 90
+    while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = _all_pids(tmp_path)
+    assert len(pids) >= 2 * 4 and all(_alive(p) for p in pids)  # agent, 2 ranks, 2x(bash, sleep) each
+    with get_client(sync_client=True) as client:
+        run = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))[0]
+        client.set_flow_run_state(run.id, Cancelling(), force=True)
+    runner.join(timeout=60)
+    assert not runner.is_alive()
+    assert box["state"].is_cancelled(), box["state"]
+    assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
