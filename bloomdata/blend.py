@@ -259,3 +259,24 @@ def blend_from_weighted_split(
     return build_blend(
         group.prefixes, group.weights, num_samples, seq_length, seed, ranges, split_name, cache_dir, compat, **kwargs
     )
+
+
+def blend_from_spec(
+    spec,
+    num_samples: int,
+    split_name: str = "train",
+    cache_dir: str | os.PathLike | None = None,
+    compat: str = "core",
+    **kwargs,
+) -> Blend:
+    """The Blend a ``bloomdata.blend_weights.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
+    if spec.seq_length is None:
+        raise BloomDataError("the blend YAML has no seq_length; set it (or re-run `bloomdata blend --seq-length`)")
+    if spec.split is not None:
+        split = spec.split
+    else:
+        split = spec.train_range if split_name == "train" else spec.valid_range
+    seed = 1234 if spec.seed is None else spec.seed
+    return build_blend(
+        spec.prefixes, spec.weights, num_samples, spec.seq_length, seed, split, split_name, cache_dir, compat, **kwargs
+    )

@@ -1,0 +1,100 @@
+"""`bloomdata blend`: alpha sampling with floor/cap/overrides, the four output files, warnings, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import yaml
+from megatron_oracle import write_dataset
+
+from bloomdata import cli
+from bloomdata.blend import blend_from_spec
+from bloomdata.blend_weights import alpha_weights, constrain, load_blend_spec
+from bloomdata.errors import BloomDataError
+from bloomdata.indexed import IndexedDataset
+
+
+def test_alpha_weights_follow_the_power_law():
+    tokens = {"en": 1_000_000, "fr": 100_000, "yo": 1_000}
+    for alpha in (0.0, 0.3, 1.0):
+        w = alpha_weights(tokens, alpha)
+        expected = np.array([1e6, 1e5, 1e3]) ** alpha
+        np.testing.assert_allclose(list(w.values()), expected / expected.sum(), rtol=1e-12)
+    with pytest.raises(BloomDataError, match="alpha"):
+        alpha_weights(tokens, -1)
+    with pytest.raises(BloomDataError, match="yo"):
+        alpha_weights({"en": 5, "yo": 0}, 0.3)
+
+
+def test_floor_cap_and_overrides():
+    base = alpha_weights({"en": 10**9, "fr": 10**8, "sw": 10**6, "yo": 10**4}, 0.5)
+    w = constrain(base, floor=0.05, cap=0.5)
+    assert abs(sum(w.values()) - 1) < 1e-12
+    assert all(0.05 - 1e-12 <= x <= 0.5 + 1e-12 for x in w.values())
+    # en is capped; of the 0.5 left, sw and yo fall under the floor; fr takes the rest
+    assert (w["en"], w["fr"], w["sw"], w["yo"]) == pytest.approx((0.5, 0.4, 0.05, 0.05))
+    o = constrain(base, overrides={"en": 0.25})
+    assert o["en"] == 0.25 and abs(sum(o.values()) - 1) < 1e-12
+    assert o["fr"] / o["sw"] == pytest.approx(base["fr"] / base["sw"])
+    with pytest.raises(BloomDataError, match="floor"):
+        constrain(base, floor=0.3)
+    with pytest.raises(BloomDataError, match="unknown"):
+        constrain(base, overrides={"de": 0.1})
+    with pytest.raises(BloomDataError, match="overrides sum"):
+        constrain(base, overrides={"en": 0.7, "fr": 0.6})
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("langs")
+    for k, (name, docs) in enumerate({"en": 400, "fr": 120, "yo": 20}.items()):
+        write_dataset(root / name, num_docs=docs, seed=k, max_len=60)
+    return root
+
+
+def test_cli_writes_table_chart_yaml_and_warns(data_dir, tmp_path, capsys):
+    out = tmp_path / "blend"
+    argv = ["blend", "--datasets-dir", str(data_dir), "--budget", "20000", "--alpha", "0.3", "--floor", "0.05",
+            "--max-epochs", "3", "--seq-length", "16", "--seed", "7", "--split", "90,8,2", "--out", str(out)]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    assert "| language | tokens | weight | tokens drawn | effective epochs |" in captured.out
+    assert "warning: yo would be repeated" in captured.err
+    table = json.loads((out / "blend.json").read_text())
+    tokens = {d["name"]: d["tokens"] for d in table["datasets"]}
+    for name in ("en", "fr", "yo"):
+        ds = IndexedDataset(data_dir / name)
+        train_end = int(round(0.9 * len(ds)))
+        assert tokens[name] == int(ds.sizes[:train_end].sum())
+    expected = constrain(alpha_weights(tokens, 0.3), floor=0.05)
+    for d in table["datasets"]:
+        assert d["weight"] == pytest.approx(expected[d["name"]], rel=1e-12)
+        assert d["tokens_drawn"] == round(d["weight"] * 20000)
+        assert d["epochs"] == pytest.approx(d["tokens_drawn"] / d["tokens"])
+    assert (out / "blend.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "blend.md").read_text().startswith("| language |")
+    raw = yaml.safe_load((out / "blend.yaml").read_text())
+    assert raw["seq_length"] == 16 and raw["split"] == "90,8,2" and len(raw["datasets"]) == 3
+    spec = load_blend_spec(str(out / "blend.yaml"))
+    blend = blend_from_spec(spec, 300, "train")
+    assert len(blend) >= 300 and len(blend[0]) == 17
+
+
+def test_cli_override_and_errors(data_dir, tmp_path, capsys):
+    out = tmp_path / "o"
+    argv = ["blend", "--dataset", f"en={data_dir / 'en'}", "--dataset", f"fr={data_dir / 'fr'}", "--budget", "1e4",
+            "--override", "en=0.6", "--train-range", "0:0.95", "--valid-range", "0.95:1", "--out", str(out)]
+    assert cli.main(argv) == 0
+    spec = load_blend_spec(str(out / "blend.yaml"))
+    assert [d.weight for d in spec.datasets] == pytest.approx([0.6, 0.4])
+    assert spec.weighted_split("train").startswith("train: 0.6 0:0.95 ")
+    capsys.readouterr()
+    assert cli.main(["blend", "--dataset", f"xx={tmp_path / 'nope'}", "--budget", "10", "--out", str(out)]) == 2
+    assert "nope.idx" in capsys.readouterr().err
+    assert cli.main(["blend", "--datasets-dir", str(data_dir), "--budget", "lots", "--out", str(out)]) == 2
+    assert "--budget" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text("datasets: [{name: en, prefix: x, weight: -1}]\n")
+    with pytest.raises(BloomDataError, match="invalid blend"):
+        load_blend_spec(str(tmp_path / "bad.yaml"))
