@@ -1,0 +1,98 @@
+"""``bloomtrain train --config configs/train/NAME.yaml [key=value ...]``: the composition root.
+
+Launch under torchrun or the DeepSpeed launcher (one process per device); without a launcher it runs as a
+single process. Every object is built here from the typed config and passed explicitly::
+
+    ParallelState -> PipelineModule (specs, tied head, loss) -> DeepSpeed engine (generated config)
+                  -> data (samples + Megatron sampler) -> Checkpointer / Metrics / StopRequests -> Trainer
+
+``run(cfg)`` is the same path for tests that already joined a process group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+from bloomtrain.checkpointing import Checkpointer, StopRequests, seed_everything
+from bloomtrain.config import TrainConfig, load_config
+from bloomtrain.data import build_datasets
+from bloomtrain.engine import build_engine
+from bloomtrain.metrics import Metrics
+from bloomtrain.parallel.pipeline import LossFn, build_pipeline
+from bloomtrain.parallel.state import ParallelState
+from bloomtrain.schedules import BatchSchedule
+from bloomtrain.trainer import Trainer, TrainResult
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_distributed() -> None:
+    """Join the launcher's process group (env://), or make a one-process group when run directly.
+
+    Also attaches DeepSpeed's comm layer when torch.distributed is already up (tests, notebooks).
+    """
+    if not dist.is_initialized() and "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(_free_port()))
+    os.environ.setdefault("LOCAL_RANK", os.environ.get("RANK", "0"))
+    import deepspeed  # noqa: PLC0415
+    from deepspeed.accelerator import get_accelerator  # noqa: PLC0415
+
+    from bloomtrain.engine import skip_cpu_shm_comm_build  # noqa: PLC0415
+
+    skip_cpu_shm_comm_build()
+    deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
+
+
+def build_trainer(cfg: TrainConfig) -> Trainer:
+    init_distributed()
+    world = dist.get_world_size()
+    dp = cfg.dp_size(world)
+    state = ParallelState.from_sizes(cfg.parallel.tp, cfg.parallel.pp, dp)
+    # Megatron's per-stage seed: identical init streams across TP and DP, distinct per pipeline stage.
+    seed_everything(cfg.seed + 100 * state.pp_rank)
+    loss_fn = LossFn(state)
+    module = build_pipeline(cfg.model, state, partition_method=cfg.parallel.partition_method,
+                            activation_checkpointing=cfg.parallel.activation_checkpointing, loss_fn=loss_fn)
+    engine = build_engine(module, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0))
+    train_data, valid_data = build_datasets(cfg)
+    return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, Checkpointer(cfg, engine, state),
+                   Metrics(cfg, dist.get_rank(), world), StopRequests(cfg))
+
+
+def run(cfg: TrainConfig) -> TrainResult:
+    trainer = build_trainer(cfg)
+    trainer.stop.install()
+    try:
+        trainer.resume()
+        return trainer.fit()
+    finally:
+        trainer.stop.uninstall()
+        trainer.metrics.close()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="bloomtrain train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="YAML file (configs/train/NAME.yaml)")
+    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-4")
+    args = parser.parse_args(argv)
+    cfg = load_config(args.config, args.overrides)
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    result = run(cfg)
+    if dist.get_rank() == 0:
+        pos = result.position
+        print(f"bloomtrain: done at iteration {pos.iteration} ({pos.consumed_samples} samples, "
+              f"{pos.skipped_iters} skipped); stopped by {result.stopped_by or 'the training length'}; "
+              f"last checkpoint {result.last_saved}", flush=True)
+    dist.destroy_process_group()
+    return 0

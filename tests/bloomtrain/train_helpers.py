@@ -1,0 +1,55 @@
+"""Shared pieces of the trainer tests: the tiny run config and a rank function for run_distributed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch.distributed as dist
+
+TINY = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny-cpu.yaml"
+
+# fp32, a high LR and an active clip so that 5 steps move the weights visibly; warmup makes step 1 lr 0.
+EXACT = [
+    "optim.precision=fp32", "optim.lr=1e-2", "optim.min_lr=1e-3", "optim.clip_grad=0.5",
+    "schedule.micro_batch_size=2", "schedule.global_batch_size=8", "schedule.train_iters=5",
+    "schedule.warmup_samples=8", "schedule.decay_samples=64", "logging.eval_interval=0",
+]
+
+
+def train_rank(overrides: list[str]) -> dict:
+    """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need."""
+    from bloomtrain.config import load_config
+    from bloomtrain.train import build_trainer
+
+    cfg = load_config(TINY, overrides)
+    trainer = build_trainer(cfg)
+    error = None
+    try:
+        trainer.resume()
+        result = trainer.fit()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        error, result = f"{type(exc).__name__}: {exc}", None
+    engine, state = trainer.engine, trainer.state
+    topo = engine.module._topo
+    rank = dist.get_rank()
+
+    def mine(axis: str) -> list[int]:
+        return next(g for g in topo.get_axis_comm_lists(axis) if rank in g)
+
+    groups = {
+        "ours": {name: sorted(dist.get_process_group_ranks(g)) if g is not None else [rank]
+                 for name, g in (("tp", state.tp_group), ("dp", state.dp_group), ("pp", state.pp_group))},
+        "deepspeed": {"tp": mine("model"), "dp": mine("data"), "pp": mine("pipe")},
+    }
+    opt = engine.optimizer
+    return {
+        "losses": result.losses if result else {},
+        "eval": result.eval_losses if result else {},
+        "position": result.position.as_dict() if result else None,
+        "error": error,
+        "optimizer": type(opt).__name__,
+        "grad_acc_dtype": str(getattr(opt, "grad_acc_dtype", None)),
+        "skipped_steps": engine.skipped_steps,
+        "groups": groups,
+        "coords": (state.tp_rank, state.pp_rank, state.dp_rank),
+    }
