@@ -319,8 +319,13 @@ def _locked_out_dir(out_dir: str) -> Iterator[None]:
 
 
 def _remove_stray_temps(out_dir: str) -> None:
-    """Temp files of a killed build (merge outputs, summary, markers); called under the lock."""
-    for directory in (out_dir, os.path.join(out_dir, SHARDS_DIR)):
+    """Temp files of killed builds or workers (outputs, summary, markers, shard parts). Called under the
+    lock, so no live build owns them (an orphaned task on an external cluster may; it redoes its shard)."""
+    shards_dir = os.path.join(out_dir, SHARDS_DIR)
+    directories = [out_dir, shards_dir]
+    if os.path.isdir(shards_dir):
+        directories += [e.path for e in os.scandir(shards_dir) if e.is_dir()]
+    for directory in directories:
         if os.path.isdir(directory):
             for entry in os.scandir(directory):
                 if ".tmp-" in entry.name and entry.is_file():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -65,8 +66,11 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         return
     if n_workers < 1:
         raise BloomDataError(f"a local Dask cluster needs at least 1 worker, got {n_workers}")
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                           env=dict(WORKER_ENV), silence_logs=logging.ERROR)
+    with warnings.catch_warnings():
+        # with the dashboard off the scheduler still serves /health on 8787 or, when taken, any free port
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, env=dict(WORKER_ENV), silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:
         yield client
 

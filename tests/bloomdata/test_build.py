@@ -1,0 +1,330 @@
+"""`bloomdata build`: tokens equal the tokenizer's own encoding, megatron-core reads the files, bytes are
+identical for 1/2/4 workers, crashes (a killed worker, a SIGKILLed build, a lost marker) rerun to the same
+bytes, and every bad input is counted, rejected or refused with a one-line error.
+
+One 2-worker LocalCluster (processes) is shared by the module; the 1- and 4-worker builds start their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bloomdata.build import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, run_build
+from bloomdata.cli import main as cli_main
+from bloomdata.documents import REJECT_REASONS, SourceConfig
+from bloomdata.errors import BloomDataError
+from bloomdata.indexed import IndexedDataset
+from bloomdata.tokenizer import load_tokenizer
+
+LANGS = ("en", "fr", "zh", "ar")
+REPO = Path(__file__).resolve().parents[2]
+BIG_ROWS, BIG_SHARD_ROWS = 4 * (160 + 160 + 146 + 160), 300
+BIG_SHARDS = -(-BIG_ROWS // BIG_SHARD_ROWS)  # 9
+
+
+def _unshadow_distributed() -> None:
+    """pytest puts tests/ on sys.path (for tests/conftest.py), where tests/distributed.py (the gloo
+    harness, imported as ``tests.distributed``) shadows the ``distributed`` package, here and in every
+    spawned Dask worker (spawn copies sys.path). Drop that entry and any shim already imported."""
+    tests_dir = REPO / "tests"
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != tests_dir]
+    shim = sys.modules.get("distributed")
+    if shim is not None and Path(shim.__file__).resolve().parent == tests_dir:
+        del sys.modules["distributed"]
+
+
+_unshadow_distributed()
+
+
+@pytest.fixture(scope="module")
+def client():
+    import logging
+
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                           env={"TOKENIZERS_PARALLELISM": "false"}, silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory, corpus_dir) -> Path:
+    """Four languages of the shared corpus (160, 160, 146, 160 documents)."""
+    out = tmp_path_factory.mktemp("corpus")
+    for lang in LANGS:
+        (out / f"{lang}.jsonl").write_bytes((corpus_dir / f"{lang}.jsonl").read_bytes())
+    return out
+
+
+@pytest.fixture(scope="module")
+def big_jsonl(tmp_path_factory, corpus_dir) -> Path:
+    """~3 MB, 2,400 documents of mixed languages (repeated and shuffled): shards that take long enough
+    (~0.2-0.5 s each) to be interrupted."""
+    rows = [line for lang in LANGS for line in (corpus_dir / f"{lang}.jsonl").read_text().splitlines()]
+    rows = rows * 4
+    random.Random(0).shuffle(rows)
+    assert len(rows) == BIG_ROWS
+    path = tmp_path_factory.mktemp("big") / "mixed.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def _config(inputs, tok, out, **kw) -> BuildConfig:
+    sources = [SourceConfig(paths=[str(p)]) for p in inputs]
+    return BuildConfig(sources=sources, tokenizer=str(tok), out_dir=str(out), progress=False, **kw)
+
+
+def _outputs(out: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.suffix in (".bin", ".idx")}
+
+
+def _temps(out: Path) -> list[Path]:
+    return [p for p in out.rglob("*") if ".tmp-" in p.name]
+
+
+@pytest.fixture(scope="module")
+def reference_big(tmp_path_factory, big_jsonl, small_tokenizer_dir) -> dict[str, bytes]:
+    """The big file built in-process (no Dask): what every interrupted build must reproduce."""
+    out = tmp_path_factory.mktemp("ref_big")
+    run_build(_config([big_jsonl], small_tokenizer_dir, out, append_eod=True, workers=0,
+                      max_rows_per_shard=BIG_SHARD_ROWS))
+    return _outputs(out)
+
+
+def test_tokens_equal_direct_encoding_and_megatron_reads(tmp_path, client, small_corpus, small_tokenizer_dir):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset as MegatronIndexedDataset
+
+    summary = run_build(_config([small_corpus], small_tokenizer_dir, tmp_path, append_eod=True,
+                                max_rows_per_shard=70), client=client)
+    tok = load_tokenizer(small_tokenizer_dir)
+    assert sorted(summary["outputs"]) == sorted(LANGS)
+    assert summary["dtype"] == "uint16" and summary["shards"] == {"total": 12, "built": 12, "reused": 0}
+    for lang in LANGS:
+        texts = [json.loads(line)["text"] for line in (small_corpus / f"{lang}.jsonl").read_text().splitlines()]
+        ds = IndexedDataset(tmp_path / lang)
+        theirs = MegatronIndexedDataset(str(tmp_path / lang))
+        assert len(ds) == len(texts) == ds.num_documents == len(theirs)
+        np.testing.assert_array_equal(theirs.document_indices, np.arange(len(texts) + 1))
+        np.testing.assert_array_equal(theirs.sequence_lengths, ds.sizes)
+        assert theirs.index.dtype == np.uint16
+        for i, text in enumerate(texts):
+            expected = tok.encode(text, add_special_tokens=False).ids + [2]  # </s> = 2
+            assert ds[i].tolist() == expected, (lang, i)
+            if i % 40 == 0:
+                np.testing.assert_array_equal(theirs[i], ds[i])
+        out = summary["outputs"][lang]
+        assert out["documents"] == len(texts) and out["tokens"] == int(ds.sizes.sum())
+    on_disk = json.loads((tmp_path / SUMMARY_FILE).read_text())
+    assert on_disk["tokens"] == summary["tokens"] == sum(o["tokens"] for o in summary["outputs"].values())
+    assert on_disk["rejects_total"] == 0 and set(on_disk["rejects"]) == set(REJECT_REASONS)
+    assert summary["throughput_mb_s"] > 0 and summary["tokens_per_s"] > 0
+    assert not (tmp_path / SHARDS_DIR).exists() and not _temps(tmp_path)
+
+
+def test_identical_bytes_for_any_worker_count_and_sharding(tmp_path, client, small_corpus, small_tokenizer_dir):
+    """1 and 4 workers (their own LocalClusters), the shared 2-worker cluster and in-process all write
+    the same bytes; so do whole-file shards and row-range shards."""
+    results = {}
+    for label, kw, c in [("w1", {"workers": 1, "max_rows_per_shard": 40}, None),
+                         ("w2", {"max_rows_per_shard": 40}, client),
+                         ("w4", {"workers": 4, "max_rows_per_shard": 40}, None),
+                         ("w0-files", {"workers": 0}, None)]:
+        run_build(_config([small_corpus], small_tokenizer_dir, tmp_path / label, **kw), client=c)
+        results[label] = _outputs(tmp_path / label)
+    assert len(results["w1"]) == 2 * len(LANGS)
+    for label in ("w2", "w4", "w0-files"):
+        assert results[label] == results["w1"], label
+    # one output for everything (split_by none): the languages concatenated in plan order (sorted paths)
+    run_build(_config([small_corpus], small_tokenizer_dir, tmp_path / "one", split_by="none",
+                      max_rows_per_shard=40), client=client)
+    merged = IndexedDataset(tmp_path / "one" / "all")
+    parts = [IndexedDataset(tmp_path / "w1" / lang) for lang in sorted(LANGS)]
+    assert len(merged) == sum(len(p) for p in parts)
+    np.testing.assert_array_equal(merged.sizes, np.concatenate([p.sizes for p in parts]))
+    assert (tmp_path / "one" / "all.bin").read_bytes() == b"".join(
+        (tmp_path / "w1" / f"{lang}.bin").read_bytes() for lang in sorted(LANGS))
+
+
+def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big_jsonl, small_tokenizer_dir,
+                                                           reference_big):
+    """SIGKILL the worker process while it writes a shard (its pid is in the temp file's name): Dask
+    reruns the task elsewhere, the rerun starts that shard afresh, the bytes are unchanged."""
+    config = _config([big_jsonl], small_tokenizer_dir, tmp_path, append_eod=True,
+                     max_rows_per_shard=BIG_SHARD_ROWS)
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(summary=run_build(config, client=client)))
+    thread.start()
+    killed = None
+    deadline = time.time() + 60
+    while killed is None and thread.is_alive() and time.time() < deadline:
+        for tmp in (tmp_path / SHARDS_DIR).glob("*/*.bin.tmp-*"):
+            pid = int(tmp.name.rsplit("-", 1)[1])
+            if pid != os.getpid():
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+                break
+        time.sleep(0.005)
+    thread.join(120)
+    assert killed is not None, "the build finished before a worker could be killed"
+    assert result["summary"]["shards"]["built"] == BIG_SHARDS
+    assert _outputs(tmp_path) == reference_big
+    assert not _temps(tmp_path)
+
+
+def test_sigkilled_build_process_reruns_only_unfinished_shards(tmp_path, client, big_jsonl, small_tokenizer_dir,
+                                                                reference_big):
+    cmd = [sys.executable, "-m", "bloomdata.cli", "build", "--input", str(big_jsonl), "--tokenizer",
+           str(small_tokenizer_dir), "--out", str(tmp_path), "--workers", "1", "--append-eod",
+           "--max-rows-per-shard", str(BIG_SHARD_ROWS), "--keep-shards", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 90
+        while not list((tmp_path / SHARDS_DIR).glob("*.done.json")) and time.time() < deadline:
+            assert proc.poll() is None, "the build exited before it could be killed"
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the build and its LocalCluster workers (one session)
+        proc.wait(30)
+    assert not (tmp_path / SUMMARY_FILE).exists(), "the build finished before it was killed"
+    finished = len(list((tmp_path / SHARDS_DIR).glob("*.done.json")))
+    assert 1 <= finished < BIG_SHARDS
+    assert not any(p.suffix in (".bin", ".idx") for p in tmp_path.iterdir())  # nothing merged, nothing half
+    summary = run_build(_config([big_jsonl], small_tokenizer_dir, tmp_path, append_eod=True,
+                                max_rows_per_shard=BIG_SHARD_ROWS), client=client)
+    assert summary["shards"] == {"total": BIG_SHARDS, "built": BIG_SHARDS - finished, "reused": finished}
+    assert _outputs(tmp_path) == reference_big
+    assert not _temps(tmp_path)
+
+
+def test_lost_marker_stray_temp_and_changed_inputs(tmp_path, client, small_corpus, small_tokenizer_dir):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for lang in LANGS:
+        (corpus / f"{lang}.jsonl").write_bytes((small_corpus / f"{lang}.jsonl").read_bytes())
+    out = tmp_path / "out"
+    config = _config([corpus], small_tokenizer_dir, out, keep_shards=True)
+    first = run_build(config, client=client)
+    reference = _outputs(out)
+    again = run_build(config, client=client)
+    assert again["up_to_date"] and again["fingerprint"] == first["fingerprint"]
+
+    # a crash before the merge: one marker lost, a stray temp file, no outputs yet
+    markers = sorted((out / SHARDS_DIR).glob("*.done.json"))
+    markers[1].unlink()
+    (out / SHARDS_DIR / markers[2].name.removesuffix(".done.json") / "x.bin.tmp-999999").write_bytes(b"junk")
+    (out / "en.bin.tmp-999999").write_bytes(b"junk")
+    for p in [*out.glob("*.bin"), *out.glob("*.idx"), out / SUMMARY_FILE]:
+        p.unlink()
+    rerun = run_build(config, client=client)
+    assert rerun["shards"] == {"total": 4, "built": 1, "reused": 3}
+    assert _outputs(out) == reference and not _temps(out)
+
+    # a changed input file (size and mtime) is rebuilt, never reused; the others are reused
+    with open(corpus / "fr.jsonl", "a") as f:
+        f.write(json.dumps({"text": "Une phrase de plus.", "lang": "fr"}) + "\n")
+    changed = run_build(config, client=client)
+    assert changed["shards"] == {"total": 4, "built": 1, "reused": 3}
+    assert changed["outputs"]["fr"]["documents"] == 161
+    # a different setting (append_eod) changes every key
+    eod = run_build(config.model_copy(update={"append_eod": True}), client=client)
+    assert eod["shards"]["built"] == 4
+    assert eod["tokens"] == changed["tokens"] + changed["documents"]
+
+
+BAD_LINES = [
+    b'{"text": "good one", "lang": "en"}',
+    b'{"text": "broken json", ',
+    b'{"text": "bad \xff\xfe utf8"}',
+    b'{"lang": "en"}',
+    b'{"text": 42}',
+    b'{"text": ""}',
+    b'{"text": "good two", "lang": "en"}',
+]
+
+
+@pytest.fixture()
+def bad_input(tmp_path) -> Path:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(b"\n".join(BAD_LINES) + b"\n")
+    return path
+
+
+def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, small_tokenizer_dir):
+    out = tmp_path / "out"
+    summary = run_build(_config([bad_input], small_tokenizer_dir, out, split_by="none"), client=client)
+    assert summary["rejects"] == {"malformed_json": 1, "invalid_utf8": 1, "missing_text": 1,
+                                  "non_string_text": 1, "empty_text": 1}
+    assert summary["documents"] == 2 and IndexedDataset(out / "all").num_documents == 2
+    examples = [json.loads(line) for line in (out / REJECTS_FILE).read_text().splitlines()]
+    assert [e["where"] for e in examples] == [f"{bad_input}:{n}" for n in (2, 3, 4, 5, 6)]
+    assert [e["reason"] for e in examples] == ["malformed_json", "invalid_utf8", "missing_text",
+                                               "non_string_text", "empty_text"]
+
+
+def test_strict_fails_naming_file_line_through_dask(tmp_path, client, bad_input, small_tokenizer_dir):
+    out = tmp_path / "out"
+    with pytest.raises(BloomDataError, match=rf"{bad_input}:2: malformed_json"):
+        run_build(_config([bad_input], small_tokenizer_dir, out, strict=True), client=client)
+    assert not [p for p in out.rglob("*") if p.suffix in (".bin", ".idx")] and not _temps(out)
+
+
+def _cli(capsys, *args) -> tuple[int, str]:
+    rc = cli_main(["build", *map(str, args)])
+    return rc, capsys.readouterr().err.strip()
+
+
+def test_cli_errors_are_one_line_and_write_nothing(tmp_path, capsys, bad_input, small_tokenizer_dir):
+    out = tmp_path / "out"
+    rc, err = _cli(capsys, "--input", bad_input, "--tokenizer", small_tokenizer_dir, "--out", out,
+                   "--workers", 0, "--strict", "--no-progress")
+    assert rc == 2 and len(err.splitlines()) == 1 and f"{bad_input}:2" in err
+    assert not [p for p in out.rglob("*") if p.suffix in (".bin", ".idx")] and not _temps(out)
+
+    for args, needle in [
+        (["--input", tmp_path / "missing.jsonl", "--tokenizer", small_tokenizer_dir], "missing.jsonl"),
+        (["--input", bad_input, "--tokenizer", tmp_path / "no_tokenizer"], "no_tokenizer"),
+    ]:
+        rc, err = _cli(capsys, *args, "--out", tmp_path / "never", "--workers", 0)
+        assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+        assert not (tmp_path / "never").exists()
+
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    rc, err = _cli(capsys, "--input", bad_input, "--tokenizer", small_tokenizer_dir, "--out", blocker / "sub",
+                   "--workers", 0)
+    assert rc == 2 and len(err.splitlines()) == 1 and "a_file" in err and "--out" in err
+    rc, err = _cli(capsys, "--input", bad_input, "--out", tmp_path / "x")
+    assert rc == 2 and "--tokenizer" in err
+
+
+def test_cli_config_yaml_with_flag_overrides(tmp_path, capsys, small_corpus, small_tokenizer_dir):
+    config = tmp_path / "build.yaml"
+    config.write_text(f"""
+sources:
+  - paths: ["{small_corpus}/en.jsonl"]
+    lang: english
+tokenizer: {small_tokenizer_dir}
+out_dir: {tmp_path / 'from_yaml'}
+workers: 0
+append_eod: false
+""")
+    rc = cli_main(["build", "--config", str(config), "--append-eod", "--no-progress", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and list(summary["outputs"]) == ["english"] and summary["append_eod"] is True
+    assert summary["tokens"] == IndexedDataset(tmp_path / "from_yaml" / "english").num_tokens
+    config.write_text("sources: []\ntokenizer: x\nout_dir: y\n")
+    rc = cli_main(["build", "--config", str(config)])
+    assert rc == 2 and "sources" in capsys.readouterr().err
