@@ -1,0 +1,142 @@
+"""Checkpoints that survive crashes: SIGKILL at a random step, SIGTERM, kill switch, keep-last-K, NaN skips."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bloomtrain.checkpoint_format import load_merged_states
+from bloomtrain.checkpointing import prune, read_latest, write_latest
+from tests.bloomtrain.train_helpers import EXACT, TINY, fork_training, train_rank
+from tests.distributed import run_distributed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _ckpt(tmp: Path, iters: int = 6) -> list[str]:
+    return [*EXACT, f"schedule.train_iters={iters}", f"checkpoint.dir={tmp}", "checkpoint.save_interval=1",
+            "checkpoint.keep_last=2", f"logging.dir={tmp / 'logs'}"]
+
+
+def _records(log_dir: Path) -> list[dict]:
+    path = log_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _wait_for_iteration(log_dir: Path, iteration: int, proc, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(r.get("iteration", 0) >= iteration for r in _records(log_dir)):
+            return
+        if proc.poll() if hasattr(proc, "poll") else not proc.is_alive():
+            raise AssertionError("training ended before the signal could be sent")
+        time.sleep(0.01)
+    raise AssertionError(f"iteration {iteration} not reached in {timeout}s")
+
+
+def _one(overrides: list[str]) -> dict:
+    return run_distributed(train_rank, 1, overrides, timeout_s=300)[0]
+
+
+def test_sigkill_at_a_random_step_then_resume_reproduces_the_losses_exactly(tmp_path):
+    baseline = _one(_ckpt(tmp_path / "a"))
+    assert baseline["error"] is None, baseline["error"]
+
+    kill_at = random.Random().randint(2, 5)
+    print(f"SIGKILL after iteration {kill_at} was logged")
+    run_dir = tmp_path / "b"
+    proc = fork_training(_ckpt(run_dir))
+    _wait_for_iteration(run_dir / "logs", kill_at, proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    saved = read_latest(run_dir)
+    assert saved is not None  # at least global_step1 was complete
+
+    resumed = _one(_ckpt(run_dir))
+    assert resumed["error"] is None, resumed["error"]
+    first = int(saved.removeprefix("global_step")) + 1
+    assert min(resumed["losses"]) == first
+    for it in range(first, 7):
+        assert resumed["losses"][it] == baseline["losses"][it], it  # bitwise: fp32 on CPU
+    assert resumed["position"] == baseline["position"]
+    steps = sorted(p.name for p in run_dir.iterdir() if p.name.startswith("global_step"))
+    assert steps == ["global_step5", "global_step6"]  # keep_last=2
+    assert read_latest(run_dir) == "global_step6"
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
+    ckpt, logs = tmp_path / "ckpt", tmp_path / "logs"
+    cmd = [sys.executable, "-m", "bloomtrain.cli", "train", "--config", str(TINY), *EXACT,
+           "schedule.train_iters=10000", f"checkpoint.dir={ckpt}", "checkpoint.save_interval=null",
+           f"logging.dir={logs}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for_iteration(logs, 2, proc, timeout=240)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "stopping at iteration" in out and "signal SIGTERM" in out
+    last = max(r["iteration"] for r in _records(logs))
+    tag = read_latest(ckpt)
+    assert tag == f"global_step{last}"
+    files = {p.name for p in (ckpt / tag).iterdir()}
+    # spec indices: 1 embedding, 3..4 blocks, 6 final LN; the tied head (7) is never saved
+    assert {"layer_01-model_00-model_states.pt", "layer_03-model_00-model_states.pt",
+            "layer_04-model_00-model_states.pt", "layer_06-model_00-model_states.pt",
+            "mp_rank_00_model_states.pt", "bloomtrain_model.json"} <= files
+    assert not any(name.startswith("layer_07") for name in files)
+    # the model files are readable by the export path (bloomtrain.checkpoint_format)
+    config, merged = load_merged_states(ckpt)
+    assert set(merged[1]) == {"word_embeddings.weight", "word_embeddings.norm.weight", "word_embeddings.norm.bias"}
+    assert config.num_layers == 2
+
+    # a kill-switch file stops the resumed run after one more iteration, with a checkpoint
+    switch = tmp_path / "KILL"
+    switch.touch()
+    r = _one([*EXACT, "schedule.train_iters=10000", f"checkpoint.dir={ckpt}", f"checkpoint.kill_switch_path={switch}"])
+    assert r["error"] is None, r["error"]
+    assert list(r["losses"]) == [last + 1]
+    assert read_latest(ckpt) == f"global_step{last + 1}"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_injected_nan_is_skipped_and_counted(precision):
+    r = _one([*EXACT, f"optim.precision={precision}", "schedule.train_iters=4", "stability.inject_nan_at_iters=[2]"])
+    assert r["error"] is None, r["error"]
+    assert math.isnan(r["losses"][2])
+    assert all(math.isfinite(r["losses"][i]) for i in (1, 3, 4))
+    assert r["skipped_steps"] == 1  # DeepSpeed's own counter agrees
+    pos = r["position"]
+    assert pos["skipped_iters"] == 1 and pos["consumed_samples"] == 32 and pos["scheduled_samples"] == 24
+
+
+def test_consecutive_non_finite_steps_save_and_stop(tmp_path):
+    r = _one([*EXACT, "schedule.train_iters=6", "stability.inject_nan_at_iters=[2, 3]",
+              "stability.max_consecutive_skips=2", f"checkpoint.dir={tmp_path}"])
+    assert r["error"] is not None and "2 consecutive iterations" in r["error"]
+    assert read_latest(tmp_path) == "global_step3"
+
+
+def test_latest_is_replaced_atomically_and_prune_keeps_the_newest(tmp_path):
+    for step in (1, 2, 3, 10):
+        (tmp_path / f"global_step{step}").mkdir()
+    write_latest(tmp_path, "global_step10")
+    assert read_latest(tmp_path) == "global_step10"
+    assert not list(tmp_path.glob(".latest*"))  # no temp file left behind
+    assert prune(tmp_path, 2, protect="global_step10") == ["global_step2", "global_step1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step10", "global_step3", "latest"]
