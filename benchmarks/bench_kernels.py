@@ -1,0 +1,169 @@
+"""Fused kernels vs eager PyTorch vs torch.compile (vs apex on a GPU), per kernel and per model step.
+
+    python benchmarks/bench_kernels.py --quick            # CPU, small shapes, ~1 minute after the build
+    python benchmarks/bench_kernels.py --device cuda      # GPU: adds achieved bandwidth vs the card's peak
+
+Every row times forward + backward (the training cost) and prints milliseconds per implementation
+and the speed-up of each against eager PyTorch ("torch", the reference run). On a GPU it also
+times the forward alone and converts it to achieved DRAM bandwidth (bytes each op must move, see
+``_bytes``) against the card's peak from PEAK_GBPS. Goals (issue 5): GPU >= 80 % of peak on large
+shapes and >= 1.5x eager; CPU whole-model step >= 1.3x eager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from bloomtrain.kernels import get_kernels
+from bloomtrain.model.alibi import alibi_slopes
+
+# Peak DRAM bandwidth in GB/s by device-name substring (vendor datasheets), most specific first.
+PEAK_GBPS = {
+    "H200": 4800.0,
+    "H100 PCIe": 2000.0,
+    "H100": 3350.0,  # SXM5 HBM3
+    "A100-SXM4-80GB": 2039.0,
+    "A100 80GB PCIe": 1935.0,
+    "A100": 1555.0,  # 40 GB
+}
+
+
+def peak_gbps(name: str) -> float | None:
+    return next((v for k, v in PEAK_GBPS.items() if k in name), None)
+
+
+def _time(fn: Callable[[], object], device: str, warmup: int, iters: int) -> float:
+    """Median milliseconds of ``fn`` over ``iters`` runs."""
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    samples = []
+    for _ in range(iters):
+        start = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def _cases(device: str, quick: bool, dtype: torch.dtype):
+    """(op name, shape label, inputs builder, call(kernels, *inputs), bytes moved by the forward)."""
+    elt = torch.finfo(dtype).bits // 8
+    if device == "cuda":
+        rows, hidden = (4096, 4096) if quick else (16384, 14336)
+        heads, seq = (8, 1024) if quick else (16, 2048)
+    else:
+        rows, hidden = (512, 512) if quick else (2048, 1024)
+        heads, seq = (4, 128) if quick else (8, 512)
+    ffn = 4 * hidden
+
+    def t(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
+
+    slopes = alibi_slopes(heads).to(device)
+    yield ("layer_norm", f"{rows}x{hidden}", lambda: (t(rows, hidden), t(hidden), t(hidden)),
+           lambda k, x, w, b: k.layer_norm(x, w, b, 1e-5), 2 * rows * hidden * elt)
+    yield ("bias_gelu", f"{rows}x{ffn}", lambda: (t(rows, ffn), t(ffn)),
+           lambda k, x, b: k.bias_gelu(x, b), 2 * rows * ffn * elt)
+    # Causal: the fused kernel reads the lower triangle and writes the whole square.
+    yield ("alibi_softmax", f"1x{heads}x{seq}x{seq}", lambda: (t(1, heads, seq, seq),),
+           lambda k, s: k.alibi_softmax(s, slopes, 0.125), int(1.5 * heads * seq * seq * elt))
+
+
+def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> None:
+    warmup, iters = (2, 5) if quick else (5, 20)
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    peak = peak_gbps(name) if device == "cuda" else None
+    print(f"\n== per kernel, forward+backward, {device} ({name}), {dtype}; ratios vs torch (eager) ==")
+    header = f"{'op':<14}{'shape':<20}" + "".join(f"{k + ' ms':>14}" for k in kinds)
+    header += "".join(f"{k + ' x':>10}" for k in kinds if k != "torch")
+    if peak:
+        header += f"{'fused GB/s':>12}{'% peak':>8}"
+    print(header)
+    for op, label, make, call, nbytes in _cases(device, quick, dtype):
+        inputs = make()
+        times = {}
+        for kind in kinds:
+            k = get_kernels(kind)
+
+            def step(k=k, call=call, inputs=inputs):
+                out = call(k, *inputs)
+                torch.autograd.grad(out, inputs, torch.ones_like(out))
+
+            times[kind] = _time(step, device, warmup, iters)
+        line = f"{op:<14}{label:<20}" + "".join(f"{times[k]:>14.3f}" for k in kinds)
+        line += "".join(f"{times['torch'] / times[k]:>10.2f}" for k in kinds if k != "torch")
+        if peak:
+            with torch.no_grad():
+                fused = get_kernels("fused")
+                fwd = _time(lambda c=call, i=inputs, f=fused: c(f, *i), device, warmup, iters)
+            gbps = nbytes / fwd / 1e6
+            line += f"{gbps:>12.0f}{100 * gbps / peak:>7.0f}%"
+        print(line)
+
+
+def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> None:
+    from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
+
+    if device == "cuda":
+        layers, hidden, heads, batch, seq = (2, 1024, 16, 4, 1024) if quick else (4, 2048, 16, 8, 2048)
+    else:
+        layers, hidden, heads, batch, seq = (2, 256, 4, 2, 256) if quick else (4, 512, 8, 4, 512)
+    vocab = 1024
+    warmup, iters = (2, 3) if quick else (3, 10)
+    print(f"\n== model step (forward + loss + backward), {device}, {dtype}: layers={layers} hidden={hidden} "
+          f"heads={heads} batch={batch} seq={seq} vocab={vocab} ==")
+    ids = torch.randint(0, vocab, (batch, seq + 1), device=device, generator=None)
+    times = {}
+    for kind in kinds:
+        config = ModelConfig(num_layers=layers, hidden_size=hidden, num_heads=heads, vocab_size=vocab,
+                             pad_vocab_size_to=vocab, seq_length=seq, kernels=kind)
+        torch.manual_seed(0)
+        model = BloomModel(config, dtype=dtype, device=device)
+
+        def step(model=model):
+            loss = model.loss(model(ids[:, :-1]), ids[:, 1:])
+            loss.backward()
+
+        times[kind] = _time(step, device, warmup, iters)
+    for kind in kinds:
+        print(f"{kind:<10}{times[kind]:>10.1f} ms   x{times['torch'] / times[kind]:.2f} vs torch")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes and few repeats")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default=None,
+                        help="default: float32 on CPU, bfloat16 on CUDA")
+    parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow first compile)")
+    parser.add_argument("--skip-model", action="store_true")
+    args = parser.parse_args(argv)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    kinds = ["torch", "fused"] + ([] if args.no_compile else ["compile"])
+    if device == "cuda":
+        try:
+            import apex  # noqa: F401, PLC0415
+
+            kinds.append("apex")
+        except ImportError:
+            print("apex not installed: no apex column")
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, kinds {kinds}")
+    bench_kernels(device, args.quick, kinds, dtype)
+    if not args.skip_model:
+        bench_model(device, args.quick, kinds, dtype)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
