@@ -1,0 +1,145 @@
+"""``tokenizer_flow`` and ``dataset_flow``: thin Prefect wrappers over ``bloomdata``.
+
+Each flow takes the library's own pydantic config (``TokenizerTrainConfig``, ``BuildConfig``), so the
+deployment parameters are exactly the CLI's options. The flow adds what Prefect is for: retries of
+transient failures, a stage marker (``flows.stages``) so a finished stage is skipped, and artifacts
+(fertility per language; tokens per language; a progress bar while the build runs).
+
+Dask: ``dataset_flow`` runs ``bloomdata.build.run_build`` in the flow process, which places one task per
+shard on a fresh ``LocalCluster`` of ``config.workers`` processes, or on an existing cluster when
+``config.scheduler`` (tcp://host:8786) is set. We do not use ``DaskTaskRunner``: a Prefect task per shard
+costs several API calls each and stalls at a few thousand shards (reference §5.2, §6.6), while the build
+already has per-shard retries-by-marker; the progress artifact follows the shard markers instead.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import glob
+import threading
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
+
+from bloomdata.build import SHARDS_DIR, BuildConfig, run_build
+from bloomdata.documents import SourceConfig, plan_shards
+from bloomdata.fertility import fertility_table
+from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer, train_tokenizer
+from flows.stages import completed, config_hash, write_marker
+
+
+def source_files(sources: list[SourceConfig]) -> list[str]:
+    """The files behind the sources' paths and globs, so that editing the corpus invalidates a stage."""
+    return sorted({f for s in sources for p in s.paths for f in (glob.glob(p, recursive=True) or [p])})
+
+
+# --- tokenizer ------------------------------------------------------------------------------------------
+
+
+@task(name="train-tokenizer", retries=1, retry_delay_seconds=2)
+def train_tokenizer_task(config: TokenizerTrainConfig) -> dict[str, Any]:
+    return train_tokenizer(config)
+
+
+@task(name="fertility")
+def fertility_task(tokenizer_dir: str, sources: list[SourceConfig], max_docs_per_lang: int) -> list[dict]:
+    rows = fertility_table(load_tokenizer(tokenizer_dir), sources, max_docs_per_lang=max_docs_per_lang)
+    return [r.to_dict() for r in rows]
+
+
+def fertility_artifact(rows: list[dict]) -> None:
+    table = [{"language": r["lang"], "documents": r["docs"], "tokens": r["tokens"],
+              "tokens/word": None if r["tokens_per_word"] is None else round(r["tokens_per_word"], 3),
+              "tokens/char": round(r["tokens_per_char"], 4)} for r in rows]
+    create_table_artifact(table, key="tokenizer-fertility",
+                          description="tokens per word (space-separated scripts) and per character")
+
+
+@flow(name="tokenizer")
+def tokenizer_flow(config: TokenizerTrainConfig, fertility_docs_per_lang: int = 200,
+                   upstream: list[str] | None = None) -> dict[str, Any]:
+    """Train a BLOOM byte-level BPE tokenizer and report its fertility per language (skipped when done)."""
+    log = get_run_logger()
+    out = Path(config.out_dir).resolve()
+    digest = config_hash([config, fertility_docs_per_lang], upstream=upstream or [],
+                         inputs=source_files(config.sources))
+    if marker := completed(out, digest):
+        log.info("tokenizer: skipped, %s already holds tokenizer %s", out, digest)
+        fertility_artifact(marker["summary"]["fertility"])
+        return marker["summary"]
+    report = train_tokenizer_task(config.model_copy(update={"out_dir": str(out), "show_progress": False}))
+    rows = fertility_task(str(out), config.sources, fertility_docs_per_lang)
+    fertility_artifact(rows)
+    summary = {"tokenizer_dir": str(out), "vocab_size": report["vocab_size"], "hash": digest,
+               "identity": report["tokenizer_identity"], "languages": report["languages"], "fertility": rows}
+    write_marker(out, stage="tokenizer", digest=digest, outputs={"tokenizer": out / "tokenizer.json"},
+                 summary=summary, config=config)
+    log.info("tokenizer: %d tokens, %d languages -> %s", report["vocab_size"], len(report["languages"]), out)
+    return summary
+
+
+# --- dataset --------------------------------------------------------------------------------------------
+
+
+def _follow_shards(out_dir: Path, total: int, stop: threading.Event, every_s: float = 1.0) -> None:
+    """Progress artifact from the build's shard markers (written as each shard finishes, on any worker)."""
+    progress = create_progress_artifact(0.0, key="dataset-progress", description=f"shards tokenized of {total}")
+    last = -1
+    while not stop.wait(every_s):
+        done = len(list((out_dir / SHARDS_DIR).glob("*.done.json")))
+        if done != last:
+            update_progress_artifact(progress, 100.0 * min(done, total) / max(total, 1))
+            last = done
+    update_progress_artifact(progress, 100.0)
+
+
+@task(name="build-dataset", retries=2, retry_delay_seconds=[2, 10])
+def build_task(config: BuildConfig) -> dict[str, Any]:
+    """One build; a retry reuses every shard already marked done (the build's own markers)."""
+    out = Path(config.out_dir)
+    total = len(plan_shards(config.sources, config.max_rows_per_shard))
+    stop = threading.Event()
+    # The artifact client lives in context variables: give the watcher thread a copy of ours.
+    watcher = threading.Thread(target=contextvars.copy_context().run, args=(_follow_shards, out, total, stop),
+                               daemon=True, name="dataset-progress")
+    watcher.start()
+    try:
+        return run_build(config)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+
+
+def tokens_artifact(outputs: dict[str, dict]) -> None:
+    total = sum(o["tokens"] for o in outputs.values()) or 1
+    table = [{"language": name, "documents": o["documents"], "tokens": o["tokens"],
+              "share": round(o["tokens"] / total, 4), "bin MB": round(o["bin_bytes"] / 1e6, 3)}
+             for name, o in sorted(outputs.items())]
+    create_table_artifact(table, key="dataset-tokens", description="tokens per language in the built datasets")
+
+
+@flow(name="dataset")
+def dataset_flow(config: BuildConfig, upstream: list[str] | None = None) -> dict[str, Any]:
+    """Tokenize the corpus into per-language Megatron .bin/.idx datasets on Dask (skipped when done)."""
+    log = get_run_logger()
+    out = Path(config.out_dir).resolve()
+    tokenizer = Path(config.tokenizer)
+    tokenizer_file = tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
+    digest = config_hash(config.model_dump(exclude={"progress", "workers", "scheduler"}),
+                         upstream=upstream or [], inputs=[*source_files(config.sources), tokenizer_file])
+    if marker := completed(out, digest):
+        log.info("dataset: skipped, %s already holds build %s", out, digest)
+        tokens_artifact(marker["summary"]["outputs"])
+        return marker["summary"]
+    where = config.scheduler or f"a LocalCluster of {config.workers} processes"
+    log.info("dataset: tokenizing %d source(s) on %s", len(config.sources), where)
+    summary = build_task(config.model_copy(update={"out_dir": str(out), "progress": False}))
+    tokens_artifact(summary["outputs"])
+    summary = {**summary, "hash": digest}
+    outputs = {name: o["prefix"] + ".idx" for name, o in summary["outputs"].items()}
+    write_marker(out, stage="dataset", digest=digest, outputs=outputs, summary=summary, config=config)
+    log.info("dataset: %s documents, %s tokens in %d outputs -> %s", summary["documents"], summary["tokens"],
+             len(summary["outputs"]), out)
+    return summary

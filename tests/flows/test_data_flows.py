@@ -1,0 +1,83 @@
+"""tokenizer_flow and dataset_flow on a 3-language slice of the demo corpus, on the shared Prefect server.
+
+Checks the real outputs (a tokenizer that round-trips, per-language .bin/.idx whose token counts match a
+direct encode), the artifacts, the stage skip on rerun and the rebuild when the tokenizer changes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from bloomdata.build import BuildConfig
+from bloomdata.documents import SourceConfig
+from bloomdata.indexed import IndexedDataset
+from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer
+from flows.data import dataset_flow, tokenizer_flow
+
+CORPUS = Path(__file__).parents[2] / "flows" / "demo_corpus"
+LANGS = ("en", "zh", "yo")
+
+
+def _sources() -> list[SourceConfig]:
+    return [SourceConfig(paths=[str(CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in LANGS]
+
+
+def _texts(lang: str) -> list[str]:
+    with gzip.open(CORPUS / f"{lang}.jsonl.gz", "rt") as f:
+        return [json.loads(line)["text"] for line in f]
+
+
+def _artifact(key: str):
+    from prefect import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+    return found[-1] if found else None
+
+
+@pytest.fixture(scope="module")
+def dask_address():
+    """An existing cluster (threads, one worker) so dataset_flow's scheduler-address path is exercised."""
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
+                      dashboard_address=None) as cluster:
+        yield cluster.scheduler_address
+
+
+def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
+    tok_cfg = TokenizerTrainConfig(sources=_sources(), out_dir=str(tmp_path / "tok"), vocab_size=400,
+                                   byte_budget=150_000, min_frequency=2, show_progress=False)
+    tok = tokenizer_flow(tok_cfg, fertility_docs_per_lang=50)
+    tokenizer = load_tokenizer(tok["tokenizer_dir"])
+    assert tok["vocab_size"] == tokenizer.get_vocab_size() <= 400
+    assert tokenizer.decode(tokenizer.encode("Ẹ kú àárọ̀ 你好 hello").ids) == "Ẹ kú àárọ̀ 你好 hello"
+    rows = {r["lang"]: r for r in tok["fertility"]}
+    assert set(rows) == {*LANGS, "(all)"} and rows["en"]["docs"] == 50
+    table = json.loads(_artifact("tokenizer-fertility").data)
+    assert {r["language"] for r in table} == {*LANGS, "(all)"}
+
+    build = BuildConfig(sources=_sources(), tokenizer=tok["tokenizer_dir"], out_dir=str(tmp_path / "data"),
+                        append_eod=True, scheduler=dask_address, progress=False)
+    data = dataset_flow(build, upstream=[tok["hash"]])
+    for lang in LANGS:
+        ds = IndexedDataset(str(tmp_path / "data" / lang))
+        texts = _texts(lang)
+        expected = sum(len(e.ids) + 1 for e in tokenizer.encode_batch(texts))  # + </s> per document
+        assert ds.num_documents == len(texts) and ds.num_tokens == expected == data["outputs"][lang]["tokens"]
+    table = json.loads(_artifact("dataset-tokens").data)
+    assert {r["language"]: r["tokens"] for r in table} == {k: v["tokens"] for k, v in data["outputs"].items()}
+    assert _artifact("dataset-progress") is not None
+
+    # Rerun: both stages are skipped (the tokenizer file is not rewritten).
+    mtime = (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns
+    assert tokenizer_flow(tok_cfg, fertility_docs_per_lang=50)["hash"] == tok["hash"]
+    assert (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns == mtime
+    assert dataset_flow(build, upstream=[tok["hash"]])["hash"] == data["hash"]
+    # A different upstream (a retrained tokenizer) rebuilds the datasets.
+    assert dataset_flow(build, upstream=["another-tokenizer"])["hash"] != data["hash"]
