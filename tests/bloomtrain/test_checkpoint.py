@@ -91,7 +91,13 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
             proc.kill()
     assert proc.returncode == 0, out[-3000:]
     assert "stopping at iteration" in out and "signal SIGTERM" in out
-    last = max(r["iteration"] for r in _records(logs))
+    records = _records(logs)
+    last = max(r["iteration"] for r in records)
+    assert {"loss", "lr", "grad_norm", "consumed_samples", "consumed_tokens", "tokens_per_s", "tflops",
+            "hw_tflops", "memory_gib", "step_time_s", "skipped_iters"} <= set(records[0])
+    assert records[1]["consumed_tokens"] == 16 * 32
+    assert list((logs / "tensorboard").glob("events.out.tfevents.*"))
+    assert "iter 2/10000 | samples 16 | loss" in out
     tag = read_latest(ckpt)
     assert tag == f"global_step{last}"
     files = {p.name for p in (ckpt / tag).iterdir()}

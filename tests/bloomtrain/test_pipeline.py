@@ -1,0 +1,98 @@
+"""Pipeline spec list, partitioning and the start-up layout check; optimizer groups; MFU formula."""
+
+from __future__ import annotations
+
+import pytest
+from deepspeed.pipe import LayerSpec, TiedLayerSpec
+
+from bloomdata.errors import BloomDataError
+from bloomtrain.checkpoint_format import EMBED_INDEX, block_index, final_norm_index
+from bloomtrain.engine import counted_once, param_groups
+from bloomtrain.metrics import flops_per_iteration
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
+from bloomtrain.parallel.layers import mark_sharded
+from bloomtrain.parallel.pipeline import (
+    BloomTransformerLayerPipe,
+    EmbeddingPipe,
+    FinalLayerNorm,
+    check_layout,
+    layer_specs,
+    stage_bounds,
+)
+from bloomtrain.parallel.state import ParallelState
+
+
+def test_spec_indices_are_the_checkpoint_layer_indices():
+    cfg = ModelConfig.tiny(num_layers=3)
+    specs = layer_specs(cfg, ParallelState.single())
+    built = {i: s for i, s in enumerate(specs) if isinstance(s, LayerSpec)}
+    assert isinstance(built[EMBED_INDEX], TiedLayerSpec) and built[EMBED_INDEX].typename is EmbeddingPipe
+    assert built[EMBED_INDEX].forward_fn is None
+    assert [i for i, s in built.items() if s.typename is BloomTransformerLayerPipe] == [
+        block_index(i) for i in range(3)]
+    assert built[final_norm_index(3)].typename is FinalLayerNorm
+    head = specs[-1]
+    assert isinstance(head, TiedLayerSpec) and head.key == specs[EMBED_INDEX].key
+    assert head.forward_fn is not None and head.module_kwargs == {"with_norm": False}
+
+
+def test_head_copy_has_no_embedding_layernorm():
+    cfg = ModelConfig.tiny()
+    first = EmbeddingPipe(cfg, ParallelState.single())
+    last = EmbeddingPipe(cfg, ParallelState.single(), with_norm=False)
+    assert set(first.state_dict()) == {"word_embeddings.weight", "word_embeddings.norm.weight",
+                                       "word_embeddings.norm.bias"}
+    assert set(last.state_dict()) == {"word_embeddings.weight"}
+    assert last.word_embeddings.weight.equal(first.word_embeddings.weight)  # same init, by name
+
+
+def test_tr11_partition_puts_an_embedding_and_five_blocks_on_the_end_stages():
+    specs = layer_specs(ModelConfig.tiny(num_layers=70, num_heads=4), ParallelState.single())
+    parts = stage_bounds(specs, 12, "type:transformer|embedding")
+    blocks = [sum(isinstance(s, LayerSpec) and s.typename is BloomTransformerLayerPipe
+                  for s in specs[parts[p]:parts[p + 1]]) for p in range(12)]
+    assert blocks == [5] + [6] * 10 + [5]  # BLOOM README: 6 units per stage
+    assert parts[1] > EMBED_INDEX and parts[11] <= len(specs) - 1
+
+
+def test_layout_without_a_block_on_some_stage_fails_with_the_fix():
+    cfg = ModelConfig.tiny()  # 2 layers: 4 units over 3 stages leaves one stage with only the head
+    with pytest.raises(BloomDataError, match=r"stage\(s\) \[2\] without a transformer block.*parallel.pp <= 2"):
+        check_layout(cfg, tp=1, pp=3, method="type:transformer|embedding")
+    cfg4 = ModelConfig.tiny(num_layers=3)
+    with pytest.raises(BloomDataError, match="use parallel.partition_method='type:transformer'"):
+        check_layout(cfg4, tp=2, pp=3, method="type:transformer|embedding")
+    check_layout(cfg4, tp=2, pp=3, method="type:transformer")  # one block per stage: fine
+    with pytest.raises(BloomDataError, match="must divide num_heads"):
+        check_layout(cfg, tp=5, pp=1, method="type:transformer")
+
+
+def test_no_weight_decay_on_biases_and_layernorms():
+    model = BloomModel(ModelConfig.tiny())
+    decay, no_decay = param_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
+    assert all(names[id(p)].endswith("weight") and p.ndim == 2 for p in decay["params"])
+    assert all(p.ndim == 1 for p in no_decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
+def test_norm_counts_tp_duplicates_and_tied_copies_once():
+    import torch
+
+    dup, shard, tied = (torch.nn.Parameter(torch.ones(2)) for _ in range(3))
+    mark_sharded(shard, 0)
+    tied.ds_pipe_replicated = True
+    rank0, rank1 = ParallelState.offline(0, 2), ParallelState.offline(1, 2)
+    assert [counted_once(p, rank0) for p in (dup, shard, tied)] == [True, True, False]
+    assert [counted_once(p, rank1) for p in (dup, shard, tied)] == [False, True, False]
+
+
+def test_flops_formula_reproduces_blooms_logged_tflops():
+    # reference §8: tr11 at 105.22 s/iteration on 384 A100 logged "TFLOPs: 149.02" (hardware FLOPs, f=4)
+    cfg = ModelConfig.bloom_176b()
+    hw = flops_per_iteration(cfg, 2048, 4, recompute=True) / (105.22 * 384 * 1e12)
+    model = flops_per_iteration(cfg, 2048, 4, recompute=False) / (105.22 * 384 * 1e12)
+    assert hw == pytest.approx(149.0, abs=0.1)
+    assert model == pytest.approx(111.8, abs=0.2) and model / 312 == pytest.approx(0.36, abs=0.005)
