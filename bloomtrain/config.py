@@ -91,6 +91,8 @@ class DataConfig(_Frozen):
     """Path of the blend YAML written by ``bloomdata blend`` (kind=blend)."""
     valid_blend: str | None = None
     """Optional separate validation blend; default: the ``valid`` split of ``blend``."""
+    compat: Literal["core", "bloom"] = "core"
+    """Index-building rules: megatron-core's, or Megatron-DeepSpeed's as BLOOM used (bloomdata.blend)."""
     seed: int = 1234
     synthetic_samples: int = 4096
     """Samples in the synthetic training set (validation gets a quarter, from another seed)."""

@@ -92,18 +92,33 @@ def build_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
 
 
 def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
-    try:
-        from bloomdata.blend import load_blend  # noqa: PLC0415
-    except ImportError as exc:
-        raise BloomDataError(
-            f"data.kind=blend needs bloomdata.blend.load_blend, which this install lacks ({exc}); "
-            "use data.kind=synthetic or update bloomdata"
-        ) from None
-    train = load_blend(cfg.data.blend, split="train", seq_length=cfg.model.seq_length,
-                       cache_dir=cfg.data.cache_dir)
+    """Blends from ``bloomdata blend`` YAMLs, sized like Megatron's builder: the train blend holds the whole
+    run, the validation blend the ``eval_iters`` global batches that every evaluation reads."""
+    from bloomdata.blend import blend_from_spec  # noqa: PLC0415
+    from bloomdata.blend_weights import load_blend_spec  # noqa: PLC0415
+
+    s = cfg.schedule
+    n_train = s.train_samples if s.train_samples is not None else s.train_iters * s.global_batch_size
+    n_valid = cfg.logging.eval_iters * s.global_batch_size
+
+    def load(path: str, split: str, n: int):
+        spec = load_blend_spec(path)
+        if spec.seq_length is not None and spec.seq_length != cfg.model.seq_length:
+            raise BloomDataError(
+                f"{path}: blend seq_length {spec.seq_length} != model.seq_length {cfg.model.seq_length}; "
+                "rebuild the blend or change model.seq_length"
+            )
+        spec = spec.model_copy(update={"seq_length": cfg.model.seq_length})
+        return blend_from_spec(spec, n, split, cfg.data.cache_dir, cfg.data.compat)
+
+    train = load(cfg.data.blend, "train", n_train)
     valid_path = cfg.data.valid_blend or cfg.data.blend
-    try:
-        valid = load_blend(valid_path, split="valid", seq_length=cfg.model.seq_length, cache_dir=cfg.data.cache_dir)
-    except BloomDataError:
-        valid = None  # no validation split in this blend: evaluation is skipped
+    spec = load_blend_spec(valid_path)
+    has_valid = spec.valid_range is not None or (spec.split is not None and _split_has_valid(spec.split))
+    valid = load(valid_path, "valid", n_valid) if has_valid and cfg.logging.eval_interval else None
     return train, valid
+
+
+def _split_has_valid(split: str) -> bool:
+    parts = [float(x) for x in split.replace("/", ",").split(",") if x.strip()]
+    return len(parts) > 1 and parts[1] > 0

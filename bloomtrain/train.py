@@ -64,7 +64,12 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
     module = build_pipeline(cfg.model, state, partition_method=cfg.parallel.partition_method,
                             activation_checkpointing=cfg.parallel.activation_checkpointing, loss_fn=loss_fn)
     engine = build_engine(module, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0))
-    train_data, valid_data = build_datasets(cfg)
+    # Rank 0 builds (and caches) the sample indices first; the others then only read the cache.
+    if dist.get_rank() == 0:
+        train_data, valid_data = build_datasets(cfg)
+    dist.barrier()
+    if dist.get_rank() != 0:
+        train_data, valid_data = build_datasets(cfg)
     return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, Checkpointer(cfg, engine, state),
                    Metrics(cfg, dist.get_rank(), world), StopRequests(cfg))
 
