@@ -18,16 +18,16 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 #include <vector>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace py = pybind11;
 
@@ -127,12 +127,29 @@ void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
   }
 }
 
+// Threads for the parallel passes: OMP_NUM_THREADS if set, else the hardware's. Plain std::threads,
+// created per call and joined: OpenMP's idle workers spin after a region and, on a small machine, steal
+// the core the (sequential) shuffle runs on.
 int num_threads() {
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return 1;
-#endif
+  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(env);
+    if (n > 0) return n;
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+// fn(t, begin, end) over [0, n) split into contiguous chunks; serial below `grain` elements per thread.
+template <typename Fn>
+void parallel_chunks(int64_t n, int64_t grain, Fn fn) {
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / std::max<int64_t>(grain, 1)));
+  if (nt == 1) {
+    fn(0, int64_t(0), n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < nt; ++t) pool.emplace_back(fn, int(t), n * t / nt, n * (t + 1) / nt);
+  fn(0, int64_t(0), n / nt);
+  for (auto& th : pool) th.join();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -176,23 +193,26 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
     }
     // Packed (doc, len) pairs: low 32 bits the document id, high 32 bits its length.
     std::vector<uint64_t> pairs(static_cast<size_t>(total));
-    const int nt = num_threads();
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t k = 0; k < total; ++k) {
-      const int32_t doc = docs[k % d];
-      pairs[k] = uint64_t(uint32_t(doc)) | (uint64_t(uint32_t(sz[doc])) << 32);
-    }
+    uint64_t* pp = pairs.data();
+    parallel_chunks(total, 1 << 21, [=](int, int64_t b, int64_t e) {
+      for (int64_t k = b, j = (d ? b % d : 0); k < e; ++k) {
+        const int32_t doc = docs[j];
+        pp[k] = uint64_t(uint32_t(doc)) | (uint64_t(uint32_t(sz[doc])) << 32);
+        if (++j == d) j = 0;
+      }
+    });
     if (separate_final_epoch && num_epochs > 1) {
       shuffle_inplace(pairs.data(), d * (num_epochs - 1), state.rng());
       shuffle_inplace(pairs.data() + d * (num_epochs - 1), d, state.rng());
     } else {
       shuffle_inplace(pairs.data(), total, state.rng());
     }
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t k = 0; k < total; ++k) {
-      out_doc[k] = int32_t(uint32_t(pairs[k]));
-      out_len[k] = int32_t(uint32_t(pairs[k] >> 32));
-    }
+    parallel_chunks(total, 1 << 21, [=](int, int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        out_doc[k] = int32_t(uint32_t(pp[k]));
+        out_len[k] = int32_t(uint32_t(pp[k] >> 32));
+      }
+    });
   }
   return py::make_tuple(doc_out, len_out);
 }
@@ -211,25 +231,18 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
     py::gil_scoped_release release;
     row[0] = 0;
     row[1] = 0;
-    const int nt = std::max(1, std::min<int>(num_threads(), int(m / 65536) + 1));
+    // Pass 1: tokens per chunk of entries; exclusive scan; pass 2: each chunk writes the rows whose
+    // token k*L falls inside it (a merge walk of entry ends against multiples of L).
+    const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), m / 65536));
     std::vector<int64_t> chunk_tokens(nt + 1, 0);
-#pragma omp parallel num_threads(nt)
-    {
-#ifdef _OPENMP
-      const int c = omp_get_thread_num();
-      const int p = omp_get_num_threads();  // may be fewer than asked for
-#else
-      const int c = 0;
-      const int p = 1;
-#endif
-      auto chunk_begin = [&](int i) { return m * i / p; };
+    auto chunk_begin = [=](int64_t c) { return m * c / nt; };
+    std::vector<std::thread> pool;
+    auto sum_chunk = [&](int64_t c) {
       int64_t sum = 0;
       for (int64_t e = chunk_begin(c); e < chunk_begin(c + 1); ++e) sum += len[e];
       chunk_tokens[c + 1] = sum;
-#pragma omp barrier
-#pragma omp single
-      for (int i = 1; i <= p; ++i) chunk_tokens[i] += chunk_tokens[i - 1];
-      // Sample boundaries whose token falls inside this chunk: k*L in [start, chunk end).
+    };
+    auto walk_chunk = [&](int64_t c) {
       int64_t start = chunk_tokens[c];
       int64_t k = std::max<int64_t>(1, (start + seq_length - 1) / seq_length);
       int64_t pos = k * seq_length;
@@ -243,7 +256,15 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
         }
         start = end;
       }
-    }
+    };
+    for (int64_t c = 1; c < nt; ++c) pool.emplace_back(sum_chunk, c);
+    sum_chunk(0);
+    for (auto& th : pool) th.join();
+    pool.clear();
+    for (int64_t c = 1; c <= nt; ++c) chunk_tokens[c] += chunk_tokens[c - 1];
+    for (int64_t c = 1; c < nt; ++c) pool.emplace_back(walk_chunk, c);
+    walk_chunk(0);
+    for (auto& th : pool) th.join();
   }
   return out;
 }
@@ -262,10 +283,83 @@ py::array_t<T> build_shuffle_index(int64_t first, int64_t total, RandomState& st
 }
 
 // Greedy blend: sample k goes to argmax_i (w_i * max(k, 1) - c_i), ties to the lowest i.
-// The counts are kept as doubles (exact below 2^53), so each error is the same two IEEE
-// operations megatron performs; the strict '>' scan keeps its tie-breaking.
+// The counts are kept as doubles (exact below 2^53), so each error is the same two IEEE operations
+// (a multiply, then a subtract; never fused) megatron performs. The argmax of its strict '>' scan is
+// the lowest index holding the maximum value, which is what both paths below compute.
 template <typename I>
-py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights, int64_t size) {
+void blend_scalar(const double* w, double* c, int64_t k_count, int64_t size, I* di, int64_t* dsi) {
+  for (int64_t s = 0; s < size; ++s) {
+    const double kd = std::max(static_cast<double>(s), 1.0);
+    int64_t best = 0;
+    double best_err = w[0] * kd - c[0];
+    for (int64_t i = 1; i < k_count; ++i) {
+      const double err = w[i] * kd - c[i];
+      if (err > best_err) {
+        best_err = err;
+        best = i;
+      }
+    }
+    di[s] = static_cast<I>(best);
+    dsi[s] = static_cast<int64_t>(c[best]);
+    c[best] += 1.0;
+  }
+}
+
+// AVX2, 4 datasets per vector: errors and their maximum in SIMD, then the first lane equal to the
+// maximum. Padding lanes have weight 0 and count +inf, so their error is -inf and never wins.
+template <typename I>
+__attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double* c_in, int64_t k_count,
+                                                int64_t size, I* di, int64_t* dsi) {
+  const int64_t nv = (k_count + 3) / 4;
+  std::vector<double> wbuf(nv * 4 + 4, 0.0), cbuf(nv * 4 + 4, std::numeric_limits<double>::infinity());
+  // 32-byte aligned views
+  double* w = reinterpret_cast<double*>((reinterpret_cast<uintptr_t>(wbuf.data()) + 31) & ~uintptr_t(31));
+  double* c = reinterpret_cast<double*>((reinterpret_cast<uintptr_t>(cbuf.data()) + 31) & ~uintptr_t(31));
+  for (int64_t i = 0; i < nv * 4; ++i) {
+    w[i] = i < k_count ? w_in[i] : 0.0;
+    c[i] = i < k_count ? c_in[i] : std::numeric_limits<double>::infinity();
+  }
+  alignas(32) double err[256];
+  const __m256d neg_inf = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
+  for (int64_t s = 0; s < size; ++s) {
+    const __m256d kd = _mm256_set1_pd(std::max(static_cast<double>(s), 1.0));
+    // two independent max chains halve the dependent latency of the reduction
+    __m256d mx0 = neg_inf, mx1 = neg_inf;
+    int64_t v = 0;
+    for (; v + 1 < nv; v += 2) {
+      const __m256d e0 = _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + 4 * v), kd), _mm256_load_pd(c + 4 * v));
+      const __m256d e1 =
+          _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + 4 * v + 4), kd), _mm256_load_pd(c + 4 * v + 4));
+      _mm256_store_pd(err + 4 * v, e0);
+      _mm256_store_pd(err + 4 * v + 4, e1);
+      mx0 = _mm256_max_pd(mx0, e0);
+      mx1 = _mm256_max_pd(mx1, e1);
+    }
+    if (v < nv) {
+      const __m256d e0 = _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + 4 * v), kd), _mm256_load_pd(c + 4 * v));
+      _mm256_store_pd(err + 4 * v, e0);
+      mx0 = _mm256_max_pd(mx0, e0);
+    }
+    const __m256d mx = _mm256_max_pd(mx0, mx1);
+    __m128d m2 = _mm_max_pd(_mm256_castpd256_pd128(mx), _mm256_extractf128_pd(mx, 1));
+    m2 = _mm_max_pd(m2, _mm_unpackhi_pd(m2, m2));
+    const __m256d mall = _mm256_broadcastsd_pd(m2);
+    int64_t best = 0;
+    for (int64_t v = 0; v < nv; ++v) {
+      const int mask = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_load_pd(err + 4 * v), mall, _CMP_EQ_OQ));
+      if (mask) {
+        best = 4 * v + __builtin_ctz(mask);
+        break;
+      }
+    }
+    di[s] = static_cast<I>(best);
+    dsi[s] = static_cast<int64_t>(c[best]);
+    c[best] += 1.0;
+  }
+}
+
+template <typename I>
+py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights, int64_t size, bool simd) {
   const int64_t k_count = weights.shape(0);
   if (k_count <= 0) throw std::invalid_argument("no datasets to blend");
   if (k_count - 1 > int64_t(std::numeric_limits<I>::max()))
@@ -278,20 +372,10 @@ py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights
   {
     py::gil_scoped_release release;
     std::vector<double> c(static_cast<size_t>(k_count), 0.0);
-    const double* wp = w.data();
-    double* cp = c.data();
-    for (int64_t s = 0; s < size; ++s) {
-      const double kd = std::max(static_cast<double>(s), 1.0);
-      int64_t best = 0;
-      double best_err = wp[0] * kd - cp[0];
-      for (int64_t i = 1; i < k_count; ++i) {
-        const double err = wp[i] * kd - cp[i];
-        best = err > best_err ? i : best;
-        best_err = err > best_err ? err : best_err;
-      }
-      di[s] = static_cast<I>(best);
-      dsi[s] = static_cast<int64_t>(cp[best]);
-      cp[best] += 1.0;
+    if (simd && k_count <= 256 && __builtin_cpu_supports("avx2")) {
+      blend_avx2(w.data(), c.data(), k_count, size, di, dsi);
+    } else {
+      blend_scalar(w.data(), c.data(), k_count, size, di, dsi);
     }
   }
   return py::make_tuple(dataset_index, dataset_sample_index);
@@ -320,6 +404,8 @@ PYBIND11_MODULE(_index_helpers, m) {
         py::arg("state"));
   m.def("build_shuffle_index_int64", &build_shuffle_index<int64_t>, py::arg("first"), py::arg("total"),
         py::arg("state"));
-  m.def("build_blending_indices_int16", &build_blending_indices<int16_t>, py::arg("weights"), py::arg("size"));
-  m.def("build_blending_indices_uint8", &build_blending_indices<uint8_t>, py::arg("weights"), py::arg("size"));
+  m.def("build_blending_indices_int16", &build_blending_indices<int16_t>, py::arg("weights"), py::arg("size"),
+        py::arg("simd") = true);
+  m.def("build_blending_indices_uint8", &build_blending_indices<uint8_t>, py::arg("weights"), py::arg("size"),
+        py::arg("simd") = true);
 }

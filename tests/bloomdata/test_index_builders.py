@@ -85,6 +85,10 @@ def test_blending_indices_match(weights, dtype):
     for x, y in zip(a, b):
         assert x.dtype == y.dtype
         np.testing.assert_array_equal(x, y)
+    build = ib._cpp.build_blending_indices_int16 if dtype == np.int16 else ib._cpp.build_blending_indices_uint8
+    scalar = build(np.asarray(weights, dtype=np.float64), 20_000, simd=False)  # the non-AVX2 path
+    for x, y in zip(a, scalar):
+        np.testing.assert_array_equal(x, y)
     counts = np.bincount(b[0].astype(np.int64), minlength=len(weights))
     assert np.all(np.abs(counts - np.array(weights) * 20_000) <= 2)  # greedy stays within +-1 or so
 
