@@ -11,8 +11,13 @@ pipeline wires each stage's outputs into the next stage's inputs (a user never t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field
 
+from bloomdata.build import BuildConfig
+from bloomdata.documents import SourceConfig
+from bloomdata.tokenizer import TokenizerTrainConfig
 from bloomtrain.config import (
     CheckpointConfig,
     LoggingConfig,
@@ -24,6 +29,14 @@ from bloomtrain.config import (
 from bloomtrain.model.config import PRESETS
 from flows.launch_config import LaunchConfig
 
+DEMO_CORPUS = Path(__file__).resolve().parent / "demo_corpus"
+DEMO_LANGS = ("en", "fr", "es", "zh", "ar", "pt", "hi", "vi", "sw", "yo")  # largest to smallest
+
+
+def demo_sources() -> list[SourceConfig]:
+    """The embedded demo corpus (flows/demo_corpus): one gzipped JSON-lines file per language."""
+    return [SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in DEMO_LANGS]
+
 
 def demo_train_config() -> TrainConfig:
     """A tiny BLOOM that trains in about a minute on 2 CPU processes, tensor-parallel over both (tp=2)."""
@@ -31,9 +44,10 @@ def demo_train_config() -> TrainConfig:
         model=PRESETS["tiny"](),
         parallel=ParallelConfig(tp=2, pp=1),
         optim=OptimConfig(precision="fp32", lr=3e-3, min_lr=3e-4, weight_decay=0.01),
-        schedule=ScheduleConfig(micro_batch_size=4, global_batch_size=8, train_iters=40, warmup_samples=32),
-        checkpoint=CheckpointConfig(save_interval=20, keep_last=1),
-        logging=LoggingConfig(log_interval=1, eval_interval=20, eval_iters=1, tensorboard=False),
+        schedule=ScheduleConfig(micro_batch_size=4, global_batch_size=8, train_iters=200, warmup_samples=80,
+                                decay_samples=200 * 8),
+        checkpoint=CheckpointConfig(save_interval=100, keep_last=1),
+        logging=LoggingConfig(log_interval=5, eval_interval=50, eval_iters=2, tensorboard=False),
     )
 
 
@@ -43,3 +57,53 @@ class TrainStageConfig(BaseModel):
     overrides: list[str] = Field(default_factory=list, description="extra key=value trainer overrides")
     retries: int = Field(1, ge=0, description="relaunches after a crash (each resumes from the last checkpoint)")
     out_dir: str = Field("runs/train", description="run directory: train.yaml, checkpoints/, logs/, loss.png")
+
+
+class BlendStageConfig(BaseModel):
+    alpha: float = Field(0.3, ge=0, description="p_lang ∝ tokens_lang ** alpha (1: natural, 0: uniform)")
+    token_budget: int | None = Field(None, ge=1, description="tokens to draw; None: what the training consumes")
+    floor: float | None = Field(None, description="minimum weight of every language")
+    cap: float | None = Field(None, description="maximum weight of every language")
+    overrides: dict[str, float] = Field(default_factory=dict, description="fixed weights, e.g. {'en': 0.2}")
+    max_epochs: float = Field(4.0, description="warn when a language is repeated more often than this")
+    split: str = Field("90,10,0", description="train,valid,test split of every dataset (Megatron style)")
+    seq_length: int | None = Field(None, description="recorded in blend.yaml; None: the model's")
+    seed: int | None = Field(None, description="recorded in blend.yaml; None: the training data seed")
+    out_dir: str = Field("runs/blend", description="blend.yaml, blend.json, blend.md, blend.png")
+
+
+class ExportStageConfig(BaseModel):
+    out_dir: str = Field("runs/hf", description="the transformers BloomForCausalLM directory to write")
+    tag: str | None = Field(None, description="checkpoint tag (None: the `latest` one)")
+    prompts: list[str] = Field(default_factory=lambda: ["The ", "Le ", "El "], description="sample prompts")
+    max_new_tokens: int = Field(24, ge=1)
+    seed: int = 0
+
+
+def demo_tokenizer_config() -> TokenizerTrainConfig:
+    return TokenizerTrainConfig(sources=demo_sources(), out_dir="runs/tokenizer", vocab_size=1000,
+                                byte_budget=4_000_000, min_frequency=2, show_progress=False)
+
+
+def demo_build_config() -> BuildConfig:
+    return BuildConfig(sources=demo_sources(), tokenizer="runs/tokenizer", out_dir="runs/data",
+                       append_eod=True, workers=2, progress=False)
+
+
+class PipelineConfig(BaseModel):
+    """Corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export, in one typed object.
+
+    The pipeline wires the stages: ``corpus`` becomes the tokenizer's and the build's ``sources``; each
+    stage's ``out_dir`` becomes ``out_dir/<stage>``; the build reads the new tokenizer; the trainer reads the
+    blend, with the model's vocabulary set to the tokenizer's. Those fields of the stage configs are
+    therefore ignored here (they matter when a stage flow runs on its own).
+    """
+
+    out_dir: str = Field("runs/demo", description="root of every stage's outputs")
+    corpus: list[SourceConfig] = Field(default_factory=demo_sources, description="input documents")
+    tokenizer: TokenizerTrainConfig = Field(default_factory=demo_tokenizer_config)
+    fertility_docs_per_lang: int = Field(200, ge=1, description="documents per language in the fertility table")
+    dataset: BuildConfig = Field(default_factory=demo_build_config)
+    blend: BlendStageConfig = Field(default_factory=BlendStageConfig)
+    train: TrainStageConfig = Field(default_factory=TrainStageConfig)
+    export: ExportStageConfig = Field(default_factory=ExportStageConfig)

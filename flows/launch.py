@@ -54,6 +54,16 @@ class LaunchResult:
     tail_lines: int = 30  # lines quoted in describe()
 
     @property
+    def job_exitcode(self) -> int | None:
+        """The failing program's own exit code: under torchrun the root-cause rank's (its report ends the
+        output with that rank's block), else the leader's."""
+        if any("ChildFailedError" in line for line in self.tail):
+            for line in reversed(self.tail):
+                if m := re.match(r"\s*exitcode\s*:\s*(-?\d+)", line):
+                    return int(m.group(1))
+        return self.returncode
+
+    @property
     def ok(self) -> bool:
         return self.reason == "exited" and self.returncode == 0
 

@@ -2,9 +2,9 @@
 
 The command is built here, Prefect-free, so a test can assert the exact argv and a user can copy it:
 
-- torchrun: ``python -m torch.distributed.run --standalone --nproc-per-node N -m bloomtrain.train --config X``
+- torchrun: ``python -m torch.distributed.run --standalone --nproc-per-node N -m bloomtrain.cli train --config X``
   (single node; multi-node adds ``--nnodes/--node-rank/--rdzv-*`` through ``launcher_args``);
-- deepspeed: ``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank --module bloomtrain.train ...``
+- deepspeed: ``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank --module bloomtrain.cli train ...``
   (``--no_local_rank``: our trainer reads LOCAL_RANK from the environment, not from argv);
 - sbatch: ``sbatch --wait [args] SCRIPT`` (an sbatch script, e.g. from ``bloomtrain slurm``); ``--wait``
   makes sbatch block until the job ends and return its exit code, so cancelling is ``scancel`` of the job
@@ -29,7 +29,8 @@ SBATCH_JOB_ID = re.compile(r"Submitted batch job (\d+)")
 class LaunchConfig(BaseModel):
     launcher: Literal["torchrun", "deepspeed", "sbatch"] = "torchrun"
     nproc_per_node: int = Field(2, ge=1, description="processes (ranks) per node; on GPUs, one per device")
-    module: str = Field("bloomtrain.train", description="python module the launcher runs on every rank")
+    module: str = Field("bloomtrain.cli", description="python module the launcher runs on every rank")
+    module_args: list[str] = Field(default_factory=lambda: ["train"], description="arguments before --config")
     launcher_args: list[str] = Field(default_factory=list, description="extra launcher flags (rdzv, hostfile...)")
     sbatch_script: str | None = Field(None, description="launcher=sbatch: the batch script to submit")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the job")
@@ -40,7 +41,7 @@ class LaunchConfig(BaseModel):
 
 def build_command(launch: LaunchConfig, config_path: str | Path, overrides: list[str] = ()) -> list[str]:
     """The argv that runs ``launch.module --config config_path *overrides`` under the chosen launcher."""
-    program = ["--config", str(config_path), *overrides]
+    program = [*launch.module_args, "--config", str(config_path), *overrides]
     if launch.launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc-per-node={launch.nproc_per_node}", *launch.launcher_args,

@@ -56,7 +56,7 @@ def _retry_transient(task_, task_run, state) -> bool:
     exc = state.result(raise_on_failure=False)
     if not isinstance(exc, LaunchError) or isinstance(exc, LaunchCancelled):
         return False
-    return exc.result.reason == "exited" and exc.result.returncode not in (2,)
+    return exc.result.reason == "exited" and exc.result.job_exitcode != 2
 
 
 @task(name="launch-training", retry_condition_fn=_retry_transient, retry_delay_seconds=5)
@@ -135,7 +135,7 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
         return Cancelled(message=str(exc))
     ckpt = yaml.safe_load(cfg_path.read_text())["checkpoint"]["dir"]
     paths = {"config": str(cfg_path), "checkpoints": ckpt, "metrics": str(run_dir / "logs" / "metrics.jsonl")}
-    summary = {**_publish(run_dir, paths), "paths": paths}
+    summary = {**_publish(run_dir, paths), "paths": paths, "hash": digest}
     write_marker(run_dir, stage="train", digest=digest, outputs={"config": cfg_path, "checkpoints": ckpt},
                  summary=summary, config=config)
     return summary

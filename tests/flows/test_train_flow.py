@@ -23,7 +23,7 @@ HERE = Path(__file__).parent
 
 
 def _config(tmp_path: Path, **env: str) -> TrainStageConfig:
-    launch = LaunchConfig(module="dummy_job", nproc_per_node=2, grace_s=5, tail_lines=6,
+    launch = LaunchConfig(module="dummy_job", module_args=[], nproc_per_node=2, grace_s=5, tail_lines=6,
                           env={"PYTHONPATH": str(HERE), "DUMMY_JOB_PIDFILE": str(tmp_path / "pids"), **env})
     return TrainStageConfig(launch=launch, retries=0, out_dir=str(tmp_path / "run"))
 

@@ -1,0 +1,86 @@
+"""``bloom_pipeline``: corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export.
+
+One typed ``PipelineConfig`` drives every stage (it is the deployment's parameter schema). The pipeline
+only wires outputs to inputs and chains the stage hashes: each stage is a subflow that skips itself
+when its marker matches (``flows.stages``), so re-running a failed pipeline resumes at the failed stage,
+and changing one stage's config re-runs that stage and everything downstream of it, nothing upstream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+
+from flows.blend import blend_flow
+from flows.config import PipelineConfig, TrainStageConfig
+from flows.data import dataset_flow, tokenizer_flow
+from flows.export import export_flow
+from flows.train import train_flow
+
+
+def training_tokens(train: TrainStageConfig) -> int:
+    """Tokens the run consumes: samples x sequence length (the blend's budget when none is given)."""
+    s = train.train.schedule
+    samples = s.train_samples if s.train_samples is not None else s.train_iters * s.global_batch_size
+    return samples * train.train.model.seq_length
+
+
+def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out_dir: Path) -> TrainStageConfig:
+    """The training stage reading this pipeline's blend, with the model's vocabulary = the tokenizer's."""
+    tree = train.train.model_dump()
+    # Megatron padding (multiple of 128 x tp) instead of BLOOM's fixed 250880 rows.
+    tree["model"].update(vocab_size=vocab_size, pad_vocab_size_to=None)
+    tree["data"].update(kind="blend", blend=blend_yaml)
+    return train.model_copy(update={"train": type(train.train).model_validate(tree), "out_dir": str(out_dir)})
+
+
+def summary_markdown(result: dict[str, Any]) -> str:
+    t = result["train"]
+    lines = ["# bloom_pipeline", "", "| stage | output |", "|---|---|",
+             f"| tokenizer | `{result['tokenizer']['tokenizer_dir']}` ({result['tokenizer']['vocab_size']} tokens) |",
+             f"| datasets | `{result['dataset']['out_dir']}` ({result['dataset']['tokens']:,} tokens) |",
+             f"| blend | `{result['blend']['blend_yaml']}` |",
+             f"| checkpoints | `{t['paths']['checkpoints']}` |",
+             f"| HF export | `{result['export']['hf_dir']}` |", "",
+             f"Final loss {t.get('final_loss', float('nan')):.4f}, perplexity {t.get('perplexity', float('nan')):.2f}, "
+             f"validation loss {t.get('valid_loss', float('nan')):.4f}.", ""]
+    lines += [f"> {s}" for s in result["export"]["samples"]]
+    return "\n".join(lines) + "\n"
+
+
+@flow(name="bloom-pipeline")
+def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
+    """Run every stage, skipping the ones already done with the same config; returns where everything is."""
+    log = get_run_logger()
+    root = Path(config.out_dir).resolve()
+    tok_cfg = config.tokenizer.model_copy(update={"sources": config.corpus, "out_dir": str(root / "tokenizer")})
+    tok = tokenizer_flow(tok_cfg, fertility_docs_per_lang=config.fertility_docs_per_lang)
+
+    build_cfg = config.dataset.model_copy(update={"sources": config.corpus, "tokenizer": tok["tokenizer_dir"],
+                                                  "out_dir": str(root / "data")})
+    data = dataset_flow(build_cfg, upstream=[tok["hash"]])
+
+    prefixes = {name: o["prefix"] for name, o in data["outputs"].items() if o["tokens"] > 0}
+    blend_cfg = config.blend.model_copy(update={
+        "token_budget": config.blend.token_budget or training_tokens(config.train),
+        "seq_length": config.blend.seq_length or config.train.train.model.seq_length,
+        "seed": config.blend.seed if config.blend.seed is not None else config.train.train.data.seed,
+        "out_dir": str(root / "blend")})
+    blend = blend_flow(blend_cfg, prefixes, upstream=[data["hash"]])
+
+    train_cfg = wire_training(config.train, tok["vocab_size"], blend["blend_yaml"], root / "train")
+    state = train_flow(train_cfg, upstream=[blend["hash"]], return_state=True)
+    if not state.is_completed():
+        log.error("bloom_pipeline: training ended %s; earlier stages are kept and a rerun resumes here", state.name)
+        return state  # Failed or Cancelled: the pipeline run ends in the same state, with its message
+    train = state.result()
+
+    export = export_flow(config.export.model_copy(update={"out_dir": str(root / "hf")}),
+                         train["paths"]["checkpoints"], tok["tokenizer_dir"], upstream=[train["hash"]])
+    result = {"out_dir": str(root), "tokenizer": tok, "dataset": data, "blend": blend, "train": train,
+              "export": export}
+    create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")
+    return result
