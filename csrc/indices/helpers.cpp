@@ -19,12 +19,14 @@
 #include <pybind11/pybind11.h>
 
 #include <immintrin.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -47,12 +49,7 @@ class MT19937 {
 
   inline uint32_t next32() {
     if (pos_ == kN) generate();
-    uint32_t y = mt_[pos_++];
-    y ^= (y >> 11);
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= (y >> 18);
-    return y;
+    return out_[pos_++];
   }
 
   inline uint64_t next64() {
@@ -98,9 +95,19 @@ class MT19937 {
     }
     uint32_t y = (mt_[kN - 1] & upper) | (mt_[0] & lower);
     mt_[kN - 1] = mt_[kM - 1] ^ (y >> 1) ^ (-(y & 1u) & matrix);
+    // Temper the whole block at once (vectorised) instead of one word per draw.
+    for (int i = 0; i < kN; ++i) {
+      uint32_t t = mt_[i];
+      t ^= (t >> 11);
+      t ^= (t << 7) & 0x9d2c5680u;
+      t ^= (t << 15) & 0xefc60000u;
+      t ^= (t >> 18);
+      out_[i] = t;
+    }
     pos_ = 0;
   }
   uint32_t mt_[kN];
+  uint32_t out_[kN];
   int pos_;
 };
 
@@ -115,7 +122,21 @@ void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
   int64_t i = n - 1;
   while (i >= 1) {
     const int64_t count = std::min<int64_t>(kBlock, i);  // positions i, i-1, ..., i-count+1
-    for (int64_t t = 0; t < count; ++t) js[t] = static_cast<int64_t>(rng.interval(uint64_t(i - t)));
+    // Draw j for positions i, i-1, ...: the masked rejection of random_interval written without a
+    // data-dependent branch (a rejected draw is overwritten by the next one), since about 28% of the
+    // draws are rejected at random and each mispredicted branch costs more than the draw.
+    for (int64_t t = 0; t < count;) {
+      const uint64_t cur = uint64_t(i - t);
+      if (cur > 0xffffffffull) {  // arrays of more than 2^32 elements: numpy's 64-bit draws
+        js[t++] = static_cast<int64_t>(rng.interval(cur));
+        continue;
+      }
+      const uint32_t c32 = uint32_t(cur);
+      const uint32_t mask = 0xffffffffu >> __builtin_clz(c32 | 1u);
+      const uint32_t v = rng.next32() & mask;
+      js[t] = v;
+      t += (v <= c32);
+    }
     for (int64_t t = 0; t < count; ++t) {
       if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 1, 0);
       const int64_t a = i - t, b = js[t];
@@ -150,6 +171,29 @@ void parallel_chunks(int64_t n, int64_t grain, Fn fn) {
   for (int64_t t = 1; t < nt; ++t) pool.emplace_back(fn, int(t), n * t / nt, n * (t + 1) / nt);
   fn(0, int64_t(0), n / nt);
   for (auto& th : pool) th.join();
+}
+
+// A buffer for random access: 2 MiB aligned and marked for transparent huge pages, so the random
+// swaps of a shuffle over hundreds of MB do not each pay a TLB miss (a page walk per swap).
+template <typename T>
+T* alloc_random_access(int64_t count) {
+  constexpr size_t kHuge = size_t(1) << 21;
+  const size_t bytes = std::max<size_t>(kHuge, (size_t(count) * sizeof(T) + kHuge - 1) / kHuge * kHuge);
+  void* p = std::aligned_alloc(kHuge, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+  return static_cast<T*>(p);
+}
+
+// A numpy array owning such a buffer.
+template <typename T>
+py::array_t<T> random_access_array(int64_t count, T** data) {
+  T* p = alloc_random_access<T>(count);
+  *data = p;
+  py::capsule owner(p, [](void* q) { std::free(q); });
+  return py::array_t<T>({count}, {int64_t(sizeof(T))}, p, owner);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -192,8 +236,8 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
       if (docs[k] < 0 || docs[k] >= num_sizes) throw std::out_of_range("document id outside sizes");
     }
     // Packed (doc, len) pairs: low 32 bits the document id, high 32 bits its length.
-    std::vector<uint64_t> pairs(static_cast<size_t>(total));
-    uint64_t* pp = pairs.data();
+    std::unique_ptr<uint64_t, void (*)(void*)> pairs(alloc_random_access<uint64_t>(total), std::free);
+    uint64_t* pp = pairs.get();
     parallel_chunks(total, 1 << 21, [=](int, int64_t b, int64_t e) {
       for (int64_t k = b, j = (d ? b % d : 0); k < e; ++k) {
         const int32_t doc = docs[j];
@@ -202,10 +246,10 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
       }
     });
     if (separate_final_epoch && num_epochs > 1) {
-      shuffle_inplace(pairs.data(), d * (num_epochs - 1), state.rng());
-      shuffle_inplace(pairs.data() + d * (num_epochs - 1), d, state.rng());
+      shuffle_inplace(pp, d * (num_epochs - 1), state.rng());
+      shuffle_inplace(pp + d * (num_epochs - 1), d, state.rng());
     } else {
-      shuffle_inplace(pairs.data(), total, state.rng());
+      shuffle_inplace(pp, total, state.rng());
     }
     parallel_chunks(total, 1 << 21, [=](int, int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {
@@ -271,8 +315,8 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
 
 template <typename T>
 py::array_t<T> build_shuffle_index(int64_t first, int64_t total, RandomState& state) {
-  py::array_t<T> out(total);
-  T* x = out.mutable_data();
+  T* x = nullptr;
+  py::array_t<T> out = random_access_array<T>(total, &x);
   {
     py::gil_scoped_release release;
     for (int64_t k = 0; k < total; ++k) x[k] = T(k);
