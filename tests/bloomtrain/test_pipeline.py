@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
@@ -96,3 +98,19 @@ def test_flops_formula_reproduces_blooms_logged_tflops():
     model = flops_per_iteration(cfg, 2048, 4, recompute=False) / (105.22 * 384 * 1e12)
     assert hw == pytest.approx(149.0, abs=0.1)
     assert model == pytest.approx(111.8, abs=0.2) and model / 312 == pytest.approx(0.36, abs=0.005)
+
+
+def test_loss_spikes_are_flagged_against_the_running_mean():
+    from bloomtrain.config import load_config
+    from bloomtrain.metrics import Metrics, progress_line
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny-cpu.yaml",
+                      ["stability.spike_factor=1.5"])
+    m = Metrics(cfg, rank=1, world_size=1)  # rank != 0: computes, writes nothing
+    flags = [m.loss_spike(x) for x in (4.0, 3.9, 3.8, float("nan"), 6.5, 3.7)]
+    assert flags == [False, False, False, False, True, False]
+    rec = {"iteration": 3, "consumed_samples": 24, "loss": 3.8, "lr": 1e-4, "grad_norm": 0.5, "global_batch": 8,
+           "tokens_per_s": 1000.0, "tflops": 0.1, "mfu": 0.25, "step_time_s": 0.2, "memory_gib": 1.0,
+           "skipped_iters": 0}
+    assert progress_line(rec, 10).startswith("iter 3/10 | samples 24 | loss 3.8000 | lr 1.000e-04")
+    assert "MFU 25.0%" in progress_line(rec, 10)

@@ -93,8 +93,8 @@ def test_tp2(single):
     _assert_groups(results)
 
 
-def test_pp2_dp2(single):
-    results = _run(4, [*EXACT, "parallel.pp=2"])
+def test_pp2_dp2_with_activation_checkpointing(single):
+    results = _run(4, [*EXACT, "parallel.pp=2", "parallel.activation_checkpointing=true"])
     _assert_matches(single, results)
     _assert_groups(results)
 
