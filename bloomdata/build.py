@@ -380,6 +380,11 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
         eod_id(tok)  # fails now, not in every worker, when the tokenizer has no </s>
     dtype = best_fitting_dtype(tok.get_vocab_size())
     out_dir = os.path.abspath(config.out_dir)
+    tokenizer_path = os.path.abspath(config.tokenizer)  # workers may run elsewhere: no relative paths
+    inside = [s.path for s in shards if os.path.commonpath([out_dir, s.path]) == out_dir]
+    if inside:
+        raise BloomDataError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
+                             "the outputs back as inputs: choose an --out outside the inputs")
     names = {config.output_name} if config.split_by == "none" else \
         {output_name_of(s.lang) for s in config.sources if s.lang}
     keys = [shard_key(s, tokenizer_sha, config.append_eod, dtype, config.split_by, config.output_name)
@@ -394,12 +399,12 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
         manifests = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
         pending = [i for i, m in enumerate(manifests) if m is None]
         step = functools.partial(
-            tokenize_shard, tokenizer_path=config.tokenizer, out_dir=out_dir, append_eod=config.append_eod,
+            tokenize_shard, tokenizer_path=tokenizer_path, out_dir=out_dir, append_eod=config.append_eod,
             dtype=dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
             batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples)
         done = Counter({k: sum(m[k] for m in manifests if m) for k in ("documents", "tokens")})
         bar = tqdm(total=len(shards), initial=len(shards) - len(pending), unit="shard", desc="tokenize",
-                   disable=not config.progress, file=sys.stderr, dynamic_ncols=True)
+                   disable=not config.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
 
         def on_result(j: int, manifest: dict[str, Any]) -> None:
             manifests[pending[j]] = manifest
@@ -439,12 +444,12 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
             "rejects_total": sum(rejects.values()),
             "rejects_file": os.path.join(out_dir, REJECTS_FILE),
             "shards": {"total": len(shards), "built": len(pending), "reused": len(shards) - len(pending)},
-            "tokenizer": os.path.abspath(config.tokenizer),
+            "tokenizer": tokenizer_path,
             "tokenizer_sha256": tokenizer_sha,
             "dtype": dtype.name,
             "append_eod": config.append_eod,
             "split_by": config.split_by,
-            "workers": 0 if config.scheduler or client is not None else config.workers,
+            "workers": None if config.scheduler or client is not None else config.workers,  # None: external
             "scheduler": config.scheduler,
             "wall_seconds": round(wall, 3),
             "tokenize_seconds": round(t2 - t1, 3),

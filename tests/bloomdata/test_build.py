@@ -308,6 +308,9 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path, capsys, bad_input, 
     assert rc == 2 and len(err.splitlines()) == 1 and "a_file" in err and "--out" in err
     rc, err = _cli(capsys, "--input", bad_input, "--out", tmp_path / "x")
     assert rc == 2 and "--tokenizer" in err
+    rc, err = _cli(capsys, "--input", bad_input, "--tokenizer", small_tokenizer_dir, "--out", tmp_path,
+                   "--workers", 0)  # the outputs would be read back as inputs on a rerun
+    assert rc == 2 and "holds an input" in err and not list(tmp_path.glob("*.bin"))
 
 
 def test_cli_config_yaml_with_flag_overrides(tmp_path, capsys, small_corpus, small_tokenizer_dir):
