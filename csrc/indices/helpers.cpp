@@ -111,40 +111,73 @@ class MT19937 {
   int pos_;
 };
 
+// Draw the j's of positions hi, hi-1, ..., hi-count+1 into js: numpy's masked rejection
+// (random_interval) written without a data-dependent branch (a rejected draw is overwritten by the
+// next one), since about 28% of the draws are rejected at random and a mispredicted branch costs more
+// than the draw itself.
+inline void draw_block(MT19937& rng, int64_t hi, int64_t count, int64_t* js) {
+  for (int64_t t = 0; t < count;) {
+    const uint64_t cur = uint64_t(hi - t);
+    if (cur > 0xffffffffull) {  // arrays of more than 2^32 elements: numpy's 64-bit draws
+      js[t++] = static_cast<int64_t>(rng.interval(cur));
+      continue;
+    }
+    const uint32_t c32 = uint32_t(cur);
+    const uint32_t mask = 0xffffffffu >> __builtin_clz(c32 | 1u);
+    const uint32_t v = rng.next32() & mask;
+    js[t] = v;
+    t += (v <= c32);
+  }
+}
+
+// Apply the swaps of one block, with the random target prefetched kAhead swaps early: the swap loop is
+// bound by memory latency, so several targets must be in flight at once.
+template <typename T>
+inline void swap_block(T* x, int64_t hi, int64_t count, const int64_t* js) {
+  constexpr int64_t kAhead = 64;
+  for (int64_t t = 0; t < count; ++t) {
+    if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 1, 0);
+    const int64_t a = hi - t, b = js[t];
+    T tmp = x[a];
+    x[a] = x[b];
+    x[b] = tmp;
+  }
+}
+
+int num_threads();
+
 // Fisher-Yates from the end, identical swaps to numpy RandomState.shuffle on a 1-D array.
-// The j's of a block are drawn first (a tight RNG loop), then the swaps run with x[j] prefetched
-// kAhead swaps early: the swap loop is bound by memory latency, the draw loop by arithmetic.
+// Large arrays pipeline the two halves of the work: a helper thread draws the j's of block b+1 while
+// this thread applies the swaps of block b (the draws depend only on the RNG, never on the data).
 template <typename T>
 void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
-  constexpr int64_t kBlock = 8192;
-  constexpr int64_t kAhead = 48;
-  std::vector<int64_t> js(static_cast<size_t>(std::min<int64_t>(kBlock, std::max<int64_t>(n, 1))));
+  if (n < 2) return;
+  const bool pipelined = n >= (int64_t(1) << 21) && num_threads() > 1;
+  const int64_t block = pipelined ? (int64_t(1) << 18) : 8192;
+  std::vector<int64_t> buf_a(static_cast<size_t>(std::min<int64_t>(block, n))), buf_b;
+  int64_t* cur = buf_a.data();
+  int64_t* next = nullptr;
+  if (pipelined) {
+    buf_b.resize(buf_a.size());
+    next = buf_b.data();
+  }
   int64_t i = n - 1;
+  int64_t count = std::min<int64_t>(block, i);
+  draw_block(rng, i, count, cur);
   while (i >= 1) {
-    const int64_t count = std::min<int64_t>(kBlock, i);  // positions i, i-1, ..., i-count+1
-    // Draw j for positions i, i-1, ...: the masked rejection of random_interval written without a
-    // data-dependent branch (a rejected draw is overwritten by the next one), since about 28% of the
-    // draws are rejected at random and each mispredicted branch costs more than the draw.
-    for (int64_t t = 0; t < count;) {
-      const uint64_t cur = uint64_t(i - t);
-      if (cur > 0xffffffffull) {  // arrays of more than 2^32 elements: numpy's 64-bit draws
-        js[t++] = static_cast<int64_t>(rng.interval(cur));
-        continue;
-      }
-      const uint32_t c32 = uint32_t(cur);
-      const uint32_t mask = 0xffffffffu >> __builtin_clz(c32 | 1u);
-      const uint32_t v = rng.next32() & mask;
-      js[t] = v;
-      t += (v <= c32);
+    const int64_t i_next = i - count;
+    const int64_t count_next = std::min<int64_t>(block, i_next);
+    if (pipelined && count_next > 0) {
+      std::thread drawer([&rng, i_next, count_next, next] { draw_block(rng, i_next, count_next, next); });
+      swap_block(x, i, count, cur);
+      drawer.join();
+      std::swap(cur, next);
+    } else {
+      swap_block(x, i, count, cur);
+      if (count_next > 0) draw_block(rng, i_next, count_next, cur);
     }
-    for (int64_t t = 0; t < count; ++t) {
-      if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 1, 0);
-      const int64_t a = i - t, b = js[t];
-      T tmp = x[a];
-      x[a] = x[b];
-      x[b] = tmp;
-    }
-    i -= count;
+    i = i_next;
+    count = count_next;
   }
 }
 

@@ -26,6 +26,19 @@ def test_shuffle_matches_numpy_randomstate(seed, dtype):
         np.testing.assert_array_equal(a, b)
 
 
+def test_pipelined_shuffle_of_a_large_array_matches_numpy():
+    # >= 2**21 elements: the C++ shuffle draws the next block on a helper thread while swapping
+    a = np.arange(2_500_000, dtype=np.uint32)
+    b = a.copy()
+    ref, cpp = np.random.RandomState(42), ib.RandomStream(42, "cpp")
+    ref.shuffle(a)
+    cpp.shuffle(b)
+    np.testing.assert_array_equal(a, b)
+    ref.shuffle(a[:1000])  # the stream continues identically after a pipelined shuffle
+    cpp.shuffle(b[:1000])
+    np.testing.assert_array_equal(a, b)
+
+
 def test_shuffle_rejects_unsupported_arrays():
     with pytest.raises(TypeError):
         ib.RandomStream(1, "cpp").shuffle(np.arange(10, dtype=np.float64))
