@@ -134,17 +134,18 @@ def test_tokens_equal_direct_encoding_and_megatron_reads(tmp_path, client, small
 
 
 def test_identical_bytes_for_any_worker_count_and_sharding(tmp_path, client, small_corpus, small_tokenizer_dir):
-    """1 and 4 workers (their own LocalClusters), the shared 2-worker cluster and in-process all write
-    the same bytes; so do whole-file shards and row-range shards."""
+    """1 and 4 workers (their own LocalClusters), the shared 2-worker cluster (as a Client and by its
+    scheduler address) and in-process all write the same bytes; so do whole-file and row-range shards."""
     results = {}
     for label, kw, c in [("w1", {"workers": 1, "max_rows_per_shard": 40}, None),
                          ("w2", {"max_rows_per_shard": 40}, client),
+                         ("scheduler", {"scheduler": client.scheduler.address, "max_rows_per_shard": 40}, None),
                          ("w4", {"workers": 4, "max_rows_per_shard": 40}, None),
                          ("w0-files", {"workers": 0}, None)]:
         run_build(_config([small_corpus], small_tokenizer_dir, tmp_path / label, **kw), client=c)
         results[label] = _outputs(tmp_path / label)
     assert len(results["w1"]) == 2 * len(LANGS)
-    for label in ("w2", "w4", "w0-files"):
+    for label in ("w2", "scheduler", "w4", "w0-files"):
         assert results[label] == results["w1"], label
     # one output for everything (split_by none): the languages concatenated in plan order (sorted paths)
     run_build(_config([small_corpus], small_tokenizer_dir, tmp_path / "one", split_by="none",
