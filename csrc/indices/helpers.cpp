@@ -397,6 +397,7 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
     c[i] = i < k_count ? c_in[i] : std::numeric_limits<double>::infinity();
   }
   alignas(32) double err[256];
+  alignas(32) static const double one_hot[16] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
   const __m256d neg_inf = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
   for (int64_t s = 0; s < size; ++s) {
     const __m256d kd = _mm256_set1_pd(std::max(static_cast<double>(s), 1.0));
@@ -430,8 +431,12 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
       }
     }
     di[s] = static_cast<I>(best);
-    dsi[s] = static_cast<int64_t>(c[best]);
-    c[best] += 1.0;
+    // Update the count with a whole-vector store: the next step reloads c as vectors, and a vector
+    // load right after a scalar store to part of it stalls on store forwarding.
+    double* cv = c + 4 * (best >> 2);
+    const __m256d before = _mm256_load_pd(cv);
+    dsi[s] = static_cast<int64_t>(cv[best & 3]);
+    _mm256_store_pd(cv, _mm256_add_pd(before, _mm256_load_pd(one_hot + 4 * (best & 3))));
   }
 }
 
