@@ -18,6 +18,7 @@ DeepSpeed's ``client_state``; the schedules are functions of it, so they need no
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import torch
 import torch.distributed as dist
 
@@ -39,6 +41,7 @@ from bloomtrain.parallel.pipeline import universal_checkpoint_info
 from bloomtrain.parallel.state import ParallelState
 
 LATEST = "latest"
+LAYOUT_FILE = "bloomtrain_layout.json"  # {"tp", "pp", "dp"} the checkpoint was saved with
 _STEP_DIR = re.compile(r"global_step(\d+)$")
 
 
@@ -94,11 +97,32 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def layout_of(state: ParallelState) -> dict[str, int]:
+    return {"tp": state.tp_size, "pp": state.pp_size, "dp": state.dp_size}
+
+
+def needs_universal(cfg: TrainConfig, state: ParallelState) -> bool:
+    """Resume through a universal checkpoint: asked for, and ``latest`` was saved in another layout.
+
+    After the first save in the new layout, restarts with the same config load that checkpoint directly
+    (a 176B conversion takes most of an hour), so ``load_universal`` can stay on in the config.
+    """
+    if not (cfg.checkpoint.load_universal and cfg.checkpoint.dir and cfg.checkpoint.load):
+        return False
+    tag = read_latest(cfg.checkpoint.dir)
+    if tag is None:
+        return False
+    path = Path(cfg.checkpoint.dir) / tag / LAYOUT_FILE
+    return not path.is_file() or json.loads(path.read_text()) != layout_of(state)
+
+
 class Checkpointer:
     """Save and resume through a DeepSpeed engine; all methods are collective over the world."""
 
-    def __init__(self, cfg: TrainConfig, engine, state: ParallelState) -> None:
-        self.cfg, self.engine, self.state = cfg, engine, state
+    def __init__(self, cfg: TrainConfig, engine, state: ParallelState, *, universal: bool = False) -> None:
+        """``universal``: resume through ds_to_universal (decided by ``needs_universal`` before the engine
+        is built, because DeepSpeed reads its load_universal flag from the config)."""
+        self.cfg, self.engine, self.state, self.universal = cfg, engine, state, universal
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
 
@@ -121,6 +145,7 @@ class Checkpointer:
         torch.save(rng_state(), rng_dir / f"rank_{self.rank:05d}.pt")
         if self.rank == 0:
             save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size)
+            (self.dir / tag / LAYOUT_FILE).write_text(json.dumps(layout_of(self.state)))
         dist.barrier()  # every rank's files are on disk before `latest` moves
         if self.rank == 0:
             write_latest(self.dir, tag)
@@ -135,7 +160,7 @@ class Checkpointer:
         tag = read_latest(self.dir)
         if tag is None:
             return None
-        universal = self.cfg.checkpoint.load_universal
+        universal = self.universal
         if universal:
             if self.cfg.optim.precision != "bf16":
                 raise BloomDataError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
@@ -183,7 +208,8 @@ class StopRequests:
 
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg.checkpoint
-        self.start = time.monotonic()
+        # Megatron counts exit_duration_in_mins from launch, so start-up and checkpoint loading count too.
+        self.start = psutil.Process().create_time()
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
 
@@ -207,7 +233,7 @@ class StopRequests:
             self.received is not None,
             bool(self.cfg.kill_switch_path) and os.path.exists(self.cfg.kill_switch_path),
             self.cfg.exit_duration_in_mins is not None
-            and (time.monotonic() - self.start) / 60.0 >= self.cfg.exit_duration_in_mins,
+            and (time.time() - self.start) / 60.0 >= self.cfg.exit_duration_in_mins,
         ]
         flags = torch.tensor(local, dtype=torch.int32)
         if dist.is_initialized() and dist.get_world_size() > 1:

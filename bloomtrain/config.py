@@ -94,6 +94,7 @@ class DataConfig(_Frozen):
     compat: Literal["core", "bloom"] = "core"
     """Index-building rules: megatron-core's, or Megatron-DeepSpeed's as BLOOM used (bloomdata.blend)."""
     seed: int = 1234
+    """Seed of the synthetic samples (a blend's own seed lives in its YAML)."""
     synthetic_samples: int = 4096
     """Samples in the synthetic training set (validation gets a quarter, from another seed)."""
     cache_dir: str | None = None
@@ -115,7 +116,7 @@ class CheckpointConfig(_Frozen):
     load: bool = True
     """Resume from ``dir/latest`` when it exists."""
     load_universal: bool = False
-    """Resume from a universal checkpoint (converting ``latest`` first if needed): any TP/PP/DP."""
+    """Resume at another TP/PP/DP: ``latest`` is converted with ds_to_universal when its layout differs."""
     kill_switch_path: str | None = None
     """When this file appears, save and stop (BLOOM's --kill-switch-path)."""
     exit_duration_in_mins: float | None = None
@@ -155,6 +156,7 @@ class TrainConfig(_Frozen):
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     seed: int = 42
+    """Python/numpy/torch seed (+ 100 x pipeline rank, as Megatron); the weights' init seed is model.init_seed."""
 
     @field_validator("model", mode="before")
     @classmethod
@@ -192,8 +194,10 @@ class TrainConfig(_Frozen):
             sizes += [("rampup_batch_size start", start), ("rampup_batch_size increment", inc)]
         return sizes
 
-    def to_deepspeed_config(self, world_size: int, train_batch_size: int | None = None) -> dict[str, Any]:
-        """The DeepSpeed config for this run (``train_batch_size`` = the current, ramped global batch).
+    def to_deepspeed_config(self, world_size: int, train_batch_size: int | None = None,
+                            load_universal: bool | None = None) -> dict[str, Any]:
+        """The DeepSpeed config for this run (``train_batch_size`` = the current, ramped global batch;
+        ``load_universal`` = the resolved decision, default ``checkpoint.load_universal``).
 
         bf16: DeepSpeed 0.19.8 builds BF16_Optimizer with fp32 gradient accumulation only for ZeRO stage 1
         plus ``data_types.grad_accum_dtype=fp32`` (stage 0 accumulates in bf16, stage 0 + fp32 raises;
@@ -211,7 +215,8 @@ class TrainConfig(_Frozen):
             "steps_per_print": 10**9,  # our metrics module logs; keep DeepSpeed quiet
             "wall_clock_breakdown": False,
             "zero_allow_untested_optimizer": True,
-            "checkpoint": {"load_universal": self.checkpoint.load_universal},
+            "checkpoint": {"load_universal": self.checkpoint.load_universal if load_universal is None
+                           else load_universal},
         }
         if self.optim.precision == "bf16":
             ds.update(

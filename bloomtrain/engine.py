@@ -113,14 +113,14 @@ def skip_cpu_shm_comm_build() -> None:
 
 
 def build_engine(module: nn.Module, cfg: TrainConfig, state: ParallelState, world_size: int,
-                 train_batch_size: int | None = None):
+                 train_batch_size: int | None = None, load_universal: bool = False):
     """Wrap the PipelineModule: returns DeepSpeed's PipelineEngine (optimizer inside ``engine.optimizer``)."""
     optimizer = build_optimizer(module, cfg, state)
     skip_cpu_shm_comm_build()
     engine, _, _, _ = deepspeed.initialize(
         model=module,
         optimizer=optimizer,
-        config=cfg.to_deepspeed_config(world_size, train_batch_size),
+        config=cfg.to_deepspeed_config(world_size, train_batch_size, load_universal),
     )
     return engine
 

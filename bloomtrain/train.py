@@ -18,7 +18,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from bloomtrain.checkpointing import Checkpointer, StopRequests, seed_everything
+from bloomtrain.checkpointing import Checkpointer, StopRequests, needs_universal, seed_everything
 from bloomtrain.config import TrainConfig, load_config
 from bloomtrain.data import build_datasets
 from bloomtrain.engine import build_engine
@@ -63,14 +63,17 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
     loss_fn = LossFn(state)
     module = build_pipeline(cfg.model, state, partition_method=cfg.parallel.partition_method,
                             activation_checkpointing=cfg.parallel.activation_checkpointing, loss_fn=loss_fn)
-    engine = build_engine(module, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0))
+    universal = needs_universal(cfg, state)
+    engine = build_engine(module, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0),
+                          load_universal=universal)
     # Rank 0 builds (and caches) the sample indices first; the others then only read the cache.
     if dist.get_rank() == 0:
         train_data, valid_data = build_datasets(cfg)
     dist.barrier()
     if dist.get_rank() != 0:
         train_data, valid_data = build_datasets(cfg)
-    return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, Checkpointer(cfg, engine, state),
+    checkpointer = Checkpointer(cfg, engine, state, universal=universal)
+    return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, checkpointer,
                    Metrics(cfg, dist.get_rank(), world), StopRequests(cfg))
 
 

@@ -61,6 +61,7 @@ class Trainer:
         self.lr_schedule = LRSchedule.from_config(cfg.optim, cfg.schedule)
         self.batch_schedule = BatchSchedule.from_config(cfg.schedule)
         self.pos = Position()
+        self.resumed_tag: str | None = None
 
     # --- pieces -------------------------------------------------------------------------------------
 
@@ -68,6 +69,7 @@ class Trainer:
         saved = self.checkpointer.load() if self.checkpointer.enabled else None
         if saved is not None:
             self.pos = Position(**saved)
+            self.resumed_tag = f"global_step{self.pos.iteration}"
             if self.metrics.enabled:
                 print(f"bloomtrain: resumed at iteration {self.pos.iteration}, "
                       f"{self.pos.consumed_samples} samples consumed", flush=True)
@@ -91,7 +93,8 @@ class Trainer:
     # --- the loop -----------------------------------------------------------------------------------
 
     def fit(self) -> TrainResult:
-        cfg, pos, result = self.cfg, self.pos, TrainResult(position=self.pos)
+        cfg, pos = self.cfg, self.pos
+        result = TrainResult(position=pos, last_saved=self.resumed_tag)
         data = self._data_iter()
         while not is_done(cfg.schedule, pos.iteration, pos.consumed_samples):
             batch = self.batch_schedule(pos.consumed_samples)
@@ -104,6 +107,7 @@ class Trainer:
             start = time.perf_counter()
             loss = float(self.engine.train_batch(data_iter=data))
             step_time = time.perf_counter() - start
+            self.loss_fn.poison = False
 
             applied = bool(getattr(self.engine, "_step_applied", True))
             grad_norm = self.engine.get_global_grad_norm()

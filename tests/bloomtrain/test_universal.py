@@ -43,3 +43,7 @@ def test_universal_resume_at_other_layouts(tmp_path):
         assert r["position"]["consumed_samples"] == reference["position"]["consumed_samples"]
         for it in (4, 5):
             assert r["losses"][it] == pytest.approx(reference["losses"][it], rel=2e-4), (layout, it)
+    # a restart in the new layout loads its own checkpoint directly: no second conversion
+    r = _run(2, [*BF16, "parallel.tp=1", "schedule.train_iters=6", f"checkpoint.dir={saved}",
+                 "checkpoint.load_universal=true"])
+    assert sorted(r["losses"]) == [6] and not (saved / "global_step5_universal").exists()
