@@ -39,15 +39,16 @@ def demo_sources() -> list[SourceConfig]:
 
 
 def demo_train_config() -> TrainConfig:
-    """A tiny BLOOM that trains in about a minute on 2 CPU processes, tensor-parallel over both (tp=2)."""
+    """A small BLOOM (4 layers, hidden 128) that trains in a few minutes on 2 CPU processes, tensor-parallel
+    over both (tp=2): enough steps on the demo corpus for greedy samples to look like words."""
     return TrainConfig(
-        model=PRESETS["tiny"](),
+        model=PRESETS["tiny"](num_layers=4, hidden_size=128, num_heads=8, seq_length=64),
         parallel=ParallelConfig(tp=2, pp=1),
         optim=OptimConfig(precision="fp32", lr=3e-3, min_lr=3e-4, weight_decay=0.01),
-        schedule=ScheduleConfig(micro_batch_size=4, global_batch_size=8, train_iters=200, warmup_samples=80,
-                                decay_samples=200 * 8),
-        checkpoint=CheckpointConfig(save_interval=100, keep_last=1),
-        logging=LoggingConfig(log_interval=5, eval_interval=50, eval_iters=2, tensorboard=False),
+        schedule=ScheduleConfig(micro_batch_size=8, global_batch_size=16, train_iters=600, warmup_samples=480,
+                                decay_samples=600 * 16),
+        checkpoint=CheckpointConfig(save_interval=200, keep_last=1),
+        logging=LoggingConfig(log_interval=10, eval_interval=200, eval_iters=2, tensorboard=False),
     )
 
 
@@ -75,7 +76,8 @@ class BlendStageConfig(BaseModel):
 class ExportStageConfig(BaseModel):
     out_dir: str = Field("runs/hf", description="the transformers BloomForCausalLM directory to write")
     tag: str | None = Field(None, description="checkpoint tag (None: the `latest` one)")
-    prompts: list[str] = Field(default_factory=lambda: ["The ", "Le ", "El "], description="sample prompts")
+    prompts: list[str] = Field(default_factory=lambda: ["The city", "Le gouvernement", "El presidente"],
+                               description="prompts to continue (greedy) with the exported model")
     max_new_tokens: int = Field(24, ge=1)
     seed: int = 0
 

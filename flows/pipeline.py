@@ -13,6 +13,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
+from prefect.states import Cancelled, Failed
 
 from flows.blend import blend_flow
 from flows.config import PipelineConfig, TrainStageConfig
@@ -75,7 +76,9 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
     state = train_flow(train_cfg, upstream=[blend["hash"]], return_state=True)
     if not state.is_completed():
         log.error("bloom_pipeline: training ended %s; earlier stages are kept and a rerun resumes here", state.name)
-        return state  # Failed or Cancelled: the pipeline run ends in the same state, with its message
+        # The pipeline ends in the same state (Failed/Cancelled), its message quoting the job's last lines.
+        ending = Cancelled if state.is_cancelled() else Failed
+        return ending(message=f"train stage {state.name}: {state.message}")
     train = state.result()
 
     export = export_flow(config.export.model_copy(update={"out_dir": str(root / "hf")}),

@@ -15,6 +15,7 @@ interrupted by SIGTERM or a timeout while the job runs (reference §4.2).
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from flows.config import TrainStageConfig
 from flows.launch import LaunchError, run_process
 from flows.launch_config import SBATCH_JOB_ID, build_command
 from flows.report import plot_loss, read_metrics, summarize, training_markdown
-from flows.stages import completed, config_hash, write_marker
+from flows.stages import completed, config_hash, read_marker, write_marker
 
 
 class LaunchCancelled(LaunchError):
@@ -107,6 +108,30 @@ def write_run_config(cfg: TrainStageConfig, run_dir: Path) -> Path:
     return path
 
 
+def retire_stale_run(run_dir: Path, digest: str, log) -> None:
+    """Keep a retried run's checkpoints (it resumes from them) but move away a different config's.
+
+    ``run.json`` records the config hash of the run that owns ``checkpoints/`` and ``logs/``. The trainer
+    resumes from whatever ``checkpoints/latest`` holds, so a changed model there would fail to load (or,
+    worse, silently continue a different run): those directories move to ``superseded/<old hash>/``.
+    """
+    owner = run_dir / "run.json"
+    marker = read_marker(run_dir)  # runs from before run.json existed still left a marker when they finished
+    previous = json.loads(owner.read_text())["hash"] if owner.exists() else marker and marker.get("hash")
+    if previous is not None and previous != digest:
+        dest = run_dir / "superseded" / previous
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in ("checkpoints", "logs", "loss.png", "launch.log", "train.yaml"):
+            if (run_dir / name).exists():
+                os.replace(run_dir / name, dest / name)
+        log.warning("train: config changed (%s -> %s); the old run's outputs moved to %s", previous, digest, dest)
+    elif previous is None and (run_dir / "checkpoints").exists():
+        log.warning("train: %s holds checkpoints of an unknown run; the trainer will try to resume from them",
+                    run_dir / "checkpoints")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    owner.write_text(json.dumps({"hash": digest}))
+
+
 def _publish(run_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
     train, evals = read_metrics(run_dir / "logs" / "metrics.jsonl")
     summary = summarize(train, evals)
@@ -125,6 +150,7 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
     if marker := completed(run_dir, digest):
         log.info("train: skipped, %s already holds run %s", run_dir, digest)
         return marker["summary"]
+    retire_stale_run(run_dir, digest, log)
     cfg_path = write_run_config(config, run_dir)
     cmd = build_command(config.launch, cfg_path, config.overrides)
     try:
