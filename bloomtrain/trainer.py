@@ -46,6 +46,8 @@ class TrainResult:
     losses: dict[int, float] = field(default_factory=dict)
     """Loss per iteration run in this process (1-based iteration numbers)."""
     eval_losses: dict[int, float] = field(default_factory=dict)
+    grad_norms: dict[int, float] = field(default_factory=dict)
+    global_batches: dict[int, int] = field(default_factory=dict)
     stopped_by: str | None = None
     last_saved: str | None = None
     position: Position | None = None
@@ -121,6 +123,8 @@ class Trainer:
                 pos.skipped_iters += 1
                 pos.consecutive_skips += 1
             result.losses[pos.iteration] = loss
+            result.grad_norms[pos.iteration] = grad_norm
+            result.global_batches[pos.iteration] = batch
             self._log(loss, lr, grad_norm, batch, step_time, applied)
 
             if cfg.logging.eval_interval and pos.iteration % cfg.logging.eval_interval == 0:

@@ -16,7 +16,7 @@ from bloomtrain.config import load_config
 from bloomtrain.data import build_datasets, collate
 from bloomtrain.engine import param_groups
 from bloomtrain.model.bloom import BloomModel
-from bloomtrain.schedules import LRSchedule
+from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
 from tests.distributed import run_distributed
 
@@ -43,10 +43,12 @@ def plain_pytorch_losses(overrides: list[str]) -> list[float]:
     opt = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr,
                             betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps)
     lr_at = LRSchedule.from_config(cfg.optim, cfg.schedule)
+    batch_at = BatchSchedule.from_config(cfg.schedule)
     train, _ = build_datasets(cfg)
-    mbs, gbs = cfg.schedule.micro_batch_size, cfg.schedule.global_batch_size
-    losses, consumed = [], 0
-    for _ in range(cfg.schedule.train_iters):
+    mbs = cfg.schedule.micro_batch_size
+    losses, consumed, iteration = [], 0, 0
+    while not is_done(cfg.schedule, iteration, consumed):
+        gbs = batch_at(consumed)
         for g in opt.param_groups:
             g["lr"] = lr_at(consumed)
         total = 0.0
@@ -60,6 +62,7 @@ def plain_pytorch_losses(overrides: list[str]) -> list[float]:
         opt.zero_grad(set_to_none=True)
         losses.append(total)
         consumed += gbs
+        iteration += 1
     return losses
 
 
@@ -73,9 +76,14 @@ def test_single_process_matches_plain_pytorch(single):
 
 def _assert_matches(single, results):
     ref = [single["losses"][i] for i in range(1, 6)]
+    ref_norms = [single["grad_norms"][i] for i in range(1, 6)]
+    assert min(ref_norms) > 0.5  # the clip (0.5) is active: the global norm decides every update
     for r in results:  # every rank reports the DP-averaged loss broadcast along the pipe
         got = [r["losses"][i] for i in range(1, 6)]
         assert got == pytest.approx(ref, rel=RTOL), (r["coords"], got, ref)
+        # TP duplicates and the tied embedding are counted once: the same global norm in every layout
+        norms = [r["grad_norms"][i] for i in range(1, 6)]
+        assert norms == pytest.approx(ref_norms, rel=1e-4), (r["coords"], norms, ref_norms)
 
 
 def _assert_groups(results):
@@ -115,3 +123,16 @@ def test_bf16_builds_blooms_bf16_optimizer(single):
     for i in range(1, 4):
         assert math.isfinite(r["losses"][i])
         assert r["losses"][i] == pytest.approx(single["losses"][i], rel=2e-2)
+
+
+RAMP = [*EXACT, "schedule.train_iters=null", "schedule.train_samples=40", "schedule.rampup_batch_size=[4, 4, 16]"]
+
+
+def test_batch_rampup_and_sample_based_length_match_plain_pytorch():
+    """tr11's ``start increment samples`` ramp: 4, 4, 4, 4, then 8 until 40 samples (single process and DP2)."""
+    ref = plain_pytorch_losses(RAMP)
+    for world in (1, 2):
+        r = _run(world, RAMP)[0]
+        assert list(r["batches"].values()) == [4, 4, 4, 4, 8, 8, 8]
+        assert r["position"]["consumed_samples"] == 40
+        assert [r["losses"][i] for i in range(1, 8)] == pytest.approx(ref, rel=RTOL)

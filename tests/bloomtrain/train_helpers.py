@@ -45,6 +45,8 @@ def train_rank(overrides: list[str]) -> dict:
     return {
         "losses": result.losses if result else {},
         "eval": result.eval_losses if result else {},
+        "grad_norms": result.grad_norms if result else {},
+        "batches": result.global_batches if result else {},
         "position": result.position.as_dict() if result else None,
         "error": error,
         "optimizer": type(opt).__name__,
