@@ -163,6 +163,11 @@ def _tokenizer(path: str):
     return _cached_tokenizer(file, st.st_size, st.st_mtime_ns)
 
 
+def _strict_error(reject: Reject) -> BloomDataError:
+    return BloomDataError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
+                          "drop that row, or run without --strict to skip and count it")
+
+
 def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eod: bool, dtype: str,
                    split_by: str = "lang", output_name: str = "all", strict: bool = False,
                    batch_docs: int = 1000, batch_bytes: int = 8 << 20,
@@ -213,8 +218,7 @@ def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eo
         for item in read_shard(shard):
             if isinstance(item, Reject):
                 if strict:
-                    raise BloomDataError(f"{item.path}:{item.line}: {item.reason} ({item.detail or 'no detail'});"
-                                         " fix or drop that row, or run without --strict to skip and count it")
+                    raise _strict_error(item)
                 rejects[item.reason] += 1
                 if rejects[item.reason] <= max_examples:
                     examples.append(dataclasses.asdict(item))
@@ -394,7 +398,7 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
     with _locked_out_dir(out_dir):
         _remove_stray_temps(out_dir)
         previous = _up_to_date(out_dir, fingerprint)
-        if previous is not None:
+        if previous is not None and not (config.strict and previous["rejects_total"]):
             return {**previous, "up_to_date": True}
         manifests = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
         pending = [i for i, m in enumerate(manifests) if m is None]
@@ -422,6 +426,12 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
         finally:
             bar.close()
         t2 = time.perf_counter()
+        if config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
+            for shard, m in zip(shards, manifests):
+                if any(m["rejects"].values()):
+                    examples = m["reject_examples"] or [{"path": shard.path, "line": shard.start + 1,
+                                                         "reason": next(iter(m["rejects"])), "detail": "or later"}]
+                    raise _strict_error(Reject(**examples[0]))
         outputs = merge_shards(out_dir, shards, manifests, names, dtype)
         write_rejects(os.path.join(out_dir, REJECTS_FILE), manifests, config.max_reject_examples)
         wall = time.perf_counter() - t0

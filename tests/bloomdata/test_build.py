@@ -265,7 +265,8 @@ def bad_input(tmp_path) -> Path:
 
 def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, small_tokenizer_dir):
     out = tmp_path / "out"
-    summary = run_build(_config([bad_input], small_tokenizer_dir, out, split_by="none"), client=client)
+    config = _config([bad_input], small_tokenizer_dir, out, split_by="none", keep_shards=True)
+    summary = run_build(config, client=client)
     assert summary["rejects"] == {"malformed_json": 1, "invalid_utf8": 1, "missing_text": 1,
                                   "non_string_text": 1, "empty_text": 1}
     assert summary["documents"] == 2 and IndexedDataset(out / "all").num_documents == 2
@@ -273,6 +274,9 @@ def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, 
     assert [e["where"] for e in examples] == [f"{bad_input}:{n}" for n in (2, 3, 4, 5, 6)]
     assert [e["reason"] for e in examples] == ["malformed_json", "invalid_utf8", "missing_text",
                                                "non_string_text", "empty_text"]
+    # --strict refuses the same inputs even when the build is up to date and its shards are reused
+    with pytest.raises(BloomDataError, match=rf"{bad_input}:2: malformed_json"):
+        run_build(config.model_copy(update={"strict": True}), client=client)
 
 
 def test_strict_fails_naming_file_line_through_dask(tmp_path, client, bad_input, small_tokenizer_dir):
