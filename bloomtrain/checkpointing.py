@@ -235,7 +235,9 @@ class StopRequests:
             self.cfg.exit_duration_in_mins is not None
             and (time.time() - self.start) / 60.0 >= self.cfg.exit_duration_in_mins,
         ]
-        flags = torch.tensor(local, dtype=torch.int32)
+        device = f"cuda:{torch.cuda.current_device()}" if dist.is_initialized() and dist.get_backend() == "nccl" \
+            else "cpu"
+        flags = torch.tensor(local, dtype=torch.int32, device=device)
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         reasons = ["signal " + (self.received or "(on another rank)"),

@@ -63,7 +63,8 @@ class ClippedAdamW(torch.optim.AdamW):
     @torch.no_grad()
     def global_grad_norm(self) -> float:
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-        sq = torch.zeros((), dtype=torch.float64)
+        # on the grads' device: NCCL reduces device tensors only
+        sq = torch.zeros((), dtype=torch.float64, device=params[0].device if params else "cpu")
         for p in params:
             if counted_once(p, self.parallel):
                 sq += p.grad.double().pow(2).sum()

@@ -78,7 +78,11 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
 
 
 def run(cfg: TrainConfig) -> TrainResult:
-    trainer = build_trainer(cfg)
+    return run_trainer(build_trainer(cfg))
+
+
+def run_trainer(trainer: Trainer) -> TrainResult:
+    """Resume, train, and handle stop signals while doing so."""
     trainer.stop.install()
     try:
         trainer.resume()

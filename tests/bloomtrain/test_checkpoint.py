@@ -146,3 +146,20 @@ def test_latest_is_replaced_atomically_and_prune_keeps_the_newest(tmp_path):
     assert not list(tmp_path.glob(".latest*"))  # no temp file left behind
     assert prune(tmp_path, 2, protect="global_step10") == ["global_step2", "global_step1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step10", "global_step3", "latest"]
+
+
+def test_sigusr1_and_the_time_limit_also_save_and_stop(tmp_path):
+    run_dir = tmp_path / "usr1"
+    proc = fork_training([*EXACT, "schedule.train_iters=10000", f"checkpoint.dir={run_dir}",
+                          f"logging.dir={run_dir / 'logs'}"])
+    _wait_for_iteration(run_dir / "logs", 1, proc)
+    os.kill(proc.pid, signal.SIGUSR1)
+    proc.join(120)
+    assert proc.exitcode == 0
+    last = max(r["iteration"] for r in _records(run_dir / "logs"))
+    assert read_latest(run_dir) == f"global_step{last}"
+
+    r = _one([*EXACT, "schedule.train_iters=10000", f"checkpoint.dir={tmp_path / 'timed'}",
+              "checkpoint.exit_duration_in_mins=1e-6"])
+    assert r["error"] is None and list(r["losses"]) == [1]
+    assert read_latest(tmp_path / "timed") == "global_step1"

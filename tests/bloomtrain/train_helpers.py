@@ -19,14 +19,13 @@ EXACT = [
 def train_rank(overrides: list[str]) -> dict:
     """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need."""
     from bloomtrain.config import load_config
-    from bloomtrain.train import build_trainer
+    from bloomtrain.train import build_trainer, run_trainer
 
     cfg = load_config(TINY, overrides)
     trainer = build_trainer(cfg)
     error = None
     try:
-        trainer.resume()
-        result = trainer.fit()
+        result = run_trainer(trainer)
     except Exception as exc:  # noqa: BLE001 - reported to the test
         error, result = f"{type(exc).__name__}: {exc}", None
     engine, state = trainer.engine, trainer.state
