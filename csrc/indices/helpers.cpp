@@ -146,14 +146,22 @@ inline void swap_block(T* x, int64_t hi, int64_t count, const int64_t* js) {
 
 int num_threads();
 
+// Below these sizes a pass runs on the calling thread alone: starting and joining threads is only worth
+// it when the pass itself takes tens of milliseconds (and a join can wait a whole scheduler quantum).
+// (variables, not constants, so the tests can lower them to exercise the threaded paths on tiny inputs)
+int64_t kPipelineFrom = int64_t(1) << 22;  // shuffle: 4M elements
+int64_t kParallelGrain = int64_t(1) << 23;  // streaming passes: 8M elements per thread
+
 // Fisher-Yates from the end, identical swaps to numpy RandomState.shuffle on a 1-D array.
 // Large arrays pipeline the two halves of the work: a helper thread draws the j's of block b+1 while
 // this thread applies the swaps of block b (the draws depend only on the RNG, never on the data).
 template <typename T>
 void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
   if (n < 2) return;
-  const bool pipelined = n >= (int64_t(1) << 21) && num_threads() > 1;
-  const int64_t block = pipelined ? (int64_t(1) << 18) : 8192;
+  // Each block ends in a join, which costs a scheduler quantum when the machine is oversubscribed, so
+  // only arrays large enough for that to be noise are pipelined, in blocks of 1M draws (8 MB).
+  const bool pipelined = n >= kPipelineFrom && num_threads() > 1;
+  const int64_t block = pipelined ? std::clamp<int64_t>(n / 16, 8192, int64_t(1) << 20) : 8192;
   std::vector<int64_t> buf_a(static_cast<size_t>(std::min<int64_t>(block, n))), buf_b;
   int64_t* cur = buf_a.data();
   int64_t* next = nullptr;
@@ -271,7 +279,7 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
     // Packed (doc, len) pairs: low 32 bits the document id, high 32 bits its length.
     std::unique_ptr<uint64_t, void (*)(void*)> pairs(alloc_random_access<uint64_t>(total), std::free);
     uint64_t* pp = pairs.get();
-    parallel_chunks(total, 1 << 21, [=](int, int64_t b, int64_t e) {
+    parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
       for (int64_t k = b, j = (d ? b % d : 0); k < e; ++k) {
         const int32_t doc = docs[j];
         pp[k] = uint64_t(uint32_t(doc)) | (uint64_t(uint32_t(sz[doc])) << 32);
@@ -284,7 +292,7 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
     } else {
       shuffle_inplace(pp, total, state.rng());
     }
-    parallel_chunks(total, 1 << 21, [=](int, int64_t b, int64_t e) {
+    parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
       for (int64_t k = b; k < e; ++k) {
         out_doc[k] = int32_t(uint32_t(pp[k]));
         out_len[k] = int32_t(uint32_t(pp[k] >> 32));
@@ -310,7 +318,7 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
     row[1] = 0;
     // Pass 1: tokens per chunk of entries; exclusive scan; pass 2: each chunk writes the rows whose
     // token k*L falls inside it (a merge walk of entry ends against multiples of L).
-    const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), m / 65536));
+    const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), m / kParallelGrain));
     std::vector<int64_t> chunk_tokens(nt + 1, 0);
     auto chunk_begin = [=](int64_t c) { return m * c / nt; };
     std::vector<std::thread> pool;
@@ -476,6 +484,16 @@ PYBIND11_MODULE(_index_helpers, m) {
       .def("shuffle_int64", &RandomState::shuffle<int64_t>, py::arg("x"))
       .def("shuffle_uint64", &RandomState::shuffle<uint64_t>, py::arg("x"));
 
+  m.def(
+      "set_thresholds",
+      [](int64_t pipeline_from, int64_t parallel_grain) {
+        py::tuple old = py::make_tuple(kPipelineFrom, kParallelGrain);
+        kPipelineFrom = std::max<int64_t>(2, pipeline_from);
+        kParallelGrain = std::max<int64_t>(1, parallel_grain);
+        return old;
+      },
+      py::arg("pipeline_from"), py::arg("parallel_grain"),
+      "(tests) sizes from which shuffles are pipelined and passes threaded; returns the old pair");
   m.def("build_document_index", &build_document_index, py::arg("documents"), py::arg("sizes"),
         py::arg("num_epochs"), py::arg("separate_final_epoch"), py::arg("state"));
   m.def("build_sample_index_int32", &build_sample_index<int32_t>, py::arg("lengths"), py::arg("seq_length"),

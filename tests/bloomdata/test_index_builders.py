@@ -14,6 +14,14 @@ from bloomdata import index_builders as ib
 pytestmark = pytest.mark.skipif(not ib.cpp_available(), reason="C++ index helpers not built")
 
 
+@pytest.fixture
+def threaded():
+    """Lower the C++ size thresholds so tiny inputs take the pipelined / multi-threaded paths."""
+    old = ib._cpp.set_thresholds(1000, 20_000)
+    yield
+    ib._cpp.set_thresholds(*old)
+
+
 @pytest.mark.parametrize("seed", [0, 42, 2**32 - 1])
 @pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64, np.uint64])
 def test_shuffle_matches_numpy_randomstate(seed, dtype):
@@ -26,9 +34,9 @@ def test_shuffle_matches_numpy_randomstate(seed, dtype):
         np.testing.assert_array_equal(a, b)
 
 
-def test_pipelined_shuffle_of_a_large_array_matches_numpy():
-    # >= 2**21 elements: the C++ shuffle draws the next block on a helper thread while swapping
-    a = np.arange(2_500_000, dtype=np.uint32)
+def test_pipelined_shuffle_matches_numpy(threaded):
+    # the C++ shuffle draws the next block of j's on a helper thread while swapping this one
+    a = np.arange(300_000, dtype=np.uint32)  # 16 blocks of draws
     b = a.copy()
     ref, cpp = np.random.RandomState(42), ib.RandomStream(42, "cpp")
     ref.shuffle(a)
@@ -45,7 +53,10 @@ def test_shuffle_rejects_unsupported_arrays():
 
 
 @pytest.mark.parametrize("separate", [False, True])
-def test_document_index_matches(separate):
+@pytest.mark.parametrize("threads", [False, True])
+def test_document_index_matches(separate, threads, request):
+    if threads:
+        request.getfixturevalue("threaded")
     rng = np.random.default_rng(0)
     sizes = rng.integers(0, 50, size=500).astype(np.int32)
     documents = np.arange(30, 470, dtype=np.int32)
@@ -62,9 +73,9 @@ def test_document_index_matches(separate):
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("seq_length", [1, 7, 2048])
-def test_sample_index_matches_with_threads_and_empty_documents(dtype, seq_length):
+def test_sample_index_matches_with_threads_and_empty_documents(dtype, seq_length, threaded):
     rng = np.random.default_rng(1)
-    lengths = rng.integers(0, 40, size=200_000).astype(np.int32)  # > 65,536: several C++ threads
+    lengths = rng.integers(0, 40, size=200_000).astype(np.int32)  # several C++ threads (fixture)
     lengths[:3] = 0  # row 0 stays (0, 0) even when the first entries are empty
     n = (int(lengths.sum(dtype=np.int64)) - 1) // seq_length
     a = ib.build_sample_index(lengths, seq_length, n, dtype, "numpy")
