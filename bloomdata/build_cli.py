@@ -24,7 +24,7 @@ from bloomdata.errors import BloomDataError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bloomdata build", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="bloomdata build", description=__doc__.replace("``", ""),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     # every default is None so that only flags actually given override a --config file
     p.add_argument("--config", help="YAML file holding a BuildConfig (flags override it)")

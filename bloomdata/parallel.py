@@ -16,6 +16,8 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
 - Results come back as tasks finish (``as_completed``) for progress, but are returned in input order, so
   callers never depend on scheduling. The first failure cancels the remaining tasks and is re-raised;
   a task that keeps killing its workers becomes a ``BloomDataError`` naming the item.
+- Called from inside a Dask task (a Prefect task on a DaskTaskRunner), the shards run on that same
+  cluster through ``worker_client``: a daemonic worker process cannot start a LocalCluster of its own.
 - Spawned worker processes re-import ``__main__``: scripts that call this must guard their entry point
   with ``if __name__ == "__main__":`` and keep task code in importable modules.
 """
@@ -29,7 +31,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from distributed import Client, LocalCluster, WorkerPlugin, as_completed
+from distributed import Client, LocalCluster, WorkerPlugin, as_completed, get_worker, worker_client
 from distributed.scheduler import KilledWorker
 
 from bloomdata.errors import BloomDataError
@@ -66,6 +68,12 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         return
     if n_workers < 1:
         raise BloomDataError(f"a local Dask cluster needs at least 1 worker, got {n_workers}")
+    if _inside_dask_worker():
+        # e.g. a Prefect task on a DaskTaskRunner: workers are daemonic and cannot start a LocalCluster,
+        # so the shards go to the cluster we are already on (the task secedes from its worker thread)
+        with worker_client() as client:
+            yield client
+        return
     with warnings.catch_warnings():
         # with the dashboard off the scheduler still serves /health on 8787 or, when taken, any free port
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
@@ -73,6 +81,14 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
                                dashboard_address=None, env=dict(WORKER_ENV), silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:
         yield client
+
+
+def _inside_dask_worker() -> bool:
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
 
 
 def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int = 2,

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -53,8 +54,10 @@ def client():
 
     from distributed import Client, LocalCluster
 
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                           env={"TOKENIZERS_PARALLELISM": "false"}, silence_logs=logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                               env={"TOKENIZERS_PARALLELISM": "false"}, silence_logs=logging.ERROR)
     with cluster, Client(cluster) as c:
         yield c
 
@@ -336,3 +339,13 @@ append_eod: false
     config.write_text("sources: []\ntokenizer: x\nout_dir: y\n")
     rc = cli_main(["build", "--config", str(config)])
     assert rc == 2 and "sources" in capsys.readouterr().err
+
+
+def test_run_shards_inside_a_dask_task_uses_that_cluster(client):
+    """A Dask worker is daemonic (no LocalCluster of its own): run_shards called from a task, as a Prefect
+    task on a DaskTaskRunner would, sends the shards to the same cluster, in input order."""
+    import operator
+
+    from bloomdata.parallel import run_shards
+
+    assert client.submit(run_shards, operator.neg, list(range(7)), pure=False).result(60) == [-i for i in range(7)]
