@@ -119,7 +119,8 @@ def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int
                 try:
                     results[i] = future.result()
                 except KilledWorker as exc:
-                    raise BloomDataError(f"{items[i]!r}: its task killed {exc.allowed_failures + 1} workers "
+                    what = getattr(items[i], "name", None) or repr(items[i])
+                    raise BloomDataError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
                                          "(out of memory? lower batch sizes or give workers more memory)") from None
                 if on_result is not None:
                     on_result(i, results[i])
