@@ -116,7 +116,7 @@ class Trainer:
             grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
             pos.iteration += 1
             pos.consumed_samples += batch
-            if applied and math.isfinite(loss):
+            if applied:  # LossFn turns a non-finite loss into NaN grads, so it is never applied
                 pos.scheduled_samples += batch
                 pos.consecutive_skips = 0
             else:

@@ -74,7 +74,13 @@ def _head(embedding: EmbeddingPipe, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class LossFn:
-    """Masked mean fp32 cross-entropy over vocab-parallel logits; ``poison`` injects a NaN (drills)."""
+    """Masked mean fp32 cross-entropy over vocab-parallel logits; ``poison`` injects a NaN (drills).
+
+    A non-finite loss is made to poison every gradient it reaches (backward multiplies by NaN instead of 1),
+    so the global grad norm is NaN and the optimizer skips the update: a non-finite loss can never be
+    applied, even where its gradients would happen to be finite. The factor is a detached constant, so a
+    finite loss is unchanged bit for bit and needs no host sync.
+    """
 
     def __init__(self, state: ParallelState) -> None:
         self.state = state
@@ -83,7 +89,10 @@ class LossFn:
     def __call__(self, logits: torch.Tensor, labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         target, loss_mask = labels
         loss = masked_mean_loss(logits, target, loss_mask, self.state)
-        return loss * float("nan") if self.poison else loss
+        if self.poison:
+            loss = loss * float("nan")
+        guard = torch.where(torch.isfinite(loss), 1.0, float("nan")).detach()
+        return loss * guard
 
 
 def layer_specs(config: ModelConfig, state: ParallelState) -> list:

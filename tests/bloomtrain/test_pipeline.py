@@ -114,3 +114,26 @@ def test_loss_spikes_are_flagged_against_the_running_mean():
            "skipped_iters": 0}
     assert progress_line(rec, 10).startswith("iter 3/10 | samples 24 | loss 3.8000 | lr 1.000e-04")
     assert "MFU 25.0%" in progress_line(rec, 10)
+
+
+def test_a_non_finite_loss_poisons_every_gradient():
+    import torch
+
+    from bloomtrain.parallel.pipeline import LossFn
+
+    fn = LossFn(ParallelState.single())
+    labels = (torch.tensor([[1, 2]]), torch.ones(1, 2))
+    logits = torch.randn(1, 2, 8, requires_grad=True)
+    fn(logits, labels).backward()
+    assert torch.isfinite(logits.grad).all()
+    # target logits of -inf: the loss is +inf while softmax - onehot stays finite; the guard makes it NaN
+    masked = torch.zeros(1, 2, 8)
+    masked[0, 0, 1] = masked[0, 1, 2] = float("-inf")
+    masked.requires_grad_(True)
+    loss = fn(masked, labels)
+    loss.backward()
+    assert not torch.isfinite(loss) and torch.isnan(masked.grad).all()
+    fn.poison = True
+    logits.grad = None
+    fn(logits, labels).backward()
+    assert torch.isnan(logits.grad).all()
