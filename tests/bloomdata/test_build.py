@@ -349,3 +349,24 @@ def test_run_shards_inside_a_dask_task_uses_that_cluster(client):
     from bloomdata.parallel import run_shards
 
     assert client.submit(run_shards, operator.neg, list(range(7)), pure=False).result(60) == [-i for i in range(7)]
+
+
+def test_large_vocabulary_builds_int32(tmp_path, small_tokenizer_dir):
+    """A vocabulary of >= 65,500 tokens gives int32 data (Megatron's rule); ids above 65,535 survive."""
+    from megatron.core.datasets.indexed_dataset import IndexedDataset as MegatronIndexedDataset
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(small_tokenizer_dir / "tokenizer.json"))
+    tok.add_tokens([f"<extra_{i}>" for i in range(65_500)])
+    tok.save(str(tmp_path / "big.json"))
+    texts = ["plain text", "an <extra_65000> id above uint16", "<extra_0><extra_65499>"]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    summary = run_build(_config([tmp_path / "in.jsonl"], tmp_path / "big.json", tmp_path / "out", workers=0,
+                                split_by="none", append_eod=True))
+    assert summary["dtype"] == "int32"
+    ds, theirs = IndexedDataset(tmp_path / "out" / "all"), MegatronIndexedDataset(str(tmp_path / "out" / "all"))
+    assert theirs.index.dtype == np.int32
+    for i, text in enumerate(texts):
+        expected = tok.encode(text, add_special_tokens=False).ids + [2]
+        assert ds[i].tolist() == theirs[i].tolist() == expected
+    assert max(max(ds[i]) for i in range(len(texts))) > 65_535
