@@ -110,10 +110,12 @@ def needs_universal(cfg: TrainConfig, state: ParallelState) -> bool:
     if not (cfg.checkpoint.load_universal and cfg.checkpoint.dir and cfg.checkpoint.load):
         return False
     tag = read_latest(cfg.checkpoint.dir)
-    if tag is None:
-        return False
-    path = Path(cfg.checkpoint.dir) / tag / LAYOUT_FILE
-    return not path.is_file() or json.loads(path.read_text()) != layout_of(state)
+    return tag is not None and saved_layout(cfg.checkpoint.dir, tag) != layout_of(state)
+
+
+def saved_layout(ckpt_dir: str | Path, tag: str) -> dict[str, int] | None:
+    path = Path(ckpt_dir) / tag / LAYOUT_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 class Checkpointer:
@@ -161,6 +163,8 @@ class Checkpointer:
         if tag is None:
             return None
         universal = self.universal
+        if not universal:
+            self._check_same_layout(tag)
         if universal:
             if self.cfg.optim.precision != "bf16":
                 raise BloomDataError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
@@ -177,6 +181,19 @@ class Checkpointer:
         else:  # another layout: rank-specific streams cannot be carried over; derive fresh ones
             seed_everything(self.cfg.seed + 100 * self.state.pp_rank + 7919 * position["iteration"])
         return position
+
+    def _check_same_layout(self, tag: str) -> None:
+        saved, now = saved_layout(self.dir, tag), layout_of(self.state)
+        if saved is None or saved == now:
+            return
+        # fp32 mode keeps whole optimizer states on every DP rank, so only TP and PP must match there
+        keys = ("tp", "pp") if self.cfg.optim.precision == "fp32" else ("tp", "pp", "dp")
+        if any(saved[k] != now[k] for k in keys):
+            raise BloomDataError(
+                f"checkpoint {self.dir / tag} was saved at tp={saved['tp']} pp={saved['pp']} dp={saved['dp']}, "
+                f"this run is tp={now['tp']} pp={now['pp']} dp={now['dp']}; set checkpoint.load_universal=true "
+                "to convert it (bf16), or launch the saved layout"
+            )
 
     def _ensure_universal(self, tag: str) -> str:
         out = f"{tag}_universal"

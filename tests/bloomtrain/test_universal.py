@@ -47,3 +47,10 @@ def test_universal_resume_at_other_layouts(tmp_path):
     r = _run(2, [*BF16, "parallel.tp=1", "schedule.train_iters=6", f"checkpoint.dir={saved}",
                  "checkpoint.load_universal=true"])
     assert sorted(r["losses"]) == [6] and not (saved / "global_step5_universal").exists()
+
+
+def test_resuming_another_layout_without_universal_says_how(tmp_path):
+    _run(1, [*BF16, "schedule.train_iters=1", f"checkpoint.dir={tmp_path}"])
+    results = run_distributed(train_rank, 2, [*BF16, "schedule.train_iters=2", f"checkpoint.dir={tmp_path}"],
+                              timeout_s=300)
+    assert "saved at tp=1 pp=1 dp=1" in results[0]["error"] and "load_universal=true" in results[0]["error"]
