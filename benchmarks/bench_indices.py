@@ -12,6 +12,9 @@ oversampling count of ``BlendedDataset``. Ours runs ``bloomdata.samples.build_gp
 backend, the per-dataset counts of ``bloomdata.blend.samples_per_dataset`` and the same oversampling
 check. Every array is compared (values and dtype) and the script exits 1 on any difference.
 
+Times are wall-clock seconds, fastest of --repeat runs per side; "total CPU time" is the process CPU time
+of the whole build (all threads), a steadier figure when other jobs share the machine.
+
 Memory: the 100M case peaks at about 3 GB on megatron's side (mgrid's int64 grid) and 2 GB on ours.
 Build threads: ours uses OpenMP (OMP_NUM_THREADS) for the sample index; the shuffles are sequential.
 """
@@ -75,12 +78,19 @@ def row(label: str, theirs: float, ours: float) -> str:
     return f"  {label:<22} {theirs:10.3f} s {ours:10.3f} s {theirs / max(ours, 1e-9):8.2f}x"
 
 
-def best_of(repeat: int, fn, *args):
-    """fn's arrays and its fastest per-step times over ``repeat`` runs (the machine is shared: take the min)."""
+def timed(fn, *args):
+    """fn's (arrays, per-step wall times), plus the process CPU seconds of the whole call under "cpu"."""
+    c0 = time.process_time()
     arrays, times = fn(*args)
+    return arrays, {**times, "cpu": time.process_time() - c0}
+
+
+def best_of(repeat: int, fn, *args):
+    """fn's arrays and its fastest times over ``repeat`` runs (the machine is shared: take the min)."""
+    arrays, times = timed(fn, *args)
     for _ in range(repeat - 1):
         del arrays
-        arrays, again = fn(*args)
+        arrays, again = timed(fn, *args)
         times = {k: min(v, again[k]) for k, v in times.items()}
     return arrays, times
 
@@ -101,8 +111,9 @@ def bench_single(entries: int, seq_length: int, seed: int, repeat: int) -> tuple
     print(f"  {'step':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}")
     for k in NAMES:
         print(row(k, t_theirs[k], t_ours[k]))
-    total_t, total_o = sum(t_theirs.values()), sum(t_ours.values())
+    total_t, total_o = (sum(v for k, v in t.items() if k != "cpu") for t in (t_theirs, t_ours))
     print(row("total", total_t, total_o))
+    print(row("total CPU time", t_theirs["cpu"], t_ours["cpu"]))
     print(f"  identical arrays: {ok}")
     return total_t, total_o, ok
 
@@ -133,7 +144,7 @@ def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, r
         entries += len(ours["document_index"])
         lens_theirs.append(theirs["sample_index"].shape[0] - 1)
         lens_ours.append(ours["sample_index"].shape[0] - 1)
-        for key in NAMES:
+        for key in [*NAMES, "cpu"]:
             t_theirs[key] = t_theirs.get(key, 0.0) + tt[key]
             t_ours[key] = t_ours.get(key, 0.0) + to[key]
     # the blend index itself, with BlendedDataset's weights (normalised twice) and oversampling count
@@ -158,12 +169,15 @@ def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, r
     ok &= np.array_equal(index, our_index) and np.array_equal(sample, our_sample) and index.dtype == our_index.dtype
     ok &= bool(np.all(counts <= np.array(lens_theirs))) and bool(np.all(our_counts <= np.array(lens_ours)))
     t_theirs["blend"], t_ours["blend"] = tb_theirs["blend"], tb_ours["blend"]
+    t_theirs["cpu"] += tb_theirs["cpu"]
+    t_ours["cpu"] += tb_ours["cpu"]
     print(f"  ({entries:,} document-index entries over the {k} components)")
     print(f"  {'step':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}")
     for key in [*NAMES, "blend"]:
         print(row(key, t_theirs[key], t_ours[key]))
-    total_t, total_o = sum(t_theirs.values()), sum(t_ours.values())
+    total_t, total_o = (sum(v for k, v in t.items() if k != "cpu") for t in (t_theirs, t_ours))
     print(row("total", total_t, total_o))
+    print(row("total CPU time", t_theirs["cpu"], t_ours["cpu"]))
     print(f"  identical arrays: {ok}")
     return total_t, total_o, ok
 
