@@ -10,8 +10,6 @@ import gzip
 import json
 from pathlib import Path
 
-import pytest
-
 from bloomdata.build import BuildConfig
 from bloomdata.documents import SourceConfig
 from bloomdata.indexed import IndexedDataset
@@ -38,16 +36,6 @@ def _artifact(key: str):
     with get_client(sync_client=True) as client:
         found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
     return found[-1] if found else None
-
-
-@pytest.fixture(scope="module")
-def dask_address():
-    """An existing cluster (threads, one worker) so dataset_flow's scheduler-address path is exercised."""
-    from distributed import LocalCluster
-
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, protocol="tcp://",
-                      dashboard_address=None) as cluster:
-        yield cluster.scheduler_address
 
 
 def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
