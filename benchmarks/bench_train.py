@@ -50,7 +50,8 @@ def bench_bloomtrain(a: argparse.Namespace) -> list[float]:
         trainer.fit()
         trainer.metrics.close()
         records = [json.loads(line) for line in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()]
-    return [r["step_time_s"] for r in records[a.warmup:]]
+    steps = [r["step_time_s"] for r in records if "step_time_s" in r]  # skip the formula header
+    return steps[a.warmup:]
 
 
 def bench_reference(a: argparse.Namespace, device: str) -> list[float]:

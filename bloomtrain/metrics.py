@@ -72,6 +72,15 @@ class Metrics:
                 except ImportError:
                     print("bloomtrain: tensorboard is not installed; writing metrics.jsonl only", file=sys.stderr)
 
+    def describe(self) -> None:
+        """State the throughput formula once, in the JSONL and on the console (rank 0)."""
+        recompute = self.cfg.parallel.activation_checkpointing
+        text = ("tflops/mfu: model FLOPs 24*3*B*s*l*h^2*(1 + s/(6h) + V/(16lh)) per iteration / (step time * "
+                f"world * 1e12), recomputation NOT counted; hw_tflops uses f={4 if recompute else 3} "
+                f"({'activation recomputation counted' if recompute else 'no recomputation'}); "
+                f"peak {self.peak or 'unknown'} TFLOP/s per device")
+        self.log({"event": "throughput_formula", "text": text}, 0, f"bloomtrain: {text}")
+
     def throughput(self, global_batch: int, step_time: float) -> dict[str, float]:
         tokens = global_batch * self.cfg.model.seq_length
         recompute = self.cfg.parallel.activation_checkpointing

@@ -98,6 +98,7 @@ class Trainer:
         cfg, pos = self.cfg, self.pos
         result = TrainResult(position=pos, last_saved=self.resumed_tag)
         data = self._data_iter()
+        self.metrics.describe()
         while not is_done(cfg.schedule, pos.iteration, pos.consumed_samples):
             batch = self.batch_schedule(pos.consumed_samples)
             if batch != self.engine.train_batch_size():
