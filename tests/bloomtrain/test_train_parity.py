@@ -30,9 +30,12 @@ def _run(world: int, overrides: list[str]) -> list[dict]:
     return results
 
 
+EVAL = ["logging.eval_interval=5", "logging.eval_iters=2"]
+
+
 @pytest.fixture(scope="module")
 def single():
-    return _run(1, EXACT)[0]
+    return _run(1, [*EXACT, *EVAL])[0]
 
 
 def plain_pytorch_losses(overrides: list[str]) -> list[float]:
@@ -84,6 +87,8 @@ def _assert_matches(single, results):
         # TP duplicates and the tied embedding are counted once: the same global norm in every layout
         norms = [r["grad_norms"][i] for i in range(1, 6)]
         assert norms == pytest.approx(ref_norms, rel=1e-4), (r["coords"], norms, ref_norms)
+        if 5 in r["eval"]:  # validation through eval_batch, broadcast along the pipe
+            assert r["eval"][5] == pytest.approx(single["eval"][5], rel=RTOL), r["coords"]
 
 
 def _assert_groups(results):
@@ -102,13 +107,14 @@ def test_tp2(single):
 
 
 def test_pp2_dp2_with_activation_checkpointing(single):
-    results = _run(4, [*EXACT, "parallel.pp=2", "parallel.activation_checkpointing=true"])
+    results = _run(4, [*EXACT, *EVAL, "parallel.pp=2", "parallel.activation_checkpointing=true"])
     _assert_matches(single, results)
     _assert_groups(results)
 
 
 def test_tp2_pp2_dp2(single):
-    results = _run(8, [*EXACT, "parallel.tp=2", "parallel.pp=2"])
+    results = _run(8, [*EXACT, *EVAL, "parallel.tp=2", "parallel.pp=2"])
+    assert all(5 in r["eval"] for r in results)
     _assert_matches(single, results)
     _assert_groups(results)
     assert sorted(r["coords"] for r in results) == sorted(
