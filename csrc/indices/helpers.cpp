@@ -156,6 +156,7 @@ int num_threads();
 // (variables, not constants, so the tests can lower them to exercise the threaded paths on tiny inputs)
 int64_t kPipelineFrom = int64_t(1) << 22;  // shuffle: 4M elements
 int64_t kParallelGrain = int64_t(1) << 23;  // streaming passes: 8M elements per thread
+int64_t kGatherMaxBytes = int64_t(16) << 20;  // document index: gather lengths from sizes up to 16 MB
 
 // Fisher-Yates from the end, identical swaps to numpy RandomState.shuffle on a 1-D array.
 // Large arrays pipeline the two halves of the work: a helper thread draws the j's of block b+1 while
@@ -270,39 +271,61 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
                                bool separate_final_epoch, RandomState& state) {
   const int64_t d = documents.shape(0);
   const int64_t total = d * num_epochs;
-  py::array_t<int32_t> doc_out(total), len_out(total);
   const int32_t* docs = documents.data();
   const int32_t* sz = sizes.data();
   const int64_t num_sizes = sizes.shape(0);
-  int32_t* out_doc = doc_out.mutable_data();
+  // Two layouts, same swaps. When `sizes` fits in cache, shuffle the 4-byte ids alone (half the
+  // bytes moved by the random swaps) and gather the lengths afterwards; otherwise that gather would be
+  // one DRAM miss per entry, so shuffle (id, length) pairs packed in 8 bytes and just unpack them.
+  const bool gather = num_sizes * int64_t(sizeof(int32_t)) <= kGatherMaxBytes;
+  int32_t* out_doc = nullptr;
+  py::array_t<int32_t> doc_out = gather ? random_access_array<int32_t>(total, &out_doc) : py::array_t<int32_t>(total);
+  if (!gather) out_doc = doc_out.mutable_data();
+  py::array_t<int32_t> len_out(total);
   int32_t* out_len = len_out.mutable_data();
   {
     py::gil_scoped_release release;
     for (int64_t k = 0; k < d; ++k) {
       if (docs[k] < 0 || docs[k] >= num_sizes) throw std::out_of_range("document id outside sizes");
     }
-    // Packed (doc, len) pairs: low 32 bits the document id, high 32 bits its length.
-    std::unique_ptr<uint64_t, void (*)(void*)> pairs(alloc_random_access<uint64_t>(total), std::free);
-    uint64_t* pp = pairs.get();
-    parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
-      for (int64_t k = b, j = (d ? b % d : 0); k < e; ++k) {
-        const int32_t doc = docs[j];
-        pp[k] = uint64_t(uint32_t(doc)) | (uint64_t(uint32_t(sz[doc])) << 32);
-        if (++j == d) j = 0;
+    auto shuffle_epochs = [&](auto* x) {
+      if (separate_final_epoch && num_epochs > 1) {
+        shuffle_inplace(x, d * (num_epochs - 1), state.rng());
+        shuffle_inplace(x + d * (num_epochs - 1), d, state.rng());
+      } else {
+        shuffle_inplace(x, total, state.rng());
       }
-    });
-    if (separate_final_epoch && num_epochs > 1) {
-      shuffle_inplace(pp, d * (num_epochs - 1), state.rng());
-      shuffle_inplace(pp + d * (num_epochs - 1), d, state.rng());
+    };
+    if (gather) {
+      parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
+        for (int64_t k = b, j = (d ? b % d : 0); k < e; ++k) {
+          out_doc[k] = docs[j];
+          if (++j == d) j = 0;
+        }
+      });
+      shuffle_epochs(out_doc);
+      parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) out_len[k] = sz[out_doc[k]];
+      });
     } else {
-      shuffle_inplace(pp, total, state.rng());
+      // Packed (doc, len) pairs: low 32 bits the document id, high 32 bits its length.
+      std::unique_ptr<uint64_t, void (*)(void*)> pairs(alloc_random_access<uint64_t>(total), std::free);
+      uint64_t* pp = pairs.get();
+      parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
+        for (int64_t k = b, j = (d ? b % d : 0); k < e; ++k) {
+          const int32_t doc = docs[j];
+          pp[k] = uint64_t(uint32_t(doc)) | (uint64_t(uint32_t(sz[doc])) << 32);
+          if (++j == d) j = 0;
+        }
+      });
+      shuffle_epochs(pp);
+      parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) {
+          out_doc[k] = int32_t(uint32_t(pp[k]));
+          out_len[k] = int32_t(uint32_t(pp[k] >> 32));
+        }
+      });
     }
-    parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {
-      for (int64_t k = b; k < e; ++k) {
-        out_doc[k] = int32_t(uint32_t(pp[k]));
-        out_len[k] = int32_t(uint32_t(pp[k] >> 32));
-      }
-    });
   }
   return py::make_tuple(doc_out, len_out);
 }
@@ -491,14 +514,15 @@ PYBIND11_MODULE(_index_helpers, m) {
 
   m.def(
       "set_thresholds",
-      [](int64_t pipeline_from, int64_t parallel_grain) {
-        py::tuple old = py::make_tuple(kPipelineFrom, kParallelGrain);
+      [](int64_t pipeline_from, int64_t parallel_grain, int64_t gather_max_bytes) {
+        py::tuple old = py::make_tuple(kPipelineFrom, kParallelGrain, kGatherMaxBytes);
         kPipelineFrom = std::max<int64_t>(2, pipeline_from);
         kParallelGrain = std::max<int64_t>(1, parallel_grain);
+        kGatherMaxBytes = gather_max_bytes;
         return old;
       },
-      py::arg("pipeline_from"), py::arg("parallel_grain"),
-      "(tests) sizes from which shuffles are pipelined and passes threaded; returns the old pair");
+      py::arg("pipeline_from"), py::arg("parallel_grain"), py::arg("gather_max_bytes"),
+      "(tests) sizes from which shuffles are pipelined, passes threaded and lengths gathered; returns the old values");
   m.def("build_document_index", &build_document_index, py::arg("documents"), py::arg("sizes"),
         py::arg("num_epochs"), py::arg("separate_final_epoch"), py::arg("state"));
   m.def("build_sample_index_int32", &build_sample_index<int32_t>, py::arg("lengths"), py::arg("seq_length"),

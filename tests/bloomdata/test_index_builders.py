@@ -16,8 +16,8 @@ pytestmark = pytest.mark.skipif(not ib.cpp_available(), reason="C++ index helper
 
 @pytest.fixture
 def threaded():
-    """Lower the C++ size thresholds so tiny inputs take the pipelined / multi-threaded paths."""
-    old = ib._cpp.set_thresholds(1000, 20_000)
+    """Lower the C++ size thresholds so tiny inputs take the pipelined / multi-threaded / packed-pair paths."""
+    old = ib._cpp.set_thresholds(1000, 20_000, 0)
     yield
     ib._cpp.set_thresholds(*old)
 
