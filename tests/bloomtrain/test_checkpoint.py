@@ -165,3 +165,18 @@ def test_sigusr1_and_the_time_limit_also_save_and_stop(tmp_path):
               "checkpoint.exit_duration_in_mins=1e-6"])
     assert r["error"] is None and list(r["losses"]) == [1]
     assert read_latest(tmp_path / "timed") == "global_step1"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+def test_cli_trains_saves_and_resumes_on_gpu(tmp_path):
+    """The same CLI on one GPU (DeepSpeed's CUDA accelerator, NCCL, bf16): train, save, resume."""
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+    base = [sys.executable, "-m", "bloomtrain.cli", "train", "--config", str(TINY), "optim.precision=bf16",
+            f"checkpoint.dir={tmp_path}"]
+    for iters in (2, 4):
+        out = subprocess.run([*base, f"schedule.train_iters={iters}"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        assert f"done at iteration {iters}" in out.stdout
+    assert read_latest(tmp_path) == "global_step4"
