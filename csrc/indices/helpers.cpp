@@ -370,11 +370,13 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
         start = end;
       }
     };
-    for (int64_t c = 1; c < nt; ++c) pool.emplace_back(sum_chunk, c);
-    sum_chunk(0);
-    for (auto& th : pool) th.join();
-    pool.clear();
-    for (int64_t c = 1; c <= nt; ++c) chunk_tokens[c] += chunk_tokens[c - 1];
+    if (nt > 1) {  // one chunk starts at token 0 and needs no first pass
+      for (int64_t c = 1; c < nt; ++c) pool.emplace_back(sum_chunk, c);
+      sum_chunk(0);
+      for (auto& th : pool) th.join();
+      pool.clear();
+      for (int64_t c = 1; c <= nt; ++c) chunk_tokens[c] += chunk_tokens[c - 1];
+    }
     for (int64_t c = 1; c < nt; ++c) pool.emplace_back(walk_chunk, c);
     walk_chunk(0);
     for (auto& th : pool) th.join();
