@@ -9,8 +9,9 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
   an existing cluster (``scheduler_address``), or a caller's ``Client`` (tests and flows share one).
   ``n_workers=0`` runs in the calling process, for debugging.
 - Workers get ``TOKENIZERS_PARALLELISM=false``: parallelism comes from processes, and Rayon threads on top
-  would oversubscribe the cores. A LocalCluster sets it at worker start (Nanny ``env``); a worker plugin
-  sets it on the workers of an existing cluster, before any task runs there.
+  would oversubscribe the cores. A LocalCluster sets it at worker start (Nanny ``env``; Dask's
+  statistical profiler is off there too); a worker plugin sets it on the workers of an existing cluster,
+  before any task runs there.
 - Tasks get random keys (``pure=False``): a rerun must run the step again (it checks its own completion
   marker), never be answered from a result Dask still holds.
 - Results come back as tasks finish (``as_completed``) for progress, but are returned in input order, so
@@ -31,12 +32,17 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import dask.config
 from distributed import Client, LocalCluster, WorkerPlugin, as_completed, get_worker, worker_client
 from distributed.scheduler import KilledWorker
 
 from bloomdata.errors import BloomDataError
 
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
+# Dask's statistical profiler samples the task thread's stack every 10 ms (taking the GIL); we never read
+# those profiles, and on a 2-core box its CPU comes straight out of tokenizing. The Nanny hands the
+# parent's Dask config to each worker it starts (and restarts), so it is set around the cluster's creation.
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 CONNECT_TIMEOUT_S = 30  # to reach an existing scheduler and see at least one worker
 
 
@@ -74,7 +80,7 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         with worker_client() as client:
             yield client
         return
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), dask.config.set(WORKER_CONFIG):
         # with the dashboard off the scheduler still serves /health on 8787 or, when taken, any free port
         warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
