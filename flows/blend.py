@@ -63,7 +63,7 @@ def blend_artifacts(spec: dict[str, Any], png: Path) -> None:
 
 
 @flow(name="blend")
-def blend_flow(config: BlendStageConfig, prefixes: dict[str, str],
+def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageConfig(),
                upstream: list[str] | None = None) -> dict[str, Any]:
     """Weights per language (``prefixes``: name -> Megatron prefix) for ``config.token_budget`` tokens."""
     log = get_run_logger()

@@ -27,6 +27,7 @@ from bloomdata.build import SHARDS_DIR, BuildConfig, run_build
 from bloomdata.documents import SourceConfig, plan_shards
 from bloomdata.fertility import fertility_table
 from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer, train_tokenizer
+from flows.config import demo_build_config, demo_tokenizer_config
 from flows.stages import completed, config_hash, write_marker
 
 
@@ -58,7 +59,7 @@ def fertility_artifact(rows: list[dict]) -> None:
 
 
 @flow(name="tokenizer")
-def tokenizer_flow(config: TokenizerTrainConfig, fertility_docs_per_lang: int = 200,
+def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), fertility_docs_per_lang: int = 200,
                    upstream: list[str] | None = None) -> dict[str, Any]:
     """Train a BLOOM byte-level BPE tokenizer and report its fertility per language (skipped when done)."""
     log = get_run_logger()
@@ -121,7 +122,7 @@ def tokens_artifact(outputs: dict[str, dict]) -> None:
 
 
 @flow(name="dataset")
-def dataset_flow(config: BuildConfig, upstream: list[str] | None = None) -> dict[str, Any]:
+def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] | None = None) -> dict[str, Any]:
     """Tokenize the corpus into per-language Megatron .bin/.idx datasets on Dask (skipped when done)."""
     log = get_run_logger()
     out = Path(config.out_dir).resolve()

@@ -49,8 +49,8 @@ def sample_task(hf_dir: str, prompts: list[str], max_new_tokens: int, seed: int)
 
 
 @flow(name="export")
-def export_flow(config: ExportStageConfig, checkpoint_dir: str, tokenizer_dir: str | None = None,
-                upstream: list[str] | None = None) -> dict[str, Any]:
+def export_flow(checkpoint_dir: str, tokenizer_dir: str | None = None,
+                config: ExportStageConfig = ExportStageConfig(), upstream: list[str] | None = None) -> dict[str, Any]:
     """Export the checkpoint to a transformers directory and generate a sample from it (skipped when done)."""
     log = get_run_logger()
     out = Path(config.out_dir).resolve()

@@ -70,7 +70,7 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
         "seq_length": config.blend.seq_length or config.train.train.model.seq_length,
         "seed": config.blend.seed if config.blend.seed is not None else config.train.train.data.seed,
         "out_dir": str(root / "blend")})
-    blend = blend_flow(blend_cfg, prefixes, upstream=[data["hash"]])
+    blend = blend_flow(prefixes, blend_cfg, upstream=[data["hash"]])
 
     train_cfg = wire_training(config.train, tok["vocab_size"], blend["blend_yaml"], root / "train")
     state = train_flow(train_cfg, upstream=[blend["hash"]], return_state=True)
@@ -81,8 +81,8 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
         return ending(message=f"train stage {state.name}: {state.message}")
     train = state.result()
 
-    export = export_flow(config.export.model_copy(update={"out_dir": str(root / "hf")}),
-                         train["paths"]["checkpoints"], tok["tokenizer_dir"], upstream=[train["hash"]])
+    export = export_flow(train["paths"]["checkpoints"], tok["tokenizer_dir"],
+                         config.export.model_copy(update={"out_dir": str(root / "hf")}), upstream=[train["hash"]])
     result = {"out_dir": str(root), "tokenizer": tok, "dataset": data, "blend": blend, "train": train,
               "export": export}
     create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")

@@ -1,0 +1,50 @@
+"""``python -m flows.serve``: register a deployment per flow and for the pipeline, then run what is asked.
+
+One long-running process (``prefect.serve``): it registers the deployments below with the Prefect API
+(``PREFECT_API_URL``; see docs/flows.md for a local server), polls for their runs, and executes each in a
+subprocess. Runs come from the UI, ``prefect deployment run 'bloom-pipeline/local' --param ...`` or
+``run_deployment``. Every deployment's defaults are the embedded demo's, so each runs as is; the parameter
+schema is the flows' pydantic configs, validated by the server before a run starts.
+
+prefect.yaml declares the same flows as ``<flow>/pool`` deployments for ``prefect deploy`` onto a process
+work pool (a worker runs them instead of this process). The names differ on purpose: serving a deployment
+that ``prefect deploy`` created keeps its pull steps, and its runs then crash looking for flow storage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
+
+
+def deployments() -> list:
+    """The RunnerDeployments of every flow; parameter defaults are the flows' own (the demo's)."""
+    from flows.blend import blend_flow  # noqa: PLC0415 - keep `--help` fast
+    from flows.data import dataset_flow, tokenizer_flow  # noqa: PLC0415
+    from flows.export import export_flow  # noqa: PLC0415
+    from flows.pipeline import bloom_pipeline  # noqa: PLC0415
+    from flows.train import train_flow  # noqa: PLC0415
+
+    flows = (bloom_pipeline, tokenizer_flow, dataset_flow, blend_flow, train_flow, export_flow)
+    return [f.to_deployment(name=DEPLOYMENT, tags=["bloomstack"], description=(f.description or "").split("\n")[0])
+            for f in flows]
+
+
+def deployment_names() -> list[str]:
+    return [f"{d.flow_name}/{d.name}" for d in deployments()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m flows.serve", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--limit", type=int, default=None, help="most flow runs at once (default: no limit)")
+    args = ap.parse_args(argv)
+    from prefect import serve  # noqa: PLC0415
+
+    serve(*deployments(), limit=args.limit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Deployments: prefect.yaml registers through `prefect deploy --all`, `python -m flows.serve` serves the
+same six, and a run started through the API with JSON parameters reaches Completed.
+
+Both subprocesses get the shared test server's URL explicitly: the harness keeps it in a context variable
+that child processes do not inherit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from flows.config import DEMO_CORPUS
+from flows.launch import kill_group
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    from prefect.settings import PREFECT_API_URL
+
+    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_RUNNER_POLL_FREQUENCY": "1",
+            "PYTHONPATH": str(REPO)}
+
+
+def _yaml_names() -> list[str]:
+    from prefect.flows import load_flow_from_entrypoint
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    return [f"{load_flow_from_entrypoint(str(REPO / d['entrypoint'])).name}/{d['name']}" for d in spec["deployments"]]
+
+
+def test_prefect_yaml_matches_serve():
+    """The same six flows either way; distinct deployment names ("pool" vs "local"), so serving never
+    overwrites a pool deployment (a served copy of one inherits its pull steps and cannot load)."""
+    from flows.serve import deployment_names
+
+    flows = {"bloom-pipeline", "tokenizer", "dataset", "blend", "train", "export"}
+    assert sorted(_yaml_names()) == sorted(f"{f}/pool" for f in flows)
+    assert sorted(deployment_names()) == sorted(f"{f}/local" for f in flows)
+
+
+def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
+    from prefect import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.deployments import run_deployment
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name="bloomstack", type="process"))
+    deployed = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all"], cwd=REPO,
+                              env=_env(), capture_output=True, text=True, timeout=240)
+    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    with get_client(sync_client=True) as client:
+        for name in _yaml_names():
+            assert client.read_deployment_by_name(name).work_pool_name == "bloomstack"
+
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - closed in the finally below
+    server = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=REPO, env=_env(), start_new_session=True,
+                              stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        with get_client(sync_client=True) as client:
+            while time.monotonic() < deadline:
+                try:
+                    served = client.read_deployment_by_name("export/local")  # the last one registered
+                    break
+                except ObjectNotFound:
+                    assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+                    time.sleep(1)
+        assert served.work_pool_name is None  # run by the serve process itself
+        out = tmp_path / "tok"
+        config = {"sources": [{"paths": [str(DEMO_CORPUS / "yo.jsonl.gz")], "lang": "yo"}], "out_dir": str(out),
+                  "vocab_size": 300, "byte_budget": 50_000, "show_progress": False}
+        run = run_deployment("tokenizer/local", parameters={"config": config, "fertility_docs_per_lang": 5},
+                             timeout=180)
+        assert run.state.is_completed(), (run.state, (tmp_path / "serve.log").read_text()[-4000:])
+        assert (out / "tokenizer.json").exists() and (out / "_stage.json").exists()
+    finally:
+        os.killpg(server.pid, signal.SIGINT)  # serve pauses its schedules on a clean stop
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            kill_group(server, grace_s=5)
+        log.close()
