@@ -34,20 +34,6 @@ BIG_ROWS, BIG_SHARD_ROWS = 4 * (160 + 160 + 146 + 160), 300
 BIG_SHARDS = -(-BIG_ROWS // BIG_SHARD_ROWS)  # 9
 
 
-def _unshadow_distributed() -> None:
-    """pytest puts tests/ on sys.path (for tests/conftest.py), where tests/distributed.py (the gloo
-    harness, imported as ``tests.distributed``) shadows the ``distributed`` package, here and in every
-    spawned Dask worker (spawn copies sys.path). Drop that entry and any shim already imported."""
-    tests_dir = REPO / "tests"
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != tests_dir]
-    shim = sys.modules.get("distributed")
-    if shim is not None and Path(shim.__file__).resolve().parent == tests_dir:
-        del sys.modules["distributed"]
-
-
-_unshadow_distributed()
-
-
 @pytest.fixture(scope="module")
 def client():
     import logging

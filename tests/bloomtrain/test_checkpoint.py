@@ -17,7 +17,7 @@ import pytest
 from bloomtrain.checkpoint_format import load_merged_states
 from bloomtrain.checkpointing import prune, read_latest, write_latest
 from tests.bloomtrain.train_helpers import EXACT, TINY, fork_training, train_rank
-from tests.distributed import run_distributed
+from tests.gloo_harness import run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import numpy as np
 from bloomdata.blend_weights import BlendDataset, BlendSpec
 from bloomdata.indexed import IndexedDatasetWriter
 from tests.bloomtrain.train_helpers import EXACT, train_rank
-from tests.distributed import run_distributed
+from tests.gloo_harness import run_distributed
 
 
 def _write_dataset(prefix, seed: int, vocab: int = 250) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from bloomtrain.checkpointing import read_latest
 from tests.bloomtrain.train_helpers import EXACT, train_rank
-from tests.distributed import run_distributed
+from tests.gloo_harness import run_distributed
 
 BF16 = [*EXACT, "optim.precision=bf16", "checkpoint.save_interval=3", "checkpoint.keep_last=null"]
 

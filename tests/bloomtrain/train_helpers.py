@@ -74,7 +74,7 @@ def fork_training(overrides: list[str]):
     """Start a one-rank training in a forked process (cheap: modules are already imported); returns it."""
     import multiprocessing as mp
 
-    from tests.distributed import free_port
+    from tests.gloo_harness import free_port
 
     proc = mp.get_context("fork").Process(target=_forked_rank, args=(overrides, free_port()), daemon=True)
     proc.start()

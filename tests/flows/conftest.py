@@ -1,5 +1,5 @@
 """Flow tests need the real ``distributed`` package (Dask), which tests/distributed.py (the gloo harness,
-imported as ``tests.distributed``) shadows once pytest puts tests/ on sys.path. Drop that entry and any
+imported as ``tests.gloo_harness``) shadows once pytest puts tests/ on sys.path. Drop that entry and any
 shim already imported, as tests/bloomdata/test_build.py does; spawned processes copy sys.path, so this also
 keeps Dask workers started from these tests sane."""
 
