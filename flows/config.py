@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from bloomdata.build import BuildConfig
 from bloomdata.documents import SourceConfig
@@ -38,6 +38,21 @@ def demo_sources() -> list[SourceConfig]:
     return [SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in DEMO_LANGS]
 
 
+def merge_defaults(defaults: BaseModel, value: object) -> object:
+    """A partial dict (from the UI, a CLI ``--param`` or a deployment's JSON) completed by ``defaults``,
+    recursively, so ``{"schedule": {"train_iters": 50}}`` means "the defaults with 50 iterations"."""
+
+    def merge(base: dict, over: dict) -> dict:
+        out = dict(base)
+        for key, val in over.items():
+            # A preset ({"preset": "bloom-560m", ...}) stands for a whole section: never mix the demo's in.
+            nested = isinstance(val, dict) and isinstance(base.get(key), dict) and "preset" not in val
+            out[key] = merge(base[key], val) if nested else val
+        return out
+
+    return merge(defaults.model_dump(), value) if isinstance(value, dict) else value
+
+
 def demo_train_config() -> TrainConfig:
     """A small BLOOM (4 layers, hidden 128) that trains in a few minutes on 2 CPU processes, tensor-parallel
     over both (tp=2): enough steps on the demo corpus for greedy samples to look like words."""
@@ -58,6 +73,11 @@ class TrainStageConfig(BaseModel):
     overrides: list[str] = Field(default_factory=list, description="extra key=value trainer overrides")
     retries: int = Field(1, ge=0, description="relaunches after a crash (each resumes from the last checkpoint)")
     out_dir: str = Field("runs/train", description="run directory: train.yaml, checkpoints/, logs/, loss.png")
+
+    @field_validator("train", mode="before")
+    @classmethod
+    def _complete_train(cls, value: object) -> object:
+        return merge_defaults(demo_train_config(), value)
 
 
 class BlendStageConfig(BaseModel):
@@ -109,3 +129,13 @@ class PipelineConfig(BaseModel):
     blend: BlendStageConfig = Field(default_factory=BlendStageConfig)
     train: TrainStageConfig = Field(default_factory=TrainStageConfig)
     export: ExportStageConfig = Field(default_factory=ExportStageConfig)
+
+    @field_validator("tokenizer", mode="before")
+    @classmethod
+    def _complete_tokenizer(cls, value: object) -> object:
+        return merge_defaults(demo_tokenizer_config(), value)
+
+    @field_validator("dataset", mode="before")
+    @classmethod
+    def _complete_dataset(cls, value: object) -> object:
+        return merge_defaults(demo_build_config(), value)

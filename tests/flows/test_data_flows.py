@@ -10,10 +10,15 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+import yaml
+
 from bloomdata.build import BuildConfig
 from bloomdata.documents import SourceConfig
 from bloomdata.indexed import IndexedDataset
 from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer
+from flows.blend import blend_flow
+from flows.config import BlendStageConfig
 from flows.data import dataset_flow, tokenizer_flow
 
 CORPUS = Path(__file__).parents[2] / "flows" / "demo_corpus"
@@ -61,6 +66,19 @@ def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
     table = json.loads(_artifact("dataset-tokens").data)
     assert {r["language"]: r["tokens"] for r in table} == {k: v["tokens"] for k, v in data["outputs"].items()}
     assert _artifact("dataset-progress") is not None
+
+    # blend_flow on those datasets: alpha=0 gives every language the same weight; the table shows it.
+    prefixes = {k: v["prefix"] for k, v in data["outputs"].items()}
+    blend = blend_flow(prefixes, BlendStageConfig(alpha=0.0, token_budget=30_000, seq_length=32,
+                                                  out_dir=str(tmp_path / "blend")), upstream=[data["hash"]])
+    spec = yaml.safe_load(Path(blend["blend_yaml"]).read_text())
+    assert spec["token_budget"] == 30_000 and spec["split"] == "90,10,0"
+    assert [d["weight"] for d in spec["datasets"]] == pytest.approx([1 / 3] * 3)
+    rows = {r["language"]: r for r in json.loads(_artifact("blend-weights").data)}
+    for lang in LANGS:
+        # tokens of the train split (90% of the documents), each drawn budget / 3
+        assert 0.8 * data["outputs"][lang]["tokens"] < rows[lang]["tokens"] < data["outputs"][lang]["tokens"]
+        assert rows[lang]["epochs"] == pytest.approx(10_000 / rows[lang]["tokens"], abs=1e-3)  # 3 decimals
 
     # Rerun: both stages are skipped (the tokenizer file is not rewritten).
     mtime = (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns

@@ -70,6 +70,7 @@ def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path)
     assert any(line.endswith("step 3 loss 2.500") for line in logs), logs[-10:]  # rank output streamed
     md = _artifact("training-summary")
     assert md is not None and "| final training loss | 2.5000 |" in md.data
+    assert _artifact("training-progress").data == 100.0
     assert not any(_alive(p) for p in _all_pids(tmp_path))
 
     launched = (tmp_path / "run" / "launch.log").read_text()
