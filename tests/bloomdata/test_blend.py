@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from megatron_oracle import blended_build, megatron_tokens, write_dataset
 
 from bloomdata import index_builders
 from bloomdata.blend import Blend, blend_from_weighted_split, build_blend, samples_per_dataset
 from bloomdata.errors import BloomDataError
 from bloomdata.samples import GPTSamples
+from tests.bloomdata.megatron_oracle import blended_build, megatron_tokens, write_dataset
 
 BACKENDS = ["numpy"] + (["cpp"] if index_builders.cpp_available() else [])
 
@@ -50,7 +50,8 @@ def test_build_blend_equals_megatron_builder(prefixes, weights, sizes, seed, seq
 
 def test_blend_class_equals_blended_dataset_directly(prefixes):
     from megatron.core.datasets.blended_dataset import BlendedDataset
-    from megatron_oracle import gpt_config, gpt_dataset
+
+    from tests.bloomdata.megatron_oracle import gpt_config, gpt_dataset
 
     comps = [gpt_dataset(p, 0, 100, 300, 5, 16) for p in prefixes]
     theirs = BlendedDataset(comps, [5.0, 3.0, 2.0], 700, gpt_config(5, 16, split="1"))

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 import yaml
-from megatron_oracle import write_dataset
 
 from bloomdata import cli
 from bloomdata.blend import blend_from_spec
 from bloomdata.blend_weights import alpha_weights, constrain, load_blend_spec
 from bloomdata.errors import BloomDataError
 from bloomdata.indexed import IndexedDataset
+from tests.bloomdata.megatron_oracle import write_dataset
 
 
 def test_alpha_weights_follow_the_power_law():

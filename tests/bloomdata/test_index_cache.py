@@ -11,10 +11,10 @@ import time
 
 import numpy as np
 import pytest
-from megatron_oracle import write_dataset
 
 from bloomdata.blend import build_blend
 from bloomdata.samples import GPTSamples
+from tests.bloomdata.megatron_oracle import write_dataset
 
 NAMES = ["document_index", "sample_index", "shuffle_index"]
 

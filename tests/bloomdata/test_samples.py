@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from megatron_oracle import gpt_dataset, megatron_tokens, write_dataset
 
 from bloomdata import index_builders
 from bloomdata.errors import BloomDataError
 from bloomdata.samples import GPTSamples, plan_epochs
+from tests.bloomdata.megatron_oracle import gpt_dataset, megatron_tokens, write_dataset
 
 BACKENDS = ["numpy"] + (["cpp"] if index_builders.cpp_available() else [])
 NAMES = ["document_index", "sample_index", "shuffle_index"]
