@@ -192,6 +192,7 @@ def run_process(
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
     reader.start()
     reason = "exited"
+    interrupted = True  # until the try block completes: an exception (e.g. TerminationSignal) is on its way
     try:
         if on_start is not None:
             on_start(proc.pid)
@@ -228,10 +229,12 @@ def run_process(
                     break
         if reason == "exited":
             proc.wait()
+        interrupted = False
     finally:
         # Every way out (normal end, timeout, cancel, exceptions incl. Prefect's TerminationSignal) goes here.
         if proc.poll() is None or group_alive(proc.pid):
-            on_line(f"[launch] terminating process group {proc.pid} ({reason if reason != 'exited' else 'cleanup'})")
+            why = "interrupted: the caller is stopping" if interrupted else reason if reason != "exited" else "leftovers"
+            on_line(f"[launch] terminating process group {proc.pid} ({why})")
             kill_group(proc, grace_s)
         proc.wait()
         if log is not None:

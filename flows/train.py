@@ -37,19 +37,18 @@ class LaunchCancelled(LaunchError):
 
 
 def _cancel_requested() -> bool:
-    """True once this flow run is Cancelling/Cancelled in the API (UI button, `prefect flow-run cancel`)."""
+    """True once this flow run, or the pipeline run it belongs to, is Cancelling/Cancelled in the API
+    (UI button, `prefect flow-run cancel`). Checked by the launcher every few seconds."""
     from prefect import get_client  # noqa: PLC0415
     from prefect.runtime import flow_run  # noqa: PLC0415
 
-    run_id = flow_run.id
-    if not run_id:
-        return False
+    run_ids = [i for i in dict.fromkeys([flow_run.id, flow_run.root_flow_run_id]) if i]
     try:
         with get_client(sync_client=True) as client:
-            state = client.read_flow_run(run_id).state
+            states = [client.read_flow_run(i).state for i in run_ids]
     except Exception:  # an API hiccup must not kill a multi-day run; ask again next time
         return False
-    return state is not None and (state.is_cancelling() or state.is_cancelled())
+    return any(s is not None and (s.is_cancelling() or s.is_cancelled()) for s in states)
 
 
 def _retry_transient(task_, task_run, state) -> bool:

@@ -1,20 +1,8 @@
-"""Flow tests need the real ``distributed`` package (Dask), which tests/distributed.py (the gloo harness,
-imported as ``tests.gloo_harness``) shadows once pytest puts tests/ on sys.path. Drop that entry and any
-shim already imported, as tests/bloomdata/test_build.py does; spawned processes copy sys.path, so this also
-keeps Dask workers started from these tests sane."""
+"""Fixtures shared by the flow tests (the Prefect server fixture, ``prefect_harness``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-_TESTS = Path(__file__).resolve().parents[1]
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _TESTS]
-_shim = sys.modules.get("distributed")
-if _shim is not None and Path(_shim.__file__).resolve().parent == _TESTS:
-    del sys.modules["distributed"]
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
 """Deployments: prefect.yaml registers through `prefect deploy --all`, `python -m flows.serve` serves the
-same six, and a run started through the API with JSON parameters reaches Completed.
+same six, a run started through the API with JSON parameters reaches Completed, and a served training run
+cancelled through the API ends Cancelled with none of its processes left.
 
 Both subprocesses get the shared test server's URL explicitly: the harness keeps it in a context variable
 that child processes do not inherit.
@@ -20,6 +21,14 @@ from flows.config import DEMO_CORPUS
 from flows.launch import kill_group
 
 REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def _env() -> dict[str, str]:
@@ -51,6 +60,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.deployments import run_deployment
     from prefect.exceptions import ObjectNotFound
+    from prefect.states import Cancelling
 
     with get_client(sync_client=True) as client:
         client.create_work_pool(WorkPoolCreate(name="bloomstack", type="process"))
@@ -82,6 +92,29 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
                              timeout=180)
         assert run.state.is_completed(), (run.state, (tmp_path / "serve.log").read_text()[-4000:])
         assert (out / "tokenizer.json").exists() and (out / "_stage.json").exists()
+
+        # Cancel a served training run (the UI's Cancel button): the job's ranks and their children die.
+        pidfile = tmp_path / "pids"
+        launch = {"module": "dummy_job", "module_args": [], "nproc_per_node": 2, "grace_s": 5,
+                  "env": {"PYTHONPATH": str(HERE), "DUMMY_JOB_PIDFILE": str(pidfile), "DUMMY_JOB_HANG": "1",
+                          "DUMMY_JOB_GRANDCHILDREN": "1"}}
+        run = run_deployment("train/local", parameters={"config": {"launch": launch, "retries": 0,
+                                                                   "out_dir": str(tmp_path / "train")}}, timeout=0)
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        pids = [int(p) for f in tmp_path.glob("pids.[0-9]") for p in f.read_text().split()]
+        assert len(pids) >= 2 * 3 and all(_alive(p) for p in pids), (tmp_path / "serve.log").read_text()[-3000:]
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(run.id, Cancelling(), force=True)
+            deadline = time.monotonic() + 90
+            while not (state := client.read_flow_run(run.id).state).is_final() and time.monotonic() < deadline:
+                time.sleep(1)
+        assert state.is_cancelled(), state
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
     finally:
         os.killpg(server.pid, signal.SIGINT)  # serve pauses its schedules on a clean stop
         try:
