@@ -113,3 +113,38 @@ def test_cancelled_training_leaves_no_process(prefect_harness, tmp_path):
     assert not runner.is_alive()
     assert box["state"].is_cancelled(), box["state"]
     assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+
+
+def test_deepspeed_launcher_runs_the_job(prefect_harness, tmp_path):
+    cfg = _config(tmp_path, DUMMY_JOB_LINES="3")
+    cfg.launch = cfg.launch.model_copy(update={"launcher": "deepspeed"})
+    state = train_flow(cfg, return_state=True)
+    assert state.is_completed(), state.message
+    assert state.result()["iterations"] == 3
+    assert "WORLD INFO DICT: {'localhost': [0, 1]}" in (tmp_path / "run" / "launch.log").read_text()
+    assert sorted(p.name for p in tmp_path.glob("pids.[0-9]")) == ["pids.0", "pids.1"]  # both ranks ran
+    assert not any(_alive(p) for p in _all_pids(tmp_path))
+
+
+def test_sbatch_job_is_scancelled_when_the_run_times_out(prefect_harness, tmp_path):
+    # A fake Slurm: sbatch --wait prints the job id and blocks; scancel records which job it was asked to stop.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'Submitted batch job 4242'\nexec sleep 300\n")
+    (bin_dir / "scancel").write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'scancelled'}\n")
+    for tool in ("sbatch", "scancel"):
+        (bin_dir / tool).chmod(0o755)
+    cfg = _config(tmp_path)
+    cfg.launch = cfg.launch.model_copy(update={
+        "launcher": "sbatch", "sbatch_script": str(tmp_path / "job.sh"), "timeout_s": 3, "grace_s": 2,
+        "env": {"PATH": f"{bin_dir}:/usr/bin:/bin"}})
+    import os
+
+    old_path = os.environ["PATH"]
+    os.environ["PATH"] = f"{bin_dir}:{old_path}"  # scancel runs from the flow process
+    try:
+        state = train_flow(cfg, return_state=True)
+    finally:
+        os.environ["PATH"] = old_path
+    assert state.is_failed() and "timed out" in state.message and "Submitted batch job 4242" in state.message
+    assert (tmp_path / "scancelled").read_text().strip() == "4242"
