@@ -29,6 +29,10 @@ def corpus_sources(path: str, text_field: str, lang_field: str, lang: str | None
                          lang_field=lang_field, lang=lang)]
 
 
+def _num(d: dict, key: str, spec: str) -> str:
+    return "n/a" if d.get(key) is None else format(d[key], spec)
+
+
 def report(result: dict) -> str:
     t, e = result["train"], result["export"]
     langs = ", ".join(f"{k} {v['tokens']:,}" for k, v in sorted(result["dataset"]["outputs"].items()))
@@ -41,9 +45,8 @@ def report(result: dict) -> str:
         f"  training     {Path(t['paths']['config']).parent}  (train.yaml, logs/metrics.jsonl, loss.png)",
         f"  checkpoints  {t['paths']['checkpoints']}",
         f"  HF model     {e['hf_dir']}  (BloomForCausalLM.from_pretrained)",
-        f"  final loss {t.get('final_loss', float('nan')):.4f}  perplexity {t.get('perplexity', float('nan')):.2f}  "
-        f"validation loss {t.get('valid_loss', float('nan')):.4f} (ppl {t.get('valid_ppl', float('nan')):.2f})  "
-        f"{t.get('tokens_per_s') or 0:,.0f} tokens/s",
+        f"  final loss {_num(t, 'final_loss', '.4f')}  perplexity {_num(t, 'perplexity', '.2f')}  validation loss "
+        f"{_num(t, 'valid_loss', '.4f')} (ppl {_num(t, 'valid_ppl', '.2f')})  {_num(t, 'tokens_per_s', ',.0f')} tokens/s",
         "  samples (greedy, from the exported model):",
     ]
     lines += [f"    {json.dumps(s, ensure_ascii=False)}" for s in e["samples"]]
@@ -72,8 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         config.dataset = config.dataset.model_copy(update={"workers": args.workers, "scheduler": args.scheduler})
         if args.train_iters:
             tree = config.train.train.model_dump()
-            tree["schedule"].update(train_iters=args.train_iters,
-                                    decay_samples=args.train_iters * tree["schedule"]["global_batch_size"])
+            samples = args.train_iters * tree["schedule"]["global_batch_size"]
+            tree["schedule"].update(train_iters=args.train_iters, decay_samples=samples,
+                                    warmup_samples=min(tree["schedule"]["warmup_samples"], samples // 10))
+            tree["logging"].update(eval_interval=min(tree["logging"]["eval_interval"], args.train_iters))
             config.train.train = type(config.train.train).model_validate(tree)
     except BloomDataError as exc:
         print(f"flows.demo: error: {exc}", file=sys.stderr)

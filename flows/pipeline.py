@@ -38,6 +38,10 @@ def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out
     return train.model_copy(update={"train": type(train.train).model_validate(tree), "out_dir": str(out_dir)})
 
 
+def _num(d: dict, key: str, spec: str) -> str:
+    return "n/a" if d.get(key) is None else format(d[key], spec)
+
+
 def summary_markdown(result: dict[str, Any]) -> str:
     t = result["train"]
     lines = ["# bloom_pipeline", "", "| stage | output |", "|---|---|",
@@ -46,8 +50,8 @@ def summary_markdown(result: dict[str, Any]) -> str:
              f"| blend | `{result['blend']['blend_yaml']}` |",
              f"| checkpoints | `{t['paths']['checkpoints']}` |",
              f"| HF export | `{result['export']['hf_dir']}` |", "",
-             f"Final loss {t.get('final_loss', float('nan')):.4f}, perplexity {t.get('perplexity', float('nan')):.2f}, "
-             f"validation loss {t.get('valid_loss', float('nan')):.4f}.", ""]
+             f"Final loss {_num(t, 'final_loss', '.4f')}, perplexity {_num(t, 'perplexity', '.2f')}, "
+             f"validation loss {_num(t, 'valid_loss', '.4f')}.", ""]
     lines += [f"> {s}" for s in result["export"]["samples"]]
     return "\n".join(lines) + "\n"
 
