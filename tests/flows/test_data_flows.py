@@ -20,6 +20,7 @@ from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer
 from flows.blend import blend_flow
 from flows.config import BlendStageConfig
 from flows.data import dataset_flow, tokenizer_flow
+from tests.flows.prefect_api import artifact
 
 CORPUS = Path(__file__).parents[2] / "flows" / "demo_corpus"
 LANGS = ("en", "zh", "yo")
@@ -34,15 +35,6 @@ def _texts(lang: str) -> list[str]:
         return [json.loads(line)["text"] for line in f]
 
 
-def _artifact(key: str):
-    from prefect import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
-    return found[-1] if found else None
-
-
 def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
     tok_cfg = TokenizerTrainConfig(sources=_sources(), out_dir=str(tmp_path / "tok"), vocab_size=400,
                                    byte_budget=150_000, min_frequency=2, show_progress=False)
@@ -52,7 +44,7 @@ def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
     assert tokenizer.decode(tokenizer.encode("Ẹ kú àárọ̀ 你好 hello").ids) == "Ẹ kú àárọ̀ 你好 hello"
     rows = {r["lang"]: r for r in tok["fertility"]}
     assert set(rows) == {*LANGS, "(all)"} and rows["en"]["docs"] == 50
-    table = json.loads(_artifact("tokenizer-fertility").data)
+    table = json.loads(artifact("tokenizer-fertility").data)
     assert {r["language"] for r in table} == {*LANGS, "(all)"}
 
     build = BuildConfig(sources=_sources(), tokenizer=tok["tokenizer_dir"], out_dir=str(tmp_path / "data"),
@@ -63,9 +55,9 @@ def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
         texts = _texts(lang)
         expected = sum(len(e.ids) + 1 for e in tokenizer.encode_batch(texts))  # + </s> per document
         assert ds.num_documents == len(texts) and ds.num_tokens == expected == data["outputs"][lang]["tokens"]
-    table = json.loads(_artifact("dataset-tokens").data)
+    table = json.loads(artifact("dataset-tokens").data)
     assert {r["language"]: r["tokens"] for r in table} == {k: v["tokens"] for k, v in data["outputs"].items()}
-    assert _artifact("dataset-progress") is not None
+    assert artifact("dataset-progress") is not None
 
     # blend_flow on those datasets: alpha=0 gives every language the same weight; the table shows it.
     prefixes = {k: v["prefix"] for k, v in data["outputs"].items()}
@@ -74,7 +66,7 @@ def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
     spec = yaml.safe_load(Path(blend["blend_yaml"]).read_text())
     assert spec["token_budget"] == 30_000 and spec["split"] == "90,10,0"
     assert [d["weight"] for d in spec["datasets"]] == pytest.approx([1 / 3] * 3)
-    rows = {r["language"]: r for r in json.loads(_artifact("blend-weights").data)}
+    rows = {r["language"]: r for r in json.loads(artifact("blend-weights").data)}
     for lang in LANGS:
         # tokens of the train split (90% of the documents), each drawn budget / 3
         assert 0.8 * data["outputs"][lang]["tokens"] < rows[lang]["tokens"] < data["outputs"][lang]["tokens"]

@@ -19,16 +19,10 @@ import yaml
 
 from flows.config import DEMO_CORPUS
 from flows.launch import kill_group
+from tests.flows.prefect_api import alive
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def _env() -> dict[str, str]:
@@ -104,7 +98,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
         pids = [int(p) for f in tmp_path.glob("pids.[0-9]") for p in f.read_text().split()]
-        assert len(pids) >= 2 * 3 and all(_alive(p) for p in pids), (tmp_path / "serve.log").read_text()[-3000:]
+        assert len(pids) >= 2 * 3 and all(alive(p) for p in pids), (tmp_path / "serve.log").read_text()[-3000:]
         with get_client(sync_client=True) as client:
             client.set_flow_run_state(run.id, Cancelling(), force=True)
             deadline = time.monotonic() + 90
@@ -112,9 +106,9 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
                 time.sleep(1)
         assert state.is_cancelled(), state
         deadline = time.monotonic() + 30
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+        assert not any(alive(p) for p in pids), [p for p in pids if alive(p)]
     finally:
         os.killpg(server.pid, signal.SIGINT)  # serve pauses its schedules on a clean stop
         try:

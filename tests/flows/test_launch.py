@@ -14,16 +14,9 @@ from pathlib import Path
 import pytest
 
 from flows.launch import LaunchResult, failure_excerpt, group_alive, run_process
+from tests.flows.prefect_api import alive
 
 DUMMY = str(Path(__file__).with_name("dummy_job.py"))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def _pids(pidfile: Path) -> list[int]:
@@ -42,7 +35,7 @@ def test_success_streams_every_line(tmp_path):
     assert res.ok and res.returncode == 0 and res.reason == "exited"
     assert [s for s in seen if s.startswith("step")] == [f"step {i} loss {10 / (i + 1):.3f}" for i in range(4)]
     assert (tmp_path / "job.log").read_text().count("step") == 4
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
 
 
 def test_nonzero_exit_quotes_last_lines(tmp_path):
@@ -76,7 +69,7 @@ def test_cancel_kills_grandchildren(tmp_path):
     pids = _pids(pidfile)
     assert res.reason == "cancelled" and not res.ok
     assert len(pids) >= 5  # the job, 2 bash, 2 sleep
-    assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+    assert not any(alive(p) for p in pids), [p for p in pids if alive(p)]
     assert not group_alive(pids[0])
     assert time.monotonic() - t0 < 20
 
@@ -85,7 +78,7 @@ def test_timeout_escalates_to_sigkill(tmp_path):
     # The job and its grandchildren ignore SIGTERM: only the SIGKILL after the grace period ends them.
     res, pids, seen = _run(tmp_path, "--grandchildren", "1", "--hang", "--ignore-term", timeout_s=2.5, grace_s=1)
     assert res.reason == "timeout" and "timed out" in res.describe()
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
     assert any("terminating process group" in s for s in seen)
 
 
@@ -94,7 +87,7 @@ def test_orphans_left_by_a_finished_job_are_killed(tmp_path):
     t0 = time.monotonic()
     res, pids, _ = _run(tmp_path, "--grandchildren", "2", grace_s=5)
     assert res.returncode == 0 and time.monotonic() - t0 < 15
-    assert not any(_alive(p) for p in pids)
+    assert not any(alive(p) for p in pids)
 
 
 class _Terminated(BaseException):
@@ -112,5 +105,5 @@ def test_exception_in_the_caller_still_kills_the_group(tmp_path):
     with pytest.raises(_Terminated):
         run_process([sys.executable, DUMMY, "--pidfile", str(pidfile), "--grandchildren", "2", "--hang"],
                     on_line=lambda _: None, should_stop=stop, stop_check_s=0.2, grace_s=5)
-    assert not any(_alive(p) for p in _pids(pidfile))
+    assert not any(alive(p) for p in _pids(pidfile))
     assert os.path.exists(pidfile)

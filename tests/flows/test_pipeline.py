@@ -1,4 +1,5 @@
-"""bloom_pipeline end to end on a 3-language slice of the demo corpus: real tokenizer, Dask build, blend,
+"""bloom_pipeline end to end on a 3-language slice of the demo corpus: real tokenizer, Dask build (a
+LocalCluster of one worker process; test_data_flows covers an existing cluster's address), blend,
 torchrun training (2 processes, tp=2, gloo) of a tiny BLOOM, HF export and a sample from transformers.
 
 The first run fails in the training stage (a bad trainer override); the rerun with the fix must resume
@@ -16,11 +17,11 @@ from flows.pipeline import bloom_pipeline
 from flows.stages import MARKER
 
 
-def _config(out: Path, dask_address: str) -> PipelineConfig:
+def _config(out: Path) -> PipelineConfig:
     cfg = PipelineConfig(out_dir=str(out), fertility_docs_per_lang=20)
     cfg.corpus = [c for c in cfg.corpus if c.lang in ("en", "fr", "yo")]
     cfg.tokenizer = cfg.tokenizer.model_copy(update={"vocab_size": 320, "byte_budget": 120_000})
-    cfg.dataset = cfg.dataset.model_copy(update={"scheduler": dask_address})
+    cfg.dataset = cfg.dataset.model_copy(update={"workers": 1})  # the default path: a fresh LocalCluster
     tree = demo_train_config().model_dump()
     tree["model"] = PRESETS["tiny"](num_layers=2, hidden_size=64, num_heads=4, seq_length=32).model_dump()
     tree["schedule"].update(micro_batch_size=4, global_batch_size=8, train_iters=6, warmup_samples=8,
@@ -33,9 +34,9 @@ def _config(out: Path, dask_address: str) -> PipelineConfig:
     return cfg
 
 
-def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path, dask_address):
+def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path):
     assert DEMO_CORPUS.is_dir()
-    cfg = _config(tmp_path / "run", dask_address)
+    cfg = _config(tmp_path / "run")
     cfg.train.overrides = ["schedule.train_iters=oops"]  # the trainer rejects it: exit code 2
     state = bloom_pipeline(cfg, return_state=True)
     assert state.is_failed() and "train stage Failed" in state.message

@@ -9,6 +9,7 @@ one that fails and quotes the job's last lines, and one cancelled through the AP
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from flows.config import TrainStageConfig
 from flows.launch_config import LaunchConfig
 from flows.train import train_flow
+from tests.flows.prefect_api import alive, artifact, run_logs
 
 HERE = Path(__file__).parent
 
@@ -28,33 +30,8 @@ def _config(tmp_path: Path, **env: str) -> TrainStageConfig:
     return TrainStageConfig(launch=launch, retries=0, out_dir=str(tmp_path / "run"))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _all_pids(tmp_path: Path) -> list[int]:
     return [int(p) for f in sorted(tmp_path.glob("pids.[0-9]")) for p in f.read_text().split()]
-
-
-def _logs(flow_run_id) -> list[str]:
-    from prefect import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-
-    with get_client(sync_client=True) as client:
-        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
-    return [log.message for log in logs]
-
-
-def _artifact(key: str):
-    from prefect import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    with get_client(sync_client=True) as client:
-        found = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
-    return found[-1] if found else None
 
 
 def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path):
@@ -66,12 +43,13 @@ def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path)
     assert summary["valid_loss"] == pytest.approx(1.5)
     assert Path(summary["loss_png"]).stat().st_size > 1000
     assert (tmp_path / "run" / "train.yaml").exists()
-    logs = _logs(state.state_details.flow_run_id)
+    logs = run_logs(state.state_details.flow_run_id)
     assert any(line.endswith("step 3 loss 2.500") for line in logs), logs[-10:]  # rank output streamed
-    md = _artifact("training-summary")
+    run_id = state.state_details.flow_run_id
+    md = artifact("training-summary", run_id)
     assert md is not None and "| final training loss | 2.5000 |" in md.data
-    assert _artifact("training-progress").data == 100.0
-    assert not any(_alive(p) for p in _all_pids(tmp_path))
+    assert artifact("training-progress", run_id).data == 100.0
+    assert not any(alive(p) for p in _all_pids(tmp_path))
 
     launched = (tmp_path / "run" / "launch.log").read_text()
     again = train_flow(cfg, return_state=True)
@@ -105,14 +83,14 @@ def test_cancelled_training_leaves_no_process(prefect_harness, tmp_path):
     while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     pids = _all_pids(tmp_path)
-    assert len(pids) >= 2 * 4 and all(_alive(p) for p in pids)  # agent, 2 ranks, 2x(bash, sleep) each
+    assert len(pids) >= 2 * 4 and all(alive(p) for p in pids)  # agent, 2 ranks, 2x(bash, sleep) each
     with get_client(sync_client=True) as client:
         run = client.read_flow_runs(flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=[name])))[0]
         client.set_flow_run_state(run.id, Cancelling(), force=True)
     runner.join(timeout=60)
     assert not runner.is_alive()
     assert box["state"].is_cancelled(), box["state"]
-    assert not any(_alive(p) for p in pids), [p for p in pids if _alive(p)]
+    assert not any(alive(p) for p in pids), [p for p in pids if alive(p)]
 
 
 def test_deepspeed_launcher_runs_the_job(prefect_harness, tmp_path):
@@ -123,7 +101,7 @@ def test_deepspeed_launcher_runs_the_job(prefect_harness, tmp_path):
     assert state.result()["iterations"] == 3
     assert "WORLD INFO DICT: {'localhost': [0, 1]}" in (tmp_path / "run" / "launch.log").read_text()
     assert sorted(p.name for p in tmp_path.glob("pids.[0-9]")) == ["pids.0", "pids.1"]  # both ranks ran
-    assert not any(_alive(p) for p in _all_pids(tmp_path))
+    assert not any(alive(p) for p in _all_pids(tmp_path))
 
 
 def test_sbatch_job_is_scancelled_when_the_run_times_out(prefect_harness, tmp_path):
@@ -138,8 +116,6 @@ def test_sbatch_job_is_scancelled_when_the_run_times_out(prefect_harness, tmp_pa
     cfg.launch = cfg.launch.model_copy(update={
         "launcher": "sbatch", "sbatch_script": str(tmp_path / "job.sh"), "timeout_s": 3, "grace_s": 2,
         "env": {"PATH": f"{bin_dir}:/usr/bin:/bin"}})
-    import os
-
     old_path = os.environ["PATH"]
     os.environ["PATH"] = f"{bin_dir}:{old_path}"  # scancel runs from the flow process
     try:
