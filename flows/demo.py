@@ -47,6 +47,7 @@ def report(result: dict) -> str:
         f"  HF model     {e['hf_dir']}  (BloomForCausalLM.from_pretrained)",
         f"  final loss {_num(t, 'final_loss', '.4f')}  perplexity {_num(t, 'perplexity', '.2f')}  validation loss "
         f"{_num(t, 'valid_loss', '.4f')} (ppl {_num(t, 'valid_ppl', '.2f')})  {_num(t, 'tokens_per_s', ',.0f')} tokens/s",
+        f"  exported model, same validation samples: loss {_num(e.get('evaluation') or {}, 'loss', '.4f')}",
         "  samples (greedy, from the exported model):",
     ]
     lines += [f"    {json.dumps(s, ensure_ascii=False)}" for s in e["samples"]]

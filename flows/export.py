@@ -7,6 +7,7 @@ where users will load it. Runs in the flow process (one small model, CPU is fine
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -48,13 +49,41 @@ def sample_task(hf_dir: str, prompts: list[str], max_new_tokens: int, seed: int)
     return out
 
 
+@task(name="evaluate-hf")
+def evaluate_task(hf_dir: str, blend_yaml: str, split: str, n_samples: int, compat: str,
+                  cache_dir: str | None) -> dict[str, float]:
+    """Mean next-token loss of the exported model on the blend's first ``n_samples`` ``split`` samples.
+
+    The trainer's evaluation reads the same samples in the same order, so in fp32 the two losses agree
+    closely: a check that the export is the trained model, not only a model that loads.
+    """
+    import torch  # noqa: PLC0415
+    from transformers import BloomForCausalLM  # noqa: PLC0415
+
+    from bloomdata.blend import blend_from_spec  # noqa: PLC0415
+    from bloomdata.blend_weights import load_blend_spec  # noqa: PLC0415
+
+    samples = blend_from_spec(load_blend_spec(blend_yaml), n_samples, split, cache_dir, compat)
+    model = BloomForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    total = 0.0
+    with torch.no_grad():
+        for i in range(n_samples):
+            ids = torch.as_tensor(samples[i], dtype=torch.long)[None]  # seq_length + 1 tokens
+            total += float(model(ids, labels=ids).loss)  # transformers shifts the labels itself
+    loss = total / n_samples
+    return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "samples": n_samples}
+
+
 @flow(name="export")
 def export_flow(checkpoint_dir: str, tokenizer_dir: str | None = None,
-                config: ExportStageConfig = ExportStageConfig(), upstream: list[str] | None = None) -> dict[str, Any]:
-    """Export the checkpoint to a transformers directory and generate a sample from it (skipped when done)."""
+                config: ExportStageConfig = ExportStageConfig(), eval_blend: str | None = None,
+                eval_samples: int = 16, eval_compat: str = "core", eval_cache_dir: str | None = None,
+                upstream: list[str] | None = None) -> dict[str, Any]:
+    """Export the checkpoint to a transformers directory, evaluate it on ``eval_blend``'s validation split
+    (when given) and generate samples from it (skipped when done)."""
     log = get_run_logger()
     out = Path(config.out_dir).resolve()
-    digest = config_hash([config, checkpoint_dir, tokenizer_dir], upstream=upstream or [])
+    digest = config_hash([config, checkpoint_dir, tokenizer_dir, eval_blend, eval_samples], upstream=upstream or [])
     if marker := completed(out, digest):
         log.info("export: skipped, %s already holds export %s", out, digest)
         return marker["summary"]
@@ -63,10 +92,19 @@ def export_flow(checkpoint_dir: str, tokenizer_dir: str | None = None,
         if (Path(hf_dir) / "tokenizer.json").exists() else []
     for s in samples:
         log.info("sample: %r", s)
-    md = [f"# Export\n\n`{hf_dir}` loads with `BloomForCausalLM.from_pretrained`.\n", "## Samples (greedy)\n"]
+    evaluation = evaluate_task(hf_dir, eval_blend, "valid", eval_samples, eval_compat, eval_cache_dir) \
+        if eval_blend else None
+    if evaluation:
+        log.info("export: validation loss %.4f (ppl %.2f) over %d samples", evaluation["loss"], evaluation["ppl"],
+                 evaluation["samples"])
+    md = [f"# Export\n\n`{hf_dir}` loads with `BloomForCausalLM.from_pretrained`.\n"]
+    if evaluation:
+        md.append(f"Validation loss of the exported model: {evaluation['loss']:.4f} (perplexity "
+                  f"{evaluation['ppl']:.2f}, {evaluation['samples']} samples of `{eval_blend}`).\n")
+    md.append("## Samples (greedy)\n")
     md += [f"- `{s!r}`" for s in samples] or ["(no tokenizer in the export: no samples)"]
     create_markdown_artifact("\n".join(md), key="export-samples", description="exported model and samples")
-    summary = {"hf_dir": hf_dir, "samples": samples, "hash": digest}
+    summary = {"hf_dir": hf_dir, "samples": samples, "evaluation": evaluation, "hash": digest}
     write_marker(out, stage="export", digest=digest, outputs={"model": Path(hf_dir) / "model.safetensors"},
                  summary=summary, config=config)
     return summary

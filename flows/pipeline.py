@@ -85,8 +85,12 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
         return ending(message=f"train stage {state.name}: {state.message}")
     train = state.result()
 
+    t = train_cfg.train
     export = export_flow(train["paths"]["checkpoints"], tok["tokenizer_dir"],
-                         config.export.model_copy(update={"out_dir": str(root / "hf")}), upstream=[train["hash"]])
+                         config.export.model_copy(update={"out_dir": str(root / "hf")}),
+                         eval_blend=blend["blend_yaml"] if t.logging.eval_interval else None,
+                         eval_samples=t.logging.eval_iters * t.schedule.global_batch_size,  # the trainer's own
+                         eval_compat=t.data.compat, eval_cache_dir=t.data.cache_dir, upstream=[train["hash"]])
     result = {"out_dir": str(root), "tokenizer": tok, "dataset": data, "blend": blend, "train": train,
               "export": export}
     create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")
