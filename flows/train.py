@@ -140,21 +140,25 @@ def _publish(run_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
     return {**summary, "loss_png": str(png) if png else None}
 
 
-@flow(name="train", log_prints=True)
+@flow(name="train")
 def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str] | None = None) -> dict[str, Any]:
     """Train (or resume) with the configured launcher; skip when this exact run already finished."""
     log = get_run_logger()
     run_dir = Path(config.out_dir).resolve()
-    digest = config_hash(config, upstream=upstream or [])
+    # What the run *is*: the trainer's config and overrides. How it is launched (processes, launcher, env,
+    # timeouts, retries) is left out, so relaunching differently resumes from the same checkpoints.
+    digest = config_hash({"train": config.train, "overrides": config.overrides}, upstream=upstream or [])
     if marker := completed(run_dir, digest):
         log.info("train: skipped, %s already holds run %s", run_dir, digest)
         return marker["summary"]
     retire_stale_run(run_dir, digest, log)
     cfg_path = write_run_config(config, run_dir)
     cmd = build_command(config.launch, cfg_path, config.overrides)
+    s = config.train.schedule
+    total_iters = s.train_iters or s.train_samples // s.global_batch_size  # approximate under a batch ramp-up
     try:
         launch_training.with_options(retries=config.retries)(
-            cmd, config.launch.env, str(run_dir), config.train.schedule.train_iters,
+            cmd, config.launch.env, str(run_dir), total_iters,
             config.launch.timeout_s, config.launch.grace_s, config.launch.tail_lines)
     except LaunchCancelled as exc:
         return Cancelled(message=str(exc))
