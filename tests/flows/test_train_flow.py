@@ -45,7 +45,10 @@ def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path)
     assert (tmp_path / "run" / "train.yaml").exists()
     # Each rank's output reached the run's logs (sent to the API in batches: allow a few seconds).
     deadline = time.monotonic() + 15
-    while not any("step 3 loss 2.500" in line for line in (logs := run_logs(state.state_details.flow_run_id))):
+    while True:
+        logs = run_logs(state.state_details.flow_run_id)
+        if any("step 3 loss 2.500" in line for line in logs):
+            break
         assert time.monotonic() < deadline, logs[-10:]
         time.sleep(0.5)
     run_id = state.state_details.flow_run_id
