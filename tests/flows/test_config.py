@@ -71,3 +71,11 @@ def test_report_numbers(tmp_path):
     md = training_markdown(s, paths={"checkpoints": "/c"})
     assert "| MFU | 25.0% |" in md and "| checkpoints | `/c` |" in md
     assert read_metrics(tmp_path / "missing.jsonl") == ([], [])
+
+
+def test_demo_rejects_a_missing_corpus_in_one_line(capsys):
+    from flows.demo import main
+
+    assert main(["--corpus", "/no/such/corpus.jsonl", "--out", "unused"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/no/such/corpus.jsonl" in err and "no such file" in err
