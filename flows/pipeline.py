@@ -19,6 +19,7 @@ from flows.blend import blend_flow
 from flows.config import PipelineConfig, TrainStageConfig
 from flows.data import dataset_flow, tokenizer_flow
 from flows.export import export_flow
+from flows.report import training_markdown
 from flows.train import train_flow
 
 
@@ -38,22 +39,22 @@ def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out
     return train.model_copy(update={"train": type(train.train).model_validate(tree), "out_dir": str(out_dir)})
 
 
-def _num(d: dict, key: str, spec: str) -> str:
-    return "n/a" if d.get(key) is None else format(d[key], spec)
-
-
 def summary_markdown(result: dict[str, Any]) -> str:
-    t = result["train"]
-    lines = ["# bloom_pipeline", "", "| stage | output |", "|---|---|",
-             f"| tokenizer | `{result['tokenizer']['tokenizer_dir']}` ({result['tokenizer']['vocab_size']} tokens) |",
-             f"| datasets | `{result['dataset']['out_dir']}` ({result['dataset']['tokens']:,} tokens) |",
-             f"| blend | `{result['blend']['blend_yaml']}` |",
-             f"| checkpoints | `{t['paths']['checkpoints']}` |",
-             f"| HF export | `{result['export']['hf_dir']}` |", "",
-             f"Final loss {_num(t, 'final_loss', '.4f')}, perplexity {_num(t, 'perplexity', '.2f')}, "
-             f"validation loss {_num(t, 'valid_loss', '.4f')}.", ""]
-    lines += [f"> {s}" for s in result["export"]["samples"]]
-    return "\n".join(lines) + "\n"
+    """The run's front page: the training summary (numbers, loss curve) with every stage's output path."""
+    t, e = result["train"], result["export"]
+    paths = {
+        "tokenizer": f"{result['tokenizer']['tokenizer_dir']} ({result['tokenizer']['vocab_size']} tokens)",
+        "datasets": f"{result['dataset']['out_dir']} ({result['dataset']['tokens']:,} tokens)",
+        "blend": result["blend"]["blend_yaml"],
+        **t["paths"],
+        "HF export": e["hf_dir"],
+    }
+    md = training_markdown(t, paths=paths, png=t.get("loss_png"))
+    md = md.replace("# Training summary", "# bloom_pipeline: training summary", 1)
+    if e.get("evaluation"):
+        md += (f"\nThe exported model (transformers) on the same validation samples: loss "
+               f"{e['evaluation']['loss']:.4f}.\n")
+    return md + "\n## Samples (greedy, exported model)\n\n" + "\n".join(f"> {s}" for s in e["samples"]) + "\n"
 
 
 @flow(name="bloom-pipeline")
