@@ -182,12 +182,12 @@ def run_process(
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     # Keep more than we quote: a launcher's own report can follow the ranks' last words (failure_excerpt).
     tail: collections.deque[str] = collections.deque(maxlen=max(200, 5 * tail_lines))
-    log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in the finally below
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         text=True, errors="replace", bufsize=1, start_new_session=True,
     )
+    log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in the finally below
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
     reader.start()
@@ -211,7 +211,7 @@ def run_process(
                 if log is not None:
                     log.write(item + "\n")
                 on_line(item)
-                continue  # drain bursts before the (cheaper) checks below
+            # Checked after every line too: a job that never stops printing must still be stoppable.
             now = time.monotonic()
             if item is None and proc.poll() is not None:
                 # The leader exited but something it forked still holds the pipe open: stop reading

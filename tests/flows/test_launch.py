@@ -107,3 +107,11 @@ def test_exception_in_the_caller_still_kills_the_group(tmp_path):
                     on_line=lambda _: None, should_stop=stop, stop_check_s=0.2, grace_s=5)
     assert not any(alive(p) for p in _pids(pidfile))
     assert os.path.exists(pidfile)
+
+
+def test_a_job_that_never_stops_printing_can_still_be_cancelled(tmp_path):
+    flag = tmp_path / "stop"
+    res = run_process(["bash", "-c", "while true; do echo spam; done"], on_line=lambda _: None,
+                      should_stop=lambda: flag.exists() or flag.touch() or False, stop_check_s=0.5,
+                      timeout_s=30, grace_s=2)
+    assert res.reason == "cancelled" and res.seconds < 10
