@@ -19,6 +19,7 @@ import yaml
 
 from flows.config import DEMO_CORPUS
 from flows.launch import kill_group
+from flows.serve import PARTIAL_PARAMETERS
 from tests.flows.prefect_api import alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,7 +64,9 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
     with get_client(sync_client=True) as client:
         for name in _yaml_names():
-            assert client.read_deployment_by_name(name).work_pool_name == "bloomstack"
+            deployment = client.read_deployment_by_name(name)
+            assert deployment.work_pool_name == "bloomstack"
+            assert deployment.enforce_parameter_schema == (name.split("/")[0] not in PARTIAL_PARAMETERS)
 
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - closed in the finally below
     server = subprocess.Popen([sys.executable, "-m", "flows.serve"], cwd=REPO, env=_env(), start_new_session=True,
@@ -92,8 +95,10 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         launch = {"module": "dummy_job", "module_args": [], "nproc_per_node": 2, "grace_s": 5,
                   "env": {"PYTHONPATH": str(HERE), "DUMMY_JOB_PIDFILE": str(pidfile), "DUMMY_JOB_HANG": "1",
                           "DUMMY_JOB_GRANDCHILDREN": "1"}}
-        run = run_deployment("train/local", parameters={"config": {"launch": launch, "retries": 0,
-                                                                   "out_dir": str(tmp_path / "train")}}, timeout=0)
+        # A partial config, completed from the demo's defaults (the server's schema would call it incomplete).
+        partial = {"train": {"schedule": {"train_iters": 5}}, "launch": launch, "retries": 0,
+                   "out_dir": str(tmp_path / "train")}
+        run = run_deployment("train/local", parameters={"config": partial}, timeout=0)
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -105,6 +110,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
             while not (state := client.read_flow_run(run.id).state).is_final() and time.monotonic() < deadline:
                 time.sleep(1)
         assert state.is_cancelled(), state
+        assert "train_iters: 5" in (tmp_path / "train" / "train.yaml").read_text()
         deadline = time.monotonic() + 30
         while any(alive(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.5)
