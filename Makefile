@@ -9,6 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
 .PHONY: install demo test lint bench clean
 
@@ -21,8 +22,9 @@ $(STAMP): pyproject.toml setup.py csrc/indices/helpers.cpp
 	$(PY) -m pip install -q -e ".[all,dev]"
 	touch $(STAMP)
 
+# The whole pipeline (tokenizer -> datasets -> blend -> training -> export -> sample) as Prefect flows.
 demo: install
-	$(PY) -m bloomdata.demo --out demo_out
+	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) -m flows.demo --out demo_out
 
 test: install
 	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks
