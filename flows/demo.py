@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             samples = args.train_iters * tree["schedule"]["global_batch_size"]
             tree["schedule"].update(train_iters=args.train_iters, decay_samples=samples,
                                     warmup_samples=min(tree["schedule"]["warmup_samples"], samples // 10))
-            tree["logging"].update(eval_interval=min(tree["logging"]["eval_interval"], args.train_iters))
+            tree["logging"].update(eval_interval=min(tree["logging"]["eval_interval"], args.train_iters),
+                                   log_interval=min(tree["logging"]["log_interval"], args.train_iters))
             config.train.train = type(config.train.train).model_validate(tree)
     except BloomDataError as exc:
         print(f"flows.demo: error: {exc}", file=sys.stderr)

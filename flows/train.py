@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Failed
 
 from flows.config import TrainStageConfig
 from flows.launch import LaunchError, run_process
@@ -164,6 +164,12 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
         return Cancelled(message=str(exc))
     ckpt = yaml.safe_load(cfg_path.read_text())["checkpoint"]["dir"]
     paths = {"config": str(cfg_path), "checkpoints": ckpt, "metrics": str(run_dir / "logs" / "metrics.jsonl")}
+    if config.launch.launcher != "sbatch" and not read_metrics(paths["metrics"])[0]:
+        # Exit 0 without one logged iteration is not a training run (e.g. a module without a __main__
+        # guard imports and exits). An sbatch script may log elsewhere, so it is not held to this.
+        return Failed(message=f"the job exited 0 but logged no training iteration to {paths['metrics']}; "
+                              f"check launch.module ({config.launch.module} {' '.join(config.launch.module_args)}) "
+                              "and logging.log_interval (<= the training length)")
     summary = {**_publish(run_dir, paths), "paths": paths, "hash": digest}
     write_marker(run_dir, stage="train", digest=digest, outputs={"config": cfg_path, "checkpoints": ckpt},
                  summary=summary, config=config)

@@ -73,6 +73,12 @@ def test_train_failure_ends_failed_quoting_last_lines(prefect_harness, tmp_path)
     assert not (tmp_path / "run" / "_stage.json").exists()  # a failed stage is never marked done
 
 
+def test_exit_zero_without_training_is_a_failure(prefect_harness, tmp_path):
+    state = train_flow(_config(tmp_path, DUMMY_JOB_LINES="0"), return_state=True)  # logs no iteration
+    assert state.is_failed() and "logged no training iteration" in state.message
+    assert not (tmp_path / "run" / "_stage.json").exists()
+
+
 def test_cancelled_training_leaves_no_process(prefect_harness, tmp_path):
     from prefect import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
