@@ -108,3 +108,9 @@ def main(argv: list[str]) -> int:
               f"last checkpoint {result.last_saved}", flush=True)
     dist.destroy_process_group()
     return 0
+
+
+if __name__ == "__main__":  # torchrun ... -m bloomtrain.train --config X.yaml [key=value ...]
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
