@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from bloomdata.config_files import load_yaml, validate
 from bloomdata.errors import BloomDataError
 
 
@@ -149,15 +150,4 @@ class BlendSpec(BaseModel):
 
 
 def load_blend_spec(path: str) -> BlendSpec:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise BloomDataError(f"{path}: cannot read blend YAML ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise BloomDataError(f"{path}: not valid YAML ({exc})") from None
-    try:
-        return BlendSpec.model_validate(data)
-    except Exception as exc:  # pydantic.ValidationError: keep it on one line
-        first = str(exc).splitlines()
-        raise BloomDataError(f"{path}: invalid blend: {' '.join(s.strip() for s in first[:3])}") from None
+    return validate(BlendSpec, load_yaml(path), f"{path}: invalid blend")

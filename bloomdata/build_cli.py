@@ -16,9 +16,8 @@ import argparse
 import sys
 from typing import Any
 
-from pydantic import ValidationError
-
 from bloomdata.build import BuildConfig, run_build
+from bloomdata.config_files import load_yaml, validate
 from bloomdata.documents import source_from_spec
 from bloomdata.errors import BloomDataError
 
@@ -53,17 +52,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     """A BuildConfig from --config (if any) with the given flags on top."""
     values: dict[str, Any] = {}
     if args.config:
-        import yaml
-
-        try:
-            with open(args.config, encoding="utf-8") as f:
-                values = yaml.safe_load(f) or {}
-        except OSError as exc:
-            raise BloomDataError(f"cannot read config {args.config}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            raise BloomDataError(f"{args.config}: not valid YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(values, dict):
-            raise BloomDataError(f"{args.config}: expected a mapping of BuildConfig fields")
+        values = load_yaml(args.config)
     if args.input:
         values["sources"] = [source_from_spec(spec, text_field=args.text_field or "text").model_dump()
                              for spec in args.input]
@@ -76,12 +65,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     for required, flag in (("sources", "--input"), ("tokenizer", "--tokenizer"), ("out_dir", "--out")):
         if required not in values:
             raise BloomDataError(f"missing {flag} (or {required} in --config)")
-    try:
-        return BuildConfig.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
-        raise BloomDataError(f"invalid build setting {where}: {err['msg']} (got {err.get('input')!r})") from None
+    return validate(BuildConfig, values, f"{args.config or 'bloomdata build'}: invalid build setting")
 
 
 def _mb(n: int) -> str:

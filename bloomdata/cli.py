@@ -22,31 +22,44 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _usage() -> str:
-    lines = ["usage: bloomdata COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<16} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run `bloomdata COMMAND --help` for the options of one command."]
+def _usage(prog: str, commands: dict[str, tuple[str, str]]) -> str:
+    width = max(len(name) for name in commands) + 2
+    lines = [f"usage: {prog} COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<{width}} {help_}" for name, (_, help_) in commands.items()]
+    lines += ["", f"Run `{prog} COMMAND --help` for the options of one command."]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | None) -> int:
+    """Route ``argv`` to ``commands[argv[0]]``'s ``main(rest)``; a BloomDataError becomes one line, exit 2.
+
+    Shared by the ``bloomdata`` and ``bloomtrain`` entry points.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(_usage(prog, commands))
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"bloomdata: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+    if name not in commands:
+        print(f"{prog}: unknown command {name!r}\n\n{_usage(prog, commands)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    try:
+        module = importlib.import_module(commands[name][0])
+    except ModuleNotFoundError as exc:  # an optional extra (torch, deepspeed) is not installed
+        print(f"{prog} {name}: not available in this install ({exc})", file=sys.stderr)
+        return 2
     try:
         return int(module.main(rest) or 0)
     except BloomDataError as exc:
-        print(f"bloomdata {name}: error: {exc}", file=sys.stderr)
+        print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"bloomdata {name}: interrupted", file=sys.stderr)
+        print(f"{prog} {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch("bloomdata", COMMANDS, argv)
 
 
 if __name__ == "__main__":

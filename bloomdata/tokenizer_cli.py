@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
-
+from bloomdata.config_files import load_yaml, validate
 from bloomdata.documents import source_from_spec
 from bloomdata.errors import BloomDataError
 from bloomdata.tokenizer import BLOOM_VOCAB_SIZE, TokenizerTrainConfig, train_tokenizer
@@ -30,30 +28,6 @@ def parse_bytes(value: str) -> int:
     if not match or match.group(2).lower() not in _UNITS:
         raise argparse.ArgumentTypeError(f"not a byte size: {value!r} (examples: 5000000, 50MB, 1GiB)")
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-def load_yaml(path: str) -> dict:
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BloomDataError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise BloomDataError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise BloomDataError(f"{path}: expected a mapping of config fields at the top level")
-    return data
-
-
-def validate(model: type[BaseModel], data: dict, origin: str) -> BaseModel:
-    """Pydantic validation with the first error turned into a one-line BloomDataError."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise BloomDataError(f"{origin}: {where}: {err['msg']} (got {err.get('input')!r:.80})") from None
 
 
 def add_input_arguments(parser: argparse.ArgumentParser) -> None:
