@@ -73,9 +73,10 @@ def _init_weights(module: nn.Module, prefix: str, config: ModelConfig, state: Pa
 class WordEmbedding(VocabParallelEmbedding):
     """The vocab-parallel table plus BLOOM's embedding LayerNorm as its ``norm`` child (Megatron's layout)."""
 
-    def __init__(self, config: ModelConfig, state: ParallelState, kernels: KernelSet, *, dtype=None, device=None):
-        super().__init__(config.padded_vocab_size(state.tp_size), config.hidden_size, state, dtype=dtype,
-                         device=device)
+    def __init__(self, config: ModelConfig, state: ParallelState, kernels: KernelSet, *, sparse_grad: bool = False,
+                 dtype=None, device=None):
+        super().__init__(config.padded_vocab_size(state.tp_size), config.hidden_size, state,
+                         sparse_grad=sparse_grad, dtype=dtype, device=device)
         self.norm = LayerNorm(config.hidden_size, config.layernorm_eps, kernels, dtype=dtype, device=device)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -83,12 +84,19 @@ class WordEmbedding(VocabParallelEmbedding):
 
 
 class BloomEmbedding(nn.Module):
-    """Token ids ``[b, s]`` -> hidden ``[b, s, h]``; ``logits`` is the tied head."""
+    """Token ids ``[b, s]`` -> hidden ``[b, s, h]``; ``logits`` is the tied head.
 
-    def __init__(self, config: ModelConfig, state: ParallelState, *, dtype=None, device=None) -> None:
+    ``head_in_same_backward``: the caller always runs ``logits`` of this same module in the backward
+    that reaches the lookup (one model, or one pipeline stage holding both), so the lookup may return
+    a sparse gradient (see ``VocabParallelEmbedding``).
+    """
+
+    def __init__(self, config: ModelConfig, state: ParallelState, *, head_in_same_backward: bool = False,
+                 dtype=None, device=None) -> None:
         super().__init__()
         self.config, self.state = config, state
-        self.word_embeddings = WordEmbedding(config, state, get_kernels(config.kernels), dtype=dtype, device=device)
+        self.word_embeddings = WordEmbedding(config, state, get_kernels(config.kernels),
+                                             sparse_grad=head_in_same_backward, dtype=dtype, device=device)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -199,7 +207,8 @@ class BloomModel(nn.Module):
         super().__init__()
         self.config = config
         self.state = state = state or ParallelState.single()
-        self.embedding = BloomEmbedding(config, state, dtype=dtype, device=device)
+        # forward always ends in embedding.logits: the head shares every backward with the lookup.
+        self.embedding = BloomEmbedding(config, state, head_in_same_backward=True, dtype=dtype, device=device)
         self.blocks = nn.ModuleList(
             BloomBlock(config, state, i, dtype=dtype, device=device) for i in range(config.num_layers)
         )

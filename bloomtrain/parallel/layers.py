@@ -95,12 +95,20 @@ class VocabParallelEmbedding(nn.Module):
 
     Ids outside the local block look up row 0 and are zeroed; the all-reduce then assembles the full
     embedding on every rank. Out-of-range ids (>= V) raise instead of silently embedding to zero.
+
+    ``sparse_grad``: the lookup's gradient is a sparse ``[V/TP, h]`` tensor holding only the rows of the
+    batch's tokens, instead of a dense one (a zero fill plus a scatter over the whole table: 1 GB per
+    step for BLOOM's 250,880 x 1024 at fp32). Only for a table whose weight also gets a dense gradient
+    in the same backward (the tied LM head, which runs later in the forward and so earlier in the
+    backward): autograd then adds the sparse rows into that dense gradient in place and ``.grad`` ends
+    up dense. A table with no other use would be left with a sparse ``.grad``, which optimizers and
+    DeepSpeed's all-reduces do not take, so the default is off.
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, state: ParallelState, *,
-                 dtype: torch.dtype | None = None, device=None) -> None:
+                 sparse_grad: bool = False, dtype: torch.dtype | None = None, device=None) -> None:
         super().__init__()
-        self.state, self.num_embeddings = state, num_embeddings
+        self.state, self.num_embeddings, self.sparse_grad = state, num_embeddings, sparse_grad
         local = divide(num_embeddings, state.tp_size, "num_embeddings (padded vocab)")
         self.vocab_start, self.vocab_end = state.tp_rank * local, (state.tp_rank + 1) * local
         self.weight = mark_sharded(_empty(local, embedding_dim, dtype=dtype, device=device), 0)
@@ -112,10 +120,10 @@ class VocabParallelEmbedding(nn.Module):
                 "the data was tokenized with a larger vocabulary than the model config"
             )
         if self.state.tp_size == 1:
-            return F.embedding(ids, self.weight)
+            return F.embedding(ids, self.weight, sparse=self.sparse_grad)
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)
         local_ids = (ids - self.vocab_start).masked_fill(outside, 0)
-        out = F.embedding(local_ids, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        out = F.embedding(local_ids, self.weight, sparse=self.sparse_grad).masked_fill(outside.unsqueeze(-1), 0.0)
         return reduce_from_tp(out, self.state)
 
 

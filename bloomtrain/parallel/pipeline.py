@@ -47,7 +47,9 @@ class EmbeddingPipe(BloomEmbedding):
     """``BloomEmbedding`` for a pipeline; ``with_norm=False`` builds the head-only copy of the last stage."""
 
     def __init__(self, config: ModelConfig, state: ParallelState, *, with_norm: bool = True) -> None:
-        super().__init__(config, state)
+        # With one stage, DeepSpeed builds one instance of the tied module for the lookup and the head;
+        # with several, the first stage's copy has no head, and its gradient must stay dense.
+        super().__init__(config, state, head_in_same_backward=state.pp_size == 1)
         if not with_norm:
             # The head reads only the word-embedding matrix; dropping the LN keeps it off the last stage.
             self.word_embeddings.norm = nn.Identity()

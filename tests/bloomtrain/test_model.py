@@ -98,6 +98,23 @@ def test_loss_and_loss_mask_match_torch_cross_entropy(hf_bloom):
     torch.testing.assert_close(loss, ref, rtol=1e-5, atol=0)
 
 
+def test_tied_embedding_gradient_is_dense_and_equals_the_dense_lookup(hf_bloom):
+    # BloomModel's lookup returns sparse rows that autograd adds into the head's dense gradient; the
+    # result must be a dense .grad equal to the plain lookup's, also when micro-batches accumulate.
+    ids, mask = _padded_batch(256, seed=4)
+    labels = torch.roll(ids, -1, dims=1)
+    grads = {}
+    for sparse in (True, False):
+        model = ours_from_hf(hf_bloom()).train()
+        model.embedding.word_embeddings.sparse_grad = sparse
+        for micro in range(2):
+            model.loss(model(ids[micro::2], mask[micro::2]), labels[micro::2], mask[micro::2]).backward()
+        grads[sparse] = model.embedding.word_embeddings.weight.grad
+    assert grads[True].layout == torch.strided
+    torch.testing.assert_close(grads[True], grads[False], rtol=1e-5, atol=1e-7)
+    assert grads[True].abs().sum() > 0
+
+
 def test_kv_cache_decoding_equals_full_forward(hf_bloom):
     ours = ours_from_hf(hf_bloom(n_head=6))
     ids, _ = _padded_batch(256, seed=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
 from bloomdata.errors import BloomDataError
@@ -47,6 +48,18 @@ def test_head_copy_has_no_embedding_layernorm():
                                        "word_embeddings.norm.bias"}
     assert set(last.state_dict()) == {"word_embeddings.weight"}
     assert last.word_embeddings.weight.equal(first.word_embeddings.weight)  # same init, by name
+
+
+def test_embedding_gradient_is_sparse_only_when_the_head_shares_the_stage():
+    # One stage: the tied module serves the lookup and the head, so the lookup's sparse rows land in the
+    # head's dense gradient. Several stages: the first stage's copy has no head, its gradient must be dense.
+    cfg = ModelConfig.tiny()
+    assert EmbeddingPipe(cfg, ParallelState.single()).word_embeddings.sparse_grad
+    for pp_rank in (0, 1):
+        stage = EmbeddingPipe(cfg, ParallelState.offline(0, 1, pp_rank, 2))
+        assert not stage.word_embeddings.sparse_grad
+        stage(torch.randint(0, 250, (2, 8))).sum().backward()
+        assert stage.word_embeddings.weight.grad.layout == torch.strided
 
 
 def test_tr11_partition_puts_an_embedding_and_five_blocks_on_the_end_stages():
