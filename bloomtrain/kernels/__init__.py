@@ -1,6 +1,6 @@
 """Memory-bound operations of the BLOOM block, each with a PyTorch reference and optional fused paths.
 
-The model calls exactly three operations through a ``KernelSet``:
+The model calls four operations through a ``KernelSet``:
 
 - ``layer_norm(x, weight, bias, eps)``: LayerNorm over the last dim, statistics in fp32, output in x.dtype.
 - ``bias_gelu(x, bias)``: tanh-GeLU(x + bias), BLOOM's GeLU (the tanh approximation, not erf).
@@ -9,6 +9,9 @@ The model calls exactly three operations through a ``KernelSet``:
   Q @ K^T in the model dtype), ``slopes`` is ``[np]`` fp32, query row i sits at key position
   ``sk - sq + i`` (so a KV-cache step of sq=1 sees every key). ``mask`` is an optional bool
   ``[b, 1, sq, sk]`` padding mask, True where masked. Output dtype = scores.dtype.
+- ``attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0)``: ``softmax(q @ k^T) @ v`` around that
+  softmax, q/k/v ``[b, np, s, hd]``. The fused set computes it block-causally (only the lower triangle of
+  the causal square is multiplied); the others over the full square (bloomtrain.kernels.attention).
 
 ``get_kernels(kind)`` returns the set for ``kind`` in ``{"torch", "fused", "compile", "apex"}``. Fused
 paths fall back to the reference (with one log line saying why) when they cannot be built or do not

@@ -6,7 +6,8 @@ The build directory is ``$BLOOMSTACK_KERNEL_CACHE`` (default ``~/.cache/bloomsta
 CUDA arch list, so a stale build is never loaded and an unchanged tree never rebuilds. A file lock
 serialises concurrent builders (DDP ranks, pytest workers); the losers wait and then load the
 winner's ``.so``. Flags are portable (``-O3``, no ``-march=native``) because the cache may be shared
-between machines; the CPU kernels get their SIMD from ``#pragma omp simd`` on the baseline ISA.
+between machines; the CPU kernels get their SIMD from ``#pragma omp simd``, built twice on x86-64 (baseline
+and AVX2 + FMA, chosen at run time from CPUID: ``ext.cpu_isa()``).
 
 A failed build is remembered for the rest of the process (``try_load`` is cached): callers fall
 back to the PyTorch reference with one log line instead of recompiling on every call.
@@ -26,9 +27,9 @@ from types import ModuleType
 
 logger = logging.getLogger("bloomtrain.kernels")
 
-CPU_SOURCES = ("layer_norm_cpu.cpp", "bias_gelu_cpu.cpp", "alibi_softmax_cpu.cpp", "bindings.cpp")
+CPU_SOURCES = ("layer_norm_cpu.cpp", "bias_gelu_cpu.cpp", "alibi_softmax_cpu.cpp", "cpu_avx2.cpp", "bindings.cpp")
 CUDA_SOURCES = ("layer_norm_cuda.cu", "bias_gelu_cuda.cu", "alibi_softmax_cuda.cu")
-HEADERS = ("cpu_common.h", "cpu_kernels.h", "cuda_kernels.h", "cuda_common.cuh")
+HEADERS = ("cpu_common.h", "cpu_kernels.h", "cpu_kernels_decl.h", "cuda_kernels.h", "cuda_common.cuh")
 
 # -fno-trapping-math lets GCC turn the clamps and max-reductions of the CPU kernels into SIMD
 # selects (it changes no IEEE result, only whether a comparison may raise an FP exception).

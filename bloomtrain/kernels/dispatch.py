@@ -1,7 +1,8 @@
 """Kernel sets other than the plain PyTorch reference: "fused", "compile" and "apex".
 
 - fused: our extension (csrc/kernels), CPU or CUDA by the tensors' device. Every call checks
-  shape/dtype/device and falls back to the reference with one log line per reason.
+  shape/dtype/device and falls back to the reference with one log line per reason. Its attention is
+  block-causal (bloomtrain.kernels.attention): the masked upper triangle is never multiplied.
 - compile: the references under ``torch.compile`` (Inductor fuses each into one or two kernels);
   the comparison point the fused kernels must beat.
 - apex: NVIDIA apex's FusedLayerNorm and causal softmax where apex is importable and supports the
@@ -17,6 +18,7 @@ import logging
 import torch
 
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference, fused_alibi_softmax
+from bloomtrain.kernels.attention import fused_causal_attention
 from bloomtrain.kernels.bias_gelu import bias_gelu_reference, fused_bias_gelu
 from bloomtrain.kernels.fallback import log_fallback
 from bloomtrain.kernels.layer_norm import fused_layer_norm, layer_norm_reference
@@ -30,7 +32,7 @@ _APEX_SOFTMAX_MAX_KEYS = 2048
 
 def kernels_for(kind: str) -> KernelSet:
     if kind == "fused":
-        return KernelSet("fused", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax)
+        return KernelSet("fused", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax, fused_causal_attention)
     if kind == "compile":
         return _compiled_kernels()
     if kind == "apex":
@@ -55,7 +57,8 @@ def _apex_kernels() -> KernelSet:
         from apex.normalization import fused_layer_norm as apex_ln  # noqa: PLC0415
     except ImportError as exc:
         log_fallback("apex", f"apex is not importable ({exc}); using kernels='fused'")
-        return KernelSet("apex->fused", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax)
+        return KernelSet("apex->fused", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax,
+                         fused_causal_attention)
     try:
         from apex.transformer.functional.fused_softmax import (  # noqa: PLC0415
             ScaledUpperTriangMaskedSoftmax,

@@ -6,24 +6,35 @@ alibi_softmax.py); this module keeps the names the model and tests import.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference as alibi_softmax
+from bloomtrain.kernels.attention import attention_reference
 from bloomtrain.kernels.bias_gelu import bias_gelu_reference as bias_gelu
 from bloomtrain.kernels.layer_norm import layer_norm_reference as layer_norm
 
 
 @dataclass(frozen=True)
 class KernelSet:
-    """The three operations the model calls, plus the name of the implementation behind them."""
+    """The operations the model calls, plus the name of the implementation behind them.
+
+    ``attention(q, k, v, slopes, scale, mask, dropout_p)`` wraps ``alibi_softmax`` with the two attention
+    matmuls (bloomtrain.kernels.attention); by default it is the full-square composition over this set's softmax.
+    """
 
     name: str
     layer_norm: Callable[..., torch.Tensor]
     bias_gelu: Callable[..., torch.Tensor]
     alibi_softmax: Callable[..., torch.Tensor]
+    attention: Callable[..., torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.attention is None:
+            object.__setattr__(self, "attention", functools.partial(attention_reference, softmax=self.alibi_softmax))
 
 
 def reference_kernels() -> KernelSet:

@@ -142,10 +142,9 @@ class BloomAttention(nn.Module):
             if cache.key is not None:
                 k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
             cache.key, cache.value = k, v
-        scores = torch.matmul(q, k.transpose(-1, -2))  # [b, np, sq, sk], unscaled, model dtype
-        probs = self.kernels.alibi_softmax(scores, self.slopes, 1.0 / math.sqrt(hd), mask)
-        probs = F.dropout(probs, self.config.attention_dropout, self.training)
-        context = torch.matmul(probs, v).transpose(1, 2).reshape(b, sq, self.local_heads * hd)
+        dropout_p = self.config.attention_dropout if self.training else 0.0
+        context = self.kernels.attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
+        context = context.transpose(1, 2).reshape(b, sq, self.local_heads * hd)  # [b, np, sq, hd] -> [b, sq, h]
         return self.dense(context)
 
 

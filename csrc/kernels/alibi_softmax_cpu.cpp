@@ -13,7 +13,12 @@
 
 #include "cpu_kernels.h"
 
-namespace bloomkernels::cpu {
+// The baseline build; cpu_avx2.cpp includes this file again as bloomkernels::cpu_avx2.
+#ifndef BLOOM_CPU_NS
+#define BLOOM_CPU_NS cpu
+#endif
+
+namespace bloomkernels::BLOOM_CPU_NS {
 
 template <typename T>
 void alibi_softmax_forward(const T* scores, const acc_t<T>* slopes, T* probs, int64_t batch, int64_t heads,
@@ -88,4 +93,4 @@ void alibi_softmax_backward(const T* dprobs, const T* probs, T* dscores, int64_t
   template void alibi_softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t, double);
 BLOOM_CPU_INSTANTIATE(BLOOM_INSTANTIATE_SOFTMAX)
 
-}  // namespace bloomkernels::cpu
+}  // namespace bloomkernels::BLOOM_CPU_NS

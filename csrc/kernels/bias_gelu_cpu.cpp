@@ -9,7 +9,12 @@
 
 #include "cpu_kernels.h"
 
-namespace bloomkernels::cpu {
+// The baseline build; cpu_avx2.cpp includes this file again as bloomkernels::cpu_avx2.
+#ifndef BLOOM_CPU_NS
+#define BLOOM_CPU_NS cpu
+#endif
+
+namespace bloomkernels::BLOOM_CPU_NS {
 namespace {
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
@@ -89,4 +94,4 @@ void bias_gelu_backward(const T* dy, const T* x, const acc_t<T>* bias, T* dx, ac
                                       int64_t);
 BLOOM_CPU_INSTANTIATE(BLOOM_INSTANTIATE_GELU)
 
-}  // namespace bloomkernels::cpu
+}  // namespace bloomkernels::BLOOM_CPU_NS

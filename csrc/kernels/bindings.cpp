@@ -5,6 +5,7 @@
 // PyTorch reference; the TORCH_CHECKs here are the last line of defence, not the dispatch logic.
 #include <torch/extension.h>
 
+#include <string>
 #include <tuple>
 
 #include "cpu_kernels.h"
@@ -18,6 +19,35 @@
 namespace {
 
 namespace cpu = bloomkernels::cpu;
+using bloomkernels::acc_t;
+
+// Which build of the CPU kernels runs (cpu_kernels.h): AVX2 + FMA where CPUID has both, else baseline.
+// set_cpu_isa("baseline") lets the tests run the baseline build on an AVX2 machine.
+bool detect_avx2() {
+#if defined(BLOOM_HAVE_CPU_AVX2)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+bool use_avx2 = detect_avx2();
+
+const char* cpu_isa() { return use_avx2 ? "avx2+fma" : "baseline"; }
+
+std::string set_cpu_isa(const std::string& isa) {
+  const std::string old = cpu_isa();
+  TORCH_CHECK(isa == "baseline" || isa == "avx2+fma", "set_cpu_isa: expected 'baseline' or 'avx2+fma', got ", isa);
+  TORCH_CHECK(isa == "baseline" || detect_avx2(), "set_cpu_isa: this CPU (or build) has no AVX2 + FMA");
+  use_avx2 = isa == "avx2+fma";
+  return old;
+}
+
+// CPU_KERNEL(fn<T>)(args...): the chosen build's fn.
+#if defined(BLOOM_HAVE_CPU_AVX2)
+#define CPU_KERNEL(fn) (use_avx2 ? &bloomkernels::cpu_avx2::fn : &bloomkernels::cpu::fn)
+#else
+#define CPU_KERNEL(fn) (&bloomkernels::cpu::fn)
+#endif
 
 at::ScalarType acc_dtype(const at::Tensor& t) {
   return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -90,8 +120,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd(const at::Tensor& 
   }
   dispatch_cpu(x.scalar_type(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
-    using A = cpu::acc_t<T>;
-    cpu::layer_norm_forward<T>(x.data_ptr<T>(), gamma.data_ptr<A>(), beta.data_ptr<A>(), y.data_ptr<T>(),
+    using A = acc_t<T>;
+    CPU_KERNEL(layer_norm_forward<T>)(x.data_ptr<T>(), gamma.data_ptr<A>(), beta.data_ptr<A>(), y.data_ptr<T>(),
                                mean.data_ptr<A>(), rstd.data_ptr<A>(), rows, cols, eps);
   });
   return {y, mean, rstd};
@@ -121,8 +151,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd(const at::Tensor& 
   }
   dispatch_cpu(x.scalar_type(), "layer_norm", [&](auto tag) {
     using T = decltype(tag);
-    using A = cpu::acc_t<T>;
-    cpu::layer_norm_backward<T>(dy.data_ptr<T>(), x.data_ptr<T>(), gamma.data_ptr<A>(), mean.data_ptr<A>(),
+    using A = acc_t<T>;
+    CPU_KERNEL(layer_norm_backward<T>)(dy.data_ptr<T>(), x.data_ptr<T>(), gamma.data_ptr<A>(), mean.data_ptr<A>(),
                                 rstd.data_ptr<A>(), dx.data_ptr<T>(), dgamma.data_ptr<A>(), dbeta.data_ptr<A>(),
                                 rows, cols);
   });
@@ -149,8 +179,8 @@ at::Tensor bias_gelu_fwd(const at::Tensor& x_, const at::Tensor& bias_) {
   }
   dispatch_cpu(x.scalar_type(), "bias_gelu", [&](auto tag) {
     using T = decltype(tag);
-    using A = cpu::acc_t<T>;
-    cpu::bias_gelu_forward<T>(x.data_ptr<T>(), bias.data_ptr<A>(), y.data_ptr<T>(), rows, cols);
+    using A = acc_t<T>;
+    CPU_KERNEL(bias_gelu_forward<T>)(x.data_ptr<T>(), bias.data_ptr<A>(), y.data_ptr<T>(), rows, cols);
   });
   return y;
 }
@@ -177,8 +207,8 @@ std::tuple<at::Tensor, at::Tensor> bias_gelu_bwd(const at::Tensor& dy_, const at
   }
   dispatch_cpu(x.scalar_type(), "bias_gelu", [&](auto tag) {
     using T = decltype(tag);
-    using A = cpu::acc_t<T>;
-    cpu::bias_gelu_backward<T>(dy.data_ptr<T>(), x.data_ptr<T>(), bias.data_ptr<A>(), dx.data_ptr<T>(),
+    using A = acc_t<T>;
+    CPU_KERNEL(bias_gelu_backward<T>)(dy.data_ptr<T>(), x.data_ptr<T>(), bias.data_ptr<A>(), dx.data_ptr<T>(),
                                dbias.data_ptr<A>(), rows, cols);
   });
   return {dx, dbias};
@@ -205,8 +235,8 @@ at::Tensor alibi_softmax_fwd(const at::Tensor& scores_, const at::Tensor& slopes
   }
   dispatch_cpu(scores.scalar_type(), "alibi_softmax", [&](auto tag) {
     using T = decltype(tag);
-    using A = cpu::acc_t<T>;
-    cpu::alibi_softmax_forward<T>(scores.data_ptr<T>(), slopes.data_ptr<A>(), probs.data_ptr<T>(), b, h, sq, sk,
+    using A = acc_t<T>;
+    CPU_KERNEL(alibi_softmax_forward<T>)(scores.data_ptr<T>(), slopes.data_ptr<A>(), probs.data_ptr<T>(), b, h, sq, sk,
                                   scale);
   });
   return probs;
@@ -230,7 +260,7 @@ at::Tensor alibi_softmax_bwd(const at::Tensor& dprobs_, const at::Tensor& probs_
   }
   dispatch_cpu(probs.scalar_type(), "alibi_softmax", [&](auto tag) {
     using T = decltype(tag);
-    cpu::alibi_softmax_backward<T>(dprobs.data_ptr<T>(), probs.data_ptr<T>(), dscores.data_ptr<T>(), b, h, sq, sk,
+    CPU_KERNEL(alibi_softmax_backward<T>)(dprobs.data_ptr<T>(), probs.data_ptr<T>(), dscores.data_ptr<T>(), b, h, sq, sk,
                                    scale);
   });
   return dscores;
@@ -264,4 +294,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("alibi_softmax_bwd", &alibi_softmax_bwd, "causal ALiBi softmax backward");
   m.def("built_with_cuda", &built_with_cuda);
   m.def("cuda_softmax_max_keys", &cuda_softmax_max_keys);
+  m.def("cpu_isa", &cpu_isa, "which build of the CPU kernels runs: 'avx2+fma' or 'baseline'");
+  m.def("set_cpu_isa", &set_cpu_isa, "(tests) run the 'baseline' or 'avx2+fma' CPU build; returns the old one");
 }

@@ -1,5 +1,6 @@
 // Shared helpers for the CPU kernels: accumulation types, a vectorizable exp, and the
-// explicit-instantiation list. The CPU kernels work on raw pointers (no torch headers beyond
+// explicit-instantiation list. They live in namespace bloomkernels, above both ISA builds of the
+// kernels (bloomkernels::cpu, baseline; bloomkernels::cpu_avx2, see cpu_avx2.cpp). The CPU kernels work on raw pointers (no torch headers beyond
 // c10's scalar types) so each translation unit compiles in seconds; bindings.cpp owns the
 // tensor checks and the dtype dispatch.
 //
@@ -17,7 +18,7 @@
 #include <cstring>
 #include <type_traits>
 
-namespace bloomkernels::cpu {
+namespace bloomkernels {
 
 // fp32 statistics for fp32/bf16/fp16 inputs; fp64 only for fp64 inputs (gradcheck).
 template <typename T>
@@ -53,7 +54,7 @@ inline float fast_exp(float x) {
 inline double fast_exp(double x) { return std::exp(x < -700.0 ? -700.0 : (x > 700.0 ? 700.0 : x)); }
 
 
-}  // namespace bloomkernels::cpu
+}  // namespace bloomkernels
 
 // Instantiate a kernel template for every dtype the CPU path accepts.
 #define BLOOM_CPU_INSTANTIATE(MACRO) \

@@ -11,7 +11,12 @@
 
 #include "cpu_kernels.h"
 
-namespace bloomkernels::cpu {
+// The baseline build; cpu_avx2.cpp includes this file again as bloomkernels::cpu_avx2.
+#ifndef BLOOM_CPU_NS
+#define BLOOM_CPU_NS cpu
+#endif
+
+namespace bloomkernels::BLOOM_CPU_NS {
 
 template <typename T>
 void layer_norm_forward(const T* x, const acc_t<T>* gamma, const acc_t<T>* beta, T* y, acc_t<T>* mean,
@@ -98,4 +103,4 @@ void layer_norm_backward(const T* dy, const T* x, const acc_t<T>* gamma, const a
                                        T*, acc_t<T>*, acc_t<T>*, int64_t, int64_t);
 BLOOM_CPU_INSTANTIATE(BLOOM_INSTANTIATE_LN)
 
-}  // namespace bloomkernels::cpu
+}  // namespace bloomkernels::BLOOM_CPU_NS

@@ -7,7 +7,9 @@ Tolerances:
   truth (the fused kernels round once from fp32; the reference rounds after each op).
 - fp64: torch.autograd.gradcheck of the fused autograd Functions (CPU kernels accumulate in fp64).
 
-The extension is built once per session (about 1 minute on 2 cores) into the shared cache.
+Every kernel test runs once per CPU build the machine can run (``isa``: the baseline build, and the
+AVX2 + FMA one on x86-64 CPUs that have it). The extension is built once per session (about 1 minute on
+2 cores) into the shared cache.
 """
 
 from __future__ import annotations
@@ -18,7 +20,12 @@ import pytest
 import torch
 
 from bloomtrain.kernels import build, fallback, get_kernels
-from bloomtrain.kernels.alibi_softmax import FusedAlibiSoftmaxFunction, alibi_softmax_reference
+from bloomtrain.kernels.alibi_softmax import (
+    FusedAlibiSoftmaxFunction,
+    alibi_softmax_reference,
+    fused_alibi_softmax,
+)
+from bloomtrain.kernels.attention import BLOCK_ROWS, MAX_BLOCKS, attention_reference, block_bounds
 from bloomtrain.kernels.bias_gelu import FusedBiasGeLUFunction, bias_gelu_reference
 from bloomtrain.kernels.layer_norm import FusedLayerNormFunction, layer_norm_reference
 from bloomtrain.model.alibi import alibi_slopes
@@ -39,8 +46,28 @@ def ext():
     return module
 
 
+def _cpu_isas() -> list[str]:
+    module, _ = build.try_load(False)
+    if module is None:
+        return ["baseline"]
+    old = module.cpu_isa()
+    try:
+        return ["baseline"] + (["avx2+fma"] if module.set_cpu_isa("avx2+fma") else [])
+    except RuntimeError:  # no AVX2 + FMA here
+        return ["baseline"]
+    finally:
+        module.set_cpu_isa(old)
+
+
+@pytest.fixture(scope="session", params=_cpu_isas())
+def isa(ext, request):
+    old = ext.set_cpu_isa(request.param)
+    yield request.param
+    ext.set_cpu_isa(old)
+
+
 @pytest.fixture(scope="session")
-def fused(ext):
+def fused(isa):
     return get_kernels("fused")
 
 
@@ -190,7 +217,7 @@ def test_alibi_softmax_bias_is_added_inside(fused):
 # ---------------------------------------------------------------- fp64 gradcheck
 
 
-def test_gradcheck_fp64(ext):
+def test_gradcheck_fp64(ext, isa):
     gen = torch.Generator().manual_seed(8)
 
     def d(*shape):
@@ -291,3 +318,87 @@ def test_apex_without_apex_uses_fused(rearmed_log):
 def test_unknown_kind_is_rejected():
     with pytest.raises(ValueError, match="kernels must be one of"):
         get_kernels("triton")
+
+
+# ---------------------------------------------------------------- block-causal attention
+
+
+def _qkv(b, heads, s, dtype, seed=11):
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, heads, s, 8, generator=gen, dtype=torch.float64).to(dtype).requires_grad_(True)
+            for _ in range(3)]
+
+
+@pytest.mark.parametrize("s", [1, 5, 127, 128, 129, 300, 2100])  # 2100 > MAX_BLOCKS * BLOCK_ROWS rows
+def test_block_causal_attention_equals_the_full_square(fused, s):
+    # Same fused softmax on both sides, fp64: only the matmuls' summation order differs.
+    slopes = alibi_slopes(3).double()
+    q, k, v = _qkv(1 if s > 1000 else 2, 3, s, torch.float64)
+    out = fused.attention(q, k, v, slopes, 0.3)
+    assert "BlockCausalAttention" in out.grad_fn.name()
+    ref = attention_reference(q, k, v, slopes, 0.3, softmax=fused_alibi_softmax)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_block_causal_attention_fp32_matches_the_torch_reference(fused):
+    slopes = alibi_slopes(6)
+    q, k, v = _qkv(2, 6, 300, torch.float32)
+    out = fused.attention(q, k, v, slopes, 0.35)
+    ref = get_kernels("torch").attention(q, k, v, slopes, 0.35)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(3))
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_block_bounds_cover_the_rows_in_bounded_blocks():
+    for s in (1, 127, 128, 129, 1000, 2048, 8192, 8193):
+        bounds = block_bounds(s)
+        assert bounds[0][0] == 0 and bounds[-1][1] == s
+        assert all(lo < hi and hi == nxt for (lo, hi), (nxt, _) in zip(bounds, bounds[1:]))
+        assert len(bounds) <= MAX_BLOCKS and max(hi - lo for lo, hi in bounds) <= max(BLOCK_ROWS, -(-s // MAX_BLOCKS))
+
+
+def test_attention_outside_the_block_path_runs_the_full_square(fused, rearmed_log, caplog):
+    # Padding mask, attention dropout and a KV-cache step each run the composition, with one log line each.
+    slopes = alibi_slopes(2).double()
+    q, k, v = _qkv(1, 2, 6, torch.float64)
+    mask = torch.zeros(1, 1, 6, 6, dtype=torch.bool)
+    mask[..., 0] = True
+    with caplog.at_level(logging.WARNING, logger="bloomtrain.kernels"):
+        for _ in range(2):
+            masked = fused.attention(q, k, v, slopes, 0.5, mask)
+            torch.manual_seed(0)
+            dropped = fused.attention(q, k, v, slopes, 0.5, None, 0.5)
+            step = fused.attention(q[:, :, -1:], k, v, slopes, 0.5)
+    assert not any("BlockCausal" in t.grad_fn.name() for t in (masked, dropped, step))
+    torch.testing.assert_close(masked, attention_reference(q, k, v, slopes, 0.5, mask, softmax=alibi_softmax_reference),
+                               rtol=1e-6, atol=1e-6)
+    torch.manual_seed(0)
+    torch.testing.assert_close(dropped, attention_reference(q, k, v, slopes, 0.5, None, 0.5,
+                                                            softmax=fused_alibi_softmax))
+    torch.testing.assert_close(step, fused.attention(q, k, v, slopes, 0.5)[:, :, -1:], rtol=1e-12, atol=1e-12)
+    messages = [r.getMessage() for r in caplog.records if "block-causal" in r.getMessage()]
+    assert len(messages) == 3 and len(set(messages)) == 3
+
+
+def test_model_on_fused_kernels_matches_the_torch_kernels(fused):
+    # Whole model, 300 tokens (three attention blocks), 6 heads: logits, loss and every gradient.
+    from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
+
+    ids = torch.randint(0, 250, (2, 301), generator=torch.Generator().manual_seed(5))
+    results = {}
+    for kind in ("torch", "fused"):
+        model = BloomModel(ModelConfig.tiny(num_heads=6, hidden_size=96, kernels=kind, seq_length=300)).train()
+        logits = model(ids[:, :-1])
+        loss = model.loss(logits, ids[:, 1:])
+        loss.backward()
+        results[kind] = (logits, loss, {n: p.grad for n, p in model.named_parameters()})
+    (lt, losst, gt), (lf, lossf, gf) = results["torch"], results["fused"]
+    torch.testing.assert_close(lf, lt, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(lossf, losst, rtol=1e-6, atol=0)
+    for name in gt:
+        torch.testing.assert_close(gf[name], gt[name], rtol=1e-4, atol=1e-6, msg=name)
