@@ -8,6 +8,9 @@ and the speed-up of each against eager PyTorch ("torch", the reference run). On 
 times the forward alone and converts it to achieved DRAM bandwidth (bytes each op must move, see
 ``_bytes``) against the card's peak from PEAK_GBPS. Goals (issue 5): GPU >= 80 % of peak on large
 shapes and >= 1.5x eager; CPU whole-model step >= 1.3x eager.
+
+The model-step table has two extra rows that split the fused gain (``_model_variants``): the fused
+kernels with full-square attention, and the torch kernels with block-causal attention.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from bloomtrain.kernels import get_kernels
+from bloomtrain.kernels import KernelSet, get_kernels
+from bloomtrain.kernels.attention import block_bounds
 from bloomtrain.model.alibi import alibi_slopes
 
 # Peak DRAM bandwidth in GB/s by device-name substring (vendor datasheets), most specific first.
@@ -111,32 +115,70 @@ def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype
         print(line)
 
 
+def _set_kernels(model, kernels) -> None:
+    """Swap the kernel set of every module of a built model (the attribution variants below)."""
+    for module in model.modules():
+        if hasattr(module, "kernels"):
+            module.kernels = kernels
+
+
+def _blocked_composition(softmax):
+    """Block-causal attention as plain autograd over any softmax: what the reference would gain from blocks."""
+    def attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0):
+        return torch.cat([torch.matmul(softmax(torch.matmul(q[:, :, lo:hi], k[:, :, :hi].transpose(-1, -2)),
+                                               slopes, scale), v[:, :, :hi])
+                          for lo, hi in block_bounds(q.shape[2])], dim=2)
+    return attention
+
+
+def _model_variants(kinds: list[str]) -> list[tuple[str, str, KernelSet | None]]:
+    """(label, config kind, kernel set swapped in after the build or None) for the model-step table.
+
+    Besides the kinds, two rows split the fused gain: the fused kernels with the full-square attention
+    (the elementwise kernels' share), and the torch kernels with block-causal attention (how much of the
+    attention gain the reference would get from the blocking alone).
+    """
+    from bloomtrain.kernels.dispatch import fused_alibi_softmax, fused_bias_gelu, fused_layer_norm  # noqa: PLC0415
+    from bloomtrain.kernels.reference import alibi_softmax, bias_gelu, layer_norm  # noqa: PLC0415
+
+    rows = [(kind, kind, None) for kind in kinds]
+    rows.insert(2, ("fused, square attn", "fused",
+                    KernelSet("fused-square", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax)))
+    rows.insert(3, ("torch, block attn", "torch",
+                    KernelSet("torch-blocks", layer_norm, bias_gelu, alibi_softmax, _blocked_composition(alibi_softmax))))
+    return rows
+
+
 def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> None:
     from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
 
     if device == "cuda":
-        layers, hidden, heads, batch, seq = (2, 1024, 16, 4, 1024) if quick else (4, 2048, 16, 8, 2048)
+        shapes = [(2, 1024, 16, 4, 1024)] if quick else [(4, 2048, 16, 8, 2048)]
     else:
-        layers, hidden, heads, batch, seq = (2, 256, 4, 2, 256) if quick else (4, 512, 8, 4, 512)
+        # A short-sequence shape (matmul-bound: the linear layers are ~75% of the eager step) and BLOOM's
+        # training sequence length, 2048, where attention is about half of the work.
+        shapes = [(2, 256, 4, 2, 256)] if quick else [(4, 512, 8, 4, 512), (2, 512, 8, 1, 2048)]
     vocab = 1024
-    warmup, iters = (2, 3) if quick else (3, 10)
-    print(f"\n== model step (forward + loss + backward), {device}, {dtype}: layers={layers} hidden={hidden} "
-          f"heads={heads} batch={batch} seq={seq} vocab={vocab} ==")
-    ids = torch.randint(0, vocab, (batch, seq + 1), device=device, generator=None)
-    times = {}
-    for kind in kinds:
-        config = ModelConfig(num_layers=layers, hidden_size=hidden, num_heads=heads, vocab_size=vocab,
-                             pad_vocab_size_to=vocab, seq_length=seq, kernels=kind)
-        torch.manual_seed(0)
-        model = BloomModel(config, dtype=dtype, device=device)
+    warmup, iters = (2, 3) if quick else (2, 7)
+    for layers, hidden, heads, batch, seq in shapes:
+        print(f"\n== model step (forward + loss + backward), {device}, {dtype}: layers={layers} hidden={hidden} "
+              f"heads={heads} batch={batch} seq={seq} vocab={vocab} ==")
+        ids = torch.randint(0, vocab, (batch, seq + 1), device=device, generator=None)
+        times = {}
+        for label, kind, swap in _model_variants(kinds):
+            config = ModelConfig(num_layers=layers, hidden_size=hidden, num_heads=heads, vocab_size=vocab,
+                                 pad_vocab_size_to=vocab, seq_length=seq, kernels=kind)
+            torch.manual_seed(0)
+            model = BloomModel(config, dtype=dtype, device=device)
+            if swap is not None:
+                _set_kernels(model, swap)
 
-        def step(model=model):
-            loss = model.loss(model(ids[:, :-1]), ids[:, 1:])
-            loss.backward()
+            def step(model=model, ids=ids):
+                loss = model.loss(model(ids[:, :-1]), ids[:, 1:])
+                loss.backward()
 
-        times[kind] = _time(step, device, warmup, iters)
-    for kind in kinds:
-        print(f"{kind:<10}{times[kind]:>10.1f} ms   x{times['torch'] / times[kind]:.2f} vs torch")
+            times[label] = _time(step, device, warmup, iters)
+            print(f"{label:<20}{times[label]:>10.1f} ms   x{times['torch'] / times[label]:.2f} vs torch", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow first compile)")
     parser.add_argument("--skip-model", action="store_true")
     args = parser.parse_args(argv)
+    # As the trainer does (bloomtrain.train): without it, fp32 steps that make denormals run several times
+    # slower on x86 CPUs, and which side makes more of them decides the ratio.
+    torch.set_flush_denormal(True)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     dtype = getattr(torch, args.dtype or ("bfloat16" if device == "cuda" else "float32"))
     kinds = ["torch", "fused"] + ([] if args.no_compile else ["compile"])

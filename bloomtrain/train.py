@@ -55,6 +55,11 @@ def init_distributed() -> None:
 
 def build_trainer(cfg: TrainConfig) -> Trainer:
     init_distributed()
+    if not torch.cuda.is_available():
+        # x86 CPUs take a microcode assist on every denormal operand: fp32 training steps, whose small
+        # gradients and attention probabilities make many, run several times slower without this
+        # (4x measured on the project's 2-vCPU EPYC). Flushing changes values below 1.2e-38 only.
+        torch.set_flush_denormal(True)
     world = dist.get_world_size()
     dp = cfg.dp_size(world)
     state = ParallelState.from_sizes(cfg.parallel.tp, cfg.parallel.pp, dp)
