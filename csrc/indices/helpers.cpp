@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -119,19 +120,26 @@ class MT19937 {
 // Draw the j's of positions hi, hi-1, ..., hi-count+1 into js: numpy's masked rejection
 // (random_interval) written without a data-dependent branch (a rejected draw is overwritten by the
 // next one), since about 28% of the draws are rejected at random and a mispredicted branch costs more
-// than the draw itself.
+// than the draw itself. The mask is constant while the position stays in one power-of-two range, so it is
+// computed once per range, and "v <= hi - t" is tested as "v + t <= hi": the loop-carried chain through
+// t is then an add, a compare and an add (the draws themselves do not depend on t).
 inline void draw_block(MT19937& rng, int64_t hi, int64_t count, int64_t* js) {
-  for (int64_t t = 0; t < count;) {
+  int64_t t = 0;
+  while (t < count) {
     const uint64_t cur = uint64_t(hi - t);
     if (cur > 0xffffffffull) {  // arrays of more than 2^32 elements: numpy's 64-bit draws
       js[t++] = static_cast<int64_t>(rng.interval(cur));
       continue;
     }
-    const uint32_t c32 = uint32_t(cur);
-    const uint32_t mask = 0xffffffffu >> __builtin_clz(c32 | 1u);
-    const uint32_t v = rng.next32() & mask;
-    js[t] = v;
-    t += (v <= c32);
+    const uint32_t mask = 0xffffffffu >> __builtin_clz(uint32_t(cur) | 1u);
+    // positions keep this mask while cur >= (mask >> 1) + 1, i.e. while t < hi - (mask >> 1)
+    const int64_t range_end = std::min<int64_t>(count, hi - int64_t(mask >> 1));
+    const uint64_t h = uint64_t(hi);
+    while (t < range_end) {
+      const uint32_t v = rng.next32() & mask;
+      js[t] = v;
+      t += (uint64_t(v) + uint64_t(t) <= h);
+    }
   }
 }
 
@@ -151,48 +159,75 @@ inline void swap_block(T* x, int64_t hi, int64_t count, const int64_t* js) {
 
 int num_threads();
 
-// Below these sizes a pass runs on the calling thread alone: starting and joining threads is only worth
-// it when the pass itself takes tens of milliseconds (and a join can wait a whole scheduler quantum).
+// Below these sizes a pass runs on the calling thread alone: starting and joining a thread costs tens of
+// microseconds, worth it once the pass takes a millisecond or more.
 // (variables, not constants, so the tests can lower them to exercise the threaded paths on tiny inputs)
-int64_t kPipelineFrom = int64_t(1) << 22;  // shuffle: 4M elements
-int64_t kParallelGrain = int64_t(1) << 23;  // streaming passes: 8M elements per thread
+int64_t kPipelineFrom = int64_t(1) << 16;  // shuffle: 64K elements
+int64_t kParallelGrain = int64_t(1) << 20;  // streaming passes: 1M elements per thread
 int64_t kGatherMaxBytes = int64_t(16) << 20;  // document index: gather lengths from sizes up to 16 MB
 
+// Pipelined shuffle: a drawer thread fills a ring of blocks with the j's while this thread applies the swaps of
+// earlier blocks (the draws depend only on the RNG, never on the data). Single producer, single consumer:
+// `drawn` and `swapped` count whole blocks; a slot is refilled only after its block was swapped.
+class DrawRing {
+ public:
+  static constexpr int64_t kSlots = 8;
+  static constexpr int64_t kBlock = 16384;  // draws per block: 128 KB of j's, a ring of 1 MB
+
+  DrawRing() : buf_(static_cast<size_t>(kSlots * kBlock)) {}
+  int64_t* slot(int64_t b) { return buf_.data() + (b % kSlots) * kBlock; }
+
+  // Wait (spin briefly, then yield the core) until pred() holds.
+  template <typename Pred>
+  static void wait(Pred pred) {
+    for (int spin = 0; !pred(); ++spin) {
+      if (spin < 256) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  std::atomic<int64_t> drawn{0}, swapped{0};
+
+ private:
+  std::vector<int64_t> buf_;
+};
+
 // Fisher-Yates from the end, identical swaps to numpy RandomState.shuffle on a 1-D array.
-// Large arrays pipeline the two halves of the work: a helper thread draws the j's of block b+1 while
-// this thread applies the swaps of block b (the draws depend only on the RNG, never on the data).
 template <typename T>
 void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
   if (n < 2) return;
-  // Each block ends in a join, which costs a scheduler quantum when the machine is oversubscribed, so
-  // only arrays large enough for that to be noise are pipelined, in blocks of 1M draws (8 MB).
-  const bool pipelined = n >= kPipelineFrom && num_threads() > 1;
-  const int64_t block = pipelined ? std::clamp<int64_t>(n / 16, 8192, int64_t(1) << 20) : 8192;
-  std::vector<int64_t> buf_a(static_cast<size_t>(std::min<int64_t>(block, n))), buf_b;
-  int64_t* cur = buf_a.data();
-  int64_t* next = nullptr;
-  if (pipelined) {
-    buf_b.resize(buf_a.size());
-    next = buf_b.data();
-  }
-  int64_t i = n - 1;
-  int64_t count = std::min<int64_t>(block, i);
-  draw_block(rng, i, count, cur);
-  while (i >= 1) {
-    const int64_t i_next = i - count;
-    const int64_t count_next = std::min<int64_t>(block, i_next);
-    if (pipelined && count_next > 0) {
-      std::thread drawer([&rng, i_next, count_next, next] { draw_block(rng, i_next, count_next, next); });
-      swap_block(x, i, count, cur);
-      drawer.join();
-      std::swap(cur, next);
-    } else {
-      swap_block(x, i, count, cur);
-      if (count_next > 0) draw_block(rng, i_next, count_next, cur);
+  constexpr int64_t kBlock = DrawRing::kBlock;
+  if (n < kPipelineFrom || num_threads() < 2) {
+    std::vector<int64_t> js(static_cast<size_t>(std::min<int64_t>(kBlock, n)));
+    for (int64_t i = n - 1; i >= 1;) {
+      const int64_t count = std::min<int64_t>(kBlock, i);
+      draw_block(rng, i, count, js.data());
+      swap_block(x, i, count, js.data());
+      i -= count;
     }
-    i = i_next;
-    count = count_next;
+    return;
   }
+  // Block b covers positions n-1-b*kBlock down to 1; both threads derive the same blocks.
+  const int64_t blocks = (n - 1 + kBlock - 1) / kBlock;
+  DrawRing ring;
+  std::thread drawer([&] {
+    for (int64_t b = 0; b < blocks; ++b) {
+      DrawRing::wait([&] { return b - ring.swapped.load(std::memory_order_acquire) < DrawRing::kSlots; });
+      const int64_t i = n - 1 - b * kBlock;
+      draw_block(rng, i, std::min<int64_t>(kBlock, i), ring.slot(b));
+      ring.drawn.store(b + 1, std::memory_order_release);
+    }
+  });
+  for (int64_t b = 0; b < blocks; ++b) {
+    DrawRing::wait([&] { return ring.drawn.load(std::memory_order_acquire) > b; });
+    const int64_t i = n - 1 - b * kBlock;
+    swap_block(x, i, std::min<int64_t>(kBlock, i), ring.slot(b));
+    ring.swapped.store(b + 1, std::memory_order_release);
+  }
+  drawer.join();
 }
 
 // Threads for the parallel passes: OMP_NUM_THREADS if set, else the hardware's. Plain std::threads,
@@ -478,6 +513,69 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
   }
 }
 
+// AVX2 for up to 32 datasets (NV vectors of 4), the counts kept in registers across steps: the only
+// loop-carried chain is counts -> errors -> maximum -> first index of the maximum -> one-hot count update, with
+// no memory round trip and no data-dependent branch (the winner's position is random, so a branchy search
+// mispredicts). The per-dataset sample counters for dataset_sample_index live in memory, off that chain.
+template <int NV, typename I>
+__attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, int64_t k_count, int64_t size, I* di,
+                                                          int64_t* dsi) {
+  // one_hot[i] is NV vectors, 1.0 in dataset i's lane: adding it to the counts is the winner's increment.
+  alignas(32) double one_hot[4 * NV][4 * NV];
+  alignas(32) double wv[4 * NV], cv[4 * NV];
+  for (int i = 0; i < 4 * NV; ++i) {
+    for (int j = 0; j < 4 * NV; ++j) one_hot[i][j] = i == j ? 1.0 : 0.0;
+    wv[i] = i < k_count ? w_in[i] : 0.0;
+    cv[i] = i < k_count ? 0.0 : std::numeric_limits<double>::infinity();  // padding lanes: error -inf
+  }
+  __m256d w[NV], c[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    w[v] = _mm256_load_pd(wv + 4 * v);
+    c[v] = _mm256_load_pd(cv + 4 * v);
+  }
+  int64_t taken[4 * NV] = {};
+  for (int64_t s = 0; s < size; ++s) {
+    const __m256d kd = _mm256_set1_pd(std::max(static_cast<double>(s), 1.0));
+    __m256d e[NV], m[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) m[v] = e[v] = _mm256_sub_pd(_mm256_mul_pd(w[v], kd), c[v]);  // no FMA
+    // maximum over all lanes: a tree over the vectors, then across the lanes of one
+#pragma GCC unroll 8
+    for (int width = 1; width < NV; width *= 2) {
+#pragma GCC unroll 8
+      for (int v = 0; v + width < NV; v += 2 * width) m[v] = _mm256_max_pd(m[v], m[v + width]);
+    }
+    __m256d mx = _mm256_max_pd(m[0], _mm256_permute2f128_pd(m[0], m[0], 1));
+    mx = _mm256_max_pd(mx, _mm256_permute_pd(mx, 0b0101));
+    // first lane holding the maximum (megatron's strict '>' scan keeps the lowest index on ties)
+    uint32_t bits = 0;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v)
+      bits |= uint32_t(_mm256_movemask_pd(_mm256_cmp_pd(e[v], mx, _CMP_EQ_OQ))) << (4 * v);
+    const int best = __builtin_ctz(bits);
+    di[s] = static_cast<I>(best);
+    dsi[s] = taken[best]++;
+    const double* inc = one_hot[best];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) c[v] = _mm256_add_pd(c[v], _mm256_load_pd(inc + 4 * v));
+  }
+}
+
+template <typename I>
+void blend_avx2_small(const double* w, int64_t k_count, int64_t size, I* di, int64_t* dsi) {
+  switch ((k_count + 3) / 4) {
+    case 1: return blend_avx2_registers<1>(w, k_count, size, di, dsi);
+    case 2: return blend_avx2_registers<2>(w, k_count, size, di, dsi);
+    case 3: return blend_avx2_registers<3>(w, k_count, size, di, dsi);
+    case 4: return blend_avx2_registers<4>(w, k_count, size, di, dsi);
+    case 5: return blend_avx2_registers<5>(w, k_count, size, di, dsi);
+    case 6: return blend_avx2_registers<6>(w, k_count, size, di, dsi);
+    case 7: return blend_avx2_registers<7>(w, k_count, size, di, dsi);
+    default: return blend_avx2_registers<8>(w, k_count, size, di, dsi);
+  }
+}
+
 template <typename I>
 py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights, int64_t size, bool simd) {
   const int64_t k_count = weights.shape(0);
@@ -492,7 +590,9 @@ py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights
   {
     py::gil_scoped_release release;
     std::vector<double> c(static_cast<size_t>(k_count), 0.0);
-    if (simd && k_count <= 256 && __builtin_cpu_supports("avx2")) {
+    if (simd && k_count <= 32 && __builtin_cpu_supports("avx2")) {
+      blend_avx2_small(w.data(), k_count, size, di, dsi);
+    } else if (simd && k_count <= 256 && __builtin_cpu_supports("avx2")) {
       blend_avx2(w.data(), c.data(), k_count, size, di, dsi);
     } else {
       blend_scalar(w.data(), c.data(), k_count, size, di, dsi);
