@@ -390,17 +390,31 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
       for (int64_t e = chunk_begin(c); e < chunk_begin(c + 1); ++e) sum += len[e];
       chunk_tokens[c + 1] = sum;
     };
+    // Most entries hold no boundary or one (documents are usually shorter than a sample), at random: the first
+    // row of an entry is written without a branch (to a scratch row when the entry holds no boundary: row k may
+    // belong to the next chunk's thread) and only entries holding two or more boundaries take the loop.
     auto walk_chunk = [&](int64_t c) {
       int64_t start = chunk_tokens[c];
       int64_t k = std::max<int64_t>(1, (start + seq_length - 1) / seq_length);
       int64_t pos = k * seq_length;
+      T scratch[2];
       for (int64_t e = chunk_begin(c); e < chunk_begin(c + 1) && k <= num_samples; ++e) {
         const int64_t end = start + len[e];
-        while (pos < end && k <= num_samples) {
-          row[2 * k] = T(e);
-          row[2 * k + 1] = T(pos - start);
-          ++k;
-          pos += seq_length;
+        // masks, not ?: -- GCC turns a select of two addresses back into the mispredicting branch
+        const uint64_t hit = uint64_t(pos < end);
+        const uint64_t all = 0 - hit;
+        T* dst = reinterpret_cast<T*>((uintptr_t(row + 2 * k) & all) | (uintptr_t(scratch) & ~all));
+        dst[0] = T(e);
+        dst[1] = T(pos - start);
+        k += int64_t(hit);
+        pos += seq_length & int64_t(all);
+        if (__builtin_expect(pos < end, 0)) {
+          while (pos < end && k <= num_samples) {
+            row[2 * k] = T(e);
+            row[2 * k + 1] = T(pos - start);
+            ++k;
+            pos += seq_length;
+          }
         }
         start = end;
       }
