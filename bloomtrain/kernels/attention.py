@@ -65,14 +65,14 @@ class BlockCausalAttentionFunction(torch.autograd.Function):
             p = ext.alibi_softmax_fwd(scores, slopes, float(scale))
             probs.append(p)
             outs.append(torch.matmul(p, v[:, :, :hi]))
-        ctx.save_for_backward(q, k, v, slopes, *probs)
+        ctx.save_for_backward(q, k, v, *probs)
         ctx.ext, ctx.scale, ctx.bounds = ext, float(scale), bounds
         return torch.cat(outs, dim=2)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
-        q, k, v, _, *probs = ctx.saved_tensors
+        q, k, v, *probs = ctx.saved_tensors
         dout = dout.contiguous()
         dq = torch.empty_like(q)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
