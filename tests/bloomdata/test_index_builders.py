@@ -99,7 +99,9 @@ def test_shuffle_index_matches(total):
     [
         [1 / 3, 1 / 3, 1 / 3],  # exact ties every few samples
         [0.001, 0.999],  # extreme ratio
-        list(np.random.default_rng(2).dirichlet(np.ones(28))),  # BLOOM-sized blend
+        list(np.random.default_rng(2).dirichlet(np.ones(28))),  # 28 datasets: the register-resident AVX2 kernel
+        list(np.random.default_rng(3).dirichlet(np.ones(32))),  # its widest instance (8 vectors)
+        list(np.random.default_rng(5).dirichlet(np.ones(59))),  # BLOOM's 46 languages + 13 code: the 33-256 path
     ],
 )
 @pytest.mark.parametrize("dtype", [np.int16, np.uint8])

@@ -50,13 +50,12 @@ def _cpu_isas() -> list[str]:
     module, _ = build.try_load(False)
     if module is None:
         return ["baseline"]
-    old = module.cpu_isa()
     try:
-        return ["baseline"] + (["avx2+fma"] if module.set_cpu_isa("avx2+fma") else [])
-    except RuntimeError:  # no AVX2 + FMA here
+        old = module.set_cpu_isa("avx2+fma")
+    except RuntimeError:  # no AVX2 + FMA on this CPU
         return ["baseline"]
-    finally:
-        module.set_cpu_isa(old)
+    module.set_cpu_isa(old)
+    return ["baseline", "avx2+fma"]
 
 
 @pytest.fixture(scope="session", params=_cpu_isas())
