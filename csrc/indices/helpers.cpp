@@ -144,12 +144,15 @@ inline void draw_block(MT19937& rng, int64_t hi, int64_t count, int64_t* js) {
 }
 
 // Apply the swaps of one block, with the random target prefetched kAhead swaps early: the swap loop is
-// bound by memory latency, so several targets must be in flight at once.
+// bound by memory latency, so several targets must be in flight at once. The prefetch is a plain read
+// prefetch into all cache levels (prefetcht0): a write-intent prefetch with locality 0 compiles to
+// prefetchnta wherever the build does not enable PRFCHW (the portable -O3 build), and prefetchnta keeps
+// the line out of L2, so the swap found it gone: 4.4 vs 1.6 ns per swap on a 2 MB array, 7.6 vs 4.7 on 32 MB.
 template <typename T>
 inline void swap_block(T* x, int64_t hi, int64_t count, const int64_t* js) {
   constexpr int64_t kAhead = 64;
   for (int64_t t = 0; t < count; ++t) {
-    if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 1, 0);
+    if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 0, 3);
     const int64_t a = hi - t, b = js[t];
     T tmp = x[a];
     x[a] = x[b];
