@@ -138,7 +138,7 @@ class Blend:
             raise BloomDataError(f"blend size must be >= 0, got {size}")
         self.samples, self.compat, self.size = samples, compat, int(size)
         self.weights = normalize(weights, "numpy")  # BlendedDataset / BlendableDataset normalise again
-        backend = index_builders.resolve_backend(backend)
+        backend = self._backend = index_builders.resolve_backend(backend)
 
         def build() -> dict[str, np.ndarray]:
             index, sample_index = index_builders.build_blending_indices(self.weights, self.size, index_dtype, backend)
@@ -162,7 +162,7 @@ class Blend:
             self._check_oversampling()
 
     def _check_oversampling(self) -> None:
-        counts = np.bincount(np.asarray(self.dataset_index, dtype=np.int64), minlength=len(self.samples))
+        counts = index_builders.count_datasets(self.dataset_index, len(self.samples), self._backend)
         for i, (count, s) in enumerate(zip(counts, self.samples)):
             if count > len(s):
                 raise BloomDataError(

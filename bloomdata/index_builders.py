@@ -15,7 +15,8 @@ The numpy versions are written for clarity, not speed, and follow the reference 
   (0, 0).
 - shuffle index: ``arange`` split at the separate last epoch, each part shuffled by the same stream.
 - blend: megatron's greedy rule ``argmax_i(w_i * max(k, 1) - c_i)`` with the lowest index winning ties,
-  in IEEE float64 (Python floats never fuse the multiply-add).
+  in IEEE float64 (Python floats never fuse the multiply-add); ``count_datasets`` is its per-dataset
+  sample count (``np.bincount``), which the oversampling check reads on every load.
 """
 
 from __future__ import annotations
@@ -149,3 +150,13 @@ def build_blending_indices(weights, size: int, index_dtype, backend: str) -> tup
         sample_index[k] = int(counts[best])
         counts[best] += 1.0
     return dataset_index, sample_index
+
+
+def count_datasets(dataset_index: np.ndarray, num_datasets: int, backend: str | None = None) -> np.ndarray:
+    """int64[num_datasets]: how many blend samples each dataset gives (np.bincount of ``dataset_index``)."""
+    backend = resolve_backend(backend)
+    index = np.ascontiguousarray(dataset_index)
+    if backend == "cpp" and index.dtype in (np.int16, np.uint8):
+        count = _cpp.count_datasets_int16 if index.dtype == np.int16 else _cpp.count_datasets_uint8
+        return count(index, num_datasets)
+    return np.bincount(index.astype(np.int64), minlength=num_datasets)

@@ -34,6 +34,7 @@
 #include <limits>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -272,13 +273,27 @@ T* alloc_random_access(int64_t count) {
   return static_cast<T*>(p);
 }
 
-// A numpy array owning such a buffer.
+// A numpy array of `rows` x `cols` (cols == 0: 1-D) for an output. From 1 MiB on it owns a huge-page buffer:
+// besides the shuffles' random access, every output is written once in full, and first-touch page faults on
+// 4 KiB pages cost ~0.3 ms per MB here (12 ms for a 40 MB array, 5 ms on huge pages). Smaller arrays come
+// from numpy's allocator (a huge page per tiny array would waste memory).
 template <typename T>
-py::array_t<T> random_access_array(int64_t count, T** data) {
+py::array_t<T> output_array(int64_t rows, int64_t cols, T** data) {
+  const int64_t count = rows * std::max<int64_t>(cols, 1);
+  std::vector<py::ssize_t> shape{rows}, strides{py::ssize_t(sizeof(T)) * std::max<int64_t>(cols, 1)};
+  if (cols > 0) {
+    shape.push_back(cols);
+    strides.push_back(sizeof(T));
+  }
+  if (count * int64_t(sizeof(T)) < (int64_t(1) << 20)) {
+    py::array_t<T> out(shape);
+    *data = out.mutable_data();
+    return out;
+  }
   T* p = alloc_random_access<T>(count);
   *data = p;
   py::capsule owner(p, [](void* q) { std::free(q); });
-  return py::array_t<T>({count}, {int64_t(sizeof(T))}, p, owner);
+  return py::array_t<T>(shape, strides, p, owner);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,11 +331,9 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
   // bytes moved by the random swaps) and gather the lengths afterwards; otherwise that gather would be
   // one DRAM miss per entry, so shuffle (id, length) pairs packed in 8 bytes and just unpack them.
   const bool gather = num_sizes * int64_t(sizeof(int32_t)) <= kGatherMaxBytes;
-  int32_t* out_doc = nullptr;
-  py::array_t<int32_t> doc_out = gather ? random_access_array<int32_t>(total, &out_doc) : py::array_t<int32_t>(total);
-  if (!gather) out_doc = doc_out.mutable_data();
-  py::array_t<int32_t> len_out(total);
-  int32_t* out_len = len_out.mutable_data();
+  int32_t *out_doc = nullptr, *out_len = nullptr;
+  py::array_t<int32_t> doc_out = output_array<int32_t>(total, 0, &out_doc);
+  py::array_t<int32_t> len_out = output_array<int32_t>(total, 0, &out_len);
   {
     py::gil_scoped_release release;
     for (int64_t k = 0; k < d; ++k) {
@@ -375,8 +388,8 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
                                   int64_t num_samples) {
   if (seq_length <= 0 || num_samples < 0) throw std::invalid_argument("bad seq_length or num_samples");
   const int64_t m = lengths.shape(0);
-  py::array_t<T> out({num_samples + 1, int64_t(2)});
-  T* row = out.mutable_data();
+  T* row = nullptr;
+  py::array_t<T> out = output_array<T>(num_samples + 1, 2, &row);
   const int32_t* len = lengths.data();
   {
     py::gil_scoped_release release;
@@ -439,7 +452,7 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
 template <typename T>
 py::array_t<T> build_shuffle_index(int64_t first, int64_t total, RandomState& state) {
   T* x = nullptr;
-  py::array_t<T> out = random_access_array<T>(total, &x);
+  py::array_t<T> out = output_array<T>(total, 0, &x);
   {
     py::gil_scoped_release release;
     for (int64_t k = 0; k < total; ++k) x[k] = T(k);
@@ -530,18 +543,17 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
   }
 }
 
-// AVX2 for up to 32 datasets (NV vectors of 4), the counts kept in registers across steps: the only
-// loop-carried chain is counts -> errors -> maximum -> first index of the maximum -> one-hot count update, with
-// no memory round trip and no data-dependent branch (the winner's position is random, so a branchy search
-// mispredicts). The per-dataset sample counters for dataset_sample_index live in memory, off that chain.
+// AVX2 for up to 32 datasets (NV vectors of 4), the counts kept in registers across steps. The loop-carried
+// chain is counts -> errors -> maximum -> lanes equal to the maximum -> count update (the compare mask ANDed with
+// 1.0), all in vector registers: no memory round trip, no data-dependent branch (the winner's position is
+// random, so a branchy search mispredicts). The winner's index (movemask, ctz), the tie check and the
+// per-dataset sample counters for dataset_sample_index run beside that chain, not on it. 11 ns per sample for
+// 28 datasets here, against 19 ns when the count update went through the winner's index.
 template <int NV, typename I>
 __attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, int64_t k_count, int64_t size, I* di,
                                                           int64_t* dsi) {
-  // one_hot[i] is NV vectors, 1.0 in dataset i's lane: adding it to the counts is the winner's increment.
-  alignas(32) double one_hot[4 * NV][4 * NV];
   alignas(32) double wv[4 * NV], cv[4 * NV];
   for (int i = 0; i < 4 * NV; ++i) {
-    for (int j = 0; j < 4 * NV; ++j) one_hot[i][j] = i == j ? 1.0 : 0.0;
     wv[i] = i < k_count ? w_in[i] : 0.0;
     cv[i] = i < k_count ? 0.0 : std::numeric_limits<double>::infinity();  // padding lanes: error -inf
   }
@@ -552,6 +564,14 @@ __attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, in
     c[v] = _mm256_load_pd(cv + 4 * v);
   }
   int64_t taken[4 * NV] = {};
+  // lane_masks[b]: all-ones in the lanes of the 4-bit pattern b (a movemask inverted)
+  alignas(32) double lane_masks[16][4];
+  for (int b = 0; b < 16; ++b)
+    for (int l = 0; l < 4; ++l) {
+      const uint64_t all = (b >> l) & 1 ? ~uint64_t(0) : 0;
+      std::memcpy(&lane_masks[b][l], &all, 8);
+    }
+  const __m256d one = _mm256_set1_pd(1.0);
   for (int64_t s = 0; s < size; ++s) {
     const __m256d kd = _mm256_set1_pd(std::max(static_cast<double>(s), 1.0));
     __m256d e[NV], m[NV];
@@ -565,17 +585,25 @@ __attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, in
     }
     __m256d mx = _mm256_max_pd(m[0], _mm256_permute2f128_pd(m[0], m[0], 1));
     mx = _mm256_max_pd(mx, _mm256_permute_pd(mx, 0b0101));
-    // first lane holding the maximum (megatron's strict '>' scan keeps the lowest index on ties)
+    // lanes equal to the maximum: almost always one. The counts take the increment straight from the compare
+    // masks, so the GPR path (movemask, tie check, index) stays off the loop-carried chain.
+    __m256d hit[NV];
     uint32_t bits = 0;
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v)
-      bits |= uint32_t(_mm256_movemask_pd(_mm256_cmp_pd(e[v], mx, _CMP_EQ_OQ))) << (4 * v);
+    for (int v = 0; v < NV; ++v) {
+      hit[v] = _mm256_cmp_pd(e[v], mx, _CMP_EQ_OQ);
+      bits |= uint32_t(_mm256_movemask_pd(hit[v])) << (4 * v);
+    }
+    if (__builtin_expect((bits & (bits - 1)) != 0, 0)) {  // a tie: megatron's strict '>' keeps the lowest index
+      bits &= 0u - bits;
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) hit[v] = _mm256_load_pd(lane_masks[(bits >> (4 * v)) & 15u]);
+    }
     const int best = __builtin_ctz(bits);
     di[s] = static_cast<I>(best);
     dsi[s] = taken[best]++;
-    const double* inc = one_hot[best];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV; ++v) c[v] = _mm256_add_pd(c[v], _mm256_load_pd(inc + 4 * v));
+    for (int v = 0; v < NV; ++v) c[v] = _mm256_add_pd(c[v], _mm256_and_pd(hit[v], one));
   }
 }
 
@@ -599,10 +627,10 @@ py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights
   if (k_count <= 0) throw std::invalid_argument("no datasets to blend");
   if (k_count - 1 > int64_t(std::numeric_limits<I>::max()))
     throw std::invalid_argument("too many datasets for the blend index dtype");
-  py::array_t<I> dataset_index(size);
-  py::array_t<int64_t> dataset_sample_index(size);
-  I* di = dataset_index.mutable_data();
-  int64_t* dsi = dataset_sample_index.mutable_data();
+  I* di = nullptr;
+  int64_t* dsi = nullptr;
+  py::array_t<I> dataset_index = output_array<I>(size, 0, &di);
+  py::array_t<int64_t> dataset_sample_index = output_array<int64_t>(size, 0, &dsi);
   std::vector<double> w(weights.data(), weights.data() + k_count);
   {
     py::gil_scoped_release release;
@@ -616,6 +644,56 @@ py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights
     }
   }
   return py::make_tuple(dataset_index, dataset_sample_index);
+}
+
+// Samples each dataset gives to a blend (np.bincount of dataset_index), for the oversampling check on every
+// load: per-thread histograms over chunks, summed. Four interleaved tables per thread, so runs of one dataset do
+// not serialise on a single counter's store-to-load forwarding.
+template <typename I>
+py::array_t<int64_t> count_datasets(py::array_t<I, py::array::c_style> index, int64_t k_count) {
+  if (k_count <= 0 || k_count > 65536) throw std::invalid_argument("k_count must be in [1, 65536]");
+  const I* x = index.data();
+  const int64_t n = index.size();
+  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / kParallelGrain));
+  std::vector<int64_t> tables(size_t(nt) * 4 * size_t(k_count), 0);
+  int64_t bad = -1;
+  {
+    py::gil_scoped_release release;
+    std::atomic<int64_t> first_bad{-1};
+    parallel_chunks(n, kParallelGrain, [&](int t, int64_t b, int64_t e) {
+      int64_t* h = tables.data() + size_t(t) * 4 * size_t(k_count);
+      int64_t k = b;
+      for (; k + 4 <= e; k += 4) {
+        const int64_t v0 = x[k], v1 = x[k + 1], v2 = x[k + 2], v3 = x[k + 3];
+        if (uint64_t(v0) >= uint64_t(k_count) || uint64_t(v1) >= uint64_t(k_count) ||
+            uint64_t(v2) >= uint64_t(k_count) || uint64_t(v3) >= uint64_t(k_count))
+          break;
+        ++h[v0];
+        ++h[k_count + v1];
+        ++h[2 * k_count + v2];
+        ++h[3 * k_count + v3];
+      }
+      for (; k < e; ++k) {
+        if (uint64_t(int64_t(x[k])) >= uint64_t(k_count)) {
+          int64_t expected = -1;
+          first_bad.compare_exchange_strong(expected, k);
+          return;
+        }
+        ++h[x[k]];
+      }
+    });
+    bad = first_bad.load();
+  }
+  if (bad >= 0) throw std::out_of_range("dataset index " + std::to_string(int64_t(x[bad])) + " at position " +
+                                        std::to_string(bad) + " is outside [0, " + std::to_string(k_count) + ")");
+  py::array_t<int64_t> counts(k_count);
+  int64_t* out = counts.mutable_data();
+  for (int64_t i = 0; i < k_count; ++i) {
+    int64_t sum = 0;
+    for (int64_t t = 0; t < 4 * nt; ++t) sum += tables[size_t(t) * size_t(k_count) + size_t(i)];
+    out[i] = sum;
+  }
+  return counts;
 }
 
 }  // namespace
@@ -656,4 +734,6 @@ PYBIND11_MODULE(_index_helpers, m) {
         py::arg("simd") = true);
   m.def("build_blending_indices_uint8", &build_blending_indices<uint8_t>, py::arg("weights"), py::arg("size"),
         py::arg("simd") = true);
+  m.def("count_datasets_int16", &count_datasets<int16_t>, py::arg("dataset_index"), py::arg("k_count"));
+  m.def("count_datasets_uint8", &count_datasets<uint8_t>, py::arg("dataset_index"), py::arg("k_count"));
 }

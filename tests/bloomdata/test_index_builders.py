@@ -98,6 +98,8 @@ def test_shuffle_index_matches(total):
     "weights",
     [
         [1 / 3, 1 / 3, 1 / 3],  # exact ties every few samples
+        [1 / 13] * 13,  # ties across the register kernel's vectors (lanes of vectors 0 to 3 tie)
+        [0.2, 0.05, 0.05, 0.05, 0.05, 0.2, 0.1, 0.1, 0.2],  # ties between some lanes only
         [0.001, 0.999],  # extreme ratio
         list(np.random.default_rng(2).dirichlet(np.ones(28))),  # 28 datasets: the register-resident AVX2 kernel
         list(np.random.default_rng(3).dirichlet(np.ones(32))),  # its widest instance (8 vectors)
@@ -117,6 +119,19 @@ def test_blending_indices_match(weights, dtype):
         np.testing.assert_array_equal(x, y)
     counts = np.bincount(b[0].astype(np.int64), minlength=len(weights))
     assert np.all(np.abs(counts - np.array(weights) * 20_000) <= 2)  # greedy stays within +-1 or so
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.uint8])
+def test_count_datasets_matches_bincount(dtype, threaded):
+    weights = list(np.random.default_rng(6).dirichlet(np.ones(28)))
+    index, _ = ib.build_blending_indices(weights, 100_003, dtype, "cpp")  # threaded: 5 chunks, odd tail
+    expected = np.bincount(index.astype(np.int64), minlength=30)
+    np.testing.assert_array_equal(ib.count_datasets(index, 30, "cpp"), expected)
+    np.testing.assert_array_equal(ib.count_datasets(index, 30, "numpy"), expected)
+    bad = index.copy()
+    bad[77_777] = 29 if dtype == np.uint8 else -1
+    with pytest.raises(IndexError, match="position 77777"):
+        ib.count_datasets(bad, 29, "cpp")
 
 
 def test_blending_indices_match_megatron_helper():
