@@ -493,8 +493,10 @@ py::array_t<T> build_shuffle_index(int64_t first, int64_t total, RandomState& st
 // (a multiply, then a subtract; never fused) megatron performs. The argmax of its strict '>' scan is
 // the lowest index holding the maximum value, which is what both paths below compute.
 template <typename I>
-void blend_scalar(const double* w, double* c, int64_t k_count, int64_t size, I* di, int64_t* dsi) {
-  for (int64_t s = 0; s < size; ++s) {
+void blend_scalar(const double* w, double* c, int64_t k_count, int64_t s_begin, int64_t s_end, I* di, int64_t* dsi) {
+  di -= s_begin;
+  dsi -= s_begin;
+  for (int64_t s = s_begin; s < s_end; ++s) {
     const double kd = std::max(static_cast<double>(s), 1.0);
     int64_t best = 0;
     double best_err = w[0] * kd - c[0];
@@ -514,8 +516,10 @@ void blend_scalar(const double* w, double* c, int64_t k_count, int64_t size, I* 
 // AVX2, 4 datasets per vector: errors and their maximum in SIMD, then the first lane equal to the
 // maximum. Padding lanes have weight 0 and count +inf, so their error is -inf and never wins.
 template <typename I>
-__attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double* c_in, int64_t k_count,
-                                                int64_t size, I* di, int64_t* dsi) {
+__attribute__((target("avx2"))) void blend_avx2(const double* w_in, double* c_in, int64_t k_count, int64_t s_begin,
+                                                int64_t s_end, I* di, int64_t* dsi) {
+  di -= s_begin;
+  dsi -= s_begin;
   const int64_t nv = (k_count + 3) / 4;
   std::vector<double> wbuf(nv * 4 + 4, 0.0), cbuf(nv * 4 + 4, std::numeric_limits<double>::infinity());
   // 32-byte aligned views
@@ -528,7 +532,7 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
   alignas(32) double err[256];
   alignas(32) static const double one_hot[16] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
   const __m256d neg_inf = _mm256_set1_pd(-std::numeric_limits<double>::infinity());
-  for (int64_t s = 0; s < size; ++s) {
+  for (int64_t s = s_begin; s < s_end; ++s) {
     const __m256d kd = _mm256_set1_pd(std::max(static_cast<double>(s), 1.0));
     // two independent max chains halve the dependent latency of the reduction
     __m256d mx0 = neg_inf, mx1 = neg_inf;
@@ -567,6 +571,7 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
     dsi[s] = static_cast<int64_t>(cv[best & 3]);
     _mm256_store_pd(cv, _mm256_add_pd(before, _mm256_load_pd(one_hot + 4 * (best & 3))));
   }
+  std::copy(c, c + k_count, c_in);
 }
 
 // AVX2 for up to 32 datasets (NV vectors of 4), the counts kept in registers across steps. The loop-carried
@@ -576,12 +581,16 @@ __attribute__((target("avx2"))) void blend_avx2(const double* w_in, const double
 // per-dataset sample counters for dataset_sample_index run beside that chain, not on it. 11 ns per sample for
 // 28 datasets here, against 19 ns when the count update went through the winner's index.
 template <int NV, typename I>
-__attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, int64_t k_count, int64_t size, I* di,
-                                                          int64_t* dsi) {
+__attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, double* counts, int64_t k_count,
+                                                          int64_t s_begin, int64_t s_end, I* di, int64_t* dsi) {
+  di -= s_begin;
+  dsi -= s_begin;
   alignas(32) double wv[4 * NV], cv[4 * NV];
+  int64_t taken[4 * NV] = {};
   for (int i = 0; i < 4 * NV; ++i) {
     wv[i] = i < k_count ? w_in[i] : 0.0;
-    cv[i] = i < k_count ? 0.0 : std::numeric_limits<double>::infinity();  // padding lanes: error -inf
+    cv[i] = i < k_count ? counts[i] : std::numeric_limits<double>::infinity();  // padding lanes: error -inf
+    taken[i] = i < k_count ? static_cast<int64_t>(counts[i]) : 0;
   }
   __m256d w[NV], c[NV];
 #pragma GCC unroll 8
@@ -589,7 +598,6 @@ __attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, in
     w[v] = _mm256_load_pd(wv + 4 * v);
     c[v] = _mm256_load_pd(cv + 4 * v);
   }
-  int64_t taken[4 * NV] = {};
   // lane_masks[b]: all-ones in the lanes of the 4-bit pattern b (a movemask inverted)
   alignas(32) double lane_masks[16][4];
   for (int b = 0; b < 16; ++b)
@@ -598,7 +606,7 @@ __attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, in
       std::memcpy(&lane_masks[b][l], &all, 8);
     }
   const __m256d one = _mm256_set1_pd(1.0);
-  for (int64_t s = 0; s < size; ++s) {
+  for (int64_t s = s_begin; s < s_end; ++s) {
     const __m256d kd = _mm256_set1_pd(std::max(static_cast<double>(s), 1.0));
     __m256d e[NV], m[NV];
 #pragma GCC unroll 8
@@ -631,19 +639,92 @@ __attribute__((target("avx2"))) void blend_avx2_registers(const double* w_in, in
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) c[v] = _mm256_add_pd(c[v], _mm256_and_pd(hit[v], one));
   }
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) _mm256_store_pd(cv + 4 * v, c[v]);
+  std::copy(cv, cv + k_count, counts);
 }
 
+// Steps [s_begin, s_end) of the blend from the per-dataset counts c (updated in place); di and dsi receive
+// s_end - s_begin entries. The greedy rule depends only on (step, counts), so a stretch can start anywhere.
 template <typename I>
-void blend_avx2_small(const double* w, int64_t k_count, int64_t size, I* di, int64_t* dsi) {
-  switch ((k_count + 3) / 4) {
-    case 1: return blend_avx2_registers<1>(w, k_count, size, di, dsi);
-    case 2: return blend_avx2_registers<2>(w, k_count, size, di, dsi);
-    case 3: return blend_avx2_registers<3>(w, k_count, size, di, dsi);
-    case 4: return blend_avx2_registers<4>(w, k_count, size, di, dsi);
-    case 5: return blend_avx2_registers<5>(w, k_count, size, di, dsi);
-    case 6: return blend_avx2_registers<6>(w, k_count, size, di, dsi);
-    case 7: return blend_avx2_registers<7>(w, k_count, size, di, dsi);
-    default: return blend_avx2_registers<8>(w, k_count, size, di, dsi);
+void blend_steps(const double* w, double* c, int64_t k_count, int64_t s_begin, int64_t s_end, I* di, int64_t* dsi,
+                 bool simd) {
+  if (simd && k_count <= 32 && __builtin_cpu_supports("avx2")) {
+    switch ((k_count + 3) / 4) {
+      case 1: return blend_avx2_registers<1>(w, c, k_count, s_begin, s_end, di, dsi);
+      case 2: return blend_avx2_registers<2>(w, c, k_count, s_begin, s_end, di, dsi);
+      case 3: return blend_avx2_registers<3>(w, c, k_count, s_begin, s_end, di, dsi);
+      case 4: return blend_avx2_registers<4>(w, c, k_count, s_begin, s_end, di, dsi);
+      case 5: return blend_avx2_registers<5>(w, c, k_count, s_begin, s_end, di, dsi);
+      case 6: return blend_avx2_registers<6>(w, c, k_count, s_begin, s_end, di, dsi);
+      case 7: return blend_avx2_registers<7>(w, c, k_count, s_begin, s_end, di, dsi);
+      default: return blend_avx2_registers<8>(w, c, k_count, s_begin, s_end, di, dsi);
+    }
+  }
+  if (simd && k_count <= 256 && __builtin_cpu_supports("avx2")) return blend_avx2(w, c, k_count, s_begin, s_end, di, dsi);
+  blend_scalar(w, c, k_count, s_begin, s_end, di, dsi);
+}
+
+// Counts near those of the exact blend after `step` steps: w_i * step rounded, then moved one sample at a time
+// (to the dataset furthest behind, or from the one furthest ahead) until they sum to `step`, as exact counts do.
+std::vector<double> guess_counts(const std::vector<double>& w, int64_t step) {
+  const int64_t k_count = int64_t(w.size());
+  const double k = double(step);
+  std::vector<double> c(w.size());
+  int64_t sum = 0;
+  for (int64_t i = 0; i < k_count; ++i) {
+    c[i] = std::max(0.0, std::nearbyint(w[i] * k));
+    sum += int64_t(c[i]);
+  }
+  while (sum != step) {
+    const bool add = sum < step;
+    int64_t pick = -1;
+    for (int64_t i = 0; i < k_count; ++i) {
+      if (!add && c[i] == 0) continue;
+      const double deficit = w[i] * k - c[i], best = pick < 0 ? 0.0 : w[pick] * k - c[pick];
+      if (pick < 0 || (add ? deficit > best : deficit < best)) pick = i;
+    }
+    c[pick] += add ? 1.0 : -1.0;
+    sum += add ? 1 : -1;
+  }
+  return c;
+}
+
+// Blends shorter than this run on one thread; the second half's warm-up (steps run before its first output).
+int64_t kBlendSplitFrom = int64_t(1) << 19;
+int64_t kBlendWarmup = int64_t(1) << 14;
+std::atomic<int64_t> blend_splits{0}, blend_reruns{0};  // (tests) how often the split ran, and was redone
+
+// The greedy recurrence is sequential, but the largest-deficit rule forgets where it started: two runs whose
+// counts differ a little pick the same datasets once the differences are worked off, and from then on they are
+// the same run (the state is just the counts). So the second half starts kBlendWarmup steps early from guessed
+// counts, on a second thread, while this thread runs the first half exactly. The second half's counts at the
+// midpoint are then compared with the exact ones: equal means its output is exactly the sequential output;
+// otherwise (possible with weights far below 1 / kBlendWarmup) the second half is run again from the exact
+// counts. Either way the result is bit-identical to one sequential pass.
+template <typename I>
+void build_blend(const std::vector<double>& w, int64_t size, I* di, int64_t* dsi, bool simd) {
+  const int64_t k_count = int64_t(w.size());
+  std::vector<double> exact(w.size(), 0.0);
+  if (size < kBlendSplitFrom || num_threads() < 2) {
+    blend_steps(w.data(), exact.data(), k_count, 0, size, di, dsi, simd);
+    return;
+  }
+  const int64_t mid = size / 2, start = std::max<int64_t>(0, mid - kBlendWarmup);
+  std::vector<double> guess = guess_counts(w, start), at_mid;
+  std::thread second([&] {
+    std::vector<I> scratch_di(size_t(mid - start));
+    std::vector<int64_t> scratch_dsi(size_t(mid - start));
+    blend_steps(w.data(), guess.data(), k_count, start, mid, scratch_di.data(), scratch_dsi.data(), simd);
+    at_mid = guess;
+    blend_steps(w.data(), guess.data(), k_count, mid, size, di + mid, dsi + mid, simd);
+  });
+  blend_steps(w.data(), exact.data(), k_count, 0, mid, di, dsi, simd);
+  second.join();
+  ++blend_splits;
+  if (at_mid != exact) {
+    ++blend_reruns;
+    blend_steps(w.data(), exact.data(), k_count, mid, size, di + mid, dsi + mid, simd);
   }
 }
 
@@ -660,14 +741,7 @@ py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights
   std::vector<double> w(weights.data(), weights.data() + k_count);
   {
     py::gil_scoped_release release;
-    std::vector<double> c(static_cast<size_t>(k_count), 0.0);
-    if (simd && k_count <= 32 && __builtin_cpu_supports("avx2")) {
-      blend_avx2_small(w.data(), k_count, size, di, dsi);
-    } else if (simd && k_count <= 256 && __builtin_cpu_supports("avx2")) {
-      blend_avx2(w.data(), c.data(), k_count, size, di, dsi);
-    } else {
-      blend_scalar(w.data(), c.data(), k_count, size, di, dsi);
-    }
+    build_blend(w, size, di, dsi, simd);
   }
   return py::make_tuple(dataset_index, dataset_sample_index);
 }
@@ -746,6 +820,18 @@ PYBIND11_MODULE(_index_helpers, m) {
       },
       py::arg("pipeline_from"), py::arg("parallel_grain"), py::arg("gather_max_bytes"),
       "(tests) sizes from which shuffles are pipelined, passes threaded and lengths gathered; returns the old values");
+  m.def(
+      "set_blend_split",
+      [](int64_t split_from, int64_t warmup) {
+        py::tuple old = py::make_tuple(kBlendSplitFrom, kBlendWarmup);
+        kBlendSplitFrom = std::max<int64_t>(2, split_from);
+        kBlendWarmup = std::max<int64_t>(0, warmup);
+        return old;
+      },
+      py::arg("split_from"), py::arg("warmup"),
+      "(tests) blend length from which the blend runs as two verified halves, and the warm-up; returns the old values");
+  m.def("blend_split_stats", [] { return py::make_tuple(blend_splits.load(), blend_reruns.load()); },
+        "(tests) (blends built as two halves, of which second halves re-run from the exact counts)");
   m.def("build_document_index", &build_document_index, py::arg("documents"), py::arg("sizes"),
         py::arg("num_epochs"), py::arg("separate_final_epoch"), py::arg("state"));
   m.def("build_sample_index_int32", &build_sample_index<int32_t>, py::arg("lengths"), py::arg("seq_length"),

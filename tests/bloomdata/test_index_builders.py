@@ -121,6 +121,28 @@ def test_blending_indices_match(weights, dtype):
     assert np.all(np.abs(counts - np.array(weights) * 20_000) <= 2)  # greedy stays within +-1 or so
 
 
+@pytest.mark.parametrize("warmup", [0, 3, 1000])
+@pytest.mark.parametrize("simd", [True, False])
+@pytest.mark.parametrize("k", [3, 28, 59])
+def test_blend_split_in_two_halves_is_exact(k, simd, warmup):
+    """The two-thread blend (second half from guessed counts, checked at the midpoint) equals one sequential pass,
+    both when the guess converges and when the check fails and the second half is re-run (warm-up 0)."""
+    weights = np.random.default_rng(k).dirichlet(np.ones(k)) if k > 3 else np.full(3, 1 / 3)
+    expected = ib.build_blending_indices(weights, 20_001, np.int16, "numpy")
+    old = ib._cpp.set_blend_split(2, warmup)
+    try:
+        splits, reruns = ib._cpp.blend_split_stats()
+        got = ib._cpp.build_blending_indices_int16(weights, 20_001, simd=simd)
+        after = ib._cpp.blend_split_stats()
+    finally:
+        ib._cpp.set_blend_split(*old)
+    assert after[0] == splits + 1  # the split path ran
+    if warmup == 0 and k == 28:
+        assert after[1] == reruns + 1  # guessed counts off at the midpoint: the second half was redone
+    for x, y in zip(expected, got):
+        np.testing.assert_array_equal(x, y)
+
+
 @pytest.mark.parametrize("dtype", [np.int16, np.uint8])
 def test_count_datasets_matches_bincount(dtype, threaded):
     weights = list(np.random.default_rng(6).dirichlet(np.ones(28)))
