@@ -80,13 +80,34 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         with worker_client() as client:
             yield client
         return
-    with warnings.catch_warnings(), dask.config.set(WORKER_CONFIG):
-        # with the dashboard off the scheduler still serves /health on 8787 or, when taken, any free port
-        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
-        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, env=dict(WORKER_ENV), silence_logs=logging.ERROR)
-    with cluster, Client(cluster) as client:
-        yield client
+    with _parent_environ_restored():
+        with warnings.catch_warnings(), dask.config.set(WORKER_CONFIG):
+            # with the dashboard off the scheduler still serves /health on 8787 or, when taken, any free port
+            warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
+            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, env=dict(WORKER_ENV), silence_logs=logging.ERROR)
+        with cluster, Client(cluster) as client:
+            yield client
+
+
+@contextlib.contextmanager
+def _parent_environ_restored() -> Iterator[None]:
+    """Undo, on exit, what the Nanny writes into this process's environment.
+
+    Before spawning each worker the Nanny sets ``distributed.nanny.pre-spawn-environ`` (OMP_NUM_THREADS=1,
+    MKL_NUM_THREADS=1, ...) in *our* os.environ and never restores it: everything this process ran after a
+    build (the C++ index builders, numpy's BLAS, torch) was left on one thread.
+    """
+    keys = set(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}) | {"PYTHONHASHSEED"}
+    saved = {key: os.environ.get(key) for key in keys}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _inside_dask_worker() -> bool:

@@ -327,6 +327,19 @@ append_eod: false
     assert rc == 2 and "sources" in capsys.readouterr().err
 
 
+def test_local_cluster_leaves_this_process_environment_alone(monkeypatch):
+    """distributed's Nanny sets OMP_NUM_THREADS=1 (and MKL_/OPENBLAS_...) in the parent before each spawn; after
+    a build, this process's index builders and BLAS must get their threads back."""
+    from bloomdata.parallel import dask_client
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    with dask_client(1) as c:
+        assert c.submit(os.environ.get, "OMP_NUM_THREADS").result(60) == "1"  # the workers keep theirs
+    assert os.environ.get("OMP_NUM_THREADS") is None
+    assert os.environ["MKL_NUM_THREADS"] == "3"
+
+
 def test_run_shards_inside_a_dask_task_uses_that_cluster(client):
     """A Dask worker is daemonic (no LocalCluster of its own): run_shards called from a task, as a Prefect
     task on a DaskTaskRunner would, sends the shards to the same cluster, in input order."""

@@ -124,9 +124,10 @@ def test_blending_indices_match(weights, dtype):
 @pytest.mark.parametrize("warmup", [0, 3, 1000])
 @pytest.mark.parametrize("simd", [True, False])
 @pytest.mark.parametrize("k", [3, 28, 59])
-def test_blend_split_in_two_halves_is_exact(k, simd, warmup):
+def test_blend_split_in_two_halves_is_exact(k, simd, warmup, monkeypatch):
     """The two-thread blend (second half from guessed counts, checked at the midpoint) equals one sequential pass,
     both when the guess converges and when the check fails and the second half is re-run (warm-up 0)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the helpers' thread count (a Dask LocalCluster elsewhere sets 1)
     weights = np.random.default_rng(k).dirichlet(np.ones(k)) if k > 3 else np.full(3, 1 / 3)
     expected = ib.build_blending_indices(weights, 20_001, np.int16, "numpy")
     old = ib._cpp.set_blend_split(2, warmup)
