@@ -16,7 +16,9 @@ Times are wall-clock seconds, fastest of --repeat runs per side; "total CPU time
 of the whole build (all threads), a steadier figure when other jobs share the machine.
 
 Memory: the 100M case peaks at about 3 GB on megatron's side (mgrid's int64 grid) and 2 GB on ours.
-Build threads: ours uses OpenMP (OMP_NUM_THREADS) for the sample index; the shuffles are sequential.
+Build threads: ours uses up to OMP_NUM_THREADS threads (default: every CPU): a drawer thread beside each
+shuffle of 64K+ elements, the streaming passes, and the blend's two verified halves. megatron-core's helpers
+are single-threaded here.
 """
 
 from __future__ import annotations

@@ -6,20 +6,20 @@
 //   - RandomState: numpy's legacy RandomState (MT19937 seeded by init_genrand, masked-rejection
 //     random_interval, Fisher-Yates from the end) so a shuffle here permutes exactly like
 //     numpy.random.RandomState(seed).shuffle, and successive shuffles continue one stream.
-//   - build_document_index: np.tile + shuffle of (document, length) pairs packed in 8 bytes. The
-//     swaps are the same as shuffling the document ids alone, and the shuffled lengths come for
-//     free, so the sample-index pass streams instead of gathering sizes[doc] at random.
+//   - build_document_index: np.tile + shuffle. The lengths in shuffled order are gathered from sizes
+//     when sizes fits in cache; otherwise (document, length) pairs packed in 8 bytes are shuffled (the
+//     same swaps as shuffling the ids alone), so no pass gathers sizes[doc] from DRAM at random.
 //   - build_sample_index: closed form "row k = (document containing token k*L, offset)", run in
 //     parallel over chunks of the document index (two passes: chunk token sums, then a merge walk).
 //   - build_blending_indices: megatron's greedy largest-deficit rule in float64; compiled with
 //     -ffp-contract=off so w*k - c is never fused into an FMA (near-ties must resolve identically).
-//     An AVX2 path computes four errors per instruction and takes the first lane equal to the max.
+//     AVX2 paths compute four errors per instruction and take the first lane equal to the max; long
+//     blends run as two verified halves on two threads (build_blend).
 // Speed (reference section 6.4): the shuffle draws its random indices a block ahead with a branch-free
-// rejection loop and block-tempered MT output, prefetches the swap targets (hiding most of the DRAM
-// latency of the random swaps), keeps the shuffled buffers on transparent huge pages (no page walk
-// per swap), and on large arrays draws the next block on a helper thread. Large streaming passes are
-// split over std::threads (OMP_NUM_THREADS caps them; setup.py's -fopenmp is not needed). All heavy
-// loops run without the GIL.
+// rejection loop, prefetches the swap targets (hiding most of the DRAM latency of the random swaps), keeps
+// the shuffled buffers on transparent huge pages (no page walk per swap), and from 64K elements draws on a
+// helper thread while the calling thread swaps. Large streaming passes are split over std::threads
+// (OMP_NUM_THREADS caps them, as it does megatron's OpenMP). All heavy loops run without the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -435,12 +435,17 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
     // Most entries hold no boundary or one (documents are usually shorter than a sample), at random: the first
     // row of an entry is written without a branch (to a scratch row when the entry holds no boundary: row k may
     // belong to the next chunk's thread) and only entries holding two or more boundaries take the loop.
-    auto walk_chunk = [&](int64_t c) {
+    // Everything the loop reads is copied into locals first: it writes through a computed pointer, so the
+    // compiler would otherwise reload captured variables from the calling thread's stack each entry, next to
+    // that thread's own scratch row, whose line it rewrites every entry (false sharing: the second thread ran
+    // 1.7x slower than the first).
+    auto walk_chunk = [&, row, len](int64_t c) {
+      const int64_t seq = seq_length, last = num_samples, e_end = chunk_begin(c + 1);
       int64_t start = chunk_tokens[c];
-      int64_t k = std::max<int64_t>(1, (start + seq_length - 1) / seq_length);
-      int64_t pos = k * seq_length;
-      T scratch[2];
-      for (int64_t e = chunk_begin(c); e < chunk_begin(c + 1) && k <= num_samples; ++e) {
+      int64_t k = std::max<int64_t>(1, (start + seq - 1) / seq);
+      int64_t pos = k * seq;
+      alignas(64) T scratch[64 / sizeof(T)];
+      for (int64_t e = chunk_begin(c); e < e_end && k <= last; ++e) {
         const int64_t end = start + len[e];
         // masks, not ?: -- GCC turns a select of two addresses back into the mispredicting branch
         const uint64_t hit = uint64_t(pos < end);
@@ -449,13 +454,13 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
         dst[0] = T(e);
         dst[1] = T(pos - start);
         k += int64_t(hit);
-        pos += seq_length & int64_t(all);
+        pos += seq & int64_t(all);
         if (__builtin_expect(pos < end, 0)) {
-          while (pos < end && k <= num_samples) {
+          while (pos < end && k <= last) {
             row[2 * k] = T(e);
             row[2 * k + 1] = T(pos - start);
             ++k;
-            pos += seq_length;
+            pos += seq;
           }
         }
         start = end;
