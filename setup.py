@@ -17,9 +17,7 @@ ext_modules = [
         cxx_std=17,
         # -ffp-contract=off: the blend recurrence must not be contracted into FMAs, or near-ties could
         # flip against megatron-core's build (reference megatron-data.md section 3.5).
-        # -falign-loops=64: the shuffle's rejection loop ran 2x slower when a code change moved it across a
-        # 64-byte boundary (AMD Zen 2 fetches loops from the op cache by 64-byte window).
-        extra_compile_args=["-O3", "-ffp-contract=off", "-falign-loops=64", "-fopenmp"],
+        extra_compile_args=["-O3", "-ffp-contract=off", "-fopenmp"],
         extra_link_args=["-fopenmp"],
         optional=True,
     )

@@ -133,12 +133,14 @@ class MT19937 {
 // than the draw itself. The mask is constant while the position stays in one power-of-two range, so it is
 // computed once per range, and "v <= hi - t" is tested as "v + t <= hi": the loop-carried chain through
 // t is then an add, a compare and an add (the draws themselves do not depend on t).
-inline void draw_block(MT19937& rng, int64_t hi, int64_t count, int64_t* js) {
+// J: uint32_t while hi < 2^32 (half the bytes the drawer hands to the swapping thread), else int64_t.
+template <typename J>
+inline void draw_block(MT19937& rng, int64_t hi, int64_t count, J* js) {
   int64_t t = 0;
   while (t < count) {
     const uint64_t cur = uint64_t(hi - t);
     if (cur > 0xffffffffull) {  // arrays of more than 2^32 elements: numpy's 64-bit draws
-      js[t++] = static_cast<int64_t>(rng.interval(cur));
+      js[t++] = static_cast<J>(rng.interval(cur));
       continue;
     }
     const uint32_t mask = 0xffffffffu >> __builtin_clz(uint32_t(cur) | 1u);
@@ -147,7 +149,7 @@ inline void draw_block(MT19937& rng, int64_t hi, int64_t count, int64_t* js) {
     const uint64_t h = uint64_t(hi);
     while (t < range_end) {
       // Each word moves t by at most one, so q words overrun neither the generator's block nor the range:
-      // the inner loop has a single counted exit (a tight loop, 7 instructions per word).
+      // the inner loop has a single counted exit (7 instructions per word).
       int64_t available;
       const uint32_t* w = rng.words(&available);
       const int64_t q = std::min<int64_t>(available, range_end - t);
@@ -166,12 +168,12 @@ inline void draw_block(MT19937& rng, int64_t hi, int64_t count, int64_t* js) {
 // prefetch into all cache levels (prefetcht0): a write-intent prefetch with locality 0 compiles to
 // prefetchnta wherever the build does not enable PRFCHW (the portable -O3 build), and prefetchnta keeps
 // the line out of L2, so the swap found it gone: 4.4 vs 1.6 ns per swap on a 2 MB array, 7.6 vs 4.7 on 32 MB.
-template <typename T>
-inline void swap_block(T* x, int64_t hi, int64_t count, const int64_t* js) {
+template <typename T, typename J>
+inline void swap_block(T* x, int64_t hi, int64_t count, const J* js) {
   constexpr int64_t kAhead = 64;
   for (int64_t t = 0; t < count; ++t) {
     if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 0, 3);
-    const int64_t a = hi - t, b = js[t];
+    const int64_t a = hi - t, b = int64_t(js[t]);
     T tmp = x[a];
     x[a] = x[b];
     x[b] = tmp;
@@ -190,10 +192,14 @@ int64_t kGatherMaxBytes = int64_t(16) << 20;  // document index: gather lengths 
 // Pipelined shuffle: a drawer thread fills a ring of blocks with the j's while this thread applies the swaps of
 // earlier blocks (the draws depend only on the RNG, never on the data). Single producer, single consumer:
 // `drawn` and `swapped` count whole blocks; a slot is refilled only after its block was swapped.
+// Every j crosses from the drawer's core to the swapper's, one cache line per 16 (uint32) j's. That traffic is
+// what the pipeline costs: on the 2-vCPU VM this was measured on, the host sometimes places the two vCPUs far
+// apart (a cache-line round trip of ~500 ns instead of ~120 ns), and a 2M-element shuffle then took 5 ns per
+// element instead of 2.5 (one thread alone: 4).
 class DrawRing {
  public:
   static constexpr int64_t kSlots = 8;
-  static constexpr int64_t kBlock = 16384;  // draws per block: 128 KB of j's, a ring of 1 MB
+  static constexpr int64_t kBlock = 16384;  // draws per block: 64 KB of uint32 j's (128 KB as int64)
 
   // The 1 MB ring belongs to the calling thread and is reused by its next shuffle: a fresh one cost ~0.1 ms of
   // page faults per shuffle, and a blend build runs about a hundred shuffles. (The drawer is joined before the
@@ -226,12 +232,11 @@ class DrawRing {
 };
 
 // Fisher-Yates from the end, identical swaps to numpy RandomState.shuffle on a 1-D array.
-template <typename T>
-void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
-  if (n < 2) return;
+template <typename T, typename J>
+void shuffle_with(T* x, int64_t n, MT19937& rng) {
   constexpr int64_t kBlock = DrawRing::kBlock;
   if (n < kPipelineFrom || num_threads() < 2) {
-    std::vector<int64_t> js(static_cast<size_t>(std::min<int64_t>(kBlock, n)));
+    std::vector<J> js(static_cast<size_t>(std::min<int64_t>(kBlock, n)));
     for (int64_t i = n - 1; i >= 1;) {
       const int64_t count = std::min<int64_t>(kBlock, i);
       draw_block(rng, i, count, js.data());
@@ -247,17 +252,27 @@ void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
     for (int64_t b = 0; b < blocks; ++b) {
       DrawRing::wait([&] { return b - ring.swapped.load(std::memory_order_acquire) < DrawRing::kSlots; });
       const int64_t i = n - 1 - b * kBlock;
-      draw_block(rng, i, std::min<int64_t>(kBlock, i), ring.slot(b));
+      draw_block(rng, i, std::min<int64_t>(kBlock, i), reinterpret_cast<J*>(ring.slot(b)));
       ring.drawn.store(b + 1, std::memory_order_release);
     }
   });
   for (int64_t b = 0; b < blocks; ++b) {
     DrawRing::wait([&] { return ring.drawn.load(std::memory_order_acquire) > b; });
     const int64_t i = n - 1 - b * kBlock;
-    swap_block(x, i, std::min<int64_t>(kBlock, i), ring.slot(b));
+    swap_block(x, i, std::min<int64_t>(kBlock, i), reinterpret_cast<const J*>(ring.slot(b)));
     ring.swapped.store(b + 1, std::memory_order_release);
   }
   drawer.join();
+}
+
+template <typename T>
+void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
+  if (n < 2) return;
+  if (n - 1 <= int64_t(0xffffffffll)) {
+    shuffle_with<T, uint32_t>(x, n, rng);
+  } else {
+    shuffle_with<T, int64_t>(x, n, rng);
+  }
 }
 
 // Threads for the parallel passes: OMP_NUM_THREADS if set, else the hardware's. Plain std::threads,
