@@ -459,10 +459,16 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
     std::vector<int64_t> chunk_tokens(nt + 1, 0);
     auto chunk_begin = [=](int64_t c) { return m * c / nt; };
     std::vector<std::thread> pool;
-    auto sum_chunk = [&](int64_t c) {
-      int64_t sum = 0;
-      for (int64_t e = chunk_begin(c); e < chunk_begin(c + 1); ++e) sum += len[e];
-      chunk_tokens[c + 1] = sum;
+    // Pass 1 needs the token counts of chunks 0..nt-2 only (the last chunk needs just its start): thread t
+    // sums the t-th of nt slices of each of them.
+    std::vector<int64_t> slice_tokens(size_t(nt * nt), 0);
+    auto sum_slices = [&, len](int64_t t) {
+      for (int64_t c = 0; c + 1 < nt; ++c) {
+        const int64_t b = chunk_begin(c), n = chunk_begin(c + 1) - b;
+        int64_t sum = 0;
+        for (int64_t e = b + n * t / nt; e < b + n * (t + 1) / nt; ++e) sum += len[e];
+        slice_tokens[size_t(c * nt + t)] = sum;
+      }
     };
     // Most entries hold no boundary or one (documents are usually shorter than a sample), at random: the first
     // row of an entry is written without a branch (to a scratch row when the entry holds no boundary: row k may
@@ -498,12 +504,15 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
         start = end;
       }
     };
-    if (nt > 1) {  // one chunk starts at token 0 and needs no first pass
-      for (int64_t c = 1; c < nt; ++c) pool.emplace_back(sum_chunk, c);
-      sum_chunk(0);
+    if (nt > 1) {
+      for (int64_t t = 1; t < nt; ++t) pool.emplace_back(sum_slices, t);
+      sum_slices(0);
       for (auto& th : pool) th.join();
       pool.clear();
-      for (int64_t c = 1; c <= nt; ++c) chunk_tokens[c] += chunk_tokens[c - 1];
+      for (int64_t c = 1; c < nt; ++c) {
+        chunk_tokens[c] = chunk_tokens[c - 1];
+        for (int64_t t = 0; t < nt; ++t) chunk_tokens[c] += slice_tokens[size_t((c - 1) * nt + t)];
+      }
     }
     for (int64_t c = 1; c < nt; ++c) pool.emplace_back(walk_chunk, c);
     walk_chunk(0);

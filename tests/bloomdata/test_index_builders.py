@@ -15,8 +15,10 @@ pytestmark = pytest.mark.skipif(not ib.cpp_available(), reason="C++ index helper
 
 
 @pytest.fixture
-def threaded():
-    """Lower the C++ size thresholds so tiny inputs take the pipelined / multi-threaded / packed-pair paths."""
+def threaded(monkeypatch):
+    """Lower the C++ size thresholds so tiny inputs take the pipelined / multi-threaded / packed-pair paths,
+    on three threads (uneven splits; a Dask LocalCluster earlier in the session may have left OMP_NUM_THREADS=1)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
     old = ib._cpp.set_thresholds(1000, 20_000, 0)
     yield
     ib._cpp.set_thresholds(*old)
