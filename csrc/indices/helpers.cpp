@@ -191,10 +191,11 @@ inline void swap_block(T* x, int64_t hi, int64_t count, const J* js) {
 int num_threads();
 
 // Below these sizes a pass runs on the calling thread alone: starting and joining a thread costs tens of
-// microseconds, worth it once the pass takes a millisecond or more.
+// microseconds, worth it once the pass takes a few hundred microseconds (a blend's components are mostly
+// under 2M entries: with 1M per thread their passes all ran on one thread, 36 vs 26 ms of sample index).
 // (variables, not constants, so the tests can lower them to exercise the threaded paths on tiny inputs)
 int64_t kPipelineFrom = int64_t(1) << 16;  // shuffle: 64K elements
-int64_t kParallelGrain = int64_t(1) << 20;  // streaming passes: 1M elements per thread
+int64_t kParallelGrain = int64_t(1) << 18;  // streaming passes: 256K elements per thread
 int64_t kGatherMaxBytes = int64_t(16) << 20;  // document index: gather lengths from sizes up to 16 MB
 
 // Pipelined shuffle: a drawer thread fills a ring of blocks with the j's while this thread applies the swaps of
