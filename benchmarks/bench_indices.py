@@ -12,8 +12,11 @@ oversampling count of ``BlendedDataset``. Ours runs ``bloomdata.samples.build_gp
 backend, the per-dataset counts of ``bloomdata.blend.samples_per_dataset`` and the same oversampling
 check. Every array is compared (values and dtype) and the script exits 1 on any difference.
 
-Times are wall-clock seconds, fastest of --repeat runs per side; "total CPU time" is the process CPU time
-of the whole build (all threads), a steadier figure when other jobs share the machine.
+Times are wall-clock seconds, fastest of --repeat runs per side after --warmup untimed runs (default 1);
+"total CPU time" is the process CPU time of the whole build (all threads), a steadier figure when other jobs
+share the machine. The warm-up matters on a VM: the first builds in a process write memory the guest has not
+touched yet, and first-touch page faults then cost ~0.65 ms per MB instead of ~0.12 (both sides allocate
+their outputs fresh; ours are ~120 MB at 10M entries, megatron's more). ``--warmup 0`` shows cold figures.
 
 Memory: the 100M case peaks at about 3 GB on megatron's side (mgrid's int64 grid) and 2 GB on ours.
 Build threads: ours uses up to OMP_NUM_THREADS threads (default: every CPU): a drawer thread beside each
@@ -87,8 +90,14 @@ def timed(fn, *args):
     return arrays, {**times, "cpu": time.process_time() - c0}
 
 
+WARMUP = 1  # untimed runs per side before the timed ones (--warmup)
+
+
 def best_of(repeat: int, fn, *args):
-    """fn's arrays and its fastest times over ``repeat`` runs (the machine is shared: take the min)."""
+    """fn's arrays and its fastest times over ``repeat`` runs after WARMUP untimed ones (the machine is shared:
+    take the min)."""
+    for _ in range(WARMUP):
+        fn(*args)  # arrays dropped at once
     arrays, times = timed(fn, *args)
     for _ in range(repeat - 1):
         del arrays
@@ -192,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-length", type=int, default=2048)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--repeat", type=int, help="runs per side, fastest kept (default: 3 quick, 1 full)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per side before the timed ones")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -202,9 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     blend_samples = int(args.blend_samples or (2e5 if args.quick else 3e6))
     docs_scale = 200_000 if args.quick else 2_000_000
     repeat = args.repeat or (3 if args.quick else 1)
+    global WARMUP
+    WARMUP = max(0, args.warmup)
     print(f"megatron-core 0.16.1 vs bloomdata (C++), seq_length {args.seq_length}, seed {args.seed}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'default')}, cpus={os.cpu_count()}, "
-          f"best of {repeat} run(s) per side")
+          f"best of {repeat} run(s) per side after {WARMUP} warm-up run(s)")
     results = []
     for n in entries:
         results.append((f"{int(n):,} entries", *bench_single(int(n), args.seq_length, args.seed, repeat)))
