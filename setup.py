@@ -7,6 +7,8 @@ The fused training kernels (csrc/kernels) are not built here: bloomtrain.kernels
 with torch.utils.cpp_extension on first use, or ahead of time with `bloomtrain build-kernels`.
 """
 
+from glob import glob
+
 from pybind11.setup_helpers import Pybind11Extension
 from setuptools import setup
 
@@ -14,6 +16,7 @@ ext_modules = [
     Pybind11Extension(
         "bloomdata._index_helpers",
         ["csrc/indices/helpers.cpp"],
+        depends=sorted(glob("csrc/indices/*.h")),  # one translation unit; rebuild when a header changes
         cxx_std=17,
         # -ffp-contract=off: the blend recurrence must not be contracted into FMAs, or near-ties could
         # flip against megatron-core's build (reference megatron-data.md section 3.5).

@@ -20,11 +20,12 @@
 // the shuffled buffers on transparent huge pages (no page walk per swap), and from 64K elements draws on a
 // helper thread while the calling thread swaps. Large streaming passes are split over std::threads
 // (OMP_NUM_THREADS caps them, as it does megatron's OpenMP). All heavy loops run without the GIL.
+//
+// Files: mt19937.h (the stream and its rejection draws), shuffle.h (the two-thread shuffle), sample_index.h
+// (the walk), blend.h (the blend kernels and their two-thread split), threads.h (thread counts, parallel-for,
+// huge-page buffers); this file holds the pybind11 entry points and the document and shuffle index builders.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
-
-#include <immintrin.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -38,307 +39,17 @@
 #include <thread>
 #include <vector>
 
+#include "blend.h"
+#include "mt19937.h"
+#include "sample_index.h"
+#include "shuffle.h"
+#include "threads.h"
+
 namespace py = pybind11;
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// One block of 624 words: the state update and the tempering, vectorised. Built twice (AVX2 and baseline
-// x86-64, picked at load time by CPU): 8 lanes instead of 4 take generation from 0.78 to 0.33 ns per word,
-// and the drawer thread of a shuffle spends about a third of its time here.
-constexpr int kMTN = 624, kMTM = 397;
-__attribute__((target_clones("avx2", "default"))) void mt19937_generate(uint32_t* mt_, uint32_t* out_) {
-  constexpr int kN = kMTN, kM = kMTM;
-  constexpr uint32_t upper = 0x80000000u, lower = 0x7fffffffu, matrix = 0x9908b0dfu;
-  int k = 0;
-  for (; k < kN - kM; ++k) {
-    uint32_t y = (mt_[k] & upper) | (mt_[k + 1] & lower);
-    mt_[k] = mt_[k + kM] ^ (y >> 1) ^ (-(y & 1u) & matrix);
-  }
-  for (; k < kN - 1; ++k) {
-    uint32_t y = (mt_[k] & upper) | (mt_[k + 1] & lower);
-    mt_[k] = mt_[k + (kM - kN)] ^ (y >> 1) ^ (-(y & 1u) & matrix);
-  }
-  uint32_t y = (mt_[kN - 1] & upper) | (mt_[0] & lower);
-  mt_[kN - 1] = mt_[kM - 1] ^ (y >> 1) ^ (-(y & 1u) & matrix);
-  // Temper the whole block at once (vectorised) instead of one word per draw.
-  for (int i = 0; i < kN; ++i) {
-    uint32_t t = mt_[i];
-    t ^= (t >> 11);
-    t ^= (t << 7) & 0x9d2c5680u;
-    t ^= (t << 15) & 0xefc60000u;
-    t ^= (t >> 18);
-    out_[i] = t;
-  }
-}
-
-// MT19937 exactly as numpy's legacy RandomState uses it (numpy/random/src/mt19937).
-class MT19937 {
- public:
-  explicit MT19937(uint32_t seed) { init_genrand(seed); }
-
-  void init_genrand(uint32_t seed) {
-    mt_[0] = seed;
-    for (int i = 1; i < kN; ++i) mt_[i] = 1812433253u * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + uint32_t(i);
-    pos_ = kN;
-  }
-
-  inline uint32_t next32() {
-    if (pos_ == kN) generate();
-    return out_[pos_++];
-  }
-
-  // The tempered words not drawn yet (at least one: refills the block when it is used up); consume(n) draws
-  // the first n of them. Lets a caller loop over plain memory instead of calling next32 per word.
-  inline const uint32_t* words(int64_t* available) {
-    if (pos_ == kN) generate();
-    *available = kN - pos_;
-    return out_ + pos_;
-  }
-  inline void consume(int64_t n) { pos_ += int(n); }
-
-  inline uint64_t next64() {
-    // numpy: (uint64_t)next32 << 32 | next32, high word drawn first.
-    uint64_t hi = next32();
-    return (hi << 32) | next32();
-  }
-
-  // numpy random_interval(max): uniform in [0, max] by masked rejection.
-  inline uint64_t interval(uint64_t max) {
-    if (max == 0) return 0;
-    uint64_t mask = max;
-    mask |= mask >> 1;
-    mask |= mask >> 2;
-    mask |= mask >> 4;
-    mask |= mask >> 8;
-    mask |= mask >> 16;
-    mask |= mask >> 32;
-    uint64_t value;
-    if (max <= 0xffffffffull) {
-      while ((value = (next32() & mask)) > max) {
-      }
-    } else {
-      while ((value = (next64() & mask)) > max) {
-      }
-    }
-    return value;
-  }
-
- private:
-  static constexpr int kN = kMTN;
-  void generate() {
-    mt19937_generate(mt_, out_);
-    pos_ = 0;
-  }
-  uint32_t mt_[kN];
-  uint32_t out_[kN];
-  int pos_;
-};
-
-// Draw the j's of positions hi, hi-1, ..., hi-count+1 into js: numpy's masked rejection
-// (random_interval) written without a data-dependent branch (a rejected draw is overwritten by the
-// next one), since about 28% of the draws are rejected at random and a mispredicted branch costs more
-// than the draw itself. The mask is constant while the position stays in one power-of-two range, so it is
-// computed once per range, and "v <= hi - t" is tested as "v + t <= hi": the loop-carried chain through
-// t is then an add, a compare and an add (the draws themselves do not depend on t).
-// J: uint32_t while hi < 2^32 (half the bytes the drawer hands to the swapping thread), else int64_t.
-template <typename J>
-inline void draw_block(MT19937& rng, int64_t hi, int64_t count, J* js) {
-  int64_t t = 0;
-  while (t < count) {
-    const uint64_t cur = uint64_t(hi - t);
-    if (cur > 0xffffffffull) {  // arrays of more than 2^32 elements: numpy's 64-bit draws
-      js[t++] = static_cast<J>(rng.interval(cur));
-      continue;
-    }
-    const uint32_t mask = 0xffffffffu >> __builtin_clz(uint32_t(cur) | 1u);
-    // positions keep this mask while cur >= (mask >> 1) + 1, i.e. while t < hi - (mask >> 1)
-    const int64_t range_end = std::min<int64_t>(count, hi - int64_t(mask >> 1));
-    const uint64_t h = uint64_t(hi);
-    while (t < range_end) {
-      // Each word moves t by at most one, so q words overrun neither the generator's block nor the range:
-      // the inner loop has a single counted exit (7 instructions per word).
-      int64_t available;
-      const uint32_t* w = rng.words(&available);
-      const int64_t q = std::min<int64_t>(available, range_end - t);
-      for (int64_t i = 0; i < q; ++i) {
-        const uint32_t v = w[i] & mask;
-        js[t] = v;
-        t += (uint64_t(v) + uint64_t(t) <= h);
-      }
-      rng.consume(q);
-    }
-  }
-}
-
-// Apply the swaps of one block, with the random target prefetched kAhead swaps early: the swap loop is
-// bound by memory latency, so several targets must be in flight at once. The prefetch is a plain read
-// prefetch into all cache levels (prefetcht0): a write-intent prefetch with locality 0 compiles to
-// prefetchnta wherever the build does not enable PRFCHW (the portable -O3 build), and prefetchnta keeps
-// the line out of L2, so the swap found it gone: 4.4 vs 1.6 ns per swap on a 2 MB array, 7.6 vs 4.7 on 32 MB.
-template <typename T, typename J>
-inline void swap_block(T* x, int64_t hi, int64_t count, const J* js) {
-  constexpr int64_t kAhead = 64;
-  for (int64_t t = 0; t < count; ++t) {
-    if (t + kAhead < count) __builtin_prefetch(x + js[t + kAhead], 0, 3);
-    const int64_t a = hi - t, b = int64_t(js[t]);
-    T tmp = x[a];
-    x[a] = x[b];
-    x[b] = tmp;
-  }
-}
-
-int num_threads();
-
-// Below these sizes a pass runs on the calling thread alone: starting and joining a thread costs tens of
-// microseconds, worth it once the pass takes a few hundred microseconds (a blend's components are mostly
-// under 2M entries: with 1M per thread their passes all ran on one thread, 36 vs 26 ms of sample index).
-// (variables, not constants, so the tests can lower them to exercise the threaded paths on tiny inputs)
-int64_t kPipelineFrom = int64_t(1) << 16;  // shuffle: 64K elements
-int64_t kParallelGrain = int64_t(1) << 18;  // streaming passes: 256K elements per thread
-int64_t kGatherMaxBytes = int64_t(16) << 20;  // document index: gather lengths from sizes up to 16 MB
-
-// Pipelined shuffle: a drawer thread fills a ring of blocks with the j's while this thread applies the swaps of
-// earlier blocks (the draws depend only on the RNG, never on the data). Single producer, single consumer:
-// `drawn` and `swapped` count whole blocks; a slot is refilled only after its block was swapped.
-// Every j crosses from the drawer's core to the swapper's, one cache line per 16 (uint32) j's. That traffic is
-// what the pipeline costs: on the 2-vCPU VM this was measured on, the host sometimes places the two vCPUs far
-// apart (a cache-line round trip of ~500 ns instead of ~120 ns), and reading lines left dirty in the other
-// core's cache then made a 2M-element shuffle take 4.7 ns per element instead of 2.3 (one thread alone: 4).
-// Hence uint32 j's and streaming stores from the drawer.
-class DrawRing {
- public:
-  static constexpr int64_t kSlots = 8;
-  static constexpr int64_t kBlock = 16384;  // draws per block: 64 KB of uint32 j's (128 KB as int64)
-
-  // The 1 MB ring belongs to the calling thread and is reused by its next shuffle: a fresh one cost ~0.1 ms of
-  // page faults per shuffle, and a blend build runs about a hundred shuffles. (The drawer is joined before the
-  // shuffle returns, so no two shuffles share one ring.)
-  DrawRing() : buf_(ring_memory()) {}
-  int64_t* slot(int64_t b) { return buf_ + (b % kSlots) * kBlock; }
-
-  // Wait (spin briefly, then yield the core) until pred() holds.
-  template <typename Pred>
-  static void wait(Pred pred) {
-    for (int spin = 0; !pred(); ++spin) {
-      if (spin < 256) {
-        _mm_pause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-  }
-
-  // each counter on its own cache line: the two threads spin on them
-  alignas(64) std::atomic<int64_t> drawn{0};
-  alignas(64) std::atomic<int64_t> swapped{0};
-
- private:
-  static int64_t* ring_memory() {
-    thread_local std::vector<int64_t> memory(static_cast<size_t>(kSlots * kBlock));
-    return memory.data();
-  }
-  int64_t* buf_;
-};
-
-// Fisher-Yates from the end, identical swaps to numpy RandomState.shuffle on a 1-D array.
-template <typename T, typename J>
-void shuffle_with(T* x, int64_t n, MT19937& rng) {
-  constexpr int64_t kBlock = DrawRing::kBlock;
-  if (n < kPipelineFrom || num_threads() < 2) {
-    std::vector<J> js(static_cast<size_t>(std::min<int64_t>(kBlock, n)));
-    for (int64_t i = n - 1; i >= 1;) {
-      const int64_t count = std::min<int64_t>(kBlock, i);
-      draw_block(rng, i, count, js.data());
-      swap_block(x, i, count, js.data());
-      i -= count;
-    }
-    return;
-  }
-  // Block b covers positions n-1-b*kBlock down to 1; both threads derive the same blocks.
-  const int64_t blocks = (n - 1 + kBlock - 1) / kBlock;
-  DrawRing ring;
-  std::thread drawer([&] {
-    for (int64_t b = 0; b < blocks; ++b) {
-      DrawRing::wait([&] { return b - ring.swapped.load(std::memory_order_acquire) < DrawRing::kSlots; });
-      const int64_t i = n - 1 - b * kBlock;
-      const int64_t count = std::min<int64_t>(kBlock, i);
-      J* dst = reinterpret_cast<J*>(ring.slot(b));
-      // Draw into an L1-resident buffer, then copy to the slot with streaming stores: the lines go to memory
-      // instead of sitting dirty in this core's cache, and the swapper's prefetcher reads them from there.
-      // When the vCPUs were far apart this took a 2M-element shuffle from 4.7 to 2.6 ns per element (one
-      // thread alone: 4.0); when they are close it costs ~0.2 ns.
-      alignas(64) J local[2048];
-      for (int64_t t = 0; t < count; t += 2048) {
-        const int64_t c = std::min<int64_t>(2048, count - t);
-        draw_block(rng, i - t, c, local);
-        constexpr int64_t kPer = 16 / sizeof(J);
-        int64_t q = 0;
-        for (; q + kPer <= c; q += kPer)
-          _mm_stream_si128(reinterpret_cast<__m128i*>(dst + t + q), _mm_load_si128(reinterpret_cast<const __m128i*>(local + q)));
-        for (; q < c; ++q) dst[t + q] = local[q];
-      }
-      _mm_sfence();  // the streamed j's are visible before `drawn` says so
-      ring.drawn.store(b + 1, std::memory_order_release);
-    }
-  });
-  for (int64_t b = 0; b < blocks; ++b) {
-    DrawRing::wait([&] { return ring.drawn.load(std::memory_order_acquire) > b; });
-    const int64_t i = n - 1 - b * kBlock;
-    swap_block(x, i, std::min<int64_t>(kBlock, i), reinterpret_cast<const J*>(ring.slot(b)));
-    ring.swapped.store(b + 1, std::memory_order_release);
-  }
-  drawer.join();
-}
-
-template <typename T>
-void shuffle_inplace(T* x, int64_t n, MT19937& rng) {
-  if (n < 2) return;
-  if (n - 1 <= int64_t(0xffffffffll)) {
-    shuffle_with<T, uint32_t>(x, n, rng);
-  } else {
-    shuffle_with<T, int64_t>(x, n, rng);
-  }
-}
-
-// Threads for the parallel passes: OMP_NUM_THREADS if set, else the hardware's. Plain std::threads,
-// created per call and joined: OpenMP's idle workers spin after a region and, on a small machine, steal
-// the core the (sequential) shuffle runs on.
-int num_threads() {
-  if (const char* env = std::getenv("OMP_NUM_THREADS")) {
-    const int n = std::atoi(env);
-    if (n > 0) return n;
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
-// fn(t, begin, end) over [0, n) split into contiguous chunks; serial below `grain` elements per thread.
-template <typename Fn>
-void parallel_chunks(int64_t n, int64_t grain, Fn fn) {
-  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / std::max<int64_t>(grain, 1)));
-  if (nt == 1) {
-    fn(0, int64_t(0), n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < nt; ++t) pool.emplace_back(fn, int(t), n * t / nt, n * (t + 1) / nt);
-  fn(0, int64_t(0), n / nt);
-  for (auto& th : pool) th.join();
-}
-
-// A buffer for random access: 2 MiB aligned and marked for transparent huge pages, so the random
-// swaps of a shuffle over hundreds of MB do not each pay a TLB miss (a page walk per swap).
-template <typename T>
-T* alloc_random_access(int64_t count) {
-  constexpr size_t kHuge = size_t(1) << 21;
-  const size_t bytes = std::max<size_t>(kHuge, (size_t(count) * sizeof(T) + kHuge - 1) / kHuge * kHuge);
-  void* p = std::aligned_alloc(kHuge, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-#ifdef MADV_HUGEPAGE
-  madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-  return static_cast<T*>(p);
-}
+using namespace bloomindices;
 
 // A numpy array of `rows` x `cols` (cols == 0: 1-D) for an output. From 1 MiB on it owns a huge-page buffer:
 // besides the shuffles' random access, every output is written once in full, and first-touch page faults on
@@ -448,85 +159,17 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
   return py::make_tuple(doc_out, len_out);
 }
 
-// lengths: int32 length of each document-index entry. Row k (k = 1..num_samples) is the entry
-// holding global token k*seq_length and the offset of that token in it; row 0 is (0, 0).
+// lengths: int32 length of each document-index entry (sample_index.h has the layout).
 template <typename T>
 py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengths, int64_t seq_length,
                                   int64_t num_samples) {
   if (seq_length <= 0 || num_samples < 0) throw std::invalid_argument("bad seq_length or num_samples");
-  const int64_t m = lengths.shape(0);
   T* row = nullptr;
   py::array_t<T> out = output_array<T>(num_samples + 1, 2, &row);
   const int32_t* len = lengths.data();
-  {
-    py::gil_scoped_release release;
-    row[0] = 0;
-    row[1] = 0;
-    // Pass 1: tokens per chunk of entries; exclusive scan; pass 2: each chunk writes the rows whose
-    // token k*L falls inside it (a merge walk of entry ends against multiples of L).
-    const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), m / kParallelGrain));
-    std::vector<int64_t> chunk_tokens(nt + 1, 0);
-    auto chunk_begin = [=](int64_t c) { return m * c / nt; };
-    std::vector<std::thread> pool;
-    // Pass 1 needs the token counts of chunks 0..nt-2 only (the last chunk needs just its start): thread t
-    // sums the t-th of nt slices of each of them.
-    std::vector<int64_t> slice_tokens(size_t(nt * nt), 0);
-    auto sum_slices = [&, len](int64_t t) {
-      for (int64_t c = 0; c + 1 < nt; ++c) {
-        const int64_t b = chunk_begin(c), n = chunk_begin(c + 1) - b;
-        int64_t sum = 0;
-        for (int64_t e = b + n * t / nt; e < b + n * (t + 1) / nt; ++e) sum += len[e];
-        slice_tokens[size_t(c * nt + t)] = sum;
-      }
-    };
-    // Most entries hold no boundary or one (documents are usually shorter than a sample), at random: the first
-    // row of an entry is written without a branch (to a scratch row when the entry holds no boundary: row k may
-    // belong to the next chunk's thread) and only entries holding two or more boundaries take the loop.
-    // Everything the loop reads is copied into locals first: it writes through a computed pointer, so the
-    // compiler would otherwise reload captured variables from the calling thread's stack each entry, next to
-    // that thread's own scratch row, whose line it rewrites every entry (false sharing: the second thread ran
-    // 1.7x slower than the first).
-    auto walk_chunk = [&, row, len](int64_t c) {
-      const int64_t seq = seq_length, last = num_samples, e_end = chunk_begin(c + 1);
-      int64_t start = chunk_tokens[c];
-      int64_t k = std::max<int64_t>(1, (start + seq - 1) / seq);
-      int64_t pos = k * seq;
-      alignas(64) T scratch[64 / sizeof(T)];
-      for (int64_t e = chunk_begin(c); e < e_end && k <= last; ++e) {
-        const int64_t end = start + len[e];
-        // masks, not ?: -- GCC turns a select of two addresses back into the mispredicting branch
-        const uint64_t hit = uint64_t(pos < end);
-        const uint64_t all = 0 - hit;
-        T* dst = reinterpret_cast<T*>((uintptr_t(row + 2 * k) & all) | (uintptr_t(scratch) & ~all));
-        dst[0] = T(e);
-        dst[1] = T(pos - start);
-        k += int64_t(hit);
-        pos += seq & int64_t(all);
-        if (__builtin_expect(pos < end, 0)) {
-          while (pos < end && k <= last) {
-            row[2 * k] = T(e);
-            row[2 * k + 1] = T(pos - start);
-            ++k;
-            pos += seq;
-          }
-        }
-        start = end;
-      }
-    };
-    if (nt > 1) {
-      for (int64_t t = 1; t < nt; ++t) pool.emplace_back(sum_slices, t);
-      sum_slices(0);
-      for (auto& th : pool) th.join();
-      pool.clear();
-      for (int64_t c = 1; c < nt; ++c) {
-        chunk_tokens[c] = chunk_tokens[c - 1];
-        for (int64_t t = 0; t < nt; ++t) chunk_tokens[c] += slice_tokens[size_t((c - 1) * nt + t)];
-      }
-    }
-    for (int64_t c = 1; c < nt; ++c) pool.emplace_back(walk_chunk, c);
-    walk_chunk(0);
-    for (auto& th : pool) th.join();
-  }
+  const int64_t m = lengths.shape(0);
+  py::gil_scoped_release release;
+  sample_index_rows(len, m, seq_length, num_samples, row);
   return out;
 }
 
