@@ -159,14 +159,19 @@ def test_count_datasets_matches_bincount(dtype, threaded):
         ib.count_datasets(bad, 29, "cpp")
 
 
-def test_blending_indices_match_megatron_helper():
+@pytest.mark.parametrize("size", [50_000, 700_001])  # 700,001: two verified halves with the default thresholds
+def test_blending_indices_match_megatron_helper(size, monkeypatch):
     from megatron.core.datasets import helpers_cpp
 
-    weights = np.random.default_rng(4).dirichlet(np.ones(28))
-    ref_index = np.zeros(50_000, dtype=np.int16)
-    ref_sample = np.zeros(50_000, dtype=np.int64)
-    helpers_cpp.build_blending_indices(ref_index, ref_sample, weights, 28, 50_000, False)
-    index, sample = ib.build_blending_indices(weights, 50_000, np.int16, "cpp")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    tokens = np.random.default_rng(4).lognormal(20, 2, 28)  # alpha = 0.3 weights over 3 orders of magnitude
+    weights = tokens**0.3 / np.sum(tokens**0.3)
+    ref_index = np.zeros(size, dtype=np.int16)
+    ref_sample = np.zeros(size, dtype=np.int64)
+    helpers_cpp.build_blending_indices(ref_index, ref_sample, weights, 28, size, False)
+    splits = ib._cpp.blend_split_stats()[0]
+    index, sample = ib.build_blending_indices(weights, size, np.int16, "cpp")
+    assert ib._cpp.blend_split_stats()[0] == splits + (size >= 2**19)
     np.testing.assert_array_equal(index, ref_index)
     np.testing.assert_array_equal(sample, ref_sample)
 
