@@ -16,7 +16,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 install: $(STAMP)
 
 # Re-runs only when the packaging or the C++ helpers change; a no-op otherwise.
-$(STAMP): pyproject.toml setup.py csrc/indices/helpers.cpp
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[all,dev]"
@@ -26,8 +26,11 @@ $(STAMP): pyproject.toml setup.py csrc/indices/helpers.cpp
 demo: install
 	PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) -m flows.demo --out demo_out
 
+# setup.py builds the C++ index helpers as optional (installs without a compiler still work, on numpy):
+# here a failed build must fail, not skip their tests.
 test: install
 	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks
+	@$(PY) -c "import bloomdata._index_helpers" || { echo "bloomdata._index_helpers is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
 
 lint: install
