@@ -51,19 +51,20 @@ namespace {
 
 using namespace bloomindices;
 
-// A numpy array of `rows` x `cols` (cols == 0: 1-D) for an output. From 1 MiB on it owns a huge-page buffer:
-// besides the shuffles' random access, every output is written once in full, and first-touch page faults on
-// 4 KiB pages cost ~0.3 ms per MB here (12 ms for a 40 MB array, 5 ms on huge pages). Smaller arrays come
-// from numpy's allocator (a huge page per tiny array would waste memory).
+// A numpy array of `rows` x `cols` (cols == 0: 1-D) for an output. An array that will be shuffled in place
+// (random_access) owns a huge-page buffer from 1 MiB on: the random swaps would otherwise miss the TLB. The
+// others, written once in order, come from numpy's allocator: on huge pages their first-touch faults cost
+// 0.11-0.33 ms per MB when the kernel has free huge pages at hand but ~1.2 ms per MB on memory this VM guest
+// never used (4 KiB pages: ~0.3 either way), which made a process's first 10M-entry build ~30% slower.
 template <typename T>
-py::array_t<T> output_array(int64_t rows, int64_t cols, T** data) {
+py::array_t<T> output_array(int64_t rows, int64_t cols, T** data, bool random_access) {
   const int64_t count = rows * std::max<int64_t>(cols, 1);
   std::vector<py::ssize_t> shape{rows}, strides{py::ssize_t(sizeof(T)) * std::max<int64_t>(cols, 1)};
   if (cols > 0) {
     shape.push_back(cols);
     strides.push_back(sizeof(T));
   }
-  if (count * int64_t(sizeof(T)) < (int64_t(1) << 20)) {
+  if (!random_access || count * int64_t(sizeof(T)) < (int64_t(1) << 20)) {
     py::array_t<T> out(shape);
     *data = out.mutable_data();
     return out;
@@ -110,8 +111,8 @@ py::tuple build_document_index(py::array_t<int32_t, py::array::c_style> document
   // one DRAM miss per entry, so shuffle (id, length) pairs packed in 8 bytes and just unpack them.
   const bool gather = num_sizes * int64_t(sizeof(int32_t)) <= kGatherMaxBytes;
   int32_t *out_doc = nullptr, *out_len = nullptr;
-  py::array_t<int32_t> doc_out = output_array<int32_t>(total, 0, &out_doc);
-  py::array_t<int32_t> len_out = output_array<int32_t>(total, 0, &out_len);
+  py::array_t<int32_t> doc_out = output_array<int32_t>(total, 0, &out_doc, gather);  // shuffled in place
+  py::array_t<int32_t> len_out = output_array<int32_t>(total, 0, &out_len, false);
   {
     py::gil_scoped_release release;
     for (int64_t k = 0; k < d; ++k) {
@@ -165,7 +166,7 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
                                   int64_t num_samples) {
   if (seq_length <= 0 || num_samples < 0) throw std::invalid_argument("bad seq_length or num_samples");
   T* row = nullptr;
-  py::array_t<T> out = output_array<T>(num_samples + 1, 2, &row);
+  py::array_t<T> out = output_array<T>(num_samples + 1, 2, &row, false);
   const int32_t* len = lengths.data();
   const int64_t m = lengths.shape(0);
   py::gil_scoped_release release;
@@ -176,7 +177,7 @@ py::array_t<T> build_sample_index(py::array_t<int32_t, py::array::c_style> lengt
 template <typename T>
 py::array_t<T> build_shuffle_index(int64_t first, int64_t total, RandomState& state) {
   T* x = nullptr;
-  py::array_t<T> out = output_array<T>(total, 0, &x);
+  py::array_t<T> out = output_array<T>(total, 0, &x, true);
   {
     py::gil_scoped_release release;
     parallel_chunks(total, kParallelGrain, [=](int, int64_t b, int64_t e) {  // first touch on both cores
@@ -196,8 +197,8 @@ py::tuple build_blending_indices(py::array_t<double, py::array::c_style> weights
     throw std::invalid_argument("too many datasets for the blend index dtype");
   I* di = nullptr;
   int64_t* dsi = nullptr;
-  py::array_t<I> dataset_index = output_array<I>(size, 0, &di);
-  py::array_t<int64_t> dataset_sample_index = output_array<int64_t>(size, 0, &dsi);
+  py::array_t<I> dataset_index = output_array<I>(size, 0, &di, false);
+  py::array_t<int64_t> dataset_sample_index = output_array<int64_t>(size, 0, &dsi, false);
   std::vector<double> w(weights.data(), weights.data() + k_count);
   {
     py::gil_scoped_release release;
