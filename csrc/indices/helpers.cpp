@@ -215,7 +215,7 @@ py::array_t<int64_t> count_datasets(py::array_t<I, py::array::c_style> index, in
   if (k_count <= 0 || k_count > 65536) throw std::invalid_argument("k_count must be in [1, 65536]");
   const I* x = index.data();
   const int64_t n = index.size();
-  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / kParallelGrain));
+  const int64_t nt = chunk_threads(n, kParallelGrain);  // parallel_chunks' split: one table set per thread
   std::vector<int64_t> tables(size_t(nt) * 4 * size_t(k_count), 0);
   int64_t bad = -1;
   {

@@ -18,7 +18,7 @@ void sample_index_rows(const int32_t* len, int64_t m, int64_t seq_length, int64_
   row[1] = 0;
   // Pass 1: tokens per chunk of entries; exclusive scan; pass 2: each chunk writes the rows whose
   // token k*L falls inside it (a merge walk of entry ends against multiples of L).
-  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), m / kParallelGrain));
+  const int64_t nt = chunk_threads(m, kParallelGrain);
   std::vector<int64_t> chunk_tokens(nt + 1, 0);
   auto chunk_begin = [=](int64_t c) { return m * c / nt; };
   std::vector<std::thread> pool;

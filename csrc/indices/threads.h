@@ -32,10 +32,15 @@ inline int num_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-// fn(t, begin, end) over [0, n) split into contiguous chunks; serial below `grain` elements per thread.
+// Threads a pass over n elements uses: at least `grain` elements each, at most num_threads().
+inline int64_t chunk_threads(int64_t n, int64_t grain) {
+  return std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / std::max<int64_t>(grain, 1)));
+}
+
+// fn(t, begin, end) over [0, n) split into chunk_threads(n, grain) contiguous chunks, t = 0 on this thread.
 template <typename Fn>
 void parallel_chunks(int64_t n, int64_t grain, Fn fn) {
-  const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(num_threads(), n / std::max<int64_t>(grain, 1)));
+  const int64_t nt = chunk_threads(n, grain);
   if (nt == 1) {
     fn(0, int64_t(0), n);
     return;
