@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +35,9 @@ BIG_SHARDS = -(-BIG_ROWS // BIG_SHARD_ROWS)  # 9
 
 @pytest.fixture(scope="module")
 def client():
-    import logging
+    from bloomdata.parallel import dask_client
 
-    from distributed import Client, LocalCluster
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                               env={"TOKENIZERS_PARALLELISM": "false"}, silence_logs=logging.ERROR)
-    with cluster, Client(cluster) as c:
+    with dask_client(2) as c:  # the build's own cluster setup (and its environment restore on exit)
         yield c
 
 
