@@ -32,6 +32,7 @@ import os
 import sys
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -90,23 +91,27 @@ def timed(fn, *args):
     return arrays, {**times, "cpu": time.process_time() - c0}
 
 
-WARMUP = 1  # untimed runs per side before the timed ones (--warmup)
+class Runs(NamedTuple):
+    """How each side is run: ``warmup`` untimed runs, then ``repeat`` timed ones (the fastest is kept)."""
+
+    warmup: int
+    repeat: int
 
 
-def best_of(repeat: int, fn, *args):
-    """fn's arrays and its fastest times over ``repeat`` runs after WARMUP untimed ones (the machine is shared:
-    take the min)."""
-    for _ in range(WARMUP):
+def best_of(runs: Runs, fn, *args):
+    """fn's arrays and its fastest times over ``runs.repeat`` runs after ``runs.warmup`` untimed ones (the machine
+    is shared: take the min)."""
+    for _ in range(runs.warmup):
         fn(*args)  # arrays dropped at once
     arrays, times = timed(fn, *args)
-    for _ in range(repeat - 1):
+    for _ in range(runs.repeat - 1):
         del arrays
         arrays, again = timed(fn, *args)
         times = {k: min(v, again[k]) for k, v in times.items()}
     return arrays, times
 
 
-def bench_single(entries: int, seq_length: int, seed: int, repeat: int) -> tuple[float, float, bool]:
+def bench_single(entries: int, seq_length: int, seed: int, runs: Runs) -> tuple[float, float, bool]:
     epochs = 5
     num_docs = max(1, entries // epochs)
     sizes = synthetic_sizes(num_docs, seed)
@@ -115,8 +120,8 @@ def bench_single(entries: int, seq_length: int, seed: int, repeat: int) -> tuple
     num_samples = int(4.5 * per_epoch)  # 5 epochs, the last one half used: separate last epoch
     print(f"\n== single dataset: {num_docs:,} documents x {epochs} epochs = {num_docs * epochs:,} document-index "
           f"entries, {num_samples:,} samples of {seq_length}")
-    theirs, t_theirs = best_of(repeat, megatron_build, sizes, documents, seq_length, num_samples, seed)
-    ours, t_ours = best_of(repeat, ours_build, sizes, documents, seq_length, num_samples, seed)
+    theirs, t_theirs = best_of(runs, megatron_build, sizes, documents, seq_length, num_samples, seed)
+    ours, t_ours = best_of(runs, ours_build, sizes, documents, seq_length, num_samples, seed)
     ok = same(theirs, ours)
     del theirs, ours
     print(f"  {'step':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}")
@@ -129,7 +134,7 @@ def bench_single(entries: int, seq_length: int, seed: int, repeat: int) -> tuple
     return total_t, total_o, ok
 
 
-def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, repeat: int):
+def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, runs: Runs):
     rng = np.random.default_rng(seed)
     k = 28
     # natural sizes spanning three orders of magnitude; weights by alpha=0.3 sampling, as for BLOOM
@@ -149,8 +154,8 @@ def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, r
     lens_theirs, lens_ours = [], []
     for i, sizes in enumerate(all_sizes):
         documents = np.arange(len(sizes), dtype=np.int32)
-        theirs, tt = best_of(repeat, megatron_build, sizes, documents, seq_length, to_build[i], seed)
-        ours, to = best_of(repeat, ours_build, sizes, documents, seq_length, to_build[i], seed)
+        theirs, tt = best_of(runs, megatron_build, sizes, documents, seq_length, to_build[i], seed)
+        ours, to = best_of(runs, ours_build, sizes, documents, seq_length, to_build[i], seed)
         ok &= same(theirs, ours)
         entries += len(ours["document_index"])
         lens_theirs.append(theirs["sample_index"].shape[0] - 1)
@@ -175,8 +180,8 @@ def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, r
         counts = index_builders.count_datasets(index, k, "cpp")
         return (index, sample, counts), {"blend": time.perf_counter() - t0}
 
-    (index, sample, counts), tb_theirs = best_of(repeat, megatron_blend)
-    (our_index, our_sample, our_counts), tb_ours = best_of(repeat, ours_blend)
+    (index, sample, counts), tb_theirs = best_of(runs, megatron_blend)
+    (our_index, our_sample, our_counts), tb_ours = best_of(runs, ours_blend)
     ok &= np.array_equal(index, our_index) and np.array_equal(sample, our_sample) and index.dtype == our_index.dtype
     ok &= bool(np.all(counts <= np.array(lens_theirs))) and bool(np.all(our_counts <= np.array(lens_ours)))
     t_theirs["blend"], t_ours["blend"] = tb_theirs["blend"], tb_ours["blend"]
@@ -211,16 +216,14 @@ def main(argv: list[str] | None = None) -> int:
     entries = args.entries or ([1e6, 3e6] if args.quick else [10e6, 100e6])
     blend_samples = int(args.blend_samples or (2e5 if args.quick else 3e6))
     docs_scale = 200_000 if args.quick else 2_000_000
-    repeat = args.repeat or (3 if args.quick else 1)
-    global WARMUP
-    WARMUP = max(0, args.warmup)
+    runs = Runs(warmup=max(0, args.warmup), repeat=args.repeat or (3 if args.quick else 1))
     print(f"megatron-core 0.16.1 vs bloomdata (C++), seq_length {args.seq_length}, seed {args.seed}, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'default')}, cpus={os.cpu_count()}, "
-          f"best of {repeat} run(s) per side after {WARMUP} warm-up run(s)")
+          f"best of {runs.repeat} run(s) per side after {runs.warmup} warm-up run(s)")
     results = []
     for n in entries:
-        results.append((f"{int(n):,} entries", *bench_single(int(n), args.seq_length, args.seed, repeat)))
-    results.append(("28-language blend", *bench_blend(blend_samples, args.seq_length, args.seed, docs_scale, repeat)))
+        results.append((f"{int(n):,} entries", *bench_single(int(n), args.seq_length, args.seed, runs)))
+    results.append(("28-language blend", *bench_blend(blend_samples, args.seq_length, args.seed, docs_scale, runs)))
     print("\n== summary (total build time)")
     print(f"  {'case':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}  identical")
     for label, t_theirs, t_ours, ok in results:
