@@ -97,7 +97,7 @@ def main() -> int:
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
     from bloomdata.build import BuildConfig, run_build
-    from bloomdata.documents import SourceConfig
+    from bloomdata.readers import SourceConfig
 
     target = int((20.0 if args.quick else args.mb) * 1e6)
     with tempfile.TemporaryDirectory(prefix="bench_build_") as tmp:
@@ -105,7 +105,7 @@ def main() -> int:
         if args.tokenizer:
             tok_path = args.tokenizer
         else:
-            from bloomdata.tokenizer import TokenizerTrainConfig, train_tokenizer
+            from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
 
             tok_path = str(tmp / "tokenizer")
             train_tokenizer(TokenizerTrainConfig(sources=[SourceConfig(paths=[args.corpus])], out_dir=tok_path,

@@ -36,9 +36,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from bloomdata import index_builders
-from bloomdata.blend import samples_per_dataset
-from bloomdata.samples import build_gpt_indices, plan_epochs
+from bloomdata.megatron import index_builders
+from bloomdata.megatron.blend import samples_per_dataset
+from bloomdata.megatron.gpt_samples import build_gpt_indices, plan_epochs
 
 NAMES = ["document_index", "sample_index", "shuffle_index"]
 

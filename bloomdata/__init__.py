@@ -1,11 +1,11 @@
 """bloomdata: BLOOM tokenizer, Megatron-compatible token datasets, sample indices and blends.
 
-Never imports torch (data workers stay light); only ``bloomdata.parallel`` imports dask.
+Never imports torch (data workers stay light); only ``bloomdata.build.executor`` imports dask.
 The public API is re-exported here; heavier pieces are imported on first use.
 """
 
 from bloomdata.errors import BloomDataError
-from bloomdata.indexed import (
+from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
     best_fitting_dtype,
@@ -14,8 +14,8 @@ from bloomdata.indexed import (
 
 # name -> module, imported on first attribute access (PEP 562) so `import bloomdata` stays cheap.
 _LAZY = {
-    "GPTSamples": "bloomdata.samples",
-    "Blend": "bloomdata.blend",
+    "GPTSamples": "bloomdata.megatron.gpt_samples",
+    "Blend": "bloomdata.megatron.blend",
 }
 
 

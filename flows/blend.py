@@ -16,7 +16,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from bloomdata import blend_cli
+from bloomdata.cli import blend as blend_cli
 from bloomdata.errors import BloomDataError
 from flows.config import BlendStageConfig
 from flows.stages import completed, config_hash, write_marker

@@ -16,8 +16,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 
 from bloomdata.build import BuildConfig
-from bloomdata.documents import SourceConfig
-from bloomdata.tokenizer import TokenizerTrainConfig
+from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.config import (
     CheckpointConfig,
     LoggingConfig,

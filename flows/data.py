@@ -24,9 +24,9 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from bloomdata.build import SHARDS_DIR, BuildConfig, run_build
-from bloomdata.documents import SourceConfig, plan_shards
-from bloomdata.fertility import fertility_table
-from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer, train_tokenizer
+from bloomdata.readers import SourceConfig, plan_shards
+from bloomdata.tokenizer.bpe import TokenizerTrainConfig, load_tokenizer, train_tokenizer
+from bloomdata.tokenizer.fertility import fertility_table
 from flows.config import demo_build_config, demo_tokenizer_config
 from flows.stages import completed, config_hash, write_marker
 

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from bloomdata.documents import SourceConfig
 from bloomdata.errors import BloomDataError
+from bloomdata.readers import SourceConfig
 
 
 def corpus_sources(path: str, text_field: str, lang_field: str, lang: str | None) -> list[SourceConfig]:

@@ -42,8 +42,8 @@ def small_tokenizer_dir(tmp_path_factory, corpus_dir) -> Path:
     The directory holds tokenizer.json, tokenizer_config.json, special_tokens_map.json and
     training_report.json, like `bloomdata train-tokenizer` writes.
     """
-    from bloomdata.documents import SourceConfig
-    from bloomdata.tokenizer import TokenizerTrainConfig, train_tokenizer
+    from bloomdata.readers import SourceConfig
+    from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
 
     out = tmp_path_factory.mktemp("small_tokenizer")
     train_tokenizer(TokenizerTrainConfig(

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from bloomdata.indexed import IndexedDatasetWriter
+from bloomdata.megatron.indexed import IndexedDatasetWriter
 
 warnings.filterwarnings("ignore", message=".*Transformer Engine.*")
 logging.getLogger("megatron").setLevel(logging.ERROR)

@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from bloomdata import index_builders
-from bloomdata.blend import Blend, blend_from_weighted_split, build_blend, samples_per_dataset
 from bloomdata.errors import BloomDataError
-from bloomdata.samples import GPTSamples
+from bloomdata.megatron import index_builders
+from bloomdata.megatron.blend import Blend, blend_from_weighted_split, build_blend, samples_per_dataset
+from bloomdata.megatron.gpt_samples import GPTSamples
 from tests.bloomdata.megatron_oracle import blended_build, megatron_tokens, write_dataset
 
 BACKENDS = ["numpy"] + (["cpp"] if index_builders.cpp_available() else [])

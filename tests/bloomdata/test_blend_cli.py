@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from bloomdata import cli
-from bloomdata.blend import blend_from_spec
-from bloomdata.blend_weights import alpha_weights, constrain, load_blend_spec
 from bloomdata.errors import BloomDataError
-from bloomdata.indexed import IndexedDataset
+from bloomdata.megatron.blend import blend_from_spec
+from bloomdata.megatron.indexed import IndexedDataset
+from bloomdata.mixture.weights import alpha_weights, constrain, load_blend_spec
 from tests.bloomdata.megatron_oracle import write_dataset
 
 

@@ -22,10 +22,10 @@ import pytest
 
 from bloomdata.build import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, run_build
 from bloomdata.cli import main as cli_main
-from bloomdata.documents import REJECT_REASONS, SourceConfig
 from bloomdata.errors import BloomDataError
-from bloomdata.indexed import IndexedDataset
-from bloomdata.tokenizer import load_tokenizer
+from bloomdata.megatron.indexed import IndexedDataset
+from bloomdata.readers import REJECT_REASONS, SourceConfig
+from bloomdata.tokenizer.bpe import load_tokenizer
 
 LANGS = ("en", "fr", "zh", "ar")
 REPO = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ BIG_SHARDS = -(-BIG_ROWS // BIG_SHARD_ROWS)  # 9
 
 @pytest.fixture(scope="module")
 def client():
-    from bloomdata.parallel import dask_client
+    from bloomdata.build.executor import dask_client
 
     with dask_client(2) as c:  # the build's own cluster setup (and its environment restore on exit)
         yield c
@@ -323,7 +323,7 @@ append_eod: false
 def test_local_cluster_leaves_this_process_environment_alone(monkeypatch):
     """distributed's Nanny sets OMP_NUM_THREADS=1 (and MKL_/OPENBLAS_...) in the parent before each spawn; after
     a build, this process's index builders and BLAS must get their threads back."""
-    from bloomdata.parallel import dask_client
+    from bloomdata.build.executor import dask_client
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "3")
@@ -338,7 +338,7 @@ def test_run_shards_inside_a_dask_task_uses_that_cluster(client):
     task on a DaskTaskRunner would, sends the shards to the same cluster, in input order."""
     import operator
 
-    from bloomdata.parallel import run_shards
+    from bloomdata.build.executor import run_shards
 
     assert client.submit(run_shards, operator.neg, list(range(7)), pure=False).result(60) == [-i for i in range(7)]
 

@@ -1,4 +1,4 @@
-"""`python -m bloomdata.demo`: trains a tokenizer, builds per-language datasets with 2 Dask workers and
+"""`python -m bloomdata.cli.demo`: trains a tokenizer, builds per-language datasets with 2 Dask workers and
 --append-eod, and ends by printing the build summary (run as `make demo` runs it, in a subprocess)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bloomdata.indexed import IndexedDataset
+from bloomdata.megatron.indexed import IndexedDataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ def test_demo_end_to_end(tmp_path, corpus_dir):
     for lang in ("en", "hi", "zh"):
         (corpus / f"{lang}.jsonl").write_bytes((corpus_dir / f"{lang}.jsonl").read_bytes())
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "bloomdata.demo", "--out", str(out), "--corpus", str(corpus),
+    proc = subprocess.run([sys.executable, "-m", "bloomdata.cli.demo", "--out", str(out), "--corpus", str(corpus),
                            "--vocab-size", "1000", "--no-progress"], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from bloomdata.documents import (
+from bloomdata.errors import BloomDataError
+from bloomdata.readers import (
     REJECT_REASONS,
     Document,
     Reject,
@@ -23,7 +24,6 @@ from bloomdata.documents import (
     read_shard,
     source_from_spec,
 )
-from bloomdata.errors import BloomDataError
 
 ROWS = [{"text": f"document {i} — ünïcode ✓ 文字", "lang": ["en", "fr", "zh"][i % 3]} for i in range(1037)]
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from bloomdata import cli
-from bloomdata.documents import SourceConfig, iter_documents
-from bloomdata.fertility import ALL, fertility_table, to_markdown
-from bloomdata.tokenizer import load_tokenizer, save_tokenizer, train_from_texts
+from bloomdata.readers import SourceConfig, iter_documents
+from bloomdata.tokenizer.bpe import load_tokenizer, save_tokenizer, train_from_texts
+from bloomdata.tokenizer.fertility import ALL, fertility_table, to_markdown
 
 LANGS = ("en", "hi", "zh")
 

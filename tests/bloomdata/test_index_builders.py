@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bloomdata import index_builders as ib
+from bloomdata.megatron import index_builders as ib
 
 pytestmark = pytest.mark.skipif(not ib.cpp_available(), reason="C++ index helpers not built")
 

@@ -12,8 +12,8 @@ import time
 import numpy as np
 import pytest
 
-from bloomdata.blend import build_blend
-from bloomdata.samples import GPTSamples
+from bloomdata.megatron.blend import build_blend
+from bloomdata.megatron.gpt_samples import GPTSamples
 from tests.bloomdata.megatron_oracle import write_dataset
 
 NAMES = ["document_index", "sample_index", "shuffle_index"]
@@ -85,7 +85,7 @@ def test_damaged_cache_is_detected_and_rebuilt(prefix, tmp_path, damage):
 
 _WORKER = """
 import hashlib, json, sys, time
-from bloomdata.samples import GPTSamples
+from bloomdata.megatron.gpt_samples import GPTSamples
 prefix, cache, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start:
     time.sleep(0.001)

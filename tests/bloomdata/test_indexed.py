@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bloomdata.errors import BloomDataError
-from bloomdata.indexed import (
+from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
     best_fitting_dtype,

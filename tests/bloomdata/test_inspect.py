@@ -8,9 +8,9 @@ import json
 import numpy as np
 
 from bloomdata.cli import main as cli_main
-from bloomdata.indexed import IndexedDatasetWriter
-from bloomdata.inspect import length_histogram
-from bloomdata.tokenizer import eod_id, load_tokenizer
+from bloomdata.cli.inspect import length_histogram
+from bloomdata.megatron.indexed import IndexedDatasetWriter
+from bloomdata.tokenizer.bpe import eod_id, load_tokenizer
 
 TEXTS = ["Hello world, this is the first document.", "Deuxième document, en français.", "文字 ✓",
          "short", "A much longer document " * 40]

@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bloomdata import index_builders
 from bloomdata.errors import BloomDataError
-from bloomdata.samples import GPTSamples, plan_epochs
+from bloomdata.megatron import index_builders
+from bloomdata.megatron.gpt_samples import GPTSamples, plan_epochs
 from tests.bloomdata.megatron_oracle import gpt_dataset, megatron_tokens, write_dataset
 
 BACKENDS = ["numpy"] + (["cpp"] if index_builders.cpp_available() else [])
@@ -49,7 +49,7 @@ def _assert_same(ours: GPTSamples, theirs) -> None:
 @pytest.mark.parametrize("seq_length", [8, 45])
 @pytest.mark.parametrize("doc_range", [(0, 300), (20, 280)])
 def test_core_matches_megatron_grid(prefix, seed, seq_length, doc_range):
-    from bloomdata.indexed import IndexedDataset
+    from bloomdata.megatron.indexed import IndexedDataset
 
     ds = IndexedDataset(prefix)
     tokens = int(ds.sizes[doc_range[0] : doc_range[1]].sum())
@@ -125,7 +125,7 @@ def _bloom_reference(sizes, documents, num_samples, seq_length, seed):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_bloom_mode_uses_the_095_cutoff(prefix, backend):
-    from bloomdata.indexed import IndexedDataset
+    from bloomdata.megatron.indexed import IndexedDataset
 
     ds = IndexedDataset(prefix)
     seq_length, seed = 20, 42

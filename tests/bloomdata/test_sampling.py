@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from bloomdata.documents import SourceConfig
 from bloomdata.errors import BloomDataError
-from bloomdata.sampling import alpha_probabilities, byte_quotas, draw_sample
+from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, draw_sample
 
 
 def _write_lang(path, lang, n_docs, doc_bytes, tag=""):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bloomdata.errors import BloomDataError
-from bloomdata.splits import (
+from bloomdata.megatron.splits import (
     bloom_split_boundaries,
     parse_weighted_split,
     split_range,

@@ -12,9 +12,9 @@ import pytest
 from tokenizers import Tokenizer, models
 
 from bloomdata import cli
-from bloomdata.documents import SourceConfig, iter_documents
 from bloomdata.errors import BloomDataError
-from bloomdata.tokenizer import (
+from bloomdata.readers import SourceConfig, iter_documents
+from bloomdata.tokenizer.bpe import (
     SPECIAL_TOKENS,
     TokenizerTrainConfig,
     check_budget,

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from bloomdata.build import BuildConfig
-from bloomdata.documents import SourceConfig
-from bloomdata.indexed import IndexedDataset
-from bloomdata.tokenizer import TokenizerTrainConfig, load_tokenizer
+from bloomdata.megatron.indexed import IndexedDataset
+from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.bpe import TokenizerTrainConfig, load_tokenizer
 from flows.blend import blend_flow
 from flows.config import BlendStageConfig
 from flows.data import dataset_flow, tokenizer_flow

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from bloomdata.indexed import CODE_OF_DTYPE, IndexedDataset, data_file_path, index_file_path
+from bloomdata.megatron.indexed import CODE_OF_DTYPE, IndexedDataset, data_file_path, index_file_path
 
 BAR_WIDTH = 40
 
@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     stats = describe(ds)
     tok = None
     if args.tokenizer:
-        from bloomdata.tokenizer import load_tokenizer
+        from bloomdata.tokenizer.bpe import load_tokenizer
 
         tok = load_tokenizer(args.tokenizer)
     docs = []

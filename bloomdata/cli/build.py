@@ -17,9 +17,9 @@ import sys
 from typing import Any
 
 from bloomdata.build import BuildConfig, run_build
-from bloomdata.config_files import load_yaml, validate
-from bloomdata.documents import source_from_spec
+from bloomdata.config import load_yaml, validate
 from bloomdata.errors import BloomDataError
+from bloomdata.readers import source_from_spec
 
 
 def _parser() -> argparse.ArgumentParser:

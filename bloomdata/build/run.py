@@ -40,9 +40,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.documents import REJECT_REASONS, Reject, Shard, SourceConfig, plan_shards, read_shard
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, SourceConfig, plan_shards, read_shard
 from bloomdata.errors import BloomDataError
-from bloomdata.indexed import (
+from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
     best_fitting_dtype,
@@ -50,217 +50,9 @@ from bloomdata.indexed import (
     index_file_path,
     merge_datasets,
 )
-from bloomdata.tokenizer import eod_id, load_tokenizer, tokenizer_identity
-
-MARKER_VERSION = 1  # bump when the shard output format changes: every old marker becomes invalid
-SUMMARY_FILE = "build_summary.json"
-REJECTS_FILE = "rejects.jsonl"
-SHARDS_DIR = "shards"
-LOCK_FILE = ".bloomdata-build.lock"
-UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined": documents without a language
-
-
-class BuildConfig(BaseModel):
-    """Everything a build needs (shared by ``bloomdata build`` and the Prefect flow)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sources: list[SourceConfig] = Field(min_length=1, description="inputs; language per source or per row")
-    tokenizer: str = Field(description="tokenizer.json or a directory holding one")
-    out_dir: str = Field(description="output directory: OUT_DIR/<name>.bin/.idx, summary, rejects")
-    append_eod: bool = Field(default=False, description="append </s> to every document (Megatron --append-eod)")
-    split_by: Literal["lang", "none"] = Field(default="lang", description="one output per language, or one")
-    output_name: str = Field(default="all", pattern=r"^[A-Za-z0-9_.-]+$",
-                             description="output prefix name with split_by='none'")
-    workers: int = Field(default=2, ge=0, description="LocalCluster worker processes (0: run in-process)")
-    scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler")
-    max_rows_per_shard: int | None = Field(default=None, ge=1, description="split larger files into row ranges")
-    strict: bool = Field(default=False, description="the first rejected row is an error naming file:line")
-    batch_docs: int = Field(default=1000, ge=1, description="documents per encode_batch call")
-    batch_bytes: int = Field(default=8 << 20, ge=1, description="characters per encode_batch call (memory)")
-    max_reject_examples: int = Field(default=20, ge=0, description="examples per reason in rejects.jsonl")
-    keep_shards: bool = Field(default=False, description="keep OUT_DIR/shards after the merge")
-    progress: bool = Field(default=True, description="tqdm progress bar on stderr")
-
-
-# ---------------------------------------------------------------------------------------------------------
-# One shard
-
-
-def output_name_of(lang: str | None) -> str:
-    """Filesystem-safe output name for a document language."""
-    if not lang:
-        return UNKNOWN_LANG
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", lang)[:64]
-
-
-def shard_key(shard: Shard, tokenizer_sha: str, append_eod: bool, dtype: np.dtype, split_by: str,
-              output_name: str) -> dict[str, Any]:
-    """Everything that determines a shard's output bytes; a marker is valid only for an equal key."""
-    try:
-        st = os.stat(shard.path)
-    except OSError as exc:
-        raise BloomDataError(f"cannot read input {shard.path}: {exc.strerror}") from None
-    return {
-        "version": MARKER_VERSION,
-        "shard": dataclasses.asdict(shard),
-        "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns},
-        "tokenizer_sha256": tokenizer_sha,
-        "append_eod": append_eod,
-        "dtype": np.dtype(dtype).name,
-        "split_by": split_by,
-        "output_name": output_name if split_by == "none" else None,
-    }
-
-
-def marker_path(out_dir: str, shard: Shard) -> str:
-    return os.path.join(out_dir, SHARDS_DIR, f"{shard.name}.done.json")
-
-
-def part_prefix(out_dir: str, shard: Shard, name: str) -> str:
-    return os.path.join(out_dir, SHARDS_DIR, shard.name, name)
-
-
-def load_marker(out_dir: str, shard: Shard, key: dict[str, Any]) -> dict[str, Any] | None:
-    """The shard's manifest when its marker is valid for ``key`` and its parts are intact, else None."""
-    try:
-        with open(marker_path(out_dir, shard), encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if manifest.get("key") != key:
-        return None
-    for name, part in manifest.get("outputs", {}).items():
-        prefix = part_prefix(out_dir, shard, name)
-        for path, size in ((data_file_path(prefix), part["bin_bytes"]), (index_file_path(prefix), part["idx_bytes"])):
-            if not os.path.isfile(path) or os.path.getsize(path) != size:
-                return None
-    return manifest
-
-
-def _write_json_atomic(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=1, ensure_ascii=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_tokenizer(path: str, size: int, mtime_ns: int):
-    """(Tokenizer, sha256) loaded once per worker process; the stat in the key reloads a changed file."""
-    return load_tokenizer(path), tokenizer_identity(path)
-
-
-def _tokenizer(path: str):
-    file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-    try:
-        st = os.stat(file)
-    except OSError:
-        return load_tokenizer(path), None  # raises the tokenizer module's error naming the path
-    return _cached_tokenizer(file, st.st_size, st.st_mtime_ns)
-
-
-def _strict_error(reject: Reject) -> BloomDataError:
-    return BloomDataError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
-                          "drop that row, or run without --strict to skip and count it")
-
-
-def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eod: bool, dtype: str,
-                   split_by: str = "lang", output_name: str = "all", strict: bool = False,
-                   batch_docs: int = 1000, batch_bytes: int = 8 << 20,
-                   max_examples: int = 20) -> dict[str, Any]:
-    """Tokenize one shard into ``OUT_DIR/shards/<shard>/<name>.bin/.idx`` and mark it done.
-
-    Idempotent: a shard with a valid marker is not redone (Dask may re-run a task whose worker died).
-    Memory is bounded by one batch (``batch_docs`` documents or ``batch_bytes`` characters) plus the
-    writers' 4 bytes per document. Returns the manifest (small: counts, sizes, bounded reject examples).
-    """
-    t0, cpu0 = time.perf_counter(), time.process_time()
-    tok, sha = _tokenizer(tokenizer_path)
-    np_dtype = np.dtype(dtype)
-    key = shard_key(shard, sha, append_eod, np_dtype, split_by, output_name)
-    manifest = load_marker(out_dir, shard, key)
-    if manifest is not None:
-        return {**manifest, "reused": True}
-    eod = eod_id(tok) if append_eod else None
-    work = os.path.join(out_dir, SHARDS_DIR, shard.name)
-    shutil.rmtree(work, ignore_errors=True)  # stray temp files or stale parts of an earlier attempt
-    os.makedirs(work, exist_ok=True)
-    writers: dict[str, IndexedDatasetWriter] = {}
-    rejects: Counter[str] = Counter()
-    examples: list[dict[str, Any]] = []
-    counts = {"text_bytes": 0}
-    part_tokens: Counter[str] = Counter()
-    batch_names: list[str] = []
-    batch_texts: list[str] = []
-    batch_chars = 0
-
-    # The per-document work below runs ~10^4 times a second per worker: kept to the bare minimum
-    # (no per-document regex, encode or dict churn) since it is what separates us from bare encoding.
-    def flush() -> None:
-        encodings = tok.encode_batch_fast(batch_texts, add_special_tokens=False)
-        counts["text_bytes"] += len("".join(batch_texts).encode("utf-8"))
-        for name, enc in zip(batch_names, encodings):
-            ids = enc.ids
-            if eod is not None:
-                ids.append(eod)
-            writer = writers.get(name)
-            if writer is None:
-                writer = writers[name] = IndexedDatasetWriter(part_prefix(out_dir, shard, name), np_dtype)
-            writer.add_document(np.array(ids, dtype=np_dtype))  # never empty: texts are non-empty
-            part_tokens[name] += len(ids)
-        batch_names.clear()
-        batch_texts.clear()
-
-    names_of: dict[str | None, str] = {}  # document lang -> output name, sanitized once per language
-
-    try:
-        for item in read_shard(shard):
-            if isinstance(item, Reject):
-                if strict:
-                    raise _strict_error(item)
-                rejects[item.reason] += 1
-                if rejects[item.reason] <= max_examples:
-                    examples.append(dataclasses.asdict(item))
-                continue
-            if split_by == "none":
-                batch_names.append(output_name)
-            else:
-                name = names_of.get(item.lang)
-                if name is None:
-                    name = names_of[item.lang] = output_name_of(item.lang)
-                batch_names.append(name)
-            batch_texts.append(item.text)
-            batch_chars += len(item.text)
-            if len(batch_texts) >= batch_docs or batch_chars >= batch_bytes:
-                flush()
-                batch_chars = 0
-        if batch_texts:
-            flush()
-        for writer in writers.values():
-            writer.finalize()
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    counts["documents"] = sum(len(w) for w in writers.values())
-    counts["tokens"] = sum(part_tokens.values())
-    outputs = {}
-    for name in sorted(writers):
-        prefix = part_prefix(out_dir, shard, name)
-        outputs[name] = {"documents": len(writers[name]), "tokens": part_tokens[name],
-                         "bin_bytes": os.path.getsize(data_file_path(prefix)),
-                         "idx_bytes": os.path.getsize(index_file_path(prefix))}
-    manifest = {"key": key, "shard": shard.name, "outputs": outputs, **counts,
-                "rejects": dict(sorted(rejects.items())), "reject_examples": examples,
-                "seconds": round(time.perf_counter() - t0, 3),
-                "cpu_seconds": round(time.process_time() - cpu0, 3)}  # < seconds: waiting on I/O or CPU
-    _write_json_atomic(marker_path(out_dir, shard), manifest)
-    return {**manifest, "reused": False}
+from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
+from bloomdata.build.config import LOCK_FILE, REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, output_name_of
+from bloomdata.build.shard import _strict_error, _write_json_atomic, load_marker, part_prefix, shard_key, tokenize_shard
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -384,7 +176,7 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
     """
     from tqdm import tqdm
 
-    from bloomdata.parallel import run_shards
+    from bloomdata.build.executor import run_shards
 
     t0 = time.perf_counter()
     shards = plan_shards(config.sources, config.max_rows_per_shard)

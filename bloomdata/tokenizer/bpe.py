@@ -30,8 +30,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from bloomdata.documents import SourceConfig
 from bloomdata.errors import BloomDataError
+from bloomdata.readers import SourceConfig
 
 BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3, in this order
@@ -137,7 +137,7 @@ def check_budget(config: TokenizerTrainConfig) -> None:
 
 def train_tokenizer(config: TokenizerTrainConfig) -> dict:
     """Sample, train and save; returns the training report (also written to training_report.json)."""
-    from bloomdata.sampling import draw_sample
+    from bloomdata.tokenizer.sampling import draw_sample
 
     check_budget(config)
     t0 = time.perf_counter()

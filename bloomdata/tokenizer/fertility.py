@@ -10,18 +10,13 @@ figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by t
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from bloomdata.documents import SourceConfig, iter_documents
 from bloomdata.errors import BloomDataError
-from bloomdata.sampling import UNKNOWN_LANG
-from bloomdata.tokenizer import load_tokenizer
+from bloomdata.readers import SourceConfig, iter_documents
+from bloomdata.tokenizer.sampling import UNKNOWN_LANG
 
 # Scripts without spaces between words: whitespace "words" are clauses there (ISO 639 codes).
 NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu", "dz"})
@@ -138,34 +133,3 @@ def to_markdown(rows: list[FertilityRow], name: str = "tokenizer", compare_name:
     if any(not r.whitespace_words for r in rows if r.lang != ALL):
         lines.append("\nn/a: the language is written without spaces between words; compare tok/char.")
     return "\n".join(lines)
-
-
-def main(argv: list[str]) -> int:
-    from bloomdata.tokenizer_cli import add_input_arguments, input_sources, load_yaml, validate
-
-    parser = argparse.ArgumentParser(prog="bloomdata fertility", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizer", required=True, help="tokenizer directory or tokenizer.json")
-    parser.add_argument("--compare", metavar="DIR", help="a second tokenizer to show beside the first")
-    add_input_arguments(parser)
-    parser.add_argument("--max-docs", type=int, help="documents per language at most")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    args = parser.parse_args(argv)
-
-    sources = input_sources(args) if args.input else load_yaml(args.config).get("sources") if args.config \
-        else None
-    if not sources:
-        raise BloomDataError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
-    sources = [validate(SourceConfig, s, args.config or "--input") for s in sources]
-    tok = load_tokenizer(args.tokenizer)
-    other = load_tokenizer(args.compare) if args.compare else None
-    rows = fertility_table(tok, sources, other, args.max_docs)
-    name = Path(os.path.normpath(args.tokenizer)).name
-    compare_name = Path(os.path.normpath(args.compare)).name if args.compare else None
-    if compare_name == name:
-        compare_name = f"{compare_name} (compare)"
-    print(to_markdown(rows, name, compare_name))
-    if args.json:
-        payload = {"tokenizer": args.tokenizer, "compare": args.compare, "rows": [r.to_dict() for r in rows]}
-        Path(args.json).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return 0

@@ -18,10 +18,10 @@ import math
 import os
 import sys
 
-from bloomdata.blend_weights import BlendDataset, BlendSpec, alpha_weights, constrain
 from bloomdata.errors import BloomDataError
-from bloomdata.indexed import IndexedDataset
-from bloomdata.splits import parse_range, range_to_documents, split_range
+from bloomdata.megatron.indexed import IndexedDataset
+from bloomdata.megatron.splits import parse_range, range_to_documents, split_range
+from bloomdata.mixture.weights import BlendDataset, BlendSpec, alpha_weights, constrain
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:

@@ -28,8 +28,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from bloomdata.documents import Document, SourceConfig, plan_shards, read_shard
 from bloomdata.errors import BloomDataError
+from bloomdata.readers import Document, SourceConfig, plan_shards, read_shard
 
 UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined"
 _KEY_SPACE = 1 << 64

@@ -14,10 +14,10 @@ from __future__ import annotations
 import argparse
 import re
 
-from bloomdata.config_files import load_yaml, validate
-from bloomdata.documents import source_from_spec
+from bloomdata.config import load_yaml, validate
 from bloomdata.errors import BloomDataError
-from bloomdata.tokenizer import BLOOM_VOCAB_SIZE, TokenizerTrainConfig, train_tokenizer
+from bloomdata.readers import source_from_spec
+from bloomdata.tokenizer.bpe import BLOOM_VOCAB_SIZE, TokenizerTrainConfig, train_tokenizer
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 

@@ -15,7 +15,7 @@ sample_index always, refused instead of silently overflowing as it did there). B
 
 Differences from megatron, on purpose: a split with no documents or no tokens raises ``BloomDataError``
 (megatron-core loops forever there); the cache is keyed by everything that determines the arrays and is
-written atomically (``bloomdata.index_cache``); ``s[i]`` returns the int64 tokens only.
+written atomically (``bloomdata.megatron.index_cache``); ``s[i]`` returns the int64 tokens only.
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bloomdata import index_builders
 from bloomdata.errors import BloomDataError
-from bloomdata.index_cache import IndexCache
-from bloomdata.indexed import IndexedDataset, index_file_path
-from bloomdata.splits import check_compat, split_position, split_range
+from bloomdata.megatron import index_builders
+from bloomdata.megatron.index_cache import IndexCache
+from bloomdata.megatron.indexed import IndexedDataset, index_file_path
+from bloomdata.megatron.splits import check_compat, split_position, split_range
 
 LAST_EPOCH_CUTOFF = {"core": 0.80, "bloom": 0.95}
 ARRAY_NAMES = ["document_index", "sample_index", "shuffle_index"]
@@ -131,7 +131,7 @@ class GPTSamples:
     """Samples of ``seq_length + 1`` tokens over one split of an IndexedDataset.
 
     ``split`` is None (all sequences), ``(begin, end)``, ``"START:END"`` fractions or a ``"949,50,1"``
-    vector (see ``bloomdata.splits``); ``split_name`` picks train/valid/test. With ``cache_dir`` the
+    vector (see ``bloomdata.megatron.splits``); ``split_name`` picks train/valid/test. With ``cache_dir`` the
     arrays are loaded from / saved to that directory. ``tokenizer_id`` (any string naming the tokenizer)
     is part of the cache key only. ``backend`` forces "cpp" or "numpy" (tests).
     """

@@ -27,12 +27,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bloomdata import index_builders
 from bloomdata.errors import BloomDataError
-from bloomdata.index_cache import IndexCache
-from bloomdata.indexed import IndexedDataset
-from bloomdata.samples import GPTSamples
-from bloomdata.splits import SPLIT_NAMES, WeightedSplit, check_compat, parse_weighted_split
+from bloomdata.megatron import index_builders
+from bloomdata.megatron.gpt_samples import GPTSamples
+from bloomdata.megatron.index_cache import IndexCache
+from bloomdata.megatron.indexed import IndexedDataset
+from bloomdata.megatron.splits import SPLIT_NAMES, WeightedSplit, check_compat, parse_weighted_split
 
 SURPLUS = 0.005  # megatron-core's mid_level_dataset_surplus default and BigScience's hard-coded 1.005
 INDEX_DTYPE = {"core": np.dtype(np.int16), "bloom": np.dtype(np.uint8)}
@@ -269,7 +269,7 @@ def blend_from_spec(
     compat: str = "core",
     **kwargs,
 ) -> Blend:
-    """The Blend a ``bloomdata.blend_weights.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
+    """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
     if spec.seq_length is None:
         raise BloomDataError("the blend YAML has no seq_length; set it (or re-run `bloomdata blend --seq-length`)")
     if spec.split is not None:

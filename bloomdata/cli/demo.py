@@ -1,6 +1,6 @@
 """End-to-end data demo (what `make demo` runs): train a tokenizer, build per-language Megatron datasets.
 
-    python -m bloomdata.demo --out demo_out [--corpus DIR] [--vocab-size 8000] [--workers 2]
+    python -m bloomdata.cli.demo --out demo_out [--corpus DIR] [--vocab-size 8000] [--workers 2]
 
 1. Trains a BLOOM-style byte-level BPE tokenizer on the corpus (default ../shared/corpus beside the
    repository: 27 languages) with the library's ``train_tokenizer`` -> ``OUT/tokenizer/``. The vocabulary
@@ -35,8 +35,8 @@ def default_corpus() -> Path:
 def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
              progress: bool = True) -> dict:
     from bloomdata.build import BuildConfig, run_build
-    from bloomdata.documents import SourceConfig
-    from bloomdata.tokenizer import TokenizerTrainConfig, train_tokenizer
+    from bloomdata.readers import SourceConfig
+    from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
 
     if not corpus.is_dir() or not any(corpus.glob("*.jsonl")):
         raise BloomDataError(f"corpus not found: {corpus} holds no .jsonl files (pass --corpus DIR)")
@@ -57,14 +57,14 @@ def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bloomdata.demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bloomdata.cli.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="output directory (tokenizer/ and data/ inside)")
     p.add_argument("--corpus", help="directory of .jsonl files (default: ../shared/corpus)")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     args = p.parse_args(argv)
-    from bloomdata.build_cli import format_summary
+    from bloomdata.cli.build import format_summary
 
     try:
         summary = run_demo(Path(args.out), Path(args.corpus) if args.corpus else default_corpus(),

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.config_files import load_yaml, validate
+from bloomdata.config import load_yaml, validate
 from bloomdata.errors import BloomDataError
 
 

@@ -14,11 +14,11 @@ from bloomdata.errors import BloomDataError
 
 # subcommand -> (module exposing main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train-tokenizer": ("bloomdata.tokenizer_cli", "train a BLOOM-style byte-level BPE tokenizer"),
-    "fertility": ("bloomdata.fertility", "tokens per word and per character, per language"),
-    "build": ("bloomdata.build_cli", "tokenize corpora in parallel into Megatron .bin/.idx"),
-    "inspect": ("bloomdata.inspect", "counts, dtype, length histogram and first documents of a dataset"),
-    "blend": ("bloomdata.blend_cli", "tune per-language blend weights (alpha sampling) for a token budget"),
+    "train-tokenizer": ("bloomdata.cli.train_tokenizer", "train a BLOOM-style byte-level BPE tokenizer"),
+    "fertility": ("bloomdata.cli.fertility", "tokens per word and per character, per language"),
+    "build": ("bloomdata.cli.build", "tokenize corpora in parallel into Megatron .bin/.idx"),
+    "inspect": ("bloomdata.cli.inspect", "counts, dtype, length histogram and first documents of a dataset"),
+    "blend": ("bloomdata.cli.blend", "tune per-language blend weights (alpha sampling) for a token budget"),
 }
 
 

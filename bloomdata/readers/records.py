@@ -1,0 +1,94 @@
+"""What a reader yields: ``Document`` or ``Reject`` per row, and the ``Shard`` it reads.
+
+Every row of a shard yields exactly one item, so builds can count rejects by reason and point at
+file:line. ``validate_row`` is the one check of a row's text value, shared by every format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+
+from bloomdata.readers.sources import Format
+
+# Why a row was skipped. Keys are stable: they appear in build summaries and rejects files.
+REJECT_REASONS = (
+    "malformed_json",  # the line is not a JSON object
+    "invalid_utf8",  # the bytes are not valid UTF-8
+    "missing_text",  # the text field is absent (or null)
+    "non_string_text",  # the text field is not a string
+    "empty_text",  # the text is empty (no tokens would be written)
+)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A unit of work: rows [start, stop) of one file (stop=None: to the end).
+
+    ``format`` is always concrete after ``plan_shards`` (jsonl, parquet, arrow or txt). ``offset`` is the
+    byte offset of row ``start`` in an uncompressed jsonl file, recorded by the planner so the reader can
+    seek; None means "skip ``start`` rows by reading".
+    """
+
+    path: str
+    format: Format
+    text_field: str
+    lang: str | None
+    lang_field: str
+    start: int = 0
+    stop: int | None = None
+    offset: int | None = None
+
+    @property
+    def name(self) -> str:
+        """Stable identifier used for shard outputs and completion markers (filesystem-safe).
+
+        ``<file name>-<start>-<stop|end>-<hash>``: readable, and the hash of every field that changes
+        what the shard yields keeps two shards of the same file name (or read two ways) apart.
+        """
+        key = json.dumps([self.path, self.format, self.text_field, self.lang, self.lang_field,
+                          self.start, self.stop])
+        digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+        base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(self.path.rstrip("/")))[:60]
+        return f"{base}-{self.start}-{'end' if self.stop is None else self.stop}-{digest}"
+
+
+@dataclass(frozen=True)
+class Document:
+    text: str
+    lang: str | None
+    path: str
+    line: int  # 1-based row/line number in the file (the document index for txt, parquet, arrow, hf)
+
+
+@dataclass(frozen=True)
+class Reject:
+    reason: str  # one of REJECT_REASONS
+    path: str
+    line: int
+    detail: str = ""
+
+
+
+def validate_row(text: object, lang: object, shard: Shard, line: int) -> Document | Reject:
+    """Validate one row's text value (shared by every format)."""
+    if text is None:
+        return Reject("missing_text", shard.path, line, f"no {shard.text_field!r} field")
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return Reject("invalid_utf8", shard.path, line, str(exc))
+    if not isinstance(text, str):
+        return Reject("non_string_text", shard.path, line, f"{shard.text_field!r} is {type(text).__name__}")
+    if not text:
+        return Reject("empty_text", shard.path, line, "")
+    try:
+        text.encode("utf-8")  # JSON escapes can smuggle in lone surrogates that no tokenizer accepts
+    except UnicodeEncodeError as exc:
+        return Reject("invalid_utf8", shard.path, line, str(exc))
+    lang = shard.lang if shard.lang is not None else (lang if isinstance(lang, str) else None)
+    return Document(text, lang, shard.path, line)

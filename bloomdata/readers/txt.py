@@ -1,0 +1,25 @@
+"""Plain-text reader: the whole file (plain, ``.gz`` or ``.zst``) is one document, row 1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from bloomdata.errors import BloomDataError
+from bloomdata.readers.compressed import open_bytes
+from bloomdata.readers.records import Document, Reject, Shard, validate_row
+
+
+def read_txt(shard: Shard) -> Iterator[Document | Reject]:
+    if shard.start > 0 or shard.stop == 0:
+        return
+    with open_bytes(shard.path) as fh:
+        try:
+            raw = fh.read()  # one document: memory is bounded by the size of that document
+        except (OSError, EOFError) as exc:
+            raise BloomDataError(f"{shard.path}: cannot decompress/read ({exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield Reject("invalid_utf8", shard.path, 1, str(exc))
+        return
+    yield validate_row(text, None, shard, 1)
