@@ -4,7 +4,7 @@ Never imports torch (data workers stay light); only ``bloomdata.build.executor``
 The public API is re-exported here; heavier pieces are imported on first use.
 """
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -28,7 +28,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "BloomDataError",
+    "BloomstackError",
     "Blend",
     "GPTSamples",
     "IndexedDataset",

@@ -1,10 +1,15 @@
-"""The one exception type users see.
+"""The one exception type users see, for the whole project (bloomdata, bloomtrain, flows).
 
-A ``BloomDataError`` is a problem with the user's input or environment (a missing file, a bad
-config value, a corrupt index). The CLIs print its message on one line and exit with code 2, with no
-traceback, so every message must say which file or value is wrong and how to fix it.
+A ``BloomstackError`` is a problem with the user's input or environment (a missing file, a bad config
+value, a corrupt index). The CLIs print its message on one line and exit with code 2, with no traceback;
+the flows turn it into a Failed state carrying the message. So every message must say which file (and
+line) or value is wrong and how to fix it. It lives in bloomdata, the bottom layer, so every package can
+raise it without importing upward.
 """
 
 
-class BloomDataError(Exception):
+class BloomstackError(Exception):
     """A user-facing error: one line naming the culprit and the fix; CLIs exit with code 2."""
+
+
+BloomDataError = BloomstackError  # the name before the project-wide one; the same class

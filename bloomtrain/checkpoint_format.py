@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.model.config import ModelConfig
 
 EMBED_INDEX = 1
@@ -53,7 +53,7 @@ def partition_dim(key: str) -> int | None:
 def stage_indices(num_layers: int, pp_rank: int, pp_size: int) -> list[int]:
     """Spec indices a pipeline stage saves: blocks split evenly (earlier stages take the remainder)."""
     if pp_size > num_layers:
-        raise BloomDataError(f"pipeline size {pp_size} exceeds the {num_layers} layers; every stage needs a block")
+        raise BloomstackError(f"pipeline size {pp_size} exceeds the {num_layers} layers; every stage needs a block")
     per, extra = divmod(num_layers, pp_size)
     start = pp_rank * per + min(pp_rank, extra)
     stop = start + per + (1 if pp_rank < extra else 0)
@@ -82,7 +82,7 @@ def split_tp(key: str, full: torch.Tensor, tp_rank: int, tp_size: int) -> torch.
     if dim is None:
         return full.clone()
     if full.shape[dim] % tp_size:
-        raise BloomDataError(f"{key}: dim {dim} of shape {tuple(full.shape)} is not divisible by TP {tp_size}")
+        raise BloomstackError(f"{key}: dim {dim} of shape {tuple(full.shape)} is not divisible by TP {tp_size}")
     return full.chunk(tp_size, dim=dim)[tp_rank].clone()
 
 
@@ -92,7 +92,7 @@ def shard_states(full: dict[int, dict[str, torch.Tensor]], config: ModelConfig, 
     vocab = config.padded_vocab_size(tp_size)
     rows = full[EMBED_INDEX]["word_embeddings.weight"].shape[0]
     if rows != vocab:
-        raise BloomDataError(
+        raise BloomstackError(
             f"embedding has {rows} rows but the config pads the vocabulary to {vocab} at TP={tp_size}; "
             "set pad_vocab_size_to to the checkpoint's row count"
         )
@@ -153,14 +153,14 @@ def read_tag(ckpt_dir: Path, tag: str | None = None) -> str:
         return tag
     latest = Path(ckpt_dir) / "latest"
     if not latest.is_file():
-        raise BloomDataError(f"{latest} not found: {ckpt_dir} is not a checkpoint directory (or pass --tag)")
+        raise BloomstackError(f"{latest} not found: {ckpt_dir} is not a checkpoint directory (or pass --tag)")
     return latest.read_text().strip()
 
 
 def read_config(ckpt_dir: Path, tag: str) -> ModelConfig:
     path = Path(ckpt_dir) / tag / METADATA_FILE
     if not path.is_file():
-        raise BloomDataError(
+        raise BloomstackError(
             f"{path} not found: this checkpoint has no bloomtrain model metadata; write it with "
             "bloomtrain.checkpoint_format.save_metadata(ckpt_dir, tag, config, tp, pp)"
         )
@@ -179,12 +179,12 @@ def load_merged_states(ckpt_dir: Path, tag: str | None = None) -> tuple[ModelCon
     expected = [EMBED_INDEX, *(block_index(i) for i in range(config.num_layers)), final_norm_index(config.num_layers)]
     missing = [i for i in expected if i not in shards]
     if missing:
-        raise BloomDataError(f"{Path(ckpt_dir) / tag}: layer files for spec indices {missing} are missing")
+        raise BloomstackError(f"{Path(ckpt_dir) / tag}: layer files for spec indices {missing} are missing")
     merged = {}
     for idx in expected:
         tps = sorted(shards[idx])
         if tps != list(range(len(tps))):
-            raise BloomDataError(f"{Path(ckpt_dir) / tag}: layer {idx:02d} has TP ranks {tps}; expected 0..N-1")
+            raise BloomstackError(f"{Path(ckpt_dir) / tag}: layer {idx:02d} has TP ranks {tps}; expected 0..N-1")
         parts = [shards[idx][t] for t in tps]
         merged[idx] = {key: merge_tp(key, [p[key] for p in parts]) for key in parts[0]}
     return config, merged
@@ -223,5 +223,5 @@ def from_hf_state_dict(hf: dict[str, torch.Tensor], num_layers: int) -> dict[int
         elif m := re.fullmatch(r"h\.(\d+)\.(.+)", name):
             merged[block_index(int(m[1]))][m[2]] = t
         else:
-            raise BloomDataError(f"unexpected tensor {name!r} in a BLOOM state dict")
+            raise BloomstackError(f"unexpected tensor {name!r} in a BLOOM state dict")
     return dict(merged)

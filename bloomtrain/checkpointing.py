@@ -34,7 +34,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint_format import save_metadata
 from bloomtrain.config import TrainConfig
 from bloomtrain.parallel.pipeline import universal_checkpoint_info
@@ -167,13 +167,13 @@ class Checkpointer:
             self._check_same_layout(tag)
         if universal:
             if self.cfg.optim.precision != "bf16":
-                raise BloomDataError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
+                raise BloomstackError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
                                      "universal checkpoints into the BF16/ZeRO optimizer's fp32 fragments)")
             tag = self._ensure_universal(tag)
         path, client = self.engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
                                                    load_lr_scheduler_states=False)
         if path is None:
-            raise BloomDataError(f"checkpoint {self.dir / tag} could not be loaded (see DeepSpeed's log above)")
+            raise BloomstackError(f"checkpoint {self.dir / tag} could not be loaded (see DeepSpeed's log above)")
         position = dict(client["bloomtrain"])
         rng_file = self.dir / tag / "rng" / f"rank_{self.rank:05d}.pt"
         if not universal and client.get("world_size") == self.world and rng_file.is_file():
@@ -189,7 +189,7 @@ class Checkpointer:
         # fp32 mode keeps whole optimizer states on every DP rank, so only TP and PP must match there
         keys = ("tp", "pp") if self.cfg.optim.precision == "fp32" else ("tp", "pp", "dp")
         if any(saved[k] != now[k] for k in keys):
-            raise BloomDataError(
+            raise BloomstackError(
                 f"checkpoint {self.dir / tag} was saved at tp={saved['tp']} pp={saved['pp']} dp={saved['dp']}, "
                 f"this run is tp={now['tp']} pp={now['pp']} dp={now['dp']}; set checkpoint.load_universal=true "
                 "to convert it (bf16), or launch the saved layout"
@@ -209,7 +209,7 @@ def to_universal(tag_dir: str | Path, out_dir: str | Path, workers: int = 1) -> 
 
     tag_dir, out_dir = Path(tag_dir), Path(out_dir)
     if not tag_dir.is_dir():
-        raise BloomDataError(f"checkpoint directory {tag_dir} does not exist")
+        raise BloomstackError(f"checkpoint directory {tag_dir} does not exist")
     tmp = out_dir.with_name(out_dir.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     ds_to_universal(Namespace(input_folder=str(tag_dir), output_folder=str(tmp), num_extract_workers=workers,

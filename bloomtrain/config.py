@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.model.config import PRESETS, ModelConfig
 
 
@@ -70,14 +70,14 @@ class ScheduleConfig(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> ScheduleConfig:
         if (self.train_samples is None) == (self.train_iters is None):
-            raise BloomDataError(
+            raise BloomstackError(
                 "schedule: set exactly one of train_samples and train_iters "
                 f"(got train_samples={self.train_samples}, train_iters={self.train_iters})"
             )
         if self.rampup_batch_size is not None and self.train_iters is not None:
-            raise BloomDataError("schedule: rampup_batch_size needs train_samples (as in Megatron), not train_iters")
+            raise BloomstackError("schedule: rampup_batch_size needs train_samples (as in Megatron), not train_iters")
         if self.global_batch_size % self.micro_batch_size:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"schedule: global_batch_size {self.global_batch_size} is not a multiple of "
                 f"micro_batch_size {self.micro_batch_size}"
             )
@@ -102,7 +102,7 @@ class DataConfig(_Frozen):
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
         if self.kind == "blend" and not self.blend:
-            raise BloomDataError("data: kind=blend needs data.blend=PATH (the YAML written by `bloomdata blend`)")
+            raise BloomstackError("data: kind=blend needs data.blend=PATH (the YAML written by `bloomdata blend`)")
         return self
 
 
@@ -174,14 +174,14 @@ class TrainConfig(_Frozen):
     def dp_size(self, world_size: int) -> int:
         tp, pp = self.parallel.tp, self.parallel.pp
         if world_size % (tp * pp):
-            raise BloomDataError(
+            raise BloomstackError(
                 f"world size {world_size} is not divisible by tp {tp} x pp {pp}; launch a multiple of {tp * pp} "
                 "processes or change parallel.tp / parallel.pp"
             )
         dp = world_size // (tp * pp)
         for name, batch in self._batch_sizes():
             if batch % (self.schedule.micro_batch_size * dp):
-                raise BloomDataError(
+                raise BloomstackError(
                     f"schedule.{name}={batch} is not a multiple of micro_batch_size "
                     f"{self.schedule.micro_batch_size} x data-parallel size {dp}; change one of them"
                 )
@@ -240,7 +240,7 @@ def _set_dotted(tree: dict, key: str, value: Any) -> None:
     for part in parts[:-1]:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise BloomDataError(f"override {key}=...: {part!r} is a value, not a section")
+            raise BloomstackError(f"override {key}=...: {part!r} is a value, not a section")
         node = child
     node[parts[-1]] = value
 
@@ -250,7 +250,7 @@ def apply_overrides(tree: dict, overrides: list[str]) -> dict:
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise BloomDataError(f"override {item!r} is not key=value (e.g. optim.lr=1e-4)")
+            raise BloomstackError(f"override {item!r} is not key=value (e.g. optim.lr=1e-4)")
         _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else None)
     return tree
 
@@ -261,7 +261,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, bas
     if path is not None:
         path = Path(path)
         if not path.is_file():
-            raise BloomDataError(f"training config {path} does not exist (see configs/train/)")
+            raise BloomstackError(f"training config {path} does not exist (see configs/train/)")
         tree = yaml.safe_load(path.read_text()) or {}
     tree = apply_overrides(tree, list(overrides or []))
     try:
@@ -269,4 +269,4 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, bas
     except ValidationError as exc:
         where = path or "config"
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise BloomDataError(f"{where}: {problems}") from None
+        raise BloomstackError(f"{where}: {problems}") from None

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.config import TrainConfig
 
 MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
@@ -52,7 +52,7 @@ def pretraining_indices(consumed_samples: int, micro_batch_size: int, dp_rank: i
     """This DP rank's sample indices, one micro-batch at a time, from ``consumed_samples`` on (drop_last)."""
     if consumed_samples % (micro_batch_size * dp_size):
         # Megatron asserts this too: a resume must start on a micro-batch-group boundary.
-        raise BloomDataError(
+        raise BloomstackError(
             f"consumed_samples={consumed_samples} is not a multiple of micro_batch_size x DP = "
             f"{micro_batch_size * dp_size}; resume with the micro-batch size and DP the checkpoint was saved with "
             "or convert it to a universal checkpoint"
@@ -74,7 +74,7 @@ def micro_batches(dataset: Sequence, consumed_samples: int, micro_batch_size: in
     """Infinite-looking iterator for the engine; raises a clear error when the dataset runs out."""
     for indices in pretraining_indices(consumed_samples, micro_batch_size, dp_rank, dp_size, len(dataset)):
         yield collate([dataset[i] for i in indices])
-    raise BloomDataError(
+    raise BloomstackError(
         f"training data exhausted after {len(dataset)} samples; build the dataset/blend with at least "
         "schedule.train_samples samples (or lower the training length)"
     )
@@ -104,7 +104,7 @@ def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
     def load(path: str, split: str, n: int):
         spec = load_blend_spec(path)
         if spec.seq_length is not None and spec.seq_length != cfg.model.seq_length:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"{path}: blend seq_length {spec.seq_length} != model.seq_length {cfg.model.seq_length}; "
                 "rebuild the blend or change model.seq_length"
             )

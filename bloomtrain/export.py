@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain import checkpoint_format as fmt
 from bloomtrain.hf_import import copy_tokenizer_files
 from bloomtrain.model.config import ModelConfig
@@ -85,7 +85,7 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
     source = tokenizer_dir or Path(ckpt_dir)
     copied = copy_tokenizer_files(source, out_dir)
     if tokenizer_dir is not None and not copied:
-        raise BloomDataError(f"--tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there")
+        raise BloomstackError(f"--tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there")
     rows = state["transformer.word_embeddings.weight"].shape[0]
     config_json = hf_config(config, rows, dtype, special_token_ids(source if copied else None))
     (out_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain import checkpoint_format as fmt
 from bloomtrain.hf_import import read_hf_dir
 from bloomtrain.model import BloomModel
@@ -30,7 +30,7 @@ def load_model(path: Path, dtype: torch.dtype = torch.float32) -> BloomModel:
     elif (path / "config.json").is_file():
         config, merged = read_hf_dir(path)
     else:
-        raise BloomDataError(f"{path}: neither a checkpoint (no `latest`) nor a transformers model (no config.json)")
+        raise BloomstackError(f"{path}: neither a checkpoint (no `latest`) nor a transformers model (no config.json)")
     model = BloomModel(config, device="meta")  # no random init: the weights are adopted below
     merged = {i: {k: v.to(dtype) for k, v in sd.items()} for i, sd in merged.items()}
     fmt.load_model_layer_states(model, merged, assign=True)
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
 
     tok_path = (args.tokenizer or args.model) / "tokenizer.json"
     if not tok_path.is_file():
-        raise BloomDataError(f"{tok_path} not found; pass --tokenizer DIR with the model's tokenizer.json")
+        raise BloomstackError(f"{tok_path} not found; pass --tokenizer DIR with the model's tokenizer.json")
     from tokenizers import Tokenizer  # noqa: PLC0415
 
     tokenizer = Tokenizer.from_file(str(tok_path))
@@ -122,7 +122,7 @@ def main(argv: list[str]) -> int:
     eos = tokenizer.token_to_id("</s>")
     encoded = [tokenizer.encode(p, add_special_tokens=False).ids for p in args.prompt]
     if not all(encoded):
-        raise BloomDataError("--prompt: every prompt must encode to at least one token")
+        raise BloomstackError("--prompt: every prompt must encode to at least one token")
     width = max(len(e) for e in encoded)
     pad = tokenizer.token_to_id("<pad>") or 0
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])  # left padding

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain import checkpoint_format as fmt
 from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
@@ -32,7 +32,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def config_from_hf(hf: dict) -> ModelConfig:
     """ModelConfig from a BLOOM ``config.json`` dict."""
     if hf.get("apply_residual_connection_post_layernorm"):
-        raise BloomDataError("config.json: apply_residual_connection_post_layernorm=true is not BLOOM's layout")
+        raise BloomstackError("config.json: apply_residual_connection_post_layernorm=true is not BLOOM's layout")
     vocab = hf["vocab_size"]
     return ModelConfig(
         num_layers=hf.get("n_layer", hf.get("num_hidden_layers")),
@@ -67,14 +67,14 @@ def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:
         for path in bins:
             out.update(torch.load(path, map_location="cpu", weights_only=True))
         return out
-    raise BloomDataError(f"{hf_dir}: no model.safetensors, safetensors index or pytorch_model*.bin found")
+    raise BloomstackError(f"{hf_dir}: no model.safetensors, safetensors index or pytorch_model*.bin found")
 
 
 def read_hf_dir(hf_dir: Path) -> tuple[ModelConfig, dict[int, dict[str, torch.Tensor]]]:
     """(config, merged layer states) of a transformers BLOOM directory."""
     path = Path(hf_dir) / "config.json"
     if not path.is_file():
-        raise BloomDataError(f"{path} not found: pass a BloomForCausalLM directory (save_pretrained output)")
+        raise BloomstackError(f"{path} not found: pass a BloomForCausalLM directory (save_pretrained output)")
     config = config_from_hf(json.loads(path.read_text()))
     merged = fmt.from_hf_state_dict(read_hf_weights(hf_dir), config.num_layers)
     return config, merged

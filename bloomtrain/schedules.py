@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.config import OptimConfig, ScheduleConfig
 
 
@@ -34,13 +34,13 @@ class LRSchedule:
         decay = schedule.decay_samples
         if decay is None:
             if schedule.train_samples is None:
-                raise BloomDataError(
+                raise BloomstackError(
                     "schedule.decay_samples is required with train_iters (the decay is counted in samples); "
                     "set it, e.g. to train_iters x global_batch_size"
                 )
             decay = schedule.train_samples
         if schedule.decay_style != "constant" and decay <= schedule.warmup_samples:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"schedule.decay_samples={decay} must exceed warmup_samples={schedule.warmup_samples}"
             )
         return cls(optim.lr, optim.min_lr, schedule.warmup_samples, decay, schedule.decay_style)
@@ -74,7 +74,7 @@ class BatchSchedule:
         start, increment, ramp = schedule.rampup_batch_size
         diff = schedule.global_batch_size - start
         if start <= 0 or increment <= 0 or ramp <= 0 or diff < 0 or diff % increment:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"schedule.rampup_batch_size={list(schedule.rampup_batch_size)}: need start > 0, increment > 0, "
                 f"samples > 0 and (global_batch_size {schedule.global_batch_size} - start) divisible by increment"
             )

@@ -19,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.config import load_config
 
 TEMPLATE = """#!/bin/bash
@@ -77,7 +77,7 @@ def render(args: argparse.Namespace) -> str:
         # stop with a checkpoint before Slurm kills the job, leaving time for the save
         budget = _minutes(args.time) - args.save_margin_minutes
         if budget <= 0:
-            raise BloomDataError(f"--time {args.time} leaves no training time after --save-margin-minutes")
+            raise BloomstackError(f"--time {args.time} leaves no training time after --save-margin-minutes")
         overrides.append(f"checkpoint.exit_duration_in_mins={budget:g}")
     return TEMPLATE.format(
         job_name=args.job_name or Path(args.config).stem,

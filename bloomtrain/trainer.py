@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.checkpointing import Checkpointer, StopRequests
 from bloomtrain.config import TrainConfig
 from bloomtrain.data import micro_batches
@@ -140,7 +140,7 @@ class Trainer:
             if pos.consecutive_skips >= cfg.stability.max_consecutive_skips:
                 if self.checkpointer.enabled:
                     result.last_saved = self.save()
-                raise BloomDataError(
+                raise BloomstackError(
                     f"{pos.consecutive_skips} consecutive iterations had a non-finite loss or gradient norm "
                     f"(last at iteration {pos.iteration}); saved {result.last_saved or 'nothing (no checkpoint.dir)'}"
                     "; lower optim.lr, check the data around this sample, or resume from an earlier checkpoint"

@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from bloomdata.cli import blend as blend_cli
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from flows.config import BlendStageConfig
 from flows.stages import completed, config_hash, write_marker
 
@@ -45,7 +45,7 @@ def blend_argv(config: BlendStageConfig, prefixes: dict[str, str], out_dir: str)
 def tune_blend(argv: list[str]) -> dict[str, Any]:
     rc = blend_cli.main(argv)
     if rc:
-        raise BloomDataError(f"bloomdata blend {' '.join(argv)} exited with {rc}")
+        raise BloomstackError(f"bloomdata blend {' '.join(argv)} exited with {rc}")
     out = Path(argv[argv.index("--out") + 1])
     return json.loads((out / "blend.json").read_text())
 

@@ -17,14 +17,14 @@ import sys
 import time
 from pathlib import Path
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 
 
 def corpus_sources(path: str, text_field: str, lang_field: str, lang: str | None) -> list[SourceConfig]:
     target = Path(path)
     if not target.exists() and not any(ch in path for ch in "*?["):
-        raise BloomDataError(f"--corpus {path}: no such file or directory")
+        raise BloomstackError(f"--corpus {path}: no such file or directory")
     return [SourceConfig(paths=[str(target.resolve()) if target.exists() else path], text_field=text_field,
                          lang_field=lang_field, lang=lang)]
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             tree["logging"].update(eval_interval=min(tree["logging"]["eval_interval"], args.train_iters),
                                    log_interval=min(tree["logging"]["log_interval"], args.train_iters))
             config.train.train = type(config.train.train).model_validate(tree)
-    except BloomDataError as exc:
+    except BloomstackError as exc:
         print(f"flows.demo: error: {exc}", file=sys.stderr)
         return 2
     t0 = time.monotonic()

@@ -16,7 +16,7 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
   marker), never be answered from a result Dask still holds.
 - Results come back as tasks finish (``as_completed``) for progress, but are returned in input order, so
   callers never depend on scheduling. The first failure cancels the remaining tasks and is re-raised;
-  a task that keeps killing its workers becomes a ``BloomDataError`` naming the item.
+  a task that keeps killing its workers becomes a ``BloomstackError`` naming the item.
 - Called from inside a Dask task (a Prefect task on a DaskTaskRunner), the shards run on that same
   cluster through ``worker_client``: a daemonic worker process cannot start a LocalCluster of its own.
 - Spawned worker processes re-import ``__main__``: scripts that call this must guard their entry point
@@ -36,7 +36,7 @@ import dask.config
 from distributed import Client, LocalCluster, WorkerPlugin, as_completed, get_worker, worker_client
 from distributed.scheduler import KilledWorker
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
 # Dask's statistical profiler samples the task thread's stack every 10 ms (taking the GIL); we never read
@@ -62,18 +62,18 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         try:
             client = Client(scheduler_address, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError, ValueError) as exc:
-            raise BloomDataError(f"cannot connect to the Dask scheduler at {scheduler_address} ({exc}); start "
+            raise BloomstackError(f"cannot connect to the Dask scheduler at {scheduler_address} ({exc}); start "
                                  "one with `dask scheduler` plus `dask worker ADDR`, or drop --scheduler") from None
         with client:
             try:
                 client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
             except TimeoutError:
-                raise BloomDataError(f"the Dask scheduler at {scheduler_address} has no workers after "
+                raise BloomstackError(f"the Dask scheduler at {scheduler_address} has no workers after "
                                      f"{CONNECT_TIMEOUT_S}s; start some with `dask worker {scheduler_address}`") from None
             yield client
         return
     if n_workers < 1:
-        raise BloomDataError(f"a local Dask cluster needs at least 1 worker, got {n_workers}")
+        raise BloomstackError(f"a local Dask cluster needs at least 1 worker, got {n_workers}")
     if _inside_dask_worker():
         # e.g. a Prefect task on a DaskTaskRunner: workers are daemonic and cannot start a LocalCluster,
         # so the shards go to the cluster we are already on (the task secedes from its worker thread)
@@ -147,7 +147,7 @@ def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int
                     results[i] = future.result()
                 except KilledWorker as exc:
                     what = getattr(items[i], "name", None) or repr(items[i])
-                    raise BloomDataError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
+                    raise BloomstackError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
                                          "(out of memory? lower batch sizes or give workers more memory)") from None
                 if on_result is not None:
                     on_result(i, results[i])

@@ -41,7 +41,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.readers import REJECT_REASONS, Reject, Shard, SourceConfig, plan_shards, read_shard
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -115,10 +115,10 @@ def _locked_out_dir(out_dir: str) -> Iterator[None]:
         lock = filelock.FileLock(os.path.join(out_dir, LOCK_FILE))
         lock.acquire(timeout=0)
     except filelock.Timeout:
-        raise BloomDataError(f"{out_dir}: another build is writing there ({LOCK_FILE} is locked); wait for it "
+        raise BloomstackError(f"{out_dir}: another build is writing there ({LOCK_FILE} is locked); wait for it "
                              "or choose another --out") from None
     except OSError as exc:
-        raise BloomDataError(f"{out_dir}: cannot create or write the output directory "
+        raise BloomstackError(f"{out_dir}: cannot create or write the output directory "
                              f"({exc.strerror or exc}); choose a writable --out") from None
     try:
         yield
@@ -181,7 +181,7 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
     t0 = time.perf_counter()
     shards = plan_shards(config.sources, config.max_rows_per_shard)
     if not shards:
-        raise BloomDataError("the sources hold no input files; check the --input paths")
+        raise BloomstackError("the sources hold no input files; check the --input paths")
     tok = load_tokenizer(config.tokenizer)
     tokenizer_sha = tokenizer_identity(config.tokenizer)
     if config.append_eod:
@@ -191,7 +191,7 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
     tokenizer_path = os.path.abspath(config.tokenizer)  # workers may run elsewhere: no relative paths
     inside = [s.path for s in shards if os.path.commonpath([out_dir, s.path]) == out_dir]
     if inside:
-        raise BloomDataError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
+        raise BloomstackError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
                              "the outputs back as inputs: choose an --out outside the inputs")
     names = {config.output_name} if config.split_by == "none" else \
         {output_name_of(s.lang) for s in config.sources if s.lang}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 # subcommand -> (module exposing main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,7 +31,7 @@ def _usage(prog: str, commands: dict[str, tuple[str, str]]) -> str:
 
 
 def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | None) -> int:
-    """Route ``argv`` to ``commands[argv[0]]``'s ``main(rest)``; a BloomDataError becomes one line, exit 2.
+    """Route ``argv`` to ``commands[argv[0]]``'s ``main(rest)``; a BloomstackError becomes one line, exit 2.
 
     Shared by the ``bloomdata`` and ``bloomtrain`` entry points.
     """
@@ -50,7 +50,7 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | 
         return 2
     try:
         return int(module.main(rest) or 0)
-    except BloomDataError as exc:
+    except BloomstackError as exc:
         print(f"{prog} {name}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

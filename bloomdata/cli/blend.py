@@ -18,7 +18,7 @@ import math
 import os
 import sys
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import parse_range, range_to_documents, split_range
 from bloomdata.mixture.weights import BlendDataset, BlendSpec, alpha_weights, constrain
@@ -29,7 +29,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     for item in items:
         name, eq, value = item.partition("=")
         if not eq or not name or not value:
-            raise BloomDataError(f"--{what} {item!r}: expected NAME=VALUE")
+            raise BloomstackError(f"--{what} {item!r}: expected NAME=VALUE")
         out[name] = value
     return out
 
@@ -40,7 +40,7 @@ def _floats(items: list[str], what: str) -> dict[str, float]:
         try:
             out[name] = float(value)
         except ValueError:
-            raise BloomDataError(f"--{what} {name}={value}: {value!r} is not a number") from None
+            raise BloomstackError(f"--{what} {name}={value}: {value!r} is not a number") from None
     return out
 
 
@@ -52,7 +52,7 @@ def _bound(values: list[str] | None, what: str) -> float | dict[str, float] | No
         try:
             return float(values[0])
         except ValueError:
-            raise BloomDataError(f"--{what} {values[0]!r} is not a number") from None
+            raise BloomstackError(f"--{what} {values[0]!r} is not a number") from None
     return _floats(values, what)
 
 
@@ -61,11 +61,11 @@ def _datasets(args) -> dict[str, str]:
     if args.datasets_dir:
         found = sorted(glob.glob(os.path.join(args.datasets_dir, "*.idx")))
         if not found:
-            raise BloomDataError(f"--datasets-dir {args.datasets_dir}: no *.idx files there")
+            raise BloomstackError(f"--datasets-dir {args.datasets_dir}: no *.idx files there")
         for path in found:
             named.setdefault(os.path.basename(path)[: -len(".idx")], path[: -len(".idx")])
     if not named:
-        raise BloomDataError("no datasets: give --dataset NAME=PREFIX (repeatable) or --datasets-dir DIR")
+        raise BloomstackError("no datasets: give --dataset NAME=PREFIX (repeatable) or --datasets-dir DIR")
     return named
 
 
@@ -84,9 +84,9 @@ def _parse_budget(text: str) -> int:
     try:
         value = float(text)
     except ValueError:
-        raise BloomDataError(f"--budget {text!r}: expected a token count such as 350e9") from None
+        raise BloomstackError(f"--budget {text!r}: expected a token count such as 350e9") from None
     if not math.isfinite(value) or value < 1:
-        raise BloomDataError(f"--budget {text!r}: must be at least one token")
+        raise BloomstackError(f"--budget {text!r}: must be at least one token")
     return int(value)
 
 
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.split and (args.train_range or args.valid_range):
-        raise BloomDataError("give either --split or --train-range/--valid-range, not both")
+        raise BloomstackError("give either --split or --train-range/--valid-range, not both")
     spec = tune(args)
     table = markdown_table(spec)
     print(table)

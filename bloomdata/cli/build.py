@@ -18,7 +18,7 @@ from typing import Any
 
 from bloomdata.build import BuildConfig, run_build
 from bloomdata.config import load_yaml, validate
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import source_from_spec
 
 
@@ -64,7 +64,7 @@ def config_from_args(args: argparse.Namespace) -> BuildConfig:
     values.update({k: v for k, v in flags.items() if v is not None})
     for required, flag in (("sources", "--input"), ("tokenizer", "--tokenizer"), ("out_dir", "--out")):
         if required not in values:
-            raise BloomDataError(f"missing {flag} (or {required} in --config)")
+            raise BloomstackError(f"missing {flag} (or {required} in --config)")
     return validate(BuildConfig, values, f"{args.config or 'bloomdata build'}: invalid build setting")
 
 

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 
 def default_corpus() -> Path:
@@ -39,7 +39,7 @@ def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
     from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
 
     if not corpus.is_dir() or not any(corpus.glob("*.jsonl")):
-        raise BloomDataError(f"corpus not found: {corpus} holds no .jsonl files (pass --corpus DIR)")
+        raise BloomstackError(f"corpus not found: {corpus} holds no .jsonl files (pass --corpus DIR)")
     sources = [SourceConfig(paths=[str(corpus)])]
     tok_dir = out / "tokenizer"
     t0 = time.perf_counter()
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_demo(Path(args.out), Path(args.corpus) if args.corpus else default_corpus(),
                            args.vocab_size, args.workers, args.progress)
-    except BloomDataError as exc:
+    except BloomstackError as exc:
         print(f"bloomdata demo: error: {exc}", file=sys.stderr)
         return 2
     print(format_summary(summary))

@@ -15,7 +15,7 @@ import json
 import os
 from pathlib import Path
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import load_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table, to_markdown
@@ -36,7 +36,7 @@ def main(argv: list[str]) -> int:
     sources = input_sources(args) if args.input else load_yaml(args.config).get("sources") if args.config \
         else None
     if not sources:
-        raise BloomDataError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
+        raise BloomstackError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
     sources = [validate(SourceConfig, s, args.config or "--input") for s in sources]
     tok = load_tokenizer(args.tokenizer)
     other = load_tokenizer(args.compare) if args.compare else None

@@ -15,7 +15,7 @@ import argparse
 import re
 
 from bloomdata.config import load_yaml, validate
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import source_from_spec
 from bloomdata.tokenizer.bpe import BLOOM_VOCAB_SIZE, TokenizerTrainConfig, train_tokenizer
 
@@ -67,7 +67,7 @@ def config_from_args(args: argparse.Namespace) -> TokenizerTrainConfig:
     if args.input:
         data["sources"] = input_sources(args)
     if not data.get("sources"):
-        raise BloomDataError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
+        raise BloomstackError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
     overrides = {"out_dir": args.out, "vocab_size": args.vocab_size, "alpha": args.alpha,
                  "byte_budget": args.byte_budget, "seed": args.seed, "min_frequency": args.min_frequency}
     data.update({k: v for k, v in overrides.items() if v is not None})
@@ -76,7 +76,7 @@ def config_from_args(args: argparse.Namespace) -> TokenizerTrainConfig:
     if args.quiet:
         data["show_progress"] = False
     if not data.get("out_dir"):
-        raise BloomDataError("no output directory: pass --out DIR (or set out_dir in the config)")
+        raise BloomstackError("no output directory: pass --out DIR (or set out_dir in the config)")
     return validate(TokenizerTrainConfig, data, args.config or "train-tokenizer")
 
 

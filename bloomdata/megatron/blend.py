@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.gpt_samples import GPTSamples
 from bloomdata.megatron.index_cache import IndexCache
@@ -43,21 +43,21 @@ def check_weights(weights: Sequence[float], names: Sequence[str] | None = None) 
     """Weights as floats; negative, NaN, infinite, zero or empty weights raise, naming the dataset."""
     names = list(names) if names is not None else [f"dataset {i}" for i in range(len(weights))]
     if len(weights) == 0:
-        raise BloomDataError("a blend needs at least one dataset and weight")
+        raise BloomstackError("a blend needs at least one dataset and weight")
     out = []
     for name, w in zip(names, weights):
         try:
             value = float(w)
         except (TypeError, ValueError):
-            raise BloomDataError(f"blend weight {w!r} of {name} is not a number") from None
+            raise BloomstackError(f"blend weight {w!r} of {name} is not a number") from None
         if not math.isfinite(value) or value < 0:
-            raise BloomDataError(f"blend weight {w!r} of {name} must be a finite number >= 0")
+            raise BloomstackError(f"blend weight {w!r} of {name} must be a finite number >= 0")
         out.append(value)
     if sum(out) <= 0:
-        raise BloomDataError(f"blend weights {list(weights)} are all zero; give at least one dataset weight > 0")
+        raise BloomstackError(f"blend weights {list(weights)} are all zero; give at least one dataset weight > 0")
     zero = [name for name, v in zip(names, out) if v == 0]
     if zero:
-        raise BloomDataError(f"blend weight of {', '.join(zero)} is 0: drop the dataset from the blend instead")
+        raise BloomstackError(f"blend weight of {', '.join(zero)} is 0: drop the dataset from the blend instead")
     return out
 
 
@@ -123,19 +123,19 @@ class Blend:
         check_compat(compat)
         samples = list(samples)
         if len(samples) != len(weights):
-            raise BloomDataError(f"{len(samples)} datasets but {len(weights)} weights; give one weight per dataset")
+            raise BloomstackError(f"{len(samples)} datasets but {len(weights)} weights; give one weight per dataset")
         names = [s.prefix for s in samples]
         weights = check_weights(weights, names)
         check_same_dtype([s.dataset for s in samples])
         index_dtype = INDEX_DTYPE[compat]
         if len(samples) >= MAX_DATASETS[compat]:
-            raise BloomDataError(f"{len(samples)} datasets exceed the {compat} blend index ({index_dtype.name})")
+            raise BloomstackError(f"{len(samples)} datasets exceed the {compat} blend index ({index_dtype.name})")
         if size is None:
             if compat == "core":
-                raise BloomDataError("a core blend needs its size (megatron-core: sum of ceil(N * w_i))")
+                raise BloomstackError("a core blend needs its size (megatron-core: sum of ceil(N * w_i))")
             size = sum(len(s) for s in samples)
         if int(size) < 0:
-            raise BloomDataError(f"blend size must be >= 0, got {size}")
+            raise BloomstackError(f"blend size must be >= 0, got {size}")
         self.samples, self.compat, self.size = samples, compat, int(size)
         self.weights = normalize(weights, "numpy")  # BlendedDataset / BlendableDataset normalise again
         backend = self._backend = index_builders.resolve_backend(backend)
@@ -165,7 +165,7 @@ class Blend:
         counts = index_builders.count_datasets(self.dataset_index, len(self.samples), self._backend)
         for i, (count, s) in enumerate(zip(counts, self.samples)):
             if count > len(s):
-                raise BloomDataError(
+                raise BloomstackError(
                     f"the blend asks {s.prefix} (dataset {i}) for {count} samples but it has {len(s)}: "
                     "build it with more samples (raise the surplus) or lower its weight"
                 )
@@ -192,7 +192,7 @@ def check_same_dtype(datasets: Sequence[IndexedDataset]) -> None:
     dtypes = {ds.dtype for ds in datasets}
     if len(dtypes) > 1:
         detail = ", ".join(f"{ds.prefix}: {ds.dtype.name}" for ds in datasets)
-        raise BloomDataError(
+        raise BloomstackError(
             f"blended datasets must share one token dtype, got {detail}; re-tokenize them with one tokenizer"
         )
 
@@ -219,11 +219,11 @@ def build_blend(
     """
     check_compat(compat)
     if len(prefixes) != len(weights):
-        raise BloomDataError(f"{len(prefixes)} prefixes but {len(weights)} weights; give one weight per prefix")
+        raise BloomstackError(f"{len(prefixes)} prefixes but {len(weights)} weights; give one weight per prefix")
     weights = check_weights(weights, list(prefixes))
     splits = [split] * len(prefixes) if split is None or isinstance(split, str) else list(split)
     if len(splits) != len(prefixes):
-        raise BloomDataError(f"{len(prefixes)} prefixes but {len(splits)} splits")
+        raise BloomstackError(f"{len(prefixes)} prefixes but {len(splits)} splits")
     datasets = [IndexedDataset(p) for p in prefixes]
     check_same_dtype(datasets)
     targets, to_build = samples_per_dataset(weights, num_samples, compat)
@@ -252,7 +252,7 @@ def blend_from_weighted_split(
     if split_name is None:
         split_name = next((s for s in SPLIT_NAMES if group.name.startswith(s)), None)
         if split_name is None:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"weighted split group {group.name!r}: cannot tell train/valid/test from its name; pass split_name"
             )
     ranges = [f"{e.start}:{e.end}" for e in group.entries]
@@ -271,7 +271,7 @@ def blend_from_spec(
 ) -> Blend:
     """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
     if spec.seq_length is None:
-        raise BloomDataError("the blend YAML has no seq_length; set it (or re-run `bloomdata blend --seq-length`)")
+        raise BloomstackError("the blend YAML has no seq_length; set it (or re-run `bloomdata blend --seq-length`)")
     if spec.split is not None:
         split = spec.split
     else:

@@ -13,7 +13,7 @@ int64). ``"bloom"`` is the BigScience Megatron-DeepSpeed code that trained BLOOM
 sample_index always, refused instead of silently overflowing as it did there). Both use one
 ``RandomState(seed)`` stream, in the order: document shuffle(s), then sample shuffle(s).
 
-Differences from megatron, on purpose: a split with no documents or no tokens raises ``BloomDataError``
+Differences from megatron, on purpose: a split with no documents or no tokens raises ``BloomstackError``
 (megatron-core loops forever there); the cache is keyed by everything that determines the arrays and is
 written atomically (``bloomdata.megatron.index_cache``); ``s[i]`` returns the int64 tokens only.
 """
@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.index_cache import IndexCache
 from bloomdata.megatron.indexed import IndexedDataset, index_file_path
@@ -87,10 +87,10 @@ def build_gpt_indices(
     backend = index_builders.resolve_backend(backend)
     tokens = int(np.sum(sizes[documents], dtype=np.int64))
     if tokens == 0:
-        raise BloomDataError("no tokens in the requested documents")
+        raise BloomstackError("no tokens in the requested documents")
     plan = plan_epochs(tokens, seq_length, num_samples, compat)
     if plan.num_epochs * len(documents) > index_builders.INT32_MAX and compat == "bloom":
-        raise BloomDataError(
+        raise BloomstackError(
             f"{plan.num_epochs} epochs x {len(documents)} documents overflow BLOOM's int32 sample index; "
             "use compat='core' (int64) or fewer samples"
         )
@@ -156,11 +156,11 @@ class GPTSamples:
         if not isinstance(dataset, IndexedDataset):
             dataset = IndexedDataset(dataset)
         if int(seq_length) < 1:
-            raise BloomDataError(f"seq_length must be >= 1, got {seq_length}")
+            raise BloomstackError(f"seq_length must be >= 1, got {seq_length}")
         if num_samples is not None and int(num_samples) < 0:
-            raise BloomDataError(f"num_samples must be >= 0 or None, got {num_samples}")
+            raise BloomstackError(f"num_samples must be >= 0 or None, got {num_samples}")
         if not 0 <= int(seed) < 2**32:
-            raise BloomDataError(f"seed must be in [0, 2**32), got {seed}")
+            raise BloomstackError(f"seed must be in [0, 2**32), got {seed}")
         self.dataset = dataset
         self.seq_length, self.seed, self.compat = int(seq_length), int(seed), compat
         self.num_samples = None if num_samples is None else int(num_samples)
@@ -169,12 +169,12 @@ class GPTSamples:
         begin, end = self.document_range
         where = f"{dataset.prefix} split {split_name!r} ({split!r} -> sequences [{begin}, {end}))"
         if end <= begin:
-            raise BloomDataError(f"{where} holds no documents; change the split or use more data")
+            raise BloomstackError(f"{where} holds no documents; change the split or use more data")
         tokens = int(dataset.sizes[begin:end].sum(dtype=np.int64))
         if tokens == 0:
-            raise BloomDataError(f"{where} holds no tokens (all its documents are empty)")
+            raise BloomstackError(f"{where} holds no tokens (all its documents are empty)")
         if self.num_samples is None and tokens - 1 < self.seq_length:
-            raise BloomDataError(f"{where} holds {tokens} tokens, fewer than one sample of {self.seq_length + 1}")
+            raise BloomstackError(f"{where} holds {tokens} tokens, fewer than one sample of {self.seq_length + 1}")
         self.plan = plan_epochs(tokens, self.seq_length, self.num_samples, compat)
         documents = np.arange(begin, end, dtype=np.int32)
 

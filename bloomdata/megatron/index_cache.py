@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 from filelock import FileLock
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class IndexCache:
         try:
             os.makedirs(self.cache_dir, exist_ok=True)
         except OSError as exc:
-            raise BloomDataError(f"{self.cache_dir}: cannot create the index cache directory ({exc.strerror})") from None
+            raise BloomstackError(f"{self.cache_dir}: cannot create the index cache directory ({exc.strerror})") from None
         with FileLock(f"{self.stem}.lock", timeout=LOCK_TIMEOUT_S):
             arrays = self.load(names, verify)  # built by another process while we waited
             if arrays is not None:

@@ -22,7 +22,7 @@ several sequences per document read fine.
 
 Design notes:
 - The reader validates the header and the file sizes before mapping anything, so a truncated or corrupt
-  file raises ``BloomDataError`` naming it instead of crashing the interpreter or returning garbage.
+  file raises ``BloomstackError`` naming it instead of crashing the interpreter or returning garbage.
 - The writer keeps sizes in typed arrays (4 B + 8 B per document, not Python ints: Megatron's list-based
   builders OOM at tens of millions of documents) and computes pointers with a vectorised scan at the end.
 - Writes are atomic: data goes to ``*.tmp-<pid>`` files which are fsynced and renamed, ``.idx`` last. An
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -83,20 +83,20 @@ def _read_header(path: str) -> tuple[np.dtype, int, int]:
         with open(path, "rb") as f:
             header = f.read(HEADER_SIZE)
     except FileNotFoundError:
-        raise BloomDataError(f"{path}: index file not found (expected PREFIX.idx next to PREFIX.bin)") from None
+        raise BloomstackError(f"{path}: index file not found (expected PREFIX.idx next to PREFIX.bin)") from None
     except OSError as exc:
-        raise BloomDataError(f"{path}: cannot read index file ({exc.strerror})") from None
+        raise BloomstackError(f"{path}: cannot read index file ({exc.strerror})") from None
     if len(header) < HEADER_SIZE or header[:9] != INDEX_MAGIC:
-        raise BloomDataError(
+        raise BloomstackError(
             f"{path}: not a Megatron MMIDIDX index (bad magic or shorter than the {HEADER_SIZE}-byte header); "
             "rebuild it with `bloomdata build`"
         )
     (version,) = struct.unpack("<Q", header[9:17])
     if version != INDEX_VERSION:
-        raise BloomDataError(f"{path}: index version {version}, only version {INDEX_VERSION} is supported")
+        raise BloomstackError(f"{path}: index version {version}, only version {INDEX_VERSION} is supported")
     code = header[17]
     if code not in DTYPE_CODES:
-        raise BloomDataError(f"{path}: unknown dtype code {code} in the index header (file is corrupt)")
+        raise BloomstackError(f"{path}: unknown dtype code {code} in the index header (file is corrupt)")
     seq_count, doc_count = struct.unpack("<QQ", header[18:34])
     return np.dtype(DTYPE_CODES[code]), seq_count, doc_count
 
@@ -120,13 +120,13 @@ class IndexedDataset:
         expected = HEADER_SIZE + 12 * seq_count + 8 * doc_count
         # megatron-core multimodal files carry S trailing mode bytes, which we ignore.
         if idx_size not in (expected, expected + seq_count):
-            raise BloomDataError(
+            raise BloomstackError(
                 f"{idx_path}: index is {idx_size} bytes but its header promises {expected} "
                 f"({seq_count} sequences, {doc_count} document entries): the file is truncated or corrupt; "
                 "rebuild it"
             )
         if not os.path.isfile(bin_path):
-            raise BloomDataError(f"{bin_path}: data file not found next to {idx_path}")
+            raise BloomstackError(f"{bin_path}: data file not found next to {idx_path}")
         self.dtype = dtype
         self._index_mmap = np.memmap(idx_path, mode="r", dtype=np.uint8) if idx_size else None
         buf = self._index_mmap
@@ -143,7 +143,7 @@ class IndexedDataset:
         s = len(self.sizes)
         docs = self.document_indices
         if len(docs) == 0 or docs[0] != 0 or docs[-1] != s:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"{idx_path}: the document index must start at 0 and end at the number of sequences ({s}); "
                 "the index is corrupt or was written by an old tool (rebuild it)"
             )
@@ -153,20 +153,20 @@ class IndexedDataset:
             expected_bin = 0
         else:
             if self.pointers[0] != 0:
-                raise BloomDataError(f"{idx_path}: first sequence pointer is not 0 (corrupt index)")
+                raise BloomstackError(f"{idx_path}: first sequence pointer is not 0 (corrupt index)")
             expected_bin = int(self.pointers[-1]) + int(self.sizes[-1]) * itemsize
         if bin_size != expected_bin:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"{bin_path}: data file is {bin_size} bytes but {idx_path} describes {expected_bin}: "
                 "the .bin is truncated or does not belong to this .idx; rebuild the dataset"
             )
         # Full consistency of sizes and pointers: a vectorised pass, ~10 ns per sequence.
         if s and (self.sizes.min() < 0 or np.any(np.diff(docs) < 0)):
-            raise BloomDataError(f"{idx_path}: negative sizes or decreasing document index (corrupt index)")
+            raise BloomstackError(f"{idx_path}: negative sizes or decreasing document index (corrupt index)")
         if s > 1:
             ends = np.cumsum(self.sizes[:-1], dtype=np.int64) * itemsize
             if not np.array_equal(ends, self.pointers[1:]):
-                raise BloomDataError(f"{idx_path}: sequence pointers disagree with sequence sizes (corrupt index)")
+                raise BloomstackError(f"{idx_path}: sequence pointers disagree with sequence sizes (corrupt index)")
 
     # -- pickling: reopen by prefix (DataLoader workers, Dask) instead of shipping the mapping.
     def __getstate__(self) -> str:
@@ -267,7 +267,7 @@ class IndexedDatasetWriter:
         self.prefix = os.fspath(prefix)
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_OF_DTYPE:
-            raise BloomDataError(f"unsupported token dtype {self.dtype} for {self.prefix}")
+            raise BloomstackError(f"unsupported token dtype {self.dtype} for {self.prefix}")
         suffix = f".tmp-{os.getpid()}"
         self._tmp_bin = data_file_path(self.prefix) + suffix
         self._tmp_idx = index_file_path(self.prefix) + suffix
@@ -276,7 +276,7 @@ class IndexedDatasetWriter:
             os.makedirs(parent, exist_ok=True)
             self._bin = open(self._tmp_bin, "wb")  # noqa: SIM115 - closed in finalize/abort
         except OSError as exc:
-            raise BloomDataError(f"{parent}: cannot write the dataset there ({exc.strerror})") from None
+            raise BloomstackError(f"{parent}: cannot write the dataset there ({exc.strerror})") from None
         self._sizes = array("i")  # int32, 4 B per sequence
         self._max_token = np.iinfo(self.dtype).max if self.dtype.kind in "iu" else None
         self.skipped_empty = 0
@@ -289,7 +289,7 @@ class IndexedDatasetWriter:
             self.skipped_empty += 1
             return False
         if self._max_token is not None and arr.max() > self._max_token:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"{self.prefix}: token id {int(arr.max())} does not fit dtype {self.dtype.name}; "
                 "use int32 for vocabularies of 65,500 tokens or more"
             )
@@ -343,12 +343,12 @@ def merge_datasets(prefixes: Sequence[str | os.PathLike], out_prefix: str | os.P
     """
     out_prefix = os.fspath(out_prefix)
     if not prefixes:
-        raise BloomDataError(f"{out_prefix}: nothing to merge (no input datasets)")
+        raise BloomstackError(f"{out_prefix}: nothing to merge (no input datasets)")
     parts = [IndexedDataset(p) for p in prefixes]
     dtype = parts[0].dtype
     for part in parts[1:]:
         if part.dtype != dtype:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"cannot merge {part.prefix} ({part.dtype.name}) with {parts[0].prefix} ({dtype.name}): "
                 "all inputs must share one token dtype"
             )

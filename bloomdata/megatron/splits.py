@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 SPLIT_NAMES = ("train", "valid", "test")
 COMPAT_MODES = ("core", "bloom")
@@ -32,19 +32,19 @@ COMPAT_MODES = ("core", "bloom")
 
 def check_compat(compat: str) -> str:
     if compat not in COMPAT_MODES:
-        raise BloomDataError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
+        raise BloomstackError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
     return compat
 
 
 def split_position(split_name: str) -> int:
     if split_name not in SPLIT_NAMES:
-        raise BloomDataError(f"split name must be one of {SPLIT_NAMES}, got {split_name!r}")
+        raise BloomstackError(f"split name must be one of {SPLIT_NAMES}, got {split_name!r}")
     return SPLIT_NAMES.index(split_name)
 
 
 def _split_weights(spec: str, compat: str) -> list[float]:
     if "-" in spec:  # megatron-core's regex would silently read "-1" as 1
-        raise BloomDataError(f"split {spec!r}: weights must be non-negative numbers like '949,50,1'")
+        raise BloomstackError(f"split {spec!r}: weights must be non-negative numbers like '949,50,1'")
     try:
         if compat == "core":
             # megatron-core parse_and_normalize_split: every number in the string, padded to three.
@@ -53,13 +53,13 @@ def _split_weights(spec: str, compat: str) -> list[float]:
             separator = "," if "," in spec else "/" if "/" in spec else None
             values = [float(x) for x in (spec.split(separator) if separator else [spec])]
     except ValueError:
-        raise BloomDataError(f"split {spec!r}: expected numbers like '949,50,1'") from None
+        raise BloomstackError(f"split {spec!r}: expected numbers like '949,50,1'") from None
     if len(values) > 3 and compat == "core":
-        raise BloomDataError(f"split {spec!r}: at most three weights (train, valid, test)")
+        raise BloomstackError(f"split {spec!r}: at most three weights (train, valid, test)")
     values = (values + [0.0, 0.0, 0.0])[:3]
     bad = [v for v in values if not math.isfinite(v) or v < 0]
     if bad or sum(values) <= 0:
-        raise BloomDataError(f"split {spec!r}: weights must be finite, non-negative and not all zero")
+        raise BloomstackError(f"split {spec!r}: weights must be finite, non-negative and not all zero")
     return values
 
 
@@ -92,9 +92,9 @@ def parse_range(text: str) -> tuple[float, float]:
             raise ValueError
         start, end = float(parts[0]), float(parts[1])
     except ValueError:
-        raise BloomDataError(f"range {text!r}: expected START:END with 0 <= START < END <= 1, e.g. 0:0.95") from None
+        raise BloomstackError(f"range {text!r}: expected START:END with 0 <= START < END <= 1, e.g. 0:0.95") from None
     if not (0.0 <= start < end <= 1.0):
-        raise BloomDataError(f"range {text!r}: expected 0 <= START < END <= 1")
+        raise BloomstackError(f"range {text!r}: expected 0 <= START < END <= 1")
     return start, end
 
 
@@ -118,7 +118,7 @@ def split_range(
     if isinstance(split, tuple | list):
         begin, end = (int(x) for x in split)
         if not 0 <= begin <= end <= num_sequences:
-            raise BloomDataError(f"document range {split}: outside [0, {num_sequences}]")
+            raise BloomstackError(f"document range {split}: outside [0, {num_sequences}]")
         return begin, end
     if ":" in split:
         return range_to_documents(*parse_range(split), num_sequences)
@@ -158,7 +158,7 @@ def parse_weighted_split(text: str) -> WeightedSplit:
     name, colon, body = text.strip().strip("\"'").partition(":")
     name = name.strip()
     if not colon or not name or " " in name:
-        raise BloomDataError(
+        raise BloomstackError(
             f"weighted split {text!r}: expected 'NAME: WEIGHT START:END PREFIX, ...', "
             "e.g. 'train: 0.5 0:0.95 data/en, 0.5 0:0.95 data/fr'"
         )
@@ -166,13 +166,13 @@ def parse_weighted_split(text: str) -> WeightedSplit:
     for item in body.split(","):
         fields = item.split()
         if len(fields) != 3:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"weighted split {name!r}: entry {item.strip()!r} must be 'WEIGHT START:END PREFIX'"
             )
         try:
             weight = float(fields[0])
         except ValueError:
-            raise BloomDataError(f"weighted split {name!r}: weight {fields[0]!r} is not a number") from None
+            raise BloomstackError(f"weighted split {name!r}: weight {fields[0]!r} is not a number") from None
         start, end = parse_range(fields[1])
         entries.append(WeightedSplitEntry(weight, start, end, fields[2]))
     return WeightedSplit(name, tuple(entries))

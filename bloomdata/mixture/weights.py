@@ -27,18 +27,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.config import load_yaml, validate
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 
 def alpha_weights(tokens: Mapping[str, int], alpha: float) -> dict[str, float]:
     """p_i ∝ n_i ** alpha, normalised; languages with no tokens are an error (they cannot be drawn)."""
     if not math.isfinite(alpha) or alpha < 0:
-        raise BloomDataError(f"alpha must be a finite number >= 0, got {alpha}")
+        raise BloomstackError(f"alpha must be a finite number >= 0, got {alpha}")
     empty = [name for name, n in tokens.items() if n <= 0]
     if empty:
-        raise BloomDataError(f"dataset(s) {', '.join(empty)} hold no tokens; drop them from the blend")
+        raise BloomstackError(f"dataset(s) {', '.join(empty)} hold no tokens; drop them from the blend")
     if not tokens:
-        raise BloomDataError("no datasets to blend")
+        raise BloomstackError("no datasets to blend")
     raw = {name: float(n) ** alpha for name, n in tokens.items()}
     total = sum(raw.values())
     return {name: w / total for name, w in raw.items()}
@@ -62,22 +62,22 @@ def constrain(
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(base))
     if unknown:
-        raise BloomDataError(f"override for unknown dataset(s) {', '.join(unknown)}; known: {', '.join(base)}")
+        raise BloomstackError(f"override for unknown dataset(s) {', '.join(unknown)}; known: {', '.join(base)}")
     for name, w in overrides.items():
         if not math.isfinite(w) or not 0 <= w <= 1:
-            raise BloomDataError(f"override weight {w} of {name} must be in [0, 1]")
+            raise BloomstackError(f"override weight {w} of {name} must be in [0, 1]")
     free = [name for name in base if name not in overrides]
     mass = 1.0 - sum(overrides.values())
     if mass < -1e-12 or (not free and abs(mass) > 1e-9):
-        raise BloomDataError(f"overrides sum to {sum(overrides.values()):.6g}; they must leave room for the rest "
+        raise BloomstackError(f"overrides sum to {sum(overrides.values()):.6g}; they must leave room for the rest "
                              "(sum < 1), or cover every dataset and sum to 1")
     lo = {n: _bound(floor, n, 0.0) for n in free}
     hi = {n: _bound(cap, n, 1.0) for n in free}
     for n in free:
         if not 0 <= lo[n] <= hi[n] <= 1:
-            raise BloomDataError(f"{n}: need 0 <= floor ({lo[n]}) <= cap ({hi[n]}) <= 1")
+            raise BloomstackError(f"{n}: need 0 <= floor ({lo[n]}) <= cap ({hi[n]}) <= 1")
     if free and (sum(lo.values()) > mass + 1e-12 or sum(hi.values()) < mass - 1e-12):
-        raise BloomDataError(
+        raise BloomstackError(
             f"floors sum to {sum(lo.values()):.4g} and caps to {sum(hi.values()):.4g}, but the free datasets "
             f"must share {mass:.4g}: lower the floor or raise the cap"
         )
@@ -100,7 +100,7 @@ def constrain(
     weights.update(fixed)
     total = sum(weights.values())
     if free and abs(total - 1.0) > 1e-9:
-        raise BloomDataError(f"floors/caps cannot be met together (weights sum to {total:.6g}); relax them")
+        raise BloomstackError(f"floors/caps cannot be met together (weights sum to {total:.6g}); relax them")
     return {name: weights[name] for name in base}
 
 
@@ -141,7 +141,7 @@ class BlendSpec(BaseModel):
         """BLOOM's ``--train-weighted-split-paths`` string for this blend."""
         rng = self.train_range if group.startswith("train") else self.valid_range
         if rng is None:
-            raise BloomDataError(f"blend has no {group} range; set train_range/valid_range (e.g. 0:0.95)")
+            raise BloomstackError(f"blend has no {group} range; set train_range/valid_range (e.g. 0:0.95)")
         return f"{group}: " + ", ".join(f"{d.weight!r} {rng} {d.prefix}" for d in self.datasets)
 
     def to_yaml(self) -> str:

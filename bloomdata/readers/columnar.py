@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
 BATCH_ROWS = 1024  # rows turned into Python objects at a time from parquet/arrow (bounds memory)
@@ -25,7 +25,7 @@ def arrow_reader(path: str):
         source.seek(0)
         return (pa.ipc.open_file(source) if is_file else pa.ipc.open_stream(source)), is_file
     except (OSError, pa.ArrowInvalid) as exc:
-        raise BloomDataError(f"{path}: not a readable Arrow IPC file or stream ({exc})") from None
+        raise BloomstackError(f"{path}: not a readable Arrow IPC file or stream ({exc})") from None
 
 
 def parquet_file(path: str):
@@ -35,14 +35,14 @@ def parquet_file(path: str):
     try:
         return pq.ParquetFile(path, memory_map=True)
     except (OSError, pa.ArrowInvalid) as exc:
-        raise BloomDataError(f"{path}: not a readable parquet file ({exc})") from None
+        raise BloomstackError(f"{path}: not a readable parquet file ({exc})") from None
 
 
 def _columns(schema, shard: Shard) -> list[str]:
     """The columns to read; a missing text column fails fast (every row would be rejected)."""
     names = list(schema.names)
     if shard.text_field not in names:
-        raise BloomDataError(f"{shard.path}: no column {shard.text_field!r} (columns: {names}); "
+        raise BloomstackError(f"{shard.path}: no column {shard.text_field!r} (columns: {names}); "
                              "set the source's text_field")
     wanted = [shard.text_field]
     if shard.lang is None and shard.lang_field in names and shard.lang_field != shard.text_field:

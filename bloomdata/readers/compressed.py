@@ -10,7 +10,7 @@ import gzip
 import io
 from typing import IO
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 CHUNK = 1 << 20  # bytes per read
 COMPRESSION = (".gz", ".zst", ".zstd")
@@ -79,7 +79,7 @@ def open_bytes(path: str) -> IO[bytes]:
             return io.BufferedReader(_ZstdRaw(path), CHUNK)
         return open(path, "rb", buffering=CHUNK)
     except OSError as exc:
-        raise BloomDataError(f"cannot read input {path}: {exc.strerror or exc}") from None
+        raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
 
 
 # What reading a damaged compressed stream raises (truncated gzip: EOFError; corrupt zstd: ZstdError).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers.compressed import CHUNK, DECOMPRESS_ERRORS, open_bytes, strip_compression
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
@@ -37,7 +37,7 @@ def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
                 base += len(chunk)
                 last = chunk[-1:]
     except DECOMPRESS_ERRORS as exc:
-        raise BloomDataError(f"{path}:{lines + 1}: cannot decompress/read ({exc}); the file is truncated "
+        raise BloomstackError(f"{path}:{lines + 1}: cannot decompress/read ({exc}); the file is truncated "
                              "or corrupt") from None
     return lines + (last != b"\n"), (offsets if seekable else None)
 
@@ -60,7 +60,7 @@ def read_jsonl(shard: Shard) -> Iterator[Document | Reject]:
                 line_no += 1
                 yield _parse_json_line(raw, shard, line_no)
     except DECOMPRESS_ERRORS as exc:  # truncated/corrupt gzip or zstd stream
-        raise BloomDataError(f"{shard.path}:{line_no + 1}: cannot decompress/read ({exc}); "
+        raise BloomstackError(f"{shard.path}:{line_no + 1}: cannot decompress/read ({exc}); "
                              "the file is truncated or corrupt") from None
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers.columnar import arrow_reader, parquet_file, read_arrow, read_parquet
 from bloomdata.readers.jsonl import count_jsonl, read_jsonl
 from bloomdata.readers.records import Document, Reject, Shard
@@ -39,7 +39,7 @@ def count_rows(path: str, fmt: str) -> int:
 def plan_shards(sources: list[SourceConfig], max_rows_per_shard: int | None = None) -> list[Shard]:
     """Work units for all sources; files over ``max_rows_per_shard`` rows become row-range shards."""
     if max_rows_per_shard is not None and max_rows_per_shard < 1:
-        raise BloomDataError(f"max_rows_per_shard must be >= 1, got {max_rows_per_shard}")
+        raise BloomstackError(f"max_rows_per_shard must be >= 1, got {max_rows_per_shard}")
     shards: list[Shard] = []
     for source in sources:
         common = dict(text_field=source.text_field, lang=source.lang, lang_field=source.lang_field)
@@ -71,9 +71,9 @@ def read_shard(shard: Shard) -> Iterator[Document | Reject]:
     if fmt in ("auto", "hf"):
         fmt = "arrow" if fmt == "hf" else format_of(shard.path)
     if fmt not in _READERS:
-        raise BloomDataError(f"{shard.path}: unknown file type; set the source's format")
+        raise BloomstackError(f"{shard.path}: unknown file type; set the source's format")
     if not os.path.isfile(shard.path):
-        raise BloomDataError(f"input file not found: {shard.path} (it was listed when the shards were "
+        raise BloomstackError(f"input file not found: {shard.path} (it was listed when the shards were "
                              "planned; re-plan if the inputs changed)")
     yield from _READERS[fmt](shard)
 

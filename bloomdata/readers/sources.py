@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers.compressed import strip_compression
 
 Format = Literal["auto", "jsonl", "parquet", "arrow", "hf", "txt"]
@@ -68,7 +68,7 @@ def _hf_files(directory: str) -> list[str]:
         state = json.loads(open(state_path, encoding="utf-8").read())
         names = [entry["filename"] for entry in state["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BloomDataError(f"{state_path}: not a datasets.save_to_disk state file ({exc}); "
+        raise BloomstackError(f"{state_path}: not a datasets.save_to_disk state file ({exc}); "
                              "re-save the dataset with Dataset.save_to_disk") from None
     return [os.path.join(directory, n) for n in names]  # state.json order is the dataset's row order
 
@@ -101,19 +101,19 @@ def resolve_files(source: SourceConfig) -> list[tuple[str, str]]:
         pattern = os.path.abspath(os.path.expanduser(entry))
         matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
         if not matches or not all(os.path.exists(m) for m in matches):
-            raise BloomDataError(f"input path not found: {entry} (check the source's paths; globs must match "
+            raise BloomstackError(f"input path not found: {entry} (check the source's paths; globs must match "
                                  "at least one file)")
         for path in matches:
             if os.path.isdir(path):
                 found = _walk(path, source.format)
                 if not found:
-                    raise BloomDataError(f"{entry}: directory holds no readable files (supported: "
+                    raise BloomstackError(f"{entry}: directory holds no readable files (supported: "
                                          ".jsonl[.gz|.zst], .parquet, .arrow, .txt, save_to_disk dirs)")
                 files += sorted(found) if not _is_hf_dir(path) else found
                 continue
             fmt = source.format if source.format not in ("auto", "hf") else format_of(path)
             if fmt is None or fmt == "hf":
-                raise BloomDataError(f"{path}: unknown file type; name it .jsonl/.parquet/.arrow/.txt or set "
+                raise BloomstackError(f"{path}: unknown file type; name it .jsonl/.parquet/.arrow/.txt or set "
                                      "the source's format")
             files.append((path, fmt))
     return files

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers.compressed import open_bytes
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
@@ -16,7 +16,7 @@ def read_txt(shard: Shard) -> Iterator[Document | Reject]:
         try:
             raw = fh.read()  # one document: memory is bounded by the size of that document
         except (OSError, EOFError) as exc:
-            raise BloomDataError(f"{shard.path}: cannot decompress/read ({exc})") from None
+            raise BloomstackError(f"{shard.path}: cannot decompress/read ({exc})") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

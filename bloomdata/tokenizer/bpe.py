@@ -30,7 +30,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 
 BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
@@ -85,7 +85,7 @@ def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, m
     tok.train_from_iterator(texts, trainer=trainer, length=length)
     for i, token in enumerate(SPECIAL_TOKENS):
         if tok.token_to_id(token) != i:  # cannot happen with the trainer above; checked because ids are ABI
-            raise BloomDataError(f"trained tokenizer put {token} at id {tok.token_to_id(token)}, expected {i}")
+            raise BloomstackError(f"trained tokenizer put {token} at id {tok.token_to_id(token)}, expected {i}")
     return tok
 
 
@@ -131,7 +131,7 @@ def check_budget(config: TokenizerTrainConfig) -> None:
     msg = (f"byte_budget {config.byte_budget:,} B exceeds {MAX_SAFE_BUDGET:,} B: the BPE trainer would "
            f"need ~{need_gb:.0f} GB of RAM ({TRAINER_BYTES_PER_BYTE}x the text)")
     if not config.allow_large_budget:
-        raise BloomDataError(msg + "; lower byte_budget or pass --allow-large-budget")
+        raise BloomstackError(msg + "; lower byte_budget or pass --allow-large-budget")
     warnings.warn(msg, stacklevel=2)
 
 
@@ -174,7 +174,7 @@ def _tokenizer_file(path_or_dir: str | os.PathLike) -> Path:
     path = Path(path_or_dir)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
-        raise BloomDataError(f"tokenizer not found: {file} (give a tokenizer.json or a directory holding "
+        raise BloomstackError(f"tokenizer not found: {file} (give a tokenizer.json or a directory holding "
                              "one; train one with `bloomdata train-tokenizer`)")
     return file
 
@@ -185,7 +185,7 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
     try:
         return Tokenizer.from_file(str(file))
     except Exception as exc:  # the Rust side raises plain Exception for bad JSON / unknown fields
-        raise BloomDataError(f"{file}: not a valid tokenizer.json ({exc})") from None
+        raise BloomstackError(f"{file}: not a valid tokenizer.json ({exc})") from None
 
 
 def tokenizer_identity(path_or_dir: str | os.PathLike) -> str:
@@ -197,6 +197,6 @@ def eod_id(tok: Tokenizer) -> int:
     """The end-of-document id appended after every document (``</s>``; 2 for BLOOM)."""
     token_id = tok.token_to_id(EOD_TOKEN)
     if token_id is None:
-        raise BloomDataError(f"the tokenizer has no {EOD_TOKEN} token; use a BLOOM-style tokenizer "
+        raise BloomstackError(f"the tokenizer has no {EOD_TOKEN} token; use a BLOOM-style tokenizer "
                              "(bloomdata train-tokenizer) or add it as a special token")
     return token_id

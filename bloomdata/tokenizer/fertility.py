@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 from tokenizers import Tokenizer
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig, iter_documents
 from bloomdata.tokenizer.sampling import UNKNOWN_LANG
 
@@ -99,7 +99,7 @@ def fertility_table(tokenizer: Tokenizer, sources: list[SourceConfig], compare: 
     for lang in list(pending):
         flush(lang)
     if not rows:
-        raise BloomDataError("the inputs hold no documents (every row was empty or rejected)")
+        raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
     table = [rows[lang] for lang in sorted(rows)]
     total = FertilityRow(ALL, whitespace_words=False)  # mixed scripts: per-word is not meaningful overall
     for row in table:

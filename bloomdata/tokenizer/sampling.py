@@ -28,7 +28,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import Document, SourceConfig, plan_shards, read_shard
 
 UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined"
@@ -39,7 +39,7 @@ _OVERSAMPLE, _SLACK_BYTES = 1.25, 1 << 20  # pre-filter margin so the greedy fil
 def alpha_probabilities(sizes: dict[str, int], alpha: float) -> dict[str, float]:
     """p_lang ∝ n_lang ** alpha over languages with some text (sizes in any unit)."""
     if alpha < 0:
-        raise BloomDataError(f"alpha must be >= 0, got {alpha}")
+        raise BloomstackError(f"alpha must be >= 0, got {alpha}")
     weights = {lang: float(n) ** alpha for lang, n in sizes.items() if n > 0}
     total = sum(weights.values())
     return {lang: w / total for lang, w in weights.items()} if total else {}
@@ -113,10 +113,10 @@ def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, see
                 show_progress: bool = False) -> Sample:
     """Both passes: alpha-weighted, budgeted, seeded sample of the sources' documents (see module doc)."""
     if byte_budget < 1:
-        raise BloomDataError(f"byte_budget must be >= 1, got {byte_budget}")
+        raise BloomstackError(f"byte_budget must be >= 1, got {byte_budget}")
     sizes = count_bytes(sources, show_progress)
     if not sizes:
-        raise BloomDataError("the inputs hold no documents (every row was empty or rejected)")
+        raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
     quotas = byte_quotas(sizes, alpha, byte_budget)
     cutoff = {lang: min(_KEY_SPACE, int(_KEY_SPACE * (_OVERSAMPLE * q + _SLACK_BYTES) / sizes[lang]))
               for lang, q in quotas.items()}

@@ -151,7 +151,7 @@ def extension_for(device_type: str) -> tuple[ModuleType | None, str | None]:
 
 def main(argv: list[str]) -> int:
     """`bloomtrain build-kernels`: compile the extension into the cache ahead of time."""
-    from bloomdata.errors import BloomDataError  # noqa: PLC0415
+    from bloomdata.errors import BloomstackError  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="bloomtrain build-kernels", description=main.__doc__)
     group = parser.add_mutually_exclusive_group()
@@ -164,7 +164,7 @@ def main(argv: list[str]) -> int:
     try:
         load(with_cuda, verbose=args.verbose)
     except KernelBuildError as exc:
-        raise BloomDataError(str(exc)) from exc
+        raise BloomstackError(str(exc)) from exc
     kind = "CPU+CUDA" if with_cuda else "CPU"
     print(f"built {kind} kernels in {cache_root() / build_key(with_cuda)} ({time.perf_counter() - started:.1f}s)")
     return 0

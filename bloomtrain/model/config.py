@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 
 BLOOM_VOCAB = 250680  # len(tokenizer) of bigscience/tokenizer
 BLOOM_PADDED_VOCAB = 250880  # = 1960 * 128; the rows in every released BLOOM checkpoint
@@ -50,26 +50,26 @@ class ModelConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
         if min(self.num_layers, self.hidden_size, self.num_heads, self.vocab_size) < 1:
-            raise BloomDataError(f"ModelConfig: sizes must be >= 1, got {self!r}")
+            raise BloomstackError(f"ModelConfig: sizes must be >= 1, got {self!r}")
         if self.hidden_size % self.num_heads:
-            raise BloomDataError(
+            raise BloomstackError(
                 f"ModelConfig: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
                 "pick a head count that divides it"
             )
         if self.pad_vocab_size_to is not None:
             if self.pad_vocab_size_to < self.vocab_size:
-                raise BloomDataError(
+                raise BloomstackError(
                     f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is smaller than "
                     f"vocab_size={self.vocab_size}; raise it or set it to None"
                 )
             if self.pad_vocab_size_to % self.make_vocab_size_divisible_by:
-                raise BloomDataError(
+                raise BloomstackError(
                     f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is not a multiple of "
                     f"make_vocab_size_divisible_by={self.make_vocab_size_divisible_by}"
                 )
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise BloomDataError(f"ModelConfig: {name} must be in [0, 1), got {getattr(self, name)}")
+                raise BloomstackError(f"ModelConfig: {name} must be in [0, 1), got {getattr(self, name)}")
         return self
 
     @property
@@ -90,7 +90,7 @@ class ModelConfig(BaseModel):
         """Rows of the word embedding for ``tp_size`` tensor-parallel ranks (Megatron's padding rule)."""
         if self.pad_vocab_size_to is not None:
             if self.pad_vocab_size_to % tp_size:
-                raise BloomDataError(
+                raise BloomstackError(
                     f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is not divisible by "
                     f"tensor-parallel size {tp_size}; pick a TP size that divides it"
                 )

@@ -31,7 +31,7 @@ from deepspeed.runtime import utils as ds_utils
 from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
 from torch import nn
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.kernels import get_kernels
 from bloomtrain.model.bloom import BloomBlock, BloomEmbedding, LayerNorm
 from bloomtrain.model.config import ModelConfig
@@ -122,7 +122,7 @@ def stage_bounds(specs: list, num_stages: int, method: str) -> list[int]:
         regex = re.compile(method.split(":", 1)[1], re.IGNORECASE)
         weights = [int(isinstance(s, LayerSpec) and bool(regex.search(s.typename.__name__))) for s in specs]
         return ds_utils.partition_balanced(weights=weights, num_parts=num_stages)
-    raise BloomDataError(
+    raise BloomstackError(
         f"parallel.partition_method={method!r} is not supported; use 'type:transformer|embedding' "
         "(BLOOM's), 'type:transformer' or 'uniform'"
     )
@@ -150,9 +150,9 @@ def check_layout(config: ModelConfig, tp: int, pp: int, method: str) -> None:
     block (the first stage may instead own just the embedding); every block has TP-sharded weights.
     """
     if tp > 1 and (config.num_heads % tp or config.padded_vocab_size(tp) % tp):
-        raise BloomDataError(f"parallel.tp={tp} must divide num_heads={config.num_heads} and the padded vocab")
+        raise BloomstackError(f"parallel.tp={tp} must divide num_heads={config.num_heads} and the padded vocab")
     if pp > config.num_layers + 1:
-        raise BloomDataError(f"parallel.pp={pp} exceeds num_layers + 1 = {config.num_layers + 1}; use fewer stages")
+        raise BloomstackError(f"parallel.pp={pp} exceeds num_layers + 1 = {config.num_layers + 1}; use fewer stages")
     bad = _bad_stages(config, pp, method)
     if not bad:
         return
@@ -160,7 +160,7 @@ def check_layout(config: ModelConfig, tp: int, pp: int, method: str) -> None:
              if m != method.lower() and not _bad_stages(config, pp, m)]
     max_pp = max((p for p in range(1, config.num_layers + 2) if not _bad_stages(config, p, method)), default=1)
     hint = f"use parallel.partition_method={fixes[0]!r}" if fixes else f"use parallel.pp <= {max_pp}"
-    raise BloomDataError(
+    raise BloomstackError(
         f"pipeline layout pp={pp} with partition_method={method!r} over {config.num_layers} layers leaves "
         f"stage(s) {bad} without a transformer block, so those ranks own no sharded parameter and DeepSpeed's "
         f"BF16 optimizer would crash; {hint}"

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.blend import Blend, blend_from_weighted_split, build_blend, samples_per_dataset
 from bloomdata.megatron.gpt_samples import GPTSamples
@@ -93,7 +93,7 @@ def test_bloom_blend_from_weighted_split(prefixes):
 
 def test_oversampling_is_an_error(prefixes):
     small = [GPTSamples(p, 16, 10, 1, (0, 20)) for p in prefixes]
-    with pytest.raises(BloomDataError, match="asks .* for"):
+    with pytest.raises(BloomstackError, match="asks .* for"):
         Blend(small, [0.98, 0.01, 0.01], 10_000)
 
 
@@ -108,13 +108,13 @@ def test_oversampling_is_an_error(prefixes):
     ],
 )
 def test_bad_weights_name_the_culprit(prefixes, weights, message):
-    with pytest.raises(BloomDataError, match=message):
+    with pytest.raises(BloomstackError, match=message):
         build_blend(prefixes, weights, 100, 16, 1, "90,7,3")
 
 
 def test_mixed_dtypes_and_missing_prefix(prefixes, tmp_path):
     wide = write_dataset(tmp_path / "wide", num_docs=100, dtype=np.int32)
-    with pytest.raises(BloomDataError, match="share one token dtype"):
+    with pytest.raises(BloomstackError, match="share one token dtype"):
         build_blend([prefixes[0], wide], [1, 1], 100, 16, 1, "90,7,3")
-    with pytest.raises(BloomDataError, match="missing_lang.idx"):
+    with pytest.raises(BloomstackError, match="missing_lang.idx"):
         build_blend([prefixes[0], str(tmp_path / "missing_lang")], [1, 1], 100, 16, 1, "90,7,3")

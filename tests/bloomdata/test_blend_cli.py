@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from bloomdata import cli
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.mixture.weights import alpha_weights, constrain, load_blend_spec
@@ -22,9 +22,9 @@ def test_alpha_weights_follow_the_power_law():
         w = alpha_weights(tokens, alpha)
         expected = np.array([1e6, 1e5, 1e3]) ** alpha
         np.testing.assert_allclose(list(w.values()), expected / expected.sum(), rtol=1e-12)
-    with pytest.raises(BloomDataError, match="alpha"):
+    with pytest.raises(BloomstackError, match="alpha"):
         alpha_weights(tokens, -1)
-    with pytest.raises(BloomDataError, match="yo"):
+    with pytest.raises(BloomstackError, match="yo"):
         alpha_weights({"en": 5, "yo": 0}, 0.3)
 
 
@@ -38,11 +38,11 @@ def test_floor_cap_and_overrides():
     o = constrain(base, overrides={"en": 0.25})
     assert o["en"] == 0.25 and abs(sum(o.values()) - 1) < 1e-12
     assert o["fr"] / o["sw"] == pytest.approx(base["fr"] / base["sw"])
-    with pytest.raises(BloomDataError, match="floor"):
+    with pytest.raises(BloomstackError, match="floor"):
         constrain(base, floor=0.3)
-    with pytest.raises(BloomDataError, match="unknown"):
+    with pytest.raises(BloomstackError, match="unknown"):
         constrain(base, overrides={"de": 0.1})
-    with pytest.raises(BloomDataError, match="overrides sum"):
+    with pytest.raises(BloomstackError, match="overrides sum"):
         constrain(base, overrides={"en": 0.7, "fr": 0.6})
 
 
@@ -96,5 +96,5 @@ def test_cli_override_and_errors(data_dir, tmp_path, capsys):
     assert cli.main(["blend", "--datasets-dir", str(data_dir), "--budget", "lots", "--out", str(out)]) == 2
     assert "--budget" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("datasets: [{name: en, prefix: x, weight: -1}]\n")
-    with pytest.raises(BloomDataError, match="invalid blend"):
+    with pytest.raises(BloomstackError, match="invalid blend"):
         load_blend_spec(str(tmp_path / "bad.yaml"))

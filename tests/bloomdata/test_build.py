@@ -22,7 +22,7 @@ import pytest
 
 from bloomdata.build import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, run_build
 from bloomdata.cli import main as cli_main
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.readers import REJECT_REASONS, SourceConfig
 from bloomdata.tokenizer.bpe import load_tokenizer
@@ -257,13 +257,13 @@ def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, 
     assert [e["reason"] for e in examples] == ["malformed_json", "invalid_utf8", "missing_text",
                                                "non_string_text", "empty_text"]
     # --strict refuses the same inputs even when the build is up to date and its shards are reused
-    with pytest.raises(BloomDataError, match=rf"{bad_input}:2: malformed_json"):
+    with pytest.raises(BloomstackError, match=rf"{bad_input}:2: malformed_json"):
         run_build(config.model_copy(update={"strict": True}), client=client)
 
 
 def test_strict_fails_naming_file_line_through_dask(tmp_path, client, bad_input, small_tokenizer_dir):
     out = tmp_path / "out"
-    with pytest.raises(BloomDataError, match=rf"{bad_input}:2: malformed_json"):
+    with pytest.raises(BloomstackError, match=rf"{bad_input}:2: malformed_json"):
         run_build(_config([bad_input], small_tokenizer_dir, out, strict=True), client=client)
     assert not [p for p in out.rglob("*") if p.suffix in (".bin", ".idx")] and not _temps(out)
 

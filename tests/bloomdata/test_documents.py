@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import zstandard
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import (
     REJECT_REASONS,
     Document,
@@ -147,7 +147,7 @@ def test_columnar_bad_values(tmp_path):
 def test_missing_text_column_fails_fast(tmp_path):
     path = tmp_path / "x.parquet"
     pq.write_table(pa.table({"content": ["a"]}), path)
-    with pytest.raises(BloomDataError, match=r"x\.parquet: no column 'text'.*content.*text_field"):
+    with pytest.raises(BloomstackError, match=r"x\.parquet: no column 'text'.*content.*text_field"):
         _read_all(SourceConfig(paths=[str(path)]))
 
 
@@ -190,19 +190,19 @@ def test_hf_dataset_dict_and_directory_walk(tmp_path):
 
 
 def test_missing_and_unknown_inputs_raise_one_line_errors(tmp_path):
-    with pytest.raises(BloomDataError, match="input path not found: .*nope.jsonl") as err:
+    with pytest.raises(BloomstackError, match="input path not found: .*nope.jsonl") as err:
         plan_shards([SourceConfig(paths=[str(tmp_path / "nope.jsonl")])])
     assert "\n" not in str(err.value)
-    with pytest.raises(BloomDataError, match="globs must match"):
+    with pytest.raises(BloomstackError, match="globs must match"):
         plan_shards([SourceConfig(paths=[str(tmp_path / "*.jsonl")])])
     (tmp_path / "data.csv").write_text("text\nx\n")
-    with pytest.raises(BloomDataError, match="data.csv: unknown file type"):
+    with pytest.raises(BloomstackError, match="data.csv: unknown file type"):
         plan_shards([SourceConfig(paths=[str(tmp_path / "data.csv")])])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(BloomDataError, match="holds no readable files"):
+    with pytest.raises(BloomstackError, match="holds no readable files"):
         plan_shards([SourceConfig(paths=[str(tmp_path / "empty")])])
     shard = Shard(str(tmp_path / "gone.jsonl"), "jsonl", "text", None, "lang")
-    with pytest.raises(BloomDataError, match="input file not found: .*gone.jsonl"):
+    with pytest.raises(BloomstackError, match="input file not found: .*gone.jsonl"):
         list(read_shard(shard))
 
 
@@ -212,7 +212,7 @@ def test_truncated_compressed_file_names_the_file(tmp_path, suffix, max_rows):
     compress = gzip.compress if suffix == "gz" else zstandard.ZstdCompressor().compress
     path = tmp_path / f"broken.jsonl.{suffix}"
     path.write_bytes(compress(_jsonl_bytes(ROWS))[:300])  # ends inside the stream: an error, not EOF
-    with pytest.raises(BloomDataError, match=rf"broken\.jsonl\.{suffix}:\d+: cannot decompress"):
+    with pytest.raises(BloomstackError, match=rf"broken\.jsonl\.{suffix}:\d+: cannot decompress"):
         _read_all(SourceConfig(paths=[str(path)]), max_rows)
 
 

@@ -13,7 +13,7 @@ import struct
 import numpy as np
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -97,7 +97,7 @@ def test_empty_dataset(tmp_path):
 
 
 def test_token_too_large_for_dtype(tmp_path):
-    with pytest.raises(BloomDataError, match="does not fit dtype uint16"):
+    with pytest.raises(BloomstackError, match="does not fit dtype uint16"):
         with IndexedDatasetWriter(tmp_path / "x", np.uint16) as w:
             w.add_document([70000])
     assert not os.path.exists(tmp_path / "x.idx") and not list(tmp_path.glob("x.*tmp*"))
@@ -131,7 +131,7 @@ def test_merge_preserves_order_and_offsets(tmp_path):
 def test_merge_rejects_mixed_dtypes(tmp_path):
     _write(tmp_path / "a", [[1, 2]], np.uint16)
     _write(tmp_path / "b", [[1, 2]], np.int32)
-    with pytest.raises(BloomDataError, match="share one token dtype"):
+    with pytest.raises(BloomstackError, match="share one token dtype"):
         merge_datasets([tmp_path / "a", tmp_path / "b"], tmp_path / "m")
 
 
@@ -170,7 +170,7 @@ def _corrupt(path, offset: int, data: bytes) -> None:
 )
 def test_corrupt_files_raise_naming_the_file(dataset, damage, message):
     damage(dataset)
-    with pytest.raises(BloomDataError, match=message) as info:
+    with pytest.raises(BloomstackError, match=message) as info:
         IndexedDataset(dataset)
     assert str(dataset) in str(info.value)
 
@@ -186,5 +186,5 @@ def test_failed_write_leaves_nothing(tmp_path):
 def test_unwritable_output(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(BloomDataError, match="cannot write"):
+    with pytest.raises(BloomstackError, match="cannot write"):
         IndexedDatasetWriter(blocker / "sub" / "x", np.uint16)

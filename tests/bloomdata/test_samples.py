@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.gpt_samples import GPTSamples, plan_epochs
 from tests.bloomdata.megatron_oracle import gpt_dataset, megatron_tokens, write_dataset
@@ -171,16 +171,16 @@ def test_bloom_split_syntax_range(prefix):
 )
 def test_bad_input_raises(prefix, kwargs, message):
     args = {"dataset": prefix, "seq_length": 16, "num_samples": 10, "seed": 1, **kwargs}
-    with pytest.raises(BloomDataError, match=message):
+    with pytest.raises(BloomstackError, match=message):
         GPTSamples(**args)
 
 
 def test_split_without_tokens_raises_instead_of_looping(tmp_path):
     prefix = write_dataset(tmp_path / "holes", num_docs=40, seed=1, empty_every=1)  # every sequence empty
-    with pytest.raises(BloomDataError, match="holds no tokens"):
+    with pytest.raises(BloomstackError, match="holds no tokens"):
         GPTSamples(prefix, 4, 10, 1, (10, 20))
 
 
 def test_missing_prefix_names_the_file(tmp_path):
-    with pytest.raises(BloomDataError, match="nothing_here.idx"):
+    with pytest.raises(BloomstackError, match="nothing_here.idx"):
         GPTSamples(str(tmp_path / "nothing_here"), 16, 10, 1)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, draw_sample
 
@@ -77,11 +77,11 @@ def test_oversized_document_is_truncated_at_a_character(tmp_path):
 
 def test_errors(tmp_path):
     (tmp_path / "empty.jsonl").write_text('{"text": ""}\n')
-    with pytest.raises(BloomDataError, match="no documents"):
+    with pytest.raises(BloomstackError, match="no documents"):
         draw_sample([SourceConfig(paths=[str(tmp_path)])], 0.3, 100, 0)
-    with pytest.raises(BloomDataError, match="byte_budget"):
+    with pytest.raises(BloomstackError, match="byte_budget"):
         draw_sample([SourceConfig(paths=[str(tmp_path)])], 0.3, 0, 0)
-    with pytest.raises(BloomDataError, match="alpha"):
+    with pytest.raises(BloomstackError, match="alpha"):
         alpha_probabilities({"a": 1}, -1)
 
 

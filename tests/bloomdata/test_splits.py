@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.megatron.splits import (
     bloom_split_boundaries,
     parse_weighted_split,
@@ -67,11 +67,11 @@ def test_weighted_split_syntax():
     ],
 )
 def test_weighted_split_errors(text, message):
-    with pytest.raises(BloomDataError, match=message):
+    with pytest.raises(BloomstackError, match=message):
         parse_weighted_split(text)
 
 
 @pytest.mark.parametrize("spec", ["a,b", "-1,2,3", "0,0,0", "1,2,3,4"])
 def test_bad_split_specs(spec):
-    with pytest.raises(BloomDataError, match="split"):
+    with pytest.raises(BloomstackError, match="split"):
         split_range(spec, "train", 100, "core")

@@ -12,7 +12,7 @@ import pytest
 from tokenizers import Tokenizer, models
 
 from bloomdata import cli
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig, iter_documents
 from bloomdata.tokenizer.bpe import (
     SPECIAL_TOKENS,
@@ -135,12 +135,12 @@ def test_library_api(small_tokenizer_dir, tmp_path):
     file = small_tokenizer_dir / "tokenizer.json"
     assert tokenizer_identity(small_tokenizer_dir) == tokenizer_identity(file)
     assert tokenizer_identity(file) == hashlib.sha256(file.read_bytes()).hexdigest()
-    with pytest.raises(BloomDataError, match="tokenizer not found: .*missing.*train-tokenizer"):
+    with pytest.raises(BloomstackError, match="tokenizer not found: .*missing.*train-tokenizer"):
         load_tokenizer(tmp_path / "missing")
     (tmp_path / "tokenizer.json").write_text("{not json")
-    with pytest.raises(BloomDataError, match="not a valid tokenizer.json"):
+    with pytest.raises(BloomstackError, match="not a valid tokenizer.json"):
         load_tokenizer(tmp_path)
-    with pytest.raises(BloomDataError, match="no </s> token"):
+    with pytest.raises(BloomstackError, match="no </s> token"):
         eod_id(Tokenizer(models.BPE()))
     other = save_tokenizer(train_from_texts(["some other text"] * 10, vocab_size=300), tmp_path / "other")
     assert tokenizer_identity(other) != tokenizer_identity(small_tokenizer_dir)
@@ -148,7 +148,7 @@ def test_library_api(small_tokenizer_dir, tmp_path):
 
 def test_budget_guard():
     config = TokenizerTrainConfig(sources=[SourceConfig(paths=["x"])], out_dir="o", byte_budget=600_000_000)
-    with pytest.raises(BloomDataError, match="~18 GB of RAM.*--allow-large-budget"):
+    with pytest.raises(BloomstackError, match="~18 GB of RAM.*--allow-large-budget"):
         check_budget(config)
     with pytest.warns(UserWarning, match="exceeds"):
         check_budget(config.model_copy(update={"allow_large_budget": True}))

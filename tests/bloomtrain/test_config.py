@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.config import load_config
 from bloomtrain.model.config import ModelConfig
 
@@ -65,14 +65,14 @@ def test_overrides_are_typed_and_nested():
     (["oops"], "not key=value"),
 ])
 def test_bad_configs_name_the_key(overrides, needle):
-    with pytest.raises(BloomDataError, match=needle):
+    with pytest.raises(BloomstackError, match=needle):
         load_config(CONFIGS / "tiny-cpu.yaml", overrides)
 
 
 def test_world_size_mismatch_says_what_to_change():
     cfg = load_config(CONFIGS / "tiny-cpu.yaml", ["parallel.tp=2"])
-    with pytest.raises(BloomDataError, match="not divisible by tp 2"):
+    with pytest.raises(BloomstackError, match="not divisible by tp 2"):
         cfg.dp_size(3)
     cfg = load_config(CONFIGS / "tiny-cpu.yaml", ["schedule.global_batch_size=6"])
-    with pytest.raises(BloomDataError, match="data-parallel size 2"):
+    with pytest.raises(BloomstackError, match="data-parallel size 2"):
         cfg.dp_size(2)

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain import checkpoint_format as fmt
 from bloomtrain.cli import main as cli
 from bloomtrain.export import export
@@ -99,7 +99,7 @@ def test_import_shards_are_slices_of_the_unsharded_model(tmp_path, hf_bloom, tp)
 
 
 def test_export_errors_name_the_problem(tmp_path, capsys):
-    with pytest.raises(BloomDataError, match="latest"):
+    with pytest.raises(BloomstackError, match="latest"):
         export(tmp_path, tmp_path / "out")
     assert cli(["export", str(tmp_path), str(tmp_path / "out")]) == 2
     assert "not a checkpoint directory" in capsys.readouterr().err

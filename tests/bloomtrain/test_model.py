@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain import checkpoint_format as fmt
 from bloomtrain.hf_import import config_from_hf
 from bloomtrain.model import BloomModel, ModelConfig
@@ -48,9 +48,9 @@ def test_vocab_padding_rule():
     megatron = ModelConfig.bloom_176b(pad_vocab_size_to=None)
     assert [megatron.padded_vocab_size(tp) for tp in (1, 2, 4, 8)] == [250752, 250880, 250880, 250880]
     assert ModelConfig.tiny(pad_vocab_size_to=None).padded_vocab_size(4) == 512
-    with pytest.raises(BloomDataError, match="smaller than"):
+    with pytest.raises(BloomstackError, match="smaller than"):
         ModelConfig.tiny(pad_vocab_size_to=128)
-    with pytest.raises(BloomDataError, match="not divisible by tensor-parallel size 3"):
+    with pytest.raises(BloomstackError, match="not divisible by tensor-parallel size 3"):
         ModelConfig.tiny().padded_vocab_size(3)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint_format import EMBED_INDEX, block_index, final_norm_index
 from bloomtrain.engine import counted_once, param_groups
 from bloomtrain.metrics import flops_per_iteration
@@ -73,13 +73,13 @@ def test_tr11_partition_puts_an_embedding_and_five_blocks_on_the_end_stages():
 
 def test_layout_without_a_block_on_some_stage_fails_with_the_fix():
     cfg = ModelConfig.tiny()  # 2 layers: 4 units over 3 stages leaves one stage with only the head
-    with pytest.raises(BloomDataError, match=r"stage\(s\) \[2\] without a transformer block.*parallel.pp <= 2"):
+    with pytest.raises(BloomstackError, match=r"stage\(s\) \[2\] without a transformer block.*parallel.pp <= 2"):
         check_layout(cfg, tp=1, pp=3, method="type:transformer|embedding")
     cfg4 = ModelConfig.tiny(num_layers=3)
-    with pytest.raises(BloomDataError, match="use parallel.partition_method='type:transformer'"):
+    with pytest.raises(BloomstackError, match="use parallel.partition_method='type:transformer'"):
         check_layout(cfg4, tp=2, pp=3, method="type:transformer|embedding")
     check_layout(cfg4, tp=2, pp=3, method="type:transformer")  # one block per stage: fine
-    with pytest.raises(BloomDataError, match="must divide num_heads"):
+    with pytest.raises(BloomstackError, match="must divide num_heads"):
         check_layout(cfg, tp=5, pp=1, method="type:transformer")
 
 

@@ -59,7 +59,7 @@ def test_sampler_order_is_global_and_split_by_dp_rank():
 
 
 def test_sampler_rejects_a_resume_off_the_group_boundary():
-    from bloomdata.errors import BloomDataError
+    from bloomdata.errors import BloomstackError
 
-    with pytest.raises(BloomDataError, match="micro_batch_size x DP"):
+    with pytest.raises(BloomstackError, match="micro_batch_size x DP"):
         next(pretraining_indices(5, 2, 0, 2, 100))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
 from bloomtrain.slurm import main
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train" / "bloom-176b-tr11.yaml"
@@ -33,5 +33,5 @@ def test_exit_duration_follows_the_time_limit(capsys):
 
 
 def test_world_that_does_not_fit_is_refused():
-    with pytest.raises(BloomDataError, match="not divisible by tp 4 x pp 12"):
+    with pytest.raises(BloomstackError, match="not divisible by tp 4 x pp 12"):
         main(["--config", str(CONFIG), "--nodes", "5"])

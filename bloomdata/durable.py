@@ -1,0 +1,166 @@
+"""Durable files: the one module that writes them atomically, syncs them and marks work complete.
+
+Every file a later run trusts (build shards and summaries, cached index arrays, flow stage markers,
+checkpoint ``latest`` files, tokenizer and report files) is written through here, in one of two ways:
+
+- ``write_bytes`` / ``write_text`` / ``write_json`` / ``write_with``: the content goes to a temporary file
+  in the target's directory (``<name>.tmp-<pid>-<random>``), is flushed, fsynced when ``fsync`` is on, and
+  renamed over the target (``os.replace``, atomic on POSIX); then the directory entry is fsynced. A reader
+  sees the old file or the new one, never a torn one; a crash leaves at most a temp file, which
+  ``remove_temps`` deletes (callers do it under their own lock, so no live writer owns it).
+- Completion markers: work is done when its marker exists and records the same *key*. The key is
+  ``content_key(what determines the output)``: sha256 of canonical JSON (sorted keys, no whitespace,
+  pydantic models dumped as JSON), so any change to an input is a different key, never a stale hit. The
+  marker is written last, after every output it vouches for, so a marker never describes missing files.
+
+``fsync=False`` is for files that can be rebuilt and are verified on read (the index cache checks an xxh3
+digest of every array it loads): a power cut may then cost a rebuild, never a wrong result, and the
+build does not wait on the disk. Bulk contents are digested with xxh3-128 (``digest``: ~30 GB/s, against
+~1.8 for sha256), keys of small JSON with sha256.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+import xxhash
+from pydantic import BaseModel
+
+TEMP_INFIX = ".tmp-"  # in every temporary name, so stray temps of dead writers can be found and removed
+KEY_LENGTH = 32  # hex digits of sha256 kept in content keys (128 bits)
+
+PathLike = str | os.PathLike
+
+
+def fsync_dir(path: PathLike) -> None:
+    """Persist a directory's entries (a rename or a new file in it) across a power cut."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_path(path: PathLike) -> str:
+    """A temporary name beside ``path``: same directory (so the rename is atomic), unique per writer."""
+    return f"{os.fspath(path)}{TEMP_INFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def write_with(path: PathLike, write: Callable[[IO[bytes]], None], *, fsync: bool = True) -> None:
+    """Atomically replace ``path`` with what ``write(binary file)`` writes (see the module docstring)."""
+    path = os.fspath(path)
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            if fsync:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    if fsync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
+def write_bytes(path: PathLike, data: bytes, *, fsync: bool = True) -> None:
+    write_with(path, lambda f: f.write(data), fsync=fsync)
+
+
+def write_text(path: PathLike, text: str, *, fsync: bool = True) -> None:
+    write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON types for ``value``: pydantic models dumped in JSON mode, paths as strings."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def write_json(path: PathLike, obj: Any, *, fsync: bool = True, indent: int | None = 1) -> None:
+    """Atomically write ``obj`` (plain types or pydantic models) as UTF-8 JSON with a final newline."""
+    text = json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, default=str) + "\n"
+    write_text(path, text, fsync=fsync)
+
+
+def read_json(path: PathLike) -> Any | None:
+    """The JSON in ``path``, or None when it is missing or not valid JSON (e.g. cut short by a crash
+    of a writer that did not use this module)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def canonical_json(value: Any) -> str:
+    """One text per value: sorted keys, no whitespace, pydantic models as their JSON dump."""
+    return json.dumps(to_jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def content_key(value: Any, length: int = KEY_LENGTH) -> str:
+    """The key of whatever determines an output: sha256 of ``canonical_json(value)``, ``length`` hex digits."""
+    import hashlib
+
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
+
+
+def digest(data: bytes | memoryview) -> str:
+    """xxh3-128 of bulk contents (arrays, files): fast enough to check every load (~30 GB/s)."""
+    return xxhash.xxh3_128(data).hexdigest()
+
+
+def file_digest(path: PathLike, chunk: int = 1 << 24) -> str:
+    h = xxhash.xxh3_128()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- completion markers -------------------------------------------------------------------------------
+
+
+def write_marker(path: PathLike, key: str, payload: dict[str, Any] | BaseModel | None = None, *,
+                 fsync: bool = True) -> dict[str, Any]:
+    """Mark work done: ``{"key": key, **payload}`` at ``path``. Call it after every output is in place."""
+    record = {"key": key, **(to_jsonable(payload) or {})}
+    write_json(path, record, fsync=fsync)
+    return record
+
+
+def read_marker(path: PathLike, key: str) -> dict[str, Any] | None:
+    """The marker's record when it exists and was written for ``key``; None otherwise (work not done)."""
+    record = read_json(path)
+    if not isinstance(record, dict) or record.get("key") != key:
+        return None
+    return record
+
+
+def remove_temps(directory: PathLike) -> int:
+    """Delete temporary files of dead writers in ``directory`` (not recursive); returns how many.
+
+    Call it only where no live writer can own them (under the directory's lock)."""
+    removed = 0
+    directory = Path(directory)
+    if not directory.is_dir():
+        return 0
+    for entry in os.scandir(directory):
+        if TEMP_INFIX in entry.name and entry.is_file():
+            os.unlink(entry.path)
+            removed += 1
+    return removed
