@@ -4,6 +4,9 @@ Row-range shards of plain files seek to the byte offset the planner recorded (``
 with ``bytes.count`` at disk speed, which also gives exact line numbers for rejects). Compressed files
 cannot seek: a range shard decompresses and skips the lines before it (decompression is ~100x faster than
 tokenization, so this costs little unless one file is split into thousands of shards).
+
+A UTF-8 byte-order mark (what some Windows editors write) is accepted at the start of the file, and only
+there: it belongs to line 1, so line numbers and the planner's byte offsets are unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from collections.abc import Iterator
 from bloomdata.errors import BloomstackError
 from bloomdata.readers.compressed import CHUNK, DECOMPRESS_ERRORS, open_bytes, strip_compression
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
+
+BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark
 
 
 def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
@@ -58,6 +63,8 @@ def read_jsonl(shard: Shard) -> Iterator[Document | Reject]:
                 if not raw:
                     return
                 line_no += 1
+                if line_no == 1 and raw.startswith(BOM):
+                    raw = raw[len(BOM):]
                 yield _parse_json_line(raw, shard, line_no)
     except DECOMPRESS_ERRORS as exc:  # truncated/corrupt gzip or zstd stream
         raise BloomstackError(f"{shard.path}:{line_no + 1}: cannot decompress/read ({exc}); "

@@ -1,4 +1,7 @@
-"""Plain-text reader: the whole file (plain, ``.gz`` or ``.zst``) is one document, row 1."""
+"""Plain-text reader: the whole file (plain, ``.gz`` or ``.zst``) is one document, row 1.
+
+A leading UTF-8 byte-order mark is dropped (``utf-8-sig``): it marks the encoding, it is not text.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ def read_txt(shard: Shard) -> Iterator[Document | Reject]:
         except (OSError, EOFError) as exc:
             raise BloomstackError(f"{shard.path}: cannot decompress/read ({exc})") from None
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         yield Reject("invalid_utf8", shard.path, 1, str(exc))
         return

@@ -109,6 +109,36 @@ def test_jsonl_without_trailing_newline_and_blank_line(tmp_path):
         assert items[1].reason == "malformed_json" and items[3].text == "c"
 
 
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "jsonl.gz", "jsonl.zst"])
+def test_jsonl_leading_byte_order_mark_is_accepted(tmp_path, kind):
+    """A BOM before line 1 is not part of the JSON; one later in the file is still a bad row."""
+    body = BOM + b'{"text": "a"}\n{"text": "b"}\n' + BOM + b'{"text": "c"}\n{"text": "d"}\n'
+    compress = {"jsonl": bytes, "jsonl.gz": gzip.compress, "jsonl.zst": zstandard.ZstdCompressor().compress}
+    path = tmp_path / f"bom.{kind}"
+    path.write_bytes(compress[kind](body))
+    for max_rows in (None, 1, 2, 3):  # row-range shards: the one at row 0 and ones that seek or skip past it
+        items = _read_all(SourceConfig(paths=[str(path)]), max_rows)
+        assert [(type(i).__name__, i.line) for i in items] == [
+            ("Document", 1), ("Document", 2), ("Reject", 3), ("Document", 4)], max_rows
+        assert [items[0].text, items[1].text, items[3].text] == ["a", "b", "d"]
+        assert items[2].reason == "malformed_json"
+    if kind == "jsonl":  # the planner's byte offsets count the BOM as part of line 1
+        shards = plan_shards([SourceConfig(paths=[str(path)])], 1)
+        assert [s.offset for s in shards] == [0, len(BOM) + 14, len(BOM) + 28, 2 * len(BOM) + 42]
+
+
+def test_txt_leading_byte_order_mark_is_dropped(tmp_path):
+    (tmp_path / "a.txt").write_bytes(BOM + "première ligne\n".encode())
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(BOM + b"gz"))
+    (tmp_path / "c.txt").write_bytes(BOM)
+    items = _read_all(SourceConfig(paths=[str(tmp_path)]))
+    assert [i.text for i in items[:2]] == ["première ligne\n", "gz"]
+    assert (items[2].reason, items[2].line) == ("empty_text", 1)  # a BOM alone is an empty document
+
+
 def test_bad_rows_become_rejects_with_file_and_line(tmp_path):
     lines = [
         b'{"text": "good", "lang": "en"}',
