@@ -2,6 +2,7 @@
 
     python benchmarks/bench_indices.py            # 10M and 100M document-index entries + 28-language blend
     python benchmarks/bench_indices.py --quick    # 1M and 3M entries + a small blend (about a minute)
+    python benchmarks/bench_indices.py --entries 1e7 --no-blend   # one case, with its cached row
 
 Inputs are synthetic sequence lengths (lognormal, mean ~800 tokens, like web documents), so nothing is
 read from disk and both sides time only the build. megatron's side runs the exact calls its
@@ -11,6 +12,16 @@ C++), ``_build_shuffle_index`` (numpy shuffle); the blend runs ``helpers.build_b
 oversampling count of ``BlendedDataset``. Ours runs ``bloomdata.samples.build_gpt_indices`` with the C++
 backend, the per-dataset counts of ``bloomdata.blend.samples_per_dataset`` and the same oversampling
 check. Every array is compared (values and dtype) and the script exits 1 on any difference.
+
+"With the cache" (the first --entries case, 1M documents x 10 epochs at 10M entries; --cache-entries 0 skips
+it) times each side's dataset class end to end in one process, from the files on disk to the arrays, with
+its cache directory set and empty, so both build *and* write their cache: megatron-core's
+``GPTDataset(IndexedDataset(prefix), ...)`` with ``path_to_cache`` (``np.save`` of three arrays and a
+description), ours ``GPTSamples(prefix, ..., cache_dir=...)`` (three arrays, their xxh3 digests taken in
+memory, the marker last). The dataset's ``.idx`` holds the synthetic lengths and its ``.bin`` is sparse (no
+token is read to build indices). Then a cache hit on each side (megatron maps its files unchecked; ours
+verifies every digest), and the content check alone: xxh3 of the arrays in memory (save) and mapped (load),
+as a share of our build time.
 
 Times are wall-clock seconds, fastest of --repeat runs per side after --warmup untimed runs (default 1);
 "total CPU time" is the process CPU time of the whole build (all threads), a steadier figure when other jobs
@@ -29,16 +40,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from typing import NamedTuple
 
 import numpy as np
 
+from bloomdata import durable
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.blend import samples_per_dataset
-from bloomdata.megatron.gpt_samples import build_gpt_indices, plan_epochs
+from bloomdata.megatron.gpt_samples import GPTSamples, build_gpt_indices, plan_epochs
+from bloomdata.megatron.indexed import _write_index, data_file_path, index_file_path
 
 NAMES = ["document_index", "sample_index", "shuffle_index"]
 
@@ -134,6 +149,111 @@ def bench_single(entries: int, seq_length: int, seed: int, runs: Runs) -> tuple[
     return total_t, total_o, ok
 
 
+class StubTokenizer:
+    """What megatron-core's GPTDatasetConfig reads from a tokenizer (no tokenizer is used to build indices)."""
+
+    vocab_size = 50_000
+    eod = 0
+    pad = 1
+    unique_identifiers = {"class": "StubTokenizer"}
+
+
+def write_lengths_only_dataset(prefix: str, sizes: np.ndarray) -> None:
+    """A uint16 Megatron dataset with these sequence lengths: a real .idx, a sparse .bin of the right size."""
+    _write_index(index_file_path(prefix), np.dtype(np.uint16), sizes, np.arange(len(sizes) + 1, dtype=np.int64))
+    with open(data_file_path(prefix), "wb") as f:
+        f.truncate(int(sizes.sum(dtype=np.int64)) * 2)
+
+
+def megatron_cached(prefix: str, seq_length: int, num_samples: int, seed: int, cache_dir: str):
+    """megatron-core's GPTDataset from the files, its cache in ``cache_dir`` (built and written when empty)."""
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from megatron.core.datasets.utils import Split
+
+    t0 = time.perf_counter()
+    config = GPTDatasetConfig(random_seed=seed, sequence_length=seq_length, tokenizer=StubTokenizer(), split="1",
+                              reset_position_ids=False, reset_attention_mask=False, eod_mask_loss=False,
+                              path_to_cache=cache_dir)
+    indexed = IndexedDataset(prefix)
+    ds = GPTDataset(indexed, prefix, np.arange(len(indexed), dtype=np.int32), num_samples, Split.train, config)
+    arrays = {name: getattr(ds, name) for name in NAMES}
+    return arrays, {"end_to_end": time.perf_counter() - t0}
+
+
+def ours_cached(prefix: str, seq_length: int, num_samples: int, seed: int, cache_dir: str):
+    """bloomdata's GPTSamples from the files, its cache in ``cache_dir`` (built and written when empty)."""
+    t0 = time.perf_counter()
+    s = GPTSamples(prefix, seq_length, num_samples, seed, None, "train", cache_dir, "core", backend="cpp")
+    arrays = {name: getattr(s, name) for name in NAMES}
+    return arrays, {"end_to_end": time.perf_counter() - t0}
+
+
+def cold(fn, workdir: str):
+    """fn(..., cache_dir) with a fresh, empty cache directory each call (so every call builds and writes)."""
+
+    def run(*args):
+        cache_dir = tempfile.mkdtemp(dir=workdir, prefix="cache-")
+        try:
+            return fn(*args, cache_dir)
+        finally:
+            shutil.rmtree(cache_dir)  # after the timed call: deleting the files is not part of it
+
+    return run
+
+
+def digest_seconds(arrays: dict[str, np.ndarray], repeat: int) -> float:
+    """Fastest time to xxh3 every array (what the cache checks), over ``repeat`` runs."""
+    best = float("inf")
+    for _ in range(max(1, repeat)):
+        t0 = time.perf_counter()
+        for a in arrays.values():
+            durable.digest(a)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_cached(entries: int, epochs: int, seq_length: int, seed: int, runs: Runs) -> tuple[float, float, bool]:
+    """End to end with the cache on (see the module docstring): both sides from files, both writing a cache."""
+    num_docs = max(1, entries // epochs)
+    sizes = synthetic_sizes(num_docs, seed)
+    per_epoch = (int(sizes.sum(dtype=np.int64)) - 1) // seq_length
+    num_samples = int((epochs - 0.5) * per_epoch)  # the last epoch half used: separate last epoch
+    print(f"\n== with the cache: {num_docs:,} documents x {epochs} epochs = {num_docs * epochs:,} document-index "
+          f"entries, {num_samples:,} samples of {seq_length}, from the files, each side writing its cache")
+    with tempfile.TemporaryDirectory(prefix="bench_indices_") as workdir:
+        prefix = os.path.join(workdir, "lengths")
+        write_lengths_only_dataset(prefix, sizes)
+        args = (prefix, seq_length, num_samples, seed)
+        theirs, t_theirs = best_of(runs, cold(megatron_cached, workdir), *args)
+        ours, t_ours = best_of(runs, cold(ours_cached, workdir), *args)
+        ok = same(theirs, ours)
+        del theirs
+        # a cache hit: the second process of a job finds the files (megatron maps them unchecked; ours verifies)
+        hit_dir = os.path.join(workdir, "hit")
+        megatron_cached(*args, hit_dir)
+        ours_cached(*args, hit_dir)
+        _, h_theirs = best_of(runs, megatron_cached, *args, hit_dir)
+        mapped, h_ours = best_of(runs, ours_cached, *args, hit_dir)
+        ok &= same(mapped, ours)
+        check_save = digest_seconds(ours, runs.repeat)  # in memory, as saved
+        check_load = digest_seconds(mapped, runs.repeat)  # mapped, as loaded (page cache warm)
+        nbytes = sum(a.nbytes for a in ours.values())
+        del ours, mapped
+    build_gpt_indices(np.arange(num_docs, dtype=np.int32), sizes, seq_length, num_samples, seed, "core", "cpp")
+    build = min(sum(build_gpt_indices(np.arange(num_docs, dtype=np.int32), sizes, seq_length, num_samples, seed,
+                                      "core", "cpp")[2].values()) for _ in range(max(1, runs.repeat)))
+    print(f"  {'step':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}")
+    print(row("cold: build + write", t_theirs["end_to_end"], t_ours["end_to_end"]))
+    print(row("hit: load (+ check)", h_theirs["end_to_end"], h_ours["end_to_end"]))
+    print(row("total CPU time, cold", t_theirs["cpu"], t_ours["cpu"]))
+    print(f"  content check (xxh3-128 of {nbytes / 1e6:.0f} MB): {check_save * 1e3:.1f} ms in memory at save, "
+          f"{check_load * 1e3:.1f} ms mapped at load = {100 * check_save / build:.1f}% / {100 * check_load / build:.1f}% "
+          f"of our build alone ({build:.3f} s, no files)")
+    print(f"  identical arrays: {ok}")
+    return t_theirs["end_to_end"], t_ours["end_to_end"], ok
+
+
 def bench_blend(num_samples: int, seq_length: int, seed: int, docs_scale: int, runs: Runs):
     rng = np.random.default_rng(seed)
     k = 28
@@ -207,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--repeat", type=int, help="runs per side, fastest kept (default: 3 quick, 1 full)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per side before the timed ones")
+    parser.add_argument("--cache-entries", type=float, help="entries of the with-the-cache case (default: the "
+                        "first --entries case; 0: skip it)")
+    parser.add_argument("--cache-epochs", type=int, default=10, help="epochs of the with-the-cache case")
+    parser.add_argument("--no-blend", action="store_true", help="skip the blend case")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
@@ -223,7 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for n in entries:
         results.append((f"{int(n):,} entries", *bench_single(int(n), args.seq_length, args.seed, runs)))
-    results.append(("28-language blend", *bench_blend(blend_samples, args.seq_length, args.seed, docs_scale, runs)))
+    cache_entries = int(entries[0] if args.cache_entries is None else args.cache_entries)
+    if cache_entries:
+        results.append((f"{cache_entries / 1e6:g}M entries, cache on",
+                        *bench_cached(cache_entries, args.cache_epochs, args.seq_length, args.seed, runs)))
+    if not args.no_blend:
+        results.append(("28-language blend",
+                        *bench_blend(blend_samples, args.seq_length, args.seed, docs_scale, runs)))
     print("\n== summary (total build time)")
     print(f"  {'case':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}  identical")
     for label, t_theirs, t_ours, ok in results:

@@ -7,7 +7,9 @@ checkpoint ``latest`` files, tokenizer and report files) is written through here
   in the target's directory (``<name>.tmp-<pid>-<random>``), is flushed, fsynced when ``fsync`` is on, and
   renamed over the target (``os.replace``, atomic on POSIX); then the directory entry is fsynced. A reader
   sees the old file or the new one, never a torn one; a crash leaves at most a temp file, which
-  ``remove_temps`` deletes (callers do it under their own lock, so no live writer owns it).
+  ``remove_temps`` deletes (callers do it under their own lock, so no live writer owns it). Files streamed
+  over a long time, or published as a group, use the same steps by hand: ``temp_path``, ``sync_file``,
+  ``publish`` (the Megatron dataset writer: ``.bin`` then ``.idx``, the ``.idx`` last).
 - Completion markers: work is done when its marker exists and records the same *key*. The key is
   ``content_key(what determines the output)``: sha256 of canonical JSON (sorted keys, no whitespace,
   pydantic models dumped as JSON), so any change to an input is a different key, never a stale hit. The
@@ -24,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -51,6 +53,31 @@ def temp_path(path: PathLike) -> str:
     return f"{os.fspath(path)}{TEMP_INFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+def sync_file(f: IO[bytes], *, fsync: bool = True) -> None:
+    """Flush ``f`` (a file written under a ``temp_path`` name) and, with ``fsync``, put its bytes on disk."""
+    f.flush()
+    if fsync:
+        os.fsync(f.fileno())
+
+
+def publish(renames: Sequence[tuple[PathLike, PathLike]], *, fsync: bool = True) -> None:
+    """Rename finished temp files (each ``sync_file``-d) onto their targets in the given order, then fsync
+    the directories: the one move of every atomic write here.
+
+    For a group of files that belong together (a Megatron ``.bin`` and the ``.idx`` that describes it),
+    name the file that vouches for the others last. Its old version is removed first, so while the group is
+    replaced a reader finds no commit file (nothing) rather than an old one beside new data.
+    """
+    pairs = [(os.fspath(tmp), os.fspath(path)) for tmp, path in renames]
+    if len(pairs) > 1 and os.path.lexists(pairs[-1][1]):
+        os.remove(pairs[-1][1])
+    for tmp, path in pairs:
+        os.replace(tmp, path)
+    if fsync:
+        for directory in dict.fromkeys(os.path.dirname(os.path.abspath(path)) for _, path in pairs):
+            fsync_dir(directory)
+
+
 def write_with(path: PathLike, write: Callable[[IO[bytes]], None], *, fsync: bool = True) -> None:
     """Atomically replace ``path`` with what ``write(binary file)`` writes (see the module docstring)."""
     path = os.fspath(path)
@@ -58,16 +85,12 @@ def write_with(path: PathLike, write: Callable[[IO[bytes]], None], *, fsync: boo
     try:
         with open(tmp, "wb") as f:
             write(f)
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+            sync_file(f, fsync=fsync)
+        publish([(tmp, path)], fsync=fsync)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    if fsync:
-        fsync_dir(os.path.dirname(path) or ".")
 
 
 def write_bytes(path: PathLike, data: bytes, *, fsync: bool = True) -> None:

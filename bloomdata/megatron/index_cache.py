@@ -1,17 +1,21 @@
-"""On-disk cache for index arrays: keyed by a hash of what determines them, atomic, verified, locked.
+"""On-disk cache for index arrays: keyed by what determines them, atomic, verified on every load, locked.
 
-Megatron's caches fail in three known ways (reference megatron-data.md section 2.8): files are written in
-place, so a crash leaves a truncated or zero-filled ``.npy`` that later counts as a hit; concurrent jobs
-race; and the build is serialised through ``torch.distributed`` barriers. Here:
+Megatron's caches fail in three known ways: files are written in place, so a crash leaves a truncated or
+zero-filled ``.npy`` that later counts as a hit; concurrent jobs race; and the build is serialised through
+``torch.distributed`` barriers. Here, with ``bloomdata.durable`` doing the writing:
 
-- the file stem is ``{sha256(description)[:32]}-{kind}-{split}``, where ``description`` holds everything
+- the file stem is ``{content_key(description)}-{kind}-{split}``, where ``description`` holds everything
   that determines the arrays (dataset identity, document range, split, compat mode, tokenizer, seed,
   lengths, counts), so a change to any of them is a miss, never a stale hit;
-- each array is written to a temporary file in the same directory, fsynced and renamed; the
-  ``-description.json`` (the description itself plus each file's size and sha256) is written the same
-  way, last, so it only ever describes complete files;
-- a load checks the description, every size and every sha256 (about 1 s per GB); any mismatch is a miss,
-  and the arrays are rebuilt and rewritten;
+- each array is written to a temporary file in the same directory and renamed into place; the
+  ``-description.json`` marker (the description plus each array's size, dtype, shape and xxh3-128 digest)
+  is written the same way, last, so it only ever describes complete files;
+- a load checks the marker's key, every size, dtype and shape, and the digest of every array as mapped
+  (xxh3 reads ~30 GB/s: ~3 ms for the 80 MB of a 10M-entry GPT index, against ~100 ms to build it); any
+  mismatch is a miss, and the arrays are rebuilt and rewritten;
+- nothing is fsynced (``durable``'s ``fsync=False``). The trade-off: a power cut may lose or tear the
+  newest cache files, which the next load detects by size or digest and rebuilds; in exchange the build
+  never waits on the disk, which used to cost as much as the build itself;
 - builders serialise on a ``filelock`` lock file next to the arrays: the first process builds, the
   others wait and then load the verified files. No process group is needed, so it works on node-local
   disks, across jobs, and before ``torch.distributed`` exists.
@@ -19,64 +23,60 @@ race; and the build is serialised through ``torch.distributed`` barriers. Here:
 
 from __future__ import annotations
 
-import hashlib
-import json
+import glob
 import logging
 import os
-import uuid
 from collections.abc import Callable
 
 import numpy as np
 from filelock import FileLock
 
+from bloomdata import durable
 from bloomdata.errors import BloomstackError
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: xxh3-128 digests of the array data (1 had sha256 of the .npy files)
 LOCK_TIMEOUT_S = 6 * 3600.0  # a BLOOM-scale build takes minutes; a lock held for hours is a dead builder
+# Cached arrays are verified on every load and can be rebuilt: no fsync (see the module docstring).
+FSYNC = False
 
 
-def description_key(description: dict) -> str:
-    """sha256 of the canonical JSON of ``description`` (sorted keys), first 32 hex digits."""
-    blob = json.dumps(description, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+def _save_npy(path: str, array: np.ndarray) -> dict:
+    """Write ``array`` as ``.npy`` at ``path`` (atomically) and describe it; the digest is taken from the
+    array in memory, so the file is never read back."""
+    array = np.ascontiguousarray(array)
+    durable.write_with(path, lambda f: np.save(f, array, allow_pickle=False), fsync=FSYNC)
+    return {"bytes": os.path.getsize(path), "digest": durable.digest(array), "dtype": array.dtype.str,
+            "shape": list(array.shape)}
 
 
-def _sha256(path: str) -> str:
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _load_npy(path: str, entry: dict, verify: bool) -> np.ndarray | None:
+    """The array at ``path`` memory-mapped, or None when it differs from ``entry`` (what the marker says)."""
+    if not os.path.isfile(path) or os.path.getsize(path) != entry.get("bytes"):
+        logger.warning("%s: missing or truncated; rebuilding", path)
+        return None
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_atomic(path: str, write: Callable) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError):
+        logger.warning("%s: unreadable; rebuilding", path)
+        return None
+    if array.dtype.str != entry.get("dtype") or list(array.shape) != entry.get("shape"):
+        logger.warning("%s: dtype or shape differs from its description; rebuilding", path)
+        return None
+    if verify and durable.digest(array) != entry.get("digest"):
+        logger.warning("%s: digest mismatch (corrupt); rebuilding", path)
+        return None
+    return array
 
 
 class IndexCache:
-    """Cached arrays ``{stem}-{name}.npy`` plus ``{stem}-description.json`` in ``cache_dir``."""
+    """Cached arrays ``{stem}-{name}.npy`` plus the marker ``{stem}-description.json`` in ``cache_dir``."""
 
     def __init__(self, cache_dir: str | os.PathLike, kind: str, split_name: str, description: dict):
         self.cache_dir = os.fspath(cache_dir)
         self.description = {"format_version": FORMAT_VERSION, "kind": kind, **description}
-        self.key = description_key(self.description)
+        self.key = durable.content_key(self.description)
         self.stem = os.path.join(self.cache_dir, f"{self.key}-{kind}-{split_name}")
 
     def array_path(self, name: str) -> str:
@@ -88,46 +88,30 @@ class IndexCache:
 
     def load(self, names: list[str], verify: bool = True) -> dict[str, np.ndarray] | None:
         """The cached arrays (memory-mapped), or None when anything is missing, stale or corrupt."""
-        try:
-            with open(self.description_path, encoding="utf-8") as f:
-                recorded = json.load(f)
-        except (OSError, ValueError):
+        record = durable.read_marker(self.description_path, self.key)
+        files = record.get("files") if record is not None else None
+        if not isinstance(files, dict):
             return None
-        if recorded.get("description") != json.loads(json.dumps(self.description, default=str)):
-            logger.warning("%s: description differs from the request; rebuilding", self.description_path)
-            return None
-        files = recorded.get("files", {})
         arrays = {}
         for name in names:
-            path, entry = self.array_path(name), files.get(name)
-            if entry is None or not os.path.isfile(path) or os.path.getsize(path) != entry.get("bytes"):
-                logger.warning("%s: missing or truncated; rebuilding", path)
+            entry = files.get(name)
+            array = _load_npy(self.array_path(name), entry, verify) if isinstance(entry, dict) else None
+            if array is None:
                 return None
-            if verify and _sha256(path) != entry.get("sha256"):
-                logger.warning("%s: checksum mismatch (corrupt); rebuilding", path)
-                return None
-            try:
-                arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
-            except (OSError, ValueError):
-                logger.warning("%s: unreadable; rebuilding", path)
-                return None
+            arrays[name] = array
         return arrays
 
     def save(self, arrays: dict[str, np.ndarray]) -> None:
-        files = {}
-        for name, array in arrays.items():
-            path = self.array_path(name)
-            _write_atomic(path, lambda f, a=array: np.save(f, np.ascontiguousarray(a), allow_pickle=False))
-            files[name] = {
-                "bytes": os.path.getsize(path),
-                "sha256": _sha256(path),
-                "dtype": np.dtype(array.dtype).str,
-                "shape": list(array.shape),
-            }
-        record = {"description": self.description, "files": files}
-        blob = json.dumps(record, indent=2, sort_keys=True, default=str).encode("utf-8")
-        _write_atomic(self.description_path, lambda f: f.write(blob))
-        _fsync_dir(self.cache_dir)
+        """Write every array, then the marker that describes them (last)."""
+        files = {name: _save_npy(self.array_path(name), array) for name, array in arrays.items()}
+        durable.write_marker(self.description_path, self.key, {"description": self.description, "files": files},
+                             fsync=FSYNC)
+
+    def _remove_own_temps(self) -> None:
+        """Temp files of a builder of this key that died mid-write. Called under this key's lock, so no
+        live writer owns them (builders of other keys in the same directory have other stems)."""
+        for path in glob.glob(f"{glob.escape(self.stem)}-*{durable.TEMP_INFIX}*"):
+            os.unlink(path)
 
     def load_or_build(
         self, names: list[str], build: Callable[[], dict[str, np.ndarray]], verify: bool = True
@@ -148,6 +132,7 @@ class IndexCache:
             arrays = self.load(names, verify)  # built by another process while we waited
             if arrays is not None:
                 return arrays, False
+            self._remove_own_temps()
             built = build()
             missing = set(names) - set(built)
             if missing:

@@ -25,8 +25,9 @@ Design notes:
   file raises ``BloomstackError`` naming it instead of crashing the interpreter or returning garbage.
 - The writer keeps sizes in typed arrays (4 B + 8 B per document, not Python ints: Megatron's list-based
   builders OOM at tens of millions of documents) and computes pointers with a vectorised scan at the end.
-- Writes are atomic: data goes to ``*.tmp-<pid>`` files which are fsynced and renamed, ``.idx`` last. An
-  ``.idx`` next to a ``.bin`` therefore always describes a complete dataset.
+- Writes are atomic (``bloomdata.durable``): data goes to ``*.tmp-<pid>-<random>`` files which are fsynced
+  and published together, ``.idx`` last (its old version removed first). An ``.idx`` next to a ``.bin``
+  therefore always describes a complete dataset.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bloomdata import durable
 from bloomdata.errors import BloomstackError
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -214,7 +216,8 @@ class IndexedDataset:
 
 
 def _write_index(path: str, dtype: np.dtype, sizes: np.ndarray, document_indices: np.ndarray) -> None:
-    """Write an .idx for ``sizes`` (int32) and ``document_indices`` (int64) to ``path`` and fsync it."""
+    """Write an .idx for ``sizes`` (int32) and ``document_indices`` (int64) to ``path`` (a temp name) and
+    sync it."""
     sizes = np.ascontiguousarray(sizes, dtype="<i4")
     document_indices = np.ascontiguousarray(document_indices, dtype="<i8")
     pointers = np.zeros(len(sizes), dtype="<i8")
@@ -230,31 +233,17 @@ def _write_index(path: str, dtype: np.dtype, sizes: np.ndarray, document_indices
         f.write(sizes.tobytes(order="C"))
         f.write(pointers.tobytes(order="C"))
         f.write(document_indices.tobytes(order="C"))
-        f.flush()
-        os.fsync(f.fileno())
+        durable.sync_file(f)
 
 
 def _publish(tmp_bin: str, tmp_idx: str, prefix: str) -> None:
-    """Rename temp files into place: old .idx removed first, new .idx last, so no mismatched pair is visible."""
-    idx_path, bin_path = index_file_path(prefix), data_file_path(prefix)
-    if os.path.exists(idx_path):
-        os.remove(idx_path)
-    os.replace(tmp_bin, bin_path)
-    os.replace(tmp_idx, idx_path)
-    _fsync_dir(os.path.dirname(os.path.abspath(idx_path)))
+    """Move both temp files into place, the .idx last (see ``durable.publish``)."""
+    durable.publish([(tmp_bin, data_file_path(prefix)), (tmp_idx, index_file_path(prefix))])
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+def _temp_pair(prefix: str) -> tuple[str, str]:
+    """Temp names for ``prefix``'s .bin and .idx, beside them."""
+    return durable.temp_path(data_file_path(prefix)), durable.temp_path(index_file_path(prefix))
 
 
 class IndexedDatasetWriter:
@@ -268,9 +257,7 @@ class IndexedDatasetWriter:
         self.dtype = np.dtype(dtype)
         if self.dtype not in CODE_OF_DTYPE:
             raise BloomstackError(f"unsupported token dtype {self.dtype} for {self.prefix}")
-        suffix = f".tmp-{os.getpid()}"
-        self._tmp_bin = data_file_path(self.prefix) + suffix
-        self._tmp_idx = index_file_path(self.prefix) + suffix
+        self._tmp_bin, self._tmp_idx = _temp_pair(self.prefix)
         parent = os.path.dirname(os.path.abspath(self.prefix))
         try:
             os.makedirs(parent, exist_ok=True)
@@ -306,8 +293,7 @@ class IndexedDatasetWriter:
 
     def finalize(self) -> None:
         """Flush, fsync, write the index and publish both files atomically."""
-        self._bin.flush()
-        os.fsync(self._bin.fileno())
+        durable.sync_file(self._bin)
         self._bin.close()
         sizes = np.frombuffer(self._sizes, dtype=np.int32) if len(self._sizes) else np.zeros(0, np.int32)
         _write_index(self._tmp_idx, self.dtype, sizes, np.arange(len(sizes) + 1, dtype=np.int64))
@@ -359,16 +345,14 @@ def merge_datasets(prefixes: Sequence[str | os.PathLike], out_prefix: str | os.P
         doc_chunks.append(p.document_indices[1:] + offset)
         offset += len(p)
     document_indices = np.concatenate(doc_chunks)
-    suffix = f".tmp-{os.getpid()}"
-    tmp_bin, tmp_idx = data_file_path(out_prefix) + suffix, index_file_path(out_prefix) + suffix
+    tmp_bin, tmp_idx = _temp_pair(out_prefix)
     Path(out_prefix).parent.mkdir(parents=True, exist_ok=True)
     try:
         with open(tmp_bin, "wb") as out:
             for p in parts:
                 with open(data_file_path(p.prefix), "rb") as src:
                     shutil.copyfileobj(src, out, length=16 << 20)
-            out.flush()
-            os.fsync(out.fileno())
+            durable.sync_file(out)
         _write_index(tmp_idx, dtype, sizes, document_indices)
         _publish(tmp_bin, tmp_idx, out_prefix)
     except BaseException:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from bloomdata import durable
 from bloomdata.megatron.blend import build_blend
 from bloomdata.megatron.gpt_samples import GPTSamples
 from tests.bloomdata.megatron_oracle import write_dataset
@@ -44,10 +46,14 @@ def test_hit_after_build_and_files_described(prefix, tmp_path):
     _assert_equal(first, _samples(prefix, None))
     record = json.loads(open(first.cache.description_path).read())
     assert record["description"]["seed"] == 5 and record["description"]["compat"] == "core"
+    assert record["key"] == first.cache.key == durable.content_key(record["description"])
     for name in NAMES:
         path = first.cache.array_path(name)
-        assert record["files"][name]["bytes"] == os.path.getsize(path)
-        assert len(record["files"][name]["sha256"]) == 64
+        entry = record["files"][name]
+        assert entry["bytes"] == os.path.getsize(path)
+        on_disk = np.load(path)  # the digest taken in memory while saving is the digest of the file's data
+        assert entry["digest"] == durable.digest(on_disk) == durable.digest(getattr(first, name))
+        assert entry["dtype"] == on_disk.dtype.str and entry["shape"] == list(on_disk.shape)
     assert not glob.glob(str(tmp_path / "*.tmp-*"))
 
 
@@ -81,6 +87,38 @@ def test_damaged_cache_is_detected_and_rebuilt(prefix, tmp_path, damage):
     assert again.built
     _assert_equal(again, _samples(prefix, None))
     assert not _samples(prefix, tmp_path).built
+
+
+def test_one_flipped_bit_is_caught_by_the_digest(prefix, tmp_path, caplog):
+    """Same size, valid header, one bit flipped in the data: only the xxh3 digest can tell (without the
+    check the corrupt array is served)."""
+    good = _samples(prefix, tmp_path)
+    reference = np.array(good.sample_index)
+    path = good.cache.array_path("sample_index")
+    with open(path, "r+b") as f:
+        f.seek(-5, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-5, os.SEEK_END)
+        f.write(bytes([byte[0] ^ 0x10]))
+    unchecked = _samples(prefix, tmp_path, verify_cache=False)
+    assert not unchecked.built and not np.array_equal(unchecked.sample_index, reference)
+    del unchecked
+    with caplog.at_level(logging.WARNING, logger="bloomdata.megatron.index_cache"):
+        again = _samples(prefix, tmp_path)
+    assert again.built and "digest mismatch" in caplog.text
+    np.testing.assert_array_equal(again.sample_index, reference)
+    assert not _samples(prefix, tmp_path).built
+
+
+def test_stray_temp_files_of_a_dead_builder_are_removed(prefix, tmp_path):
+    first = _samples(prefix, tmp_path)
+    stray = f"{first.cache.array_path('shuffle_index')}{durable.TEMP_INFIX}999999-deadbeef"
+    other = str(tmp_path / f"ffff-GPTSamples-train-shuffle_index.npy{durable.TEMP_INFIX}1-0")  # another key's
+    open(stray, "wb").write(b"junk")
+    open(other, "wb").write(b"junk")
+    os.remove(first.cache.description_path)
+    assert _samples(prefix, tmp_path).built
+    assert not os.path.exists(stray) and os.path.exists(other)
 
 
 _WORKER = """

@@ -183,6 +183,28 @@ def test_failed_write_leaves_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_rewrite_cut_between_the_renames_leaves_no_stale_index(tmp_path, monkeypatch):
+    """Rewriting a dataset in place, a writer killed after the new .bin is in place but before the new .idx
+    is must leave no .idx at all: the old one would describe the new .bin wrongly (the old .idx is removed
+    first, the new one renamed last)."""
+    _write(tmp_path / "d", [[1, 2, 3]] * 5, np.uint16)
+    rename = os.replace
+
+    def killed_before_the_idx(src, dst):
+        if str(dst).endswith(".idx"):
+            raise KeyboardInterrupt
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", killed_before_the_idx)
+    with pytest.raises(KeyboardInterrupt):
+        _write(tmp_path / "d", [[4, 5]], np.uint16)
+    monkeypatch.undo()
+    assert os.path.getsize(tmp_path / "d.bin") == 4 and not (tmp_path / "d.idx").exists()
+    with pytest.raises(BloomstackError, match="index file not found"):
+        IndexedDataset(tmp_path / "d")
+    assert _write(tmp_path / "d", [[4, 5]], np.uint16)[0].tolist() == [4, 5]  # a rerun publishes the pair
+
+
 def test_unwritable_output(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
