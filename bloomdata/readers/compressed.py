@@ -2,12 +2,18 @@
 
 zstandard's own ``stream_reader`` ends silently when a file stops inside a frame; ``_ZstdRaw`` raises
 EOFError there instead, as gzip does, so a truncated file is never mistaken for a short one.
+
+A damaged stream raises one of ``CORRUPT_ERRORS`` where decoding fails (a truncated one, after every byte
+before the cut was handed out); readers keep the rows read before it and report the rest of the file as
+one ``corrupt_file`` reject. Other OSErrors (a disk or network failure) are not the file's fault and stay
+errors.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from typing import IO
 
 from bloomdata.errors import BloomstackError
@@ -82,5 +88,11 @@ def open_bytes(path: str) -> IO[bytes]:
         raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
 
 
-# What reading a damaged compressed stream raises (truncated gzip: EOFError; corrupt zstd: ZstdError).
-DECOMPRESS_ERRORS = (OSError, EOFError, _ZstdError)
+# What reading a damaged compressed stream raises: a truncated gzip or zstd stream, EOFError; a bad gzip
+# header or checksum, BadGzipFile; corrupt deflate data, zlib.error; corrupt zstd data, ZstdError.
+CORRUPT_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error, _ZstdError)
+
+
+def corrupt_detail(exc: BaseException) -> str:
+    """The ``detail`` of a ``corrupt_file`` reject: what failed, and what it cost."""
+    return f"cannot decompress ({exc}): the file is truncated or corrupt; nothing after this point was read"

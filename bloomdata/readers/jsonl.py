@@ -5,6 +5,10 @@ with ``bytes.count`` at disk speed, which also gives exact line numbers for reje
 cannot seek: a range shard decompresses and skips the lines before it (decompression is ~100x faster than
 tokenization, so this costs little unless one file is split into thousands of shards).
 
+A truncated or corrupt compressed file keeps the rows read before the damage; the rest of the file is one
+``corrupt_file`` reject (the build's --strict turns it into an error, like any reject). The planner counts
+that reject as a row, so row-range shards of a damaged file still cover everything read.
+
 A UTF-8 byte-order mark (what some Windows editors write) is accepted at the start of the file, and only
 there: it belongs to line 1, so line numbers and the planner's byte offsets are unchanged.
 """
@@ -15,23 +19,22 @@ import json
 from collections.abc import Iterator
 
 from bloomdata.errors import BloomstackError
-from bloomdata.readers.compressed import CHUNK, DECOMPRESS_ERRORS, open_bytes, strip_compression
+from bloomdata.readers.compressed import CHUNK, CORRUPT_ERRORS, corrupt_detail, open_bytes, strip_compression
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
 BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark
 
 
 def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
-    """(number of lines, byte offset of lines every, 2*every, ... or None when compressed)."""
-    seekable = strip_compression(path) == path
+    """(rows, byte offset of rows every, 2*every, ... or None when compressed), as read_jsonl sees them."""
+    if strip_compression(path) != path:
+        return _count_compressed(path), None
     lines, base, offsets, last = 0, 0, [], b"\n"
     try:
-        fh = open_bytes(path)
-        chunks = iter(lambda: fh.read(CHUNK), b"")
-        with fh:
-            for chunk in chunks:
+        with open_bytes(path) as fh:
+            for chunk in iter(lambda: fh.read(CHUNK), b""):
                 n = chunk.count(b"\n")
-                if seekable and lines + n >= every * (len(offsets) + 1):
+                if lines + n >= every * (len(offsets) + 1):
                     idx = -1
                     while (idx := chunk.find(b"\n", idx + 1)) != -1:  # only chunks holding a boundary
                         lines += 1
@@ -41,34 +44,52 @@ def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
                     lines += n
                 base += len(chunk)
                 last = chunk[-1:]
-    except DECOMPRESS_ERRORS as exc:
-        raise BloomstackError(f"{path}:{lines + 1}: cannot decompress/read ({exc}); the file is truncated "
-                             "or corrupt") from None
-    return lines + (last != b"\n"), (offsets if seekable else None)
+    except OSError as exc:
+        raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
+    return lines + (last != b"\n"), offsets
+
+
+def _count_compressed(path: str) -> int:
+    """Rows of a compressed file. A damaged one has the lines before the damage plus one: the corrupt_file
+    reject read_jsonl yields there, so the last range shard covers it. Counted line by line, the way
+    read_jsonl reads, so that both stop at the same line (how much of a damaged block a decompressor
+    hands out before failing can depend on the size of the reads)."""
+    lines = 0
+    try:
+        with open_bytes(path) as fh:
+            for _ in fh:
+                lines += 1
+    except CORRUPT_ERRORS:
+        return lines + 1
+    except OSError as exc:
+        raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
+    return lines
 
 
 def read_jsonl(shard: Shard) -> Iterator[Document | Reject]:
-    fh = open_bytes(shard.path)
-    line_no = shard.start
+    """Rows [start, stop) of a jsonl file. A damaged compressed stream ends the shard with one corrupt_file
+    reject at the line where reading stopped; the rows before it are kept."""
+    line_no = 0  # lines read so far
     try:
-        with fh:
+        with open_bytes(shard.path) as fh:
             if shard.offset is not None:
                 fh.seek(shard.offset)
-            else:
-                for _ in range(shard.start):
-                    if not fh.readline():
-                        return
+                line_no = shard.start
             while shard.stop is None or line_no < shard.stop:
                 raw = fh.readline()
                 if not raw:
                     return
                 line_no += 1
+                if line_no <= shard.start:  # compressed files cannot seek: skip the rows before the range
+                    continue
                 if line_no == 1 and raw.startswith(BOM):
                     raw = raw[len(BOM):]
                 yield _parse_json_line(raw, shard, line_no)
-    except DECOMPRESS_ERRORS as exc:  # truncated/corrupt gzip or zstd stream
-        raise BloomstackError(f"{shard.path}:{line_no + 1}: cannot decompress/read ({exc}); "
-                             "the file is truncated or corrupt") from None
+    except CORRUPT_ERRORS as exc:
+        if line_no >= shard.start:  # else the damage lies before this range, and the shard holding it says so
+            yield Reject("corrupt_file", shard.path, line_no + 1, corrupt_detail(exc))
+    except OSError as exc:
+        raise BloomstackError(f"{shard.path}:{line_no + 1}: cannot read ({exc.strerror or exc})") from None
 
 
 def _parse_json_line(raw: bytes, shard: Shard, line: int) -> Document | Reject:

@@ -21,6 +21,7 @@ REJECT_REASONS = (
     "missing_text",  # the text field is absent (or null)
     "non_string_text",  # the text field is not a string
     "empty_text",  # the text is empty (no tokens would be written)
+    "corrupt_file",  # a truncated or corrupt .gz/.zst: the rest of the file from this line, counted once
 )
 
 

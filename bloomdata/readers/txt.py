@@ -8,18 +8,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bloomdata.errors import BloomstackError
-from bloomdata.readers.compressed import open_bytes
+from bloomdata.readers.compressed import CORRUPT_ERRORS, corrupt_detail, open_bytes
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
 
 def read_txt(shard: Shard) -> Iterator[Document | Reject]:
     if shard.start > 0 or shard.stop == 0:
         return
-    with open_bytes(shard.path) as fh:
-        try:
+    try:
+        with open_bytes(shard.path) as fh:
             raw = fh.read()  # one document: memory is bounded by the size of that document
-        except (OSError, EOFError) as exc:
-            raise BloomstackError(f"{shard.path}: cannot decompress/read ({exc})") from None
+    except CORRUPT_ERRORS as exc:  # a damaged .gz/.zst: the one document is lost
+        yield Reject("corrupt_file", shard.path, 1, corrupt_detail(exc))
+        return
+    except OSError as exc:
+        raise BloomstackError(f"cannot read input {shard.path}: {exc.strerror or exc}") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -250,7 +250,7 @@ def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, 
     config = _config([bad_input], small_tokenizer_dir, out, split_by="none", keep_shards=True)
     summary = run_build(config, client=client)
     assert summary["rejects"] == {"malformed_json": 1, "invalid_utf8": 1, "missing_text": 1,
-                                  "non_string_text": 1, "empty_text": 1}
+                                  "non_string_text": 1, "empty_text": 1, "corrupt_file": 0}
     assert summary["documents"] == 2 and IndexedDataset(out / "all").num_documents == 2
     examples = [json.loads(line) for line in (out / REJECTS_FILE).read_text().splitlines()]
     assert [e["where"] for e in examples] == [f"{bad_input}:{n}" for n in (2, 3, 4, 5, 6)]
@@ -362,3 +362,68 @@ def test_large_vocabulary_builds_int32(tmp_path, small_tokenizer_dir):
         expected = tok.encode(text, add_special_tokens=False).ids + [2]
         assert ds[i].tolist() == theirs[i].tolist() == expected
     assert max(max(ds[i]) for i in range(len(texts))) > 65_535
+
+
+def _truncated_inputs(directory: Path) -> tuple[list[str], dict[Path, int]]:
+    """A good jsonl plus a .jsonl.gz and a .jsonl.zst cut mid-stream; returns the texts a lenient build keeps,
+    in plan order (files sorted by path), and each damaged file's number of whole lines before the cut."""
+    import gzip
+    import zlib
+
+    import zstandard
+
+    texts = [f"document {i}: {' '.join(str(i * j) for j in range(40))}" for i in range(600)]
+    body = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    gz = gzip.compress(body)[:6000]
+    zst_frame = zstandard.ZstdCompressor().compress
+    zst = b"".join(zst_frame(body[i:i + 4096]) for i in range(0, len(body), 4096))[:9000]  # frames of 4 KiB
+    whole = {}
+    for name, data, prefix in [
+        ("broken.jsonl.gz", gz, zlib.decompressobj(wbits=31).decompress(gz)),
+        ("broken.jsonl.zst", zst, _zstd_prefix(zst)),
+    ]:
+        (directory / name).write_bytes(data)
+        whole[directory / name] = prefix.count(b"\n")
+        assert 0 < whole[directory / name] < len(texts)
+    (directory / "good.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:50]))
+    kept = texts[:whole[directory / "broken.jsonl.gz"]] + texts[:whole[directory / "broken.jsonl.zst"]] + texts[:50]
+    return kept, whole
+
+
+def _zstd_prefix(data: bytes) -> bytes:
+    """What zstandard decodes of a (possibly cut) multi-frame stream: one decompressobj per frame."""
+    import zstandard
+
+    decoded = b""
+    while data:
+        obj = zstandard.ZstdDecompressor().decompressobj()
+        decoded += obj.decompress(data)
+        data = obj.unused_data
+    return decoded
+
+
+@pytest.mark.parametrize("max_rows", [None, 40])
+def test_truncated_compressed_inputs_are_one_reject_each_and_the_build_goes_on(tmp_path, client, max_rows,
+                                                                                small_tokenizer_dir):
+    """Lenient: the rows before the damage are built, the rest of each damaged file is ONE corrupt_file reject
+    naming the line where reading stopped; also when the planner counts the files to cut them into row
+    ranges. --strict refuses them with one line naming file:line."""
+    (tmp_path / "in").mkdir()
+    kept, whole = _truncated_inputs(tmp_path / "in")
+    out = tmp_path / "out"
+    config = _config([tmp_path / "in"], small_tokenizer_dir, out, split_by="none", max_rows_per_shard=max_rows)
+    run_build(config, client=client)
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    assert summary["rejects"]["corrupt_file"] == summary["rejects_total"] == 2
+    assert summary["documents"] == len(kept)
+    tok = load_tokenizer(small_tokenizer_dir)
+    ds = IndexedDataset(out / "all")
+    assert [ds[i].tolist() for i in range(len(ds))] == [e.ids for e in tok.encode_batch(kept, add_special_tokens=False)]
+    examples = [json.loads(line) for line in (out / REJECTS_FILE).read_text().splitlines()]
+    assert [(e["where"], e["reason"]) for e in examples] == [(f"{p}:{n + 1}", "corrupt_file") for p, n in whole.items()]
+    assert all("cannot decompress" in e["detail"] for e in examples)
+
+    either = "|".join(f"{p}:{n + 1}" for p, n in whole.items())  # whichever shard fails first
+    with pytest.raises(BloomstackError, match=rf"^({either}): corrupt_file") as err:
+        run_build(config.model_copy(update={"strict": True, "out_dir": str(tmp_path / "strict")}), client=client)
+    assert "\n" not in str(err.value)

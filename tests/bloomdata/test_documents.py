@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,6 +20,7 @@ from bloomdata.readers import (
     Reject,
     Shard,
     SourceConfig,
+    count_rows,
     iter_documents,
     plan_shards,
     read_shard,
@@ -160,7 +162,7 @@ def test_bad_rows_become_rejects_with_file_and_line(tmp_path):
                    ("non_string_text", 5), ("empty_text", 6), ("malformed_json", 7), ("missing_text", 8),
                    ("invalid_utf8", 9), ("non_string_text", 10)]
     assert all(i.path == str(path) for i in items)
-    assert {i.reason for i in items if isinstance(i, Reject)} == set(REJECT_REASONS)
+    assert {i.reason for i in items if isinstance(i, Reject)} == set(REJECT_REASONS) - {"corrupt_file"}
 
 
 def test_columnar_bad_values(tmp_path):
@@ -236,14 +238,74 @@ def test_missing_and_unknown_inputs_raise_one_line_errors(tmp_path):
         list(read_shard(shard))
 
 
+def _truncated(suffix: str) -> tuple[bytes, int]:
+    """ROWS compressed and cut in the middle of the stream, and the number of whole lines before the cut
+    (counted with zlib / zstandard directly). zstd is written as frames of 100 rows (as pzstd or a
+    seekable writer would): one frame of ROWS is a single block, so a cut would leave nothing readable."""
+    if suffix == "gz":
+        data = gzip.compress(_jsonl_bytes(ROWS))
+        data = data[: len(data) // 2]
+        prefix = zlib.decompressobj(wbits=31).decompress(data)
+    else:
+        compress = zstandard.ZstdCompressor().compress
+        data = b"".join(compress(_jsonl_bytes(ROWS[i:i + 100])) for i in range(0, len(ROWS), 100))
+        data = data[: len(data) // 2]
+        prefix, rest = b"", data
+        while rest:  # one decompressobj per frame
+            obj = zstandard.ZstdDecompressor().decompressobj()
+            prefix += obj.decompress(rest)
+            rest = obj.unused_data
+    assert 0 < prefix.count(b"\n") < len(ROWS)
+    return data, prefix.count(b"\n")
+
+
 @pytest.mark.parametrize("suffix", ["gz", "zst"])
-@pytest.mark.parametrize("max_rows", [None, 100])
-def test_truncated_compressed_file_names_the_file(tmp_path, suffix, max_rows):
-    compress = gzip.compress if suffix == "gz" else zstandard.ZstdCompressor().compress
+@pytest.mark.parametrize("max_rows", [None, 1, 100, 5000])
+def test_truncated_compressed_file_keeps_rows_before_the_damage(tmp_path, suffix, max_rows):
+    """The rows before the cut are documents; the rest of the file is ONE corrupt_file reject at the line
+    where reading stopped, also when the planner counted the file to cut it into row ranges."""
+    data, whole = _truncated(suffix)
     path = tmp_path / f"broken.jsonl.{suffix}"
-    path.write_bytes(compress(_jsonl_bytes(ROWS))[:300])  # ends inside the stream: an error, not EOF
-    with pytest.raises(BloomstackError, match=rf"broken\.jsonl\.{suffix}:\d+: cannot decompress"):
-        _read_all(SourceConfig(paths=[str(path)]), max_rows)
+    path.write_bytes(data)
+    source = SourceConfig(paths=[str(path)])
+    assert count_rows(str(path), "jsonl") == whole + 1  # the damaged row is a row: the last shard reads it
+    items = _read_all(source, max_rows)
+    docs, rejects = items[:-1], items[-1:]
+    assert [d.text for d in docs] == [r["text"] for r in ROWS[:whole]]
+    assert [d.line for d in docs] == list(range(1, whole + 1))
+    assert [(r.reason, r.path, r.line) for r in rejects] == [("corrupt_file", str(path), whole + 1)]
+    assert "cannot decompress" in rejects[0].detail and "\n" not in rejects[0].detail
+    if max_rows == 1:
+        assert len(plan_shards([source], max_rows)) == whole + 1
+    # the consumers that drop rejects (tokenizer sampling, fertility) get the rows before the damage
+    assert [d.text for d in iter_documents([source])] == [r["text"] for r in ROWS[:whole]]
+
+
+def test_damaged_gzip_header_or_checksum(tmp_path):
+    good = gzip.compress(_jsonl_bytes(ROWS[:10]))
+    (tmp_path / "crc.jsonl.gz").write_bytes(good[:-8] + bytes(8))  # every row intact, the trailer wrong
+    (tmp_path / "not_gzip.jsonl.gz").write_bytes(_jsonl_bytes(ROWS[:10]))
+    (tmp_path / "note.txt.gz").write_bytes(gzip.compress(b"a whole document")[:-20])
+    items = _read_all(SourceConfig(paths=[str(tmp_path)]))
+    got = [(os.path.basename(i.path), i.line, i.reason if isinstance(i, Reject) else "ok") for i in items]
+    assert got == [("crc.jsonl.gz", n, "ok") for n in range(1, 11)] + [
+        ("crc.jsonl.gz", 11, "corrupt_file"), ("not_gzip.jsonl.gz", 1, "corrupt_file"), ("note.txt.gz", 1, "corrupt_file")]
+
+
+def test_tokenizer_trains_on_the_readable_rows_of_a_truncated_file(tmp_path):
+    from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
+
+    data, whole = _truncated("gz")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "broken.jsonl.gz").write_bytes(data)
+    report = train_tokenizer(TokenizerTrainConfig(sources=[SourceConfig(paths=[str(tmp_path / "in")])],
+                                                  out_dir=str(tmp_path / "tok"), vocab_size=300, seed=0,
+                                                  show_progress=False))
+    expected: dict[str, int] = {}
+    for row in ROWS[:whole]:
+        expected[row["lang"]] = expected.get(row["lang"], 0) + len(row["text"].encode("utf-8"))
+    assert report["bytes_available"] == expected
+    assert sum(report["docs_drawn"].values()) == whole  # the budget holds every readable document
 
 
 def test_multi_frame_zstd(tmp_path):
