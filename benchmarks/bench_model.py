@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from bloomtrain import checkpoint_format as fmt
+from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import config_from_hf
 from bloomtrain.model import BloomModel
 from bloomtrain.model.config import PRESETS

@@ -1,6 +1,6 @@
 """``bloomtrain export CHECKPOINT OUT_DIR``: a checkpoint of any TP x PP layout -> a BloomForCausalLM directory.
 
-Reads the layer files and the model metadata (bloomtrain.checkpoint_format), merges the TP shards by
+Reads the layer files and the model metadata (bloomtrain.checkpoint.format), merges the TP shards by
 the HF converter's rules (duplicated tensors averaged, or taken as-is when all copies are equal, which
 keeps HF -> import -> export bit-identical; row-parallel weights concatenated on dim 1; the rest on
 dim 0), renames to transformers keys and writes ``config.json``, ``model.safetensors`` (the checkpoint's
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from bloomdata.errors import BloomstackError
-from bloomtrain import checkpoint_format as fmt
+from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import copy_tokenizer_files
 from bloomtrain.model.config import ModelConfig
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from bloomdata.errors import BloomstackError
-from bloomtrain import checkpoint_format as fmt
+from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import read_hf_dir
 from bloomtrain.model import BloomModel
 

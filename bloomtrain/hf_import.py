@@ -2,7 +2,7 @@
 
 Reads ``config.json`` and the weights (``model.safetensors``, a sharded ``*.safetensors.index.json`` or
 ``pytorch_model*.bin``) of a ``BloomForCausalLM`` directory, maps HF keys to Megatron-DeepSpeed layer keys
-(bloomtrain.checkpoint_format) and slices them for any TP degree. The CLI writes a pipeline checkpoint
+(bloomtrain.checkpoint.format) and slices them for any TP degree. The CLI writes a pipeline checkpoint
 (tag ``global_step0``) plus the model metadata and the tokenizer files, ready for continued pretraining;
 ``sharded_states`` returns the same shards in memory for one ``ParallelState``.
 
@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from bloomdata.errors import BloomstackError
-from bloomtrain import checkpoint_format as fmt
+from bloomtrain.checkpoint import format as fmt
+from bloomtrain.checkpoint.tags import commit_tag
 from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
 
@@ -108,6 +109,7 @@ def import_hf(hf_dir: Path, out: Path, tp_size: int, pp_size: int = 1, dtype: to
             fmt.save_layer_states(out, tag, tp_rank, shard)
     fmt.save_metadata(out, tag, config, tp_size, pp_size)
     copy_tokenizer_files(hf_dir, out)
+    commit_tag(out, tag)  # last: every file of the tag is on disk
     return config
 
 

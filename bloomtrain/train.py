@@ -18,7 +18,10 @@ import socket
 import torch
 import torch.distributed as dist
 
-from bloomtrain.checkpointing import Checkpointer, StopRequests, needs_universal, seed_everything
+from bloomtrain.callbacks.stop_requests import StopRequests
+from bloomtrain.checkpoint.checkpointer import Checkpointer
+from bloomtrain.checkpoint.rng import seed_everything
+from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig, load_config
 from bloomtrain.data import build_datasets
 from bloomtrain.engine import build_engine
@@ -79,7 +82,7 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
         train_data, valid_data = build_datasets(cfg)
     checkpointer = Checkpointer(cfg, engine, state, universal=universal)
     return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, checkpointer,
-                   Metrics(cfg, dist.get_rank(), world), StopRequests(cfg))
+                   Metrics(cfg, dist.get_rank(), world), StopRequests(cfg.checkpoint))
 
 
 def run(cfg: TrainConfig) -> TrainResult:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.checkpointing import Checkpointer, StopRequests
+from bloomtrain.callbacks.stop_requests import StopRequests
+from bloomtrain.checkpoint.checkpointer import Checkpointer
 from bloomtrain.config import TrainConfig
 from bloomtrain.data import micro_batches
 from bloomtrain.engine import set_lr

@@ -1,6 +1,6 @@
 """The BLOOM model as a DeepSpeed ``PipelineModule``: one spec per block, tied embedding and head.
 
-Spec list (the indices are the checkpoint's layer-file indices; bloomtrain.checkpoint_format)::
+Spec list (the indices are the checkpoint's layer-file indices; bloomtrain.checkpoint.format)::
 
     0      fn      input passthrough (Meg-DS: fp16 cast)       not saved
     1      tied    EmbeddingPipe: word embeddings + embed LN   layer_01

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from bloomtrain.checkpoint_format import load_merged_states
-from bloomtrain.checkpointing import prune, read_latest, write_latest
+from bloomtrain.checkpoint.format import load_merged_states
+from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest
 from tests.bloomtrain.train_helpers import EXACT, TINY, fork_training, train_rank
 from tests.gloo_harness import run_distributed
 
@@ -108,7 +108,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
             "layer_04-model_00-model_states.pt", "layer_06-model_00-model_states.pt",
             "mp_rank_00_model_states.pt", "bloomtrain_model.json"} <= files
     assert not any(name.startswith("layer_07") for name in files)
-    # the model files are readable by the export path (bloomtrain.checkpoint_format)
+    # the model files are readable by the export path (bloomtrain.checkpoint.format)
     config, merged = load_merged_states(ckpt)
     assert set(merged[1]) == {"word_embeddings.weight", "word_embeddings.norm.weight", "word_embeddings.norm.bias"}
     assert config.num_layers == 2
@@ -143,9 +143,9 @@ def test_consecutive_non_finite_steps_save_and_stop(tmp_path):
 def test_latest_is_replaced_atomically_and_prune_keeps_the_newest(tmp_path):
     for step in (1, 2, 3, 10):
         (tmp_path / f"global_step{step}").mkdir()
-    write_latest(tmp_path, "global_step10")
+    commit_tag(tmp_path, "global_step10")
     assert read_latest(tmp_path) == "global_step10"
-    assert not list(tmp_path.glob(".latest*"))  # no temp file left behind
+    assert not list(tmp_path.glob("latest?*"))  # no temp file left behind
     assert prune(tmp_path, 2, protect="global_step10") == ["global_step2", "global_step1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step10", "global_step3", "latest"]
 

@@ -14,7 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from bloomdata.errors import BloomstackError
-from bloomtrain import checkpoint_format as fmt
+from bloomtrain.checkpoint import format as fmt
+from bloomtrain.checkpoint.tags import commit_tag
 from bloomtrain.cli import main as cli
 from bloomtrain.export import export
 from bloomtrain.hf_import import sharded_states
@@ -31,6 +32,7 @@ def write_sharded_checkpoint(config: ModelConfig, ckpt, tp: int, pp: int, tag: s
             own = fmt.stage_indices(config.num_layers, pp_rank, pp)
             fmt.save_layer_states(ckpt, tag, tp_rank, {i: states[i] for i in own})
     fmt.save_metadata(ckpt, tag, config, tp, pp)
+    commit_tag(ckpt, tag)
 
 
 def test_stage_indices_cover_bloom_176b_spec():

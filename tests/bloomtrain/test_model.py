@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from bloomdata.errors import BloomstackError
-from bloomtrain import checkpoint_format as fmt
+from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import config_from_hf
 from bloomtrain.model import BloomModel, ModelConfig
 from bloomtrain.model.alibi import alibi_slopes, local_alibi_slopes

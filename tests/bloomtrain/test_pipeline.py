@@ -9,7 +9,7 @@ import torch
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.checkpoint_format import EMBED_INDEX, block_index, final_norm_index
+from bloomtrain.checkpoint.format import EMBED_INDEX, block_index, final_norm_index
 from bloomtrain.engine import counted_once, param_groups
 from bloomtrain.metrics import flops_per_iteration
 from bloomtrain.model.bloom import BloomModel

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from bloomtrain.checkpointing import read_latest
+from bloomtrain.checkpoint.tags import commit_tag, read_latest
 from tests.bloomtrain.train_helpers import EXACT, train_rank
 from tests.gloo_harness import run_distributed
 
@@ -36,7 +36,7 @@ def test_universal_resume_at_other_layouts(tmp_path):
 
     for layout in (["parallel.pp=2"], ["parallel.tp=1"]):  # TP2 -> PP2 x TP1, TP2 -> DP2
         shutil.rmtree(saved / "global_step5", ignore_errors=True)
-        (saved / "latest").write_text("global_step3")
+        commit_tag(saved, "global_step3")
         r = _run(2, [*BF16, *layout, "schedule.train_iters=5", f"checkpoint.dir={saved}",
                      "checkpoint.load_universal=true"])
         assert (saved / "global_step3_universal" / "zero").is_dir()

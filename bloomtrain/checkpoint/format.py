@@ -1,17 +1,19 @@
 """Model files of a DeepSpeed *pipeline* checkpoint, as Megatron-DeepSpeed wrote BLOOM's, plus the HF key map.
 
-Layout (reference bloom-training.md §0.9 and §4.2)::
+Layout (the whole directory is described in bloomtrain.checkpoint)::
 
-    CKPT/latest                                          the tag, e.g. "global_step1000"
+    CKPT/latest                                          the tag, e.g. "global_step1000" (tags.commit_tag)
     CKPT/<tag>/layer_{idx:02d}-model_{tp:02d}-model_states.pt   state_dict of pipeline spec ``idx`` on TP rank tp
     CKPT/<tag>/bloomtrain_model.json                     {"model": ModelConfig, "tp_size", "pp_size"}
 
 Spec indices: 1 = embedding (``word_embeddings.weight``, ``word_embeddings.norm.*``), 3 .. 3+L-1 = blocks,
 4+L = final LayerNorm (bare ``weight``/``bias``); the tied head is never saved. Layer files do not
-depend on the pipeline degree, so merging needs only the TP rules (HF's converter; §6):
+depend on the pipeline degree, so merging needs only the TP rules (transformers'
+models/bloom/convert_bloom_original_checkpoint_to_pytorch.py):
 TP-duplicated tensors (LayerNorms, row-parallel biases) are averaged, row-parallel weights are
 concatenated on dim 1, everything else on dim 0. DeepSpeed's ``mp_rank_*``/optimizer files are the
-trainer's business and are not read here.
+trainer's business and are not read here. Files are written through bloomdata.durable; writing them
+does not move ``latest`` (only ``tags.commit_tag`` does, once every file of the tag is on disk).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from pathlib import Path
 
 import torch
 
+from bloomdata import durable
 from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint.tags import LATEST, read_latest
 from bloomtrain.model.config import ModelConfig
 
 EMBED_INDEX = 1
@@ -136,25 +140,26 @@ def save_layer_states(ckpt_dir: Path, tag: str, tp_rank: int, states: dict[int, 
     for idx, sd in states.items():
         path = layer_path(ckpt_dir, tag, idx, tp_rank)
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({k: v.detach().cpu().contiguous() for k, v in sd.items()}, path)
+        tensors = {k: v.detach().cpu().contiguous() for k, v in sd.items()}
+        durable.write_with(path, lambda f, tensors=tensors: torch.save(tensors, f))
 
 
 def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, pp_size: int) -> None:
-    """Write the model config next to the layer files and point ``latest`` at ``tag``."""
+    """Write the model config next to the layer files (it does not move ``latest``: see tags.commit_tag)."""
     path = Path(ckpt_dir) / tag / METADATA_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = {"format_version": 1, "model": config.model_dump(), "tp_size": tp_size, "pp_size": pp_size}
-    path.write_text(json.dumps(meta, indent=2) + "\n")
-    (Path(ckpt_dir) / "latest").write_text(tag)
+    durable.write_json(path, meta, indent=2)
 
 
 def read_tag(ckpt_dir: Path, tag: str | None = None) -> str:
     if tag is not None:
         return tag
-    latest = Path(ckpt_dir) / "latest"
-    if not latest.is_file():
-        raise BloomstackError(f"{latest} not found: {ckpt_dir} is not a checkpoint directory (or pass --tag)")
-    return latest.read_text().strip()
+    latest = read_latest(ckpt_dir)
+    if latest is None:
+        raise BloomstackError(f"{Path(ckpt_dir) / LATEST} not found: {ckpt_dir} is not a checkpoint directory "
+                              "(or pass --tag)")
+    return latest
 
 
 def read_config(ckpt_dir: Path, tag: str) -> ModelConfig:
@@ -162,7 +167,7 @@ def read_config(ckpt_dir: Path, tag: str) -> ModelConfig:
     if not path.is_file():
         raise BloomstackError(
             f"{path} not found: this checkpoint has no bloomtrain model metadata; write it with "
-            "bloomtrain.checkpoint_format.save_metadata(ckpt_dir, tag, config, tp, pp)"
+            "bloomtrain.checkpoint.format.save_metadata(ckpt_dir, tag, config, tp, pp)"
         )
     return ModelConfig(**json.loads(path.read_text())["model"])
 
@@ -190,7 +195,7 @@ def load_merged_states(ckpt_dir: Path, tag: str | None = None) -> tuple[ModelCon
     return config, merged
 
 
-# --- Meg-DS layer keys <-> transformers BloomForCausalLM keys (reference §6) ---------------------------
+# --- Meg-DS layer keys <-> transformers BloomForCausalLM keys ------------------------------------------
 
 
 def to_hf_state_dict(merged: dict[int, dict[str, torch.Tensor]], num_layers: int) -> dict[str, torch.Tensor]:

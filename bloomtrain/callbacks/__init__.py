@@ -1,0 +1,1 @@
+"""Training callbacks: everything the loop does besides the step itself."""

@@ -1,0 +1,130 @@
+"""``Checkpointer``: the collective save and resume of a training run; the only mover of ``latest``.
+
+A save, on every rank, in this order::
+
+    rank 0 removes a leftover <tag>/ of a crashed save; barrier
+    DeepSpeed's engine files          layer files, mp_rank_*, optimizer shards (engine_files: atomic, fsynced)
+    rng/rank_RRRRR.pt                 this rank's RNG state (atomic, fsynced)
+    bloomtrain_model.json, bloomtrain_layout.json     rank 0 only (atomic, fsynced)
+    barrier                           every rank's files are on disk
+    rank 0: commit_tag -> latest      atomic, fsynced; then prune old tags
+    barrier
+
+So ``latest`` always names a checkpoint whose every file is whole and durable: a crash (SIGKILL, node
+loss, power cut) at any point leaves ``latest`` at the previous complete tag, and the half-written
+directory is removed when that tag is saved again. ``faults(point, tag)``, when given, is called at
+``SAVE_POINTS`` (tests kill the process there to check exactly this).
+
+The trainer's own position (iteration, consumed and scheduled samples, skip counters) travels in
+DeepSpeed's ``client_state``; the schedules are functions of it, so they need no state of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+
+from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint import engine_files
+from bloomtrain.checkpoint.format import save_metadata
+from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything
+from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest, tag_for
+from bloomtrain.checkpoint.universal import check_same_layout, ensure_universal, save_layout
+from bloomtrain.config import TrainConfig
+from bloomtrain.parallel.pipeline import universal_checkpoint_info
+from bloomtrain.parallel.state import ParallelState
+
+SAVE_POINTS = ("engine_file", "after_metadata", "before_latest")
+"""Where a save calls its fault hook: after each file DeepSpeed's engine writes; after this rank's RNG
+and (rank 0) metadata files; after the barrier, before rank 0 moves ``latest``."""
+
+FaultHook = Callable[[str, str], None]
+"""``faults(point, tag)``: called at each of SAVE_POINTS during the save of ``tag`` (tests only)."""
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """Save and resume through a DeepSpeed engine; all methods are collective over the world."""
+
+    def __init__(self, cfg: TrainConfig, engine, state: ParallelState, *, universal: bool = False,
+                 faults: FaultHook | None = None) -> None:
+        """``universal``: resume through ds_to_universal (universal.needs_universal, decided before the
+        engine is built). ``faults``: the fault-injection hook of tests; None in training."""
+        self.cfg, self.engine, self.state, self.universal = cfg, engine, state, universal
+        self.faults = faults
+        self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.files = engine_files.install(engine)
+
+    @property
+    def enabled(self) -> bool:
+        return self.dir is not None
+
+    def _fault(self, point: str, tag: str) -> None:
+        if self.faults is not None:
+            self.faults(point, tag)
+
+    def save(self, iteration: int, position: dict[str, Any]) -> str:
+        assert self.dir is not None
+        tag = tag_for(iteration)
+        if self.rank == 0 and (self.dir / tag).is_dir() and read_latest(self.dir) != tag:
+            # files of a crashed save of this tag (perhaps in another layout) must not mix with the new ones
+            shutil.rmtree(self.dir / tag)
+        dist.barrier()
+        client_state = {
+            "bloomtrain": position,
+            "train_config": self.cfg.model_dump(mode="json"),
+            "world_size": self.world,
+            "universal_checkpoint_info": universal_checkpoint_info(self.cfg.model),
+        }
+        self.files.after_file = lambda _path: self._fault("engine_file", tag)
+        try:
+            self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
+        finally:
+            self.files.after_file = None
+        save_rng(self.dir, tag, self.rank)
+        if self.rank == 0:
+            save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size)
+            save_layout(self.dir, tag, self.state)
+        self._fault("after_metadata", tag)
+        dist.barrier()  # every rank's files are on disk before `latest` moves
+        self._fault("before_latest", tag)
+        if self.rank == 0:
+            commit_tag(self.dir, tag)
+            prune(self.dir, self.cfg.checkpoint.keep_last, protect=tag)
+        dist.barrier()
+        return tag
+
+    def load(self) -> dict[str, Any] | None:
+        """Resume from ``latest`` (or its universal conversion); returns the trainer position or None."""
+        if self.dir is None or not self.cfg.checkpoint.load:
+            return None
+        tag = read_latest(self.dir)
+        if tag is None:
+            return None
+        if self.universal:
+            if self.cfg.optim.precision != "bf16":
+                raise BloomstackError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
+                                      "universal checkpoints into the BF16/ZeRO optimizer's fp32 fragments)")
+            tag = ensure_universal(self.dir, tag)
+        else:
+            check_same_layout(self.cfg, self.dir, tag, self.state)
+        path, client = self.engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
+                                                   load_lr_scheduler_states=False)
+        if path is None:
+            raise BloomstackError(f"checkpoint {self.dir / tag} could not be loaded (see DeepSpeed's log above)")
+        position = dict(client["bloomtrain"])
+        same_world = not self.universal and client.get("world_size") == self.world
+        if not (same_world and load_rng(self.dir, tag, self.rank)):
+            if same_world:
+                log.warning("bloomtrain: %s has no RNG file for rank %d; deriving fresh RNG streams",
+                            self.dir / tag, self.rank)
+            # another layout: rank-specific streams cannot be carried over; derive fresh ones
+            seed_everything(self.cfg.seed + 100 * self.state.pp_rank + 7919 * position["iteration"])
+        return position
