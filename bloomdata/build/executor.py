@@ -17,6 +17,11 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
 - Results come back as tasks finish (``as_completed``) for progress, but are returned in input order, so
   callers never depend on scheduling. The first failure cancels the remaining tasks and is re-raised;
   a task that keeps killing its workers becomes a ``BloomstackError`` naming the item.
+- A ``BloomstackError`` (bad user input: a missing column, a --strict reject) is caught in the task and
+  returned as a value, then raised here: for Dask the task succeeded, so the worker never logs its
+  multi-line "Compute Failed ... Traceback" dump (at ERROR level, so ``silence_logs`` cannot hide it, and
+  on an external cluster its logging is not ours to set). The user sees the one-line message only. Other
+  exceptions are bugs: they still fail the task, with the worker's log and the traceback.
 - Called from inside a Dask task (a Prefect task on a DaskTaskRunner), the shards run on that same
   cluster through ``worker_client``: a daemonic worker process cannot start a LocalCluster of its own.
 - Spawned worker processes re-import ``__main__``: scripts that call this must guard their entry point
@@ -26,6 +31,8 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import warnings
@@ -33,6 +40,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dask.config
+from dask.utils import funcname
 from distributed import Client, LocalCluster, WorkerPlugin, as_completed, get_worker, worker_client
 from distributed.scheduler import KilledWorker
 
@@ -110,6 +118,21 @@ def _parent_environ_restored() -> Iterator[None]:
                 os.environ[key] = value
 
 
+@dataclasses.dataclass(frozen=True)
+class _UserError:
+    """A task's BloomstackError, carried back as its result (see the module docstring)."""
+
+    error: BloomstackError
+
+
+def _step(fn: Callable[[Any], Any], item: Any) -> Any:
+    """``fn(item)`` in a worker, with a BloomstackError returned as a ``_UserError`` instead of raised."""
+    try:
+        return fn(item)
+    except BloomstackError as exc:
+        return _UserError(exc)
+
+
 def _inside_dask_worker() -> bool:
     try:
         get_worker()
@@ -138,7 +161,8 @@ def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int
         if client is None:
             client = stack.enter_context(dask_client(n_workers, scheduler_address))
         client.register_plugin(_WorkerEnv())  # idempotent (named); a no-op on our own LocalCluster
-        futures = client.map(fn, list(items), pure=False)
+        # keys named after fn (e.g. tokenize_shard-<uuid>-<i>), not after the wrapper
+        futures = client.map(functools.partial(_step, fn), list(items), key=funcname(fn), pure=False)
         position = {future.key: i for i, future in enumerate(futures)}
         try:
             for future in as_completed(futures):
@@ -149,6 +173,8 @@ def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int
                     what = getattr(items[i], "name", None) or repr(items[i])
                     raise BloomstackError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
                                          "(out of memory? lower batch sizes or give workers more memory)") from None
+                if isinstance(results[i], _UserError):
+                    raise results[i].error from None
                 if on_result is not None:
                     on_result(i, results[i])
         except BaseException:

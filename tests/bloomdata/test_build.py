@@ -427,3 +427,26 @@ def test_truncated_compressed_inputs_are_one_reject_each_and_the_build_goes_on(t
     with pytest.raises(BloomstackError, match=rf"^({either}): corrupt_file") as err:
         run_build(config.model_copy(update={"strict": True, "out_dir": str(tmp_path / "strict")}), client=client)
     assert "\n" not in str(err.value)
+
+
+def test_user_errors_in_dask_workers_are_one_line_without_tracebacks(tmp_path, small_tokenizer_dir):
+    """A BloomstackError raised inside a worker task (a parquet file without the text column; --strict on a
+    truncated file) reaches the user as one line and exit code 2: no "Compute Failed" dump from the worker's
+    logging, no traceback."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"content": ["a", "b"]}), tmp_path / "no_text.parquet")
+    (tmp_path / "in").mkdir()
+    _, whole = _truncated_inputs(tmp_path / "in")
+    gz = tmp_path / "in" / "broken.jsonl.gz"
+    for args, needle in [
+        ([tmp_path / "no_text.parquet"], "no_text.parquet: no column 'text'"),
+        ([gz, "--strict"], f"{gz}:{whole[gz] + 1}: corrupt_file"),
+    ]:
+        cmd = [sys.executable, "-m", "bloomdata.cli", "build", "--input", *map(str, args), "--tokenizer",
+               str(small_tokenizer_dir), "--out", str(tmp_path / "out"), "--workers", "2", "--no-progress"]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines() == [proc.stderr.strip()] and needle in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("bloomdata build: error: ")
