@@ -3,7 +3,7 @@
     python benchmarks/bench_build.py            # >= 200 MB of text, 2 workers
     python benchmarks/bench_build.py --quick    # 20 MB
 
-Text: documents of ../shared/corpus (27 languages) repeated and shuffled (fixed seed) into one temporary
+Text: documents of tests/data/corpus (27 languages) repeated and shuffled (fixed seed) into one temporary
 jsonl of at least --mb MB of UTF-8 text. Tokenizer: --tokenizer DIR, else a BLOOM-style one trained on
 the corpus (--vocab-size, default 8000).
 
@@ -89,7 +89,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--tokenizer", help="tokenizer dir or tokenizer.json (default: train one on the corpus)")
     p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--corpus", default=str(REPO.parent / "shared" / "corpus"))
+    p.add_argument("--corpus", default=str(REPO / "tests" / "data" / "corpus"))
     # coarse shards (the reference advises 100 MB-1 GB each): every shard of this mixed-language file writes
     # one part per language (27), and each part costs two fsyncs; 4 equal shards per worker still balance
     p.add_argument("--shards-per-worker", type=int, default=4, help="row-range shards per worker (default 4)")
@@ -131,31 +131,31 @@ def main() -> int:
         ceilings.append(ceiling(tok_json, text, args.workers, config.batch_docs))
         c_wall, c_tokens, _ = min(ceilings)
         c_cpu = min(c[2] for c in ceilings)
-        summary = min(builds, key=lambda s: s["wall_seconds"])
+        summary = min(builds, key=lambda s: s.wall_seconds)
         print(f"ceiling walls {[round(c[0], 1) for c in ceilings]} s, build walls "
-              f"{[b['wall_seconds'] for b in builds]} s; load average {os.getloadavg()[0]:.1f} "
+              f"{[b.wall_seconds for b in builds]} s; load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} CPUs")
-        b_wall = summary["wall_seconds"]
-        b_tokens = summary["tokens"] - summary["documents"]  # without the appended </s>
+        b_wall = summary.wall_seconds
+        b_tokens = summary.tokens - summary.documents  # without the appended </s>
         if b_tokens != c_tokens:
             print(f"WARNING: token counts differ: build {b_tokens:,} vs ceiling {c_tokens:,}")
         rows = [
             (f"ceiling: encode_batch_fast x{args.workers} proc", c_wall),
             (f"build: bloomdata build --workers {args.workers}", b_wall),
-            ("build, tokenize phase only", summary["tokenize_seconds"]),
+            ("build, tokenize phase only", summary.tokenize_seconds),
         ]
         for name, wall in rows:
             print(f"{name:<38} {text_bytes / 1e6 / wall:8.2f} MB/s {c_tokens / wall:12,.0f} tokens/s "
                   f"({wall:.1f} s)")
         print(f"ratio build / ceiling (end to end):   {c_wall / b_wall:.3f}  (goal >= 0.9 at 2 workers, full size)")
-        print(f"ratio tokenize phase / ceiling:       {c_wall / summary['tokenize_seconds']:.3f}  "
+        print(f"ratio tokenize phase / ceiling:       {c_wall / summary.tokenize_seconds:.3f}  "
               "(includes the LocalCluster start)")
         # CPU seconds depend less on the machine's load than wall times: this ratio is the per-byte
         # efficiency of the shard step (reading, JSON, validation, writing) against bare encoding
-        b_cpu = min(b["shard_cpu_seconds"] for b in builds)
+        b_cpu = min(b.shard_cpu_seconds for b in builds)
         print(f"CPU seconds: ceiling {c_cpu:.1f}, build shards {b_cpu:.1f} (ratio {c_cpu / b_cpu:.3f})")
-        print(f"build summary: shards {summary['shards']['total']}, merge {summary['merge_seconds']:.1f} s, "
-              f"{summary['bytes_out'] / 1e6:.1f} MB out")
+        print(f"build summary: shards {summary.shards.total}, merge {summary.merge_seconds:.1f} s, "
+              f"{summary.bytes_out / 1e6:.1f} MB out")
     return 0
 
 

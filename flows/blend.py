@@ -71,8 +71,8 @@ def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageCo
     digest = config_hash([config, prefixes], upstream=upstream or [])
     if marker := completed(out, digest):
         log.info("blend: skipped, %s already holds blend %s", out, digest)
-        blend_artifacts(marker["summary"]["spec"], out / "blend.png")
-        return marker["summary"]
+        blend_artifacts(marker.summary["spec"], out / "blend.png")
+        return marker.summary
     argv = blend_argv(config, prefixes, str(out))
     log.info("blend: bloomdata blend %s", " ".join(argv))
     spec = tune_blend(argv)

@@ -23,7 +23,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
-from bloomdata.build import SHARDS_DIR, BuildConfig, run_build
+from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, run_build
 from bloomdata.readers import SourceConfig, plan_shards
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig, load_tokenizer, train_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table
@@ -68,8 +68,8 @@ def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), ferti
                          inputs=source_files(config.sources))
     if marker := completed(out, digest):
         log.info("tokenizer: skipped, %s already holds tokenizer %s", out, digest)
-        fertility_artifact(marker["summary"]["fertility"])
-        return marker["summary"]
+        fertility_artifact(marker.summary["fertility"])
+        return marker.summary
     report = train_tokenizer_task(config.model_copy(update={"out_dir": str(out), "show_progress": False}))
     rows = fertility_task(str(out), config.sources, fertility_docs_per_lang)
     fertility_artifact(rows)
@@ -97,7 +97,7 @@ def _follow_shards(out_dir: Path, total: int, stop: threading.Event, every_s: fl
 
 
 @task(name="build-dataset", retries=2, retry_delay_seconds=[2, 10])
-def build_task(config: BuildConfig) -> dict[str, Any]:
+def build_task(config: BuildConfig) -> BuildSummary:
     """One build; a retry reuses every shard already marked done (the build's own markers)."""
     out = Path(config.out_dir)
     total = len(plan_shards(config.sources, config.max_rows_per_shard))
@@ -132,13 +132,15 @@ def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] 
                          upstream=upstream or [], inputs=[*source_files(config.sources), tokenizer_file])
     if marker := completed(out, digest):
         log.info("dataset: skipped, %s already holds build %s", out, digest)
-        tokens_artifact(marker["summary"]["outputs"])
-        return marker["summary"]
+        tokens_artifact(marker.summary["outputs"])
+        return marker.summary
     where = config.scheduler or f"a LocalCluster of {config.workers} processes"
     log.info("dataset: tokenizing %d source(s) on %s", len(config.sources), where)
-    summary = build_task(config.model_copy(update={"out_dir": str(out), "progress": False}))
+    built = build_task(config.model_copy(update={"out_dir": str(out), "progress": False}))
+    # Stage results are JSON types (they live in the stage marker and in Prefect): the BuildSummary's JSON,
+    # i.e. build_summary.json's fields, plus this stage's key.
+    summary = {**built.model_dump(mode="json"), "hash": digest}
     tokens_artifact(summary["outputs"])
-    summary = {**summary, "hash": digest}
     outputs = {name: o["prefix"] + ".idx" for name, o in summary["outputs"].items()}
     write_marker(out, stage="dataset", digest=digest, outputs=outputs, summary=summary, config=config)
     log.info("dataset: %s documents, %s tokens in %d outputs -> %s", summary["documents"], summary["tokens"],

@@ -86,7 +86,7 @@ def export_flow(checkpoint_dir: str, tokenizer_dir: str | None = None,
     digest = config_hash([config, checkpoint_dir, tokenizer_dir, eval_blend, eval_samples], upstream=upstream or [])
     if marker := completed(out, digest):
         log.info("export: skipped, %s already holds export %s", out, digest)
-        return marker["summary"]
+        return marker.summary
     hf_dir = export_task(checkpoint_dir, str(out), config.tag, tokenizer_dir)
     samples = sample_task(hf_dir, config.prompts, config.max_new_tokens, config.seed) \
         if (Path(hf_dir) / "tokenizer.json").exists() else []

@@ -1,45 +1,45 @@
 """Stage bookkeeping: a stage is skipped when its outputs exist and were made from the same config.
 
-Each stage writes a marker ``<out_dir>/_stage.json`` *last*, after all its outputs, atomically (tmp file +
-``os.replace``), holding the stage's config hash, its output paths and a small summary. A stage is done
-when that marker exists, its hash equals the hash of the config we would run now, and every output it
-lists still exists. So:
+Each stage writes a ``StageMarker`` to ``<out_dir>/_stage.json`` *last*, after all its outputs, with
+``bloomdata.durable.write_marker`` (atomic, fsynced), holding the stage's key, its output paths and a small
+summary. The key is ``durable.content_key`` of the stage's config, the keys of the stages it consumes and
+its input files' sizes and mtimes: the same canonical-JSON sha256 the build's shard markers and the index
+cache use. A stage is done when its marker exists, records the key we would run with now, and every output
+it lists still exists. So:
 
 - re-running a finished pipeline does nothing (every marker matches);
 - re-running a failed one resumes at the failed stage (earlier markers match; the failed stage wrote none);
-- editing a stage's config re-runs it *and every stage after it*, because a stage's hash folds in the
-  hashes of the stages it consumes (``upstream``).
+- editing a stage's config re-runs it *and every stage after it*, because a stage's key folds in the
+  keys of the stages it consumes (``upstream``).
 
-The trade-off: the hash covers configs and upstream hashes, not input bytes. A corpus edited in place under
-the same path is not noticed; pass ``inputs`` (paths) to fold in their sizes and mtimes where that matters.
-This module is Prefect-free; the flows log "skipped" and reuse ``summary`` for their artifacts.
+The trade-off: the key covers configs and upstream keys, not input bytes. A corpus edited in place under
+the same path is not noticed unless its paths are passed as ``inputs`` (their sizes and mtimes are folded
+in). This module is Prefect-free; the flows log "skipped" and reuse ``summary`` for their artifacts.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
+
+from bloomdata import durable
 
 MARKER = "_stage.json"
 
 
-def _canonical(value: Any) -> Any:
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, dict):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    return value
+class StageMarker(BaseModel):
+    """What ``_stage.json`` holds (``key`` first on disk, as every durable marker)."""
+
+    key: str  # config_hash(...) of the run that produced the outputs
+    stage: str
+    outputs: dict[str, str]  # name -> path; all must exist for the stage to count as done
+    summary: dict[str, Any] = {}  # what the flow returned (JSON types), reused when the stage is skipped
+    config: Any = None  # the stage's config as JSON, for people reading the marker
+    finished_at: str
 
 
 def _fingerprint(path: Path) -> list:
@@ -53,53 +53,47 @@ def _fingerprint(path: Path) -> list:
 
 
 def config_hash(config: Any, *, upstream: Iterable[str] = (), inputs: Iterable[str | Path] = ()) -> str:
-    """A short, stable hash of a stage's config, the hashes of the stages it reads, and its input files."""
-    payload = {
-        "config": _canonical(config),
+    """The stage's key: ``durable.content_key`` of its config, the keys of the stages it reads, and the
+    sizes and mtimes of its input files."""
+    return durable.content_key({
+        "config": config,
         "upstream": list(upstream),
         "inputs": {str(p): _fingerprint(Path(p)) for p in inputs},
-    }
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    })
 
 
-def read_marker(out_dir: str | Path) -> dict | None:
-    path = Path(out_dir) / MARKER
+def read_marker(out_dir: str | Path) -> StageMarker | None:
+    """The stage marker in ``out_dir`` whatever its key; None when missing or unreadable (an older format
+    included: the stage then simply runs again)."""
+    record = durable.read_json(Path(out_dir) / MARKER)
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return StageMarker.model_validate(record) if isinstance(record, dict) else None
+    except ValidationError:
         return None
 
 
-def completed(out_dir: str | Path, digest: str) -> dict | None:
-    """The marker of a finished stage whose hash is ``digest`` and whose outputs all exist; else None."""
+def completed(out_dir: str | Path, digest: str) -> StageMarker | None:
+    """The marker of a finished stage whose key is ``digest`` and whose outputs all exist; else None."""
     marker = read_marker(out_dir)
-    if marker is None or marker.get("hash") != digest:
+    if marker is None or marker.key != digest:
         return None
-    if not all(Path(p).exists() for p in marker.get("outputs", {}).values()):
+    if not all(Path(p).exists() for p in marker.outputs.values()):
         return None
     return marker
 
 
 def write_marker(out_dir: str | Path, *, stage: str, digest: str, outputs: dict[str, str | Path],
-                 summary: dict | None = None, config: Any = None) -> dict:
+                 summary: dict | None = None, config: Any = None) -> StageMarker:
     """Record a finished stage. Call it after every output is in place: the marker is the commit point."""
     out = Path(out_dir)
     missing = [f"{k}={v}" for k, v in outputs.items() if not Path(v).exists()]
     if missing:
         raise FileNotFoundError(f"stage {stage}: outputs missing, refusing to mark it done: {', '.join(missing)}")
-    marker = {
-        "stage": stage,
-        "hash": digest,
-        "outputs": {k: str(v) for k, v in outputs.items()},
-        "summary": _canonical(summary or {}),
-        "config": _canonical(config),
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    marker = StageMarker(key=digest, stage=stage, outputs={k: str(v) for k, v in outputs.items()},
+                         summary=durable.to_jsonable(summary or {}), config=durable.to_jsonable(config),
+                         finished_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{MARKER}.tmp"
-    tmp.write_text(json.dumps(marker, indent=2, sort_keys=True))
-    os.replace(tmp, out / MARKER)
+    durable.write_marker(out / MARKER, marker.key, marker.model_dump(mode="json", exclude={"key"}))
     return marker
 
 

@@ -15,7 +15,6 @@ interrupted by SIGTERM or a timeout while the job runs (reference §4.2).
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.states import Cancelled, Failed
 
+from bloomdata import durable
 from flows.config import TrainStageConfig
 from flows.launch import LaunchError, run_process
 from flows.launch_config import SBATCH_JOB_ID, build_command
@@ -116,19 +116,20 @@ def retire_stale_run(run_dir: Path, digest: str, log) -> None:
     """
     owner = run_dir / "run.json"
     marker = read_marker(run_dir)  # runs from before run.json existed still left a marker when they finished
-    previous = json.loads(owner.read_text())["hash"] if owner.exists() else marker and marker.get("hash")
+    recorded = durable.read_json(owner)
+    previous = recorded.get("hash") if isinstance(recorded, dict) else marker.key if marker else None
     if previous is not None and previous != digest:
         dest = run_dir / "superseded" / previous
         dest.mkdir(parents=True, exist_ok=True)
         for name in ("checkpoints", "logs", "loss.png", "launch.log", "train.yaml"):
-            if (run_dir / name).exists():
+            if (run_dir / name).exists():  # a rename of the old run's outputs, not a write: nothing to sync
                 os.replace(run_dir / name, dest / name)
         log.warning("train: config changed (%s -> %s); the old run's outputs moved to %s", previous, digest, dest)
     elif previous is None and (run_dir / "checkpoints").exists():
         log.warning("train: %s holds checkpoints of an unknown run; the trainer will try to resume from them",
                     run_dir / "checkpoints")
     run_dir.mkdir(parents=True, exist_ok=True)
-    owner.write_text(json.dumps({"hash": digest}))
+    durable.write_json(owner, {"hash": digest})
 
 
 def _publish(run_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
@@ -150,7 +151,7 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
     digest = config_hash({"train": config.train, "overrides": config.overrides}, upstream=upstream or [])
     if marker := completed(run_dir, digest):
         log.info("train: skipped, %s already holds run %s", run_dir, digest)
-        return marker["summary"]
+        return marker.summary
     retire_stale_run(run_dir, digest, log)
     cfg_path = write_run_config(config, run_dir)
     cmd = build_command(config.launch, cfg_path, config.overrides)

@@ -7,40 +7,56 @@ Design (datatrove's split between steps and executors; Megatron's "tokenize shar
   through ``Tokenizer.encode_batch_fast`` and writes one small dataset per output name (language) under
   ``OUT_DIR/shards/<shard name>/``. ``bloomdata.parallel.run_shards`` places the steps on Dask workers;
   nothing here knows about Dask.
-- Completion markers: a shard is done when ``OUT_DIR/shards/<shard name>.done.json`` exists, records the
-  same *key* (shard identity, input size + mtime, tokenizer sha256, append_eod, dtype, output naming) and
-  the part files it lists exist with the recorded sizes. The marker is written (atomically) only after the
-  parts are published, so a killed worker or build never leaves a half-written shard that looks complete;
-  a changed input or tokenizer changes the key and the shard is rebuilt, never reused.
+- Completion markers (``bloomdata.durable``): a shard is done when ``OUT_DIR/shards/<shard name>.done.json``
+  exists, records the same *key* (the content key of shard identity, input size + mtime, tokenizer sha256,
+  append_eod, dtype, output naming) and the part files it lists exist with the recorded sizes. The marker
+  is written (atomically) only after the parts are published, so a killed worker or build never leaves a
+  half-written shard that looks complete; a changed input or tokenizer changes the key and the shard is
+  rebuilt, never reused.
 - Determinism: outputs are merged in *plan* order, never completion order, and shard outputs depend only
   on the shard's rows, so the bytes are identical for any number of workers or any scheduling.
 - The merged outputs are ``OUT_DIR/<name>.bin/.idx`` (``name`` = language, or ``output_name`` with
   ``split_by="none"``); the summary is ``OUT_DIR/build_summary.json`` and reject examples (at most
-  ``max_reject_examples`` per reason, in plan order) are ``OUT_DIR/rejects.jsonl``. Shard parts are deleted
-  after a successful merge unless ``keep_shards``; a rerun whose inputs and settings are unchanged finds the
-  summary's fingerprint and does nothing.
+  ``max_reject_examples`` per reason, in plan order) are ``OUT_DIR/rejects.jsonl``. The summary (a
+  ``BuildSummary``) is the build's own marker, written last: its key (``fingerprint``) is the content key
+  of every shard key and the output settings. Shard parts are deleted after a successful merge unless
+  ``keep_shards``; a rerun whose inputs and settings are unchanged finds the summary's fingerprint and does
+  nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import hashlib
 import json
 import os
-import re
 import shutil
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError
 
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, SourceConfig, plan_shards, read_shard
+from bloomdata import durable
+from bloomdata.build.config import (
+    LOCK_FILE,
+    REJECTS_FILE,
+    SHARDS_DIR,
+    SUMMARY_FILE,
+    BuildConfig,
+    output_name_of,
+)
+from bloomdata.build.shard import (
+    _strict_error,
+    load_marker,
+    part_prefix,
+    parts_intact,
+    shard_key,
+    tokenize_shard,
+)
+from bloomdata.build.summary import BuildSummary, OutputStats, ShardCounts, ShardManifest
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import (
     IndexedDataset,
@@ -50,24 +66,22 @@ from bloomdata.megatron.indexed import (
     index_file_path,
     merge_datasets,
 )
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_shards
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
-from bloomdata.build.config import LOCK_FILE, REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, output_name_of
-from bloomdata.build.shard import _strict_error, _write_json_atomic, load_marker, part_prefix, shard_key, tokenize_shard
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Merge
 
 
-def merge_shards(out_dir: str, shards: list[Shard], manifests: list[dict[str, Any]],
-                 names: set[str], dtype: np.dtype) -> dict[str, dict[str, Any]]:
+def merge_shards(out_dir: str, shards: list[Shard], manifests: list[ShardManifest],
+                 names: set[str], dtype: np.dtype) -> dict[str, OutputStats]:
     """Merge every output name's shard parts, in plan order, into ``OUT_DIR/<name>``; names with no
     documents get an empty dataset. Returns per-output statistics."""
     for manifest in manifests:
-        names = names | set(manifest["outputs"])
+        names = names | set(manifest.outputs)
     stats = {}
     for name in sorted(names):
-        parts = [part_prefix(out_dir, s, name) for s, m in zip(shards, manifests) if name in m["outputs"]]
+        parts = [part_prefix(out_dir, s, name) for s, m in zip(shards, manifests) if name in m.outputs]
         prefix = os.path.join(out_dir, name)
         if parts:
             ds = merge_datasets(parts, prefix)
@@ -75,25 +89,22 @@ def merge_shards(out_dir: str, shards: list[Shard], manifests: list[dict[str, An
             with IndexedDatasetWriter(prefix, dtype):
                 pass
             ds = IndexedDataset(prefix)
-        stats[name] = {"prefix": prefix, "documents": ds.num_documents, "sequences": len(ds),
-                       "tokens": ds.num_tokens, "bin_bytes": os.path.getsize(data_file_path(prefix)),
-                       "idx_bytes": os.path.getsize(index_file_path(prefix))}
+        stats[name] = OutputStats(prefix=prefix, documents=ds.num_documents, sequences=len(ds), tokens=ds.num_tokens,
+                                  bin_bytes=os.path.getsize(data_file_path(prefix)),
+                                  idx_bytes=os.path.getsize(index_file_path(prefix)))
     return stats
 
 
-def write_rejects(path: str, manifests: list[dict[str, Any]], max_examples: int) -> None:
+def write_rejects(path: str, manifests: list[ShardManifest], max_examples: int) -> None:
     """The first ``max_examples`` rejects of each reason, in plan order (file:line, reason, detail)."""
     taken: Counter[str] = Counter()
     lines = []
     for manifest in manifests:
-        for ex in manifest["reject_examples"]:
+        for ex in manifest.reject_examples:
             if taken[ex["reason"]] < max_examples:
                 taken[ex["reason"]] += 1
                 lines.append(json.dumps({"where": f"{ex['path']}:{ex['line']}", **ex}, ensure_ascii=False))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(line + "\n" for line in lines))
-    os.replace(tmp, path)
+    durable.write_text(path, "".join(line + "\n" for line in lines))
 
 
 def empty_reject_counts() -> dict[str, int]:
@@ -134,10 +145,7 @@ def _remove_stray_temps(out_dir: str) -> None:
     if os.path.isdir(shards_dir):
         directories += [e.path for e in os.scandir(shards_dir) if e.is_dir()]
     for directory in directories:
-        if os.path.isdir(directory):
-            for entry in os.scandir(directory):
-                if ".tmp-" in entry.name and entry.is_file():
-                    os.remove(entry.path)
+        durable.remove_temps(directory)
 
 
 def _sweep_unmarked(out_dir: str) -> None:
@@ -150,24 +158,21 @@ def _sweep_unmarked(out_dir: str) -> None:
     _remove_stray_temps(out_dir)
 
 
-def _up_to_date(out_dir: str, fingerprint: str) -> dict[str, Any] | None:
+def _up_to_date(out_dir: str, fingerprint: str) -> BuildSummary | None:
     """The previous summary when it was written for the same fingerprint and its outputs are intact."""
+    record = durable.read_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint)
+    if record is None:
+        return None
     try:
-        with open(os.path.join(out_dir, SUMMARY_FILE), encoding="utf-8") as f:
-            summary = json.load(f)
-    except (OSError, ValueError):
+        summary = BuildSummary.model_validate(record)
+    except ValidationError:  # a summary of another format: build again
         return None
-    if summary.get("fingerprint") != fingerprint:
-        return None
-    for out in summary.get("outputs", {}).values():
-        prefix = out["prefix"]
-        for path, size in ((data_file_path(prefix), out["bin_bytes"]), (index_file_path(prefix), out["idx_bytes"])):
-            if not os.path.isfile(path) or os.path.getsize(path) != size:
-                return None
-    return summary
+    if all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values()):
+        return summary
+    return None
 
 
-def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
+def run_build(config: BuildConfig, client=None) -> BuildSummary:
     """Plan, tokenize every unfinished shard in parallel, merge in plan order; returns the summary.
 
     Everything that can fail on user input (missing input, bad tokenizer path, unwritable output) fails
@@ -195,28 +200,28 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
                              "the outputs back as inputs: choose an --out outside the inputs")
     names = {config.output_name} if config.split_by == "none" else \
         {output_name_of(s.lang) for s in config.sources if s.lang}
-    keys = [shard_key(s, tokenizer_sha, config.append_eod, dtype, config.split_by, config.output_name)
-            for s in shards]
-    fingerprint = hashlib.sha256(json.dumps([keys, sorted(names), config.max_reject_examples],
-                                            sort_keys=True).encode()).hexdigest()
+    identities = [shard_key(s, tokenizer_sha, config.append_eod, dtype, config.split_by, config.output_name)
+                  for s in shards]
+    keys = [durable.content_key(identity) for identity in identities]
+    fingerprint = durable.content_key([keys, sorted(names), config.max_reject_examples])
     with _locked_out_dir(out_dir):
         _remove_stray_temps(out_dir)
         previous = _up_to_date(out_dir, fingerprint)
-        if previous is not None and not (config.strict and previous["rejects_total"]):
-            return {**previous, "up_to_date": True}
+        if previous is not None and not (config.strict and previous.rejects_total):
+            return previous.model_copy(update={"up_to_date": True})
         manifests = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
         pending = [i for i, m in enumerate(manifests) if m is None]
         step = functools.partial(
             tokenize_shard, tokenizer_path=tokenizer_path, out_dir=out_dir, append_eod=config.append_eod,
             dtype=dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
             batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples)
-        done = Counter({k: sum(m[k] for m in manifests if m) for k in ("documents", "tokens")})
+        done = Counter(documents=sum(m.documents for m in manifests if m), tokens=sum(m.tokens for m in manifests if m))
         bar = tqdm(total=len(shards), initial=len(shards) - len(pending), unit="shard", desc="tokenize",
                    disable=not config.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
 
-        def on_result(j: int, manifest: dict[str, Any]) -> None:
+        def on_result(j: int, manifest: ShardManifest) -> None:
             manifests[pending[j]] = manifest
-            done.update({k: manifest[k] for k in ("documents", "tokens")})
+            done.update(documents=manifest.documents, tokens=manifest.tokens)
             bar.set_postfix(docs=done["documents"], tokens=done["tokens"], refresh=False)
             bar.update(1)
 
@@ -232,9 +237,9 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
         t2 = time.perf_counter()
         if config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
             for shard, m in zip(shards, manifests):
-                if any(m["rejects"].values()):
-                    examples = m["reject_examples"] or [{"path": shard.path, "line": shard.start + 1,
-                                                         "reason": next(iter(m["rejects"])), "detail": "or later"}]
+                if any(m.rejects.values()):
+                    examples = m.reject_examples or [{"path": shard.path, "line": shard.start + 1,
+                                                      "reason": next(iter(m.rejects)), "detail": "or later"}]
                     raise _strict_error(Reject(**examples[0]))
         outputs = merge_shards(out_dir, shards, manifests, names, dtype)
         write_rejects(os.path.join(out_dir, REJECTS_FILE), manifests, config.max_reject_examples)
@@ -242,40 +247,37 @@ def run_build(config: BuildConfig, client=None) -> dict[str, Any]:
         built = [manifests[i] for i in pending]
         rejects = empty_reject_counts()
         for m in manifests:
-            for reason, n in m["rejects"].items():
+            for reason, n in m.rejects.items():
                 rejects[reason] = rejects.get(reason, 0) + n
-        processed_bytes = sum(m["text_bytes"] for m in built)
-        processed_tokens = sum(m["tokens"] for m in built)
-        summary = {
-            "out_dir": out_dir,
-            "outputs": outputs,
-            "documents": sum(o["documents"] for o in outputs.values()),
-            "tokens": sum(o["tokens"] for o in outputs.values()),
-            "text_bytes_in": sum(m["text_bytes"] for m in manifests),  # UTF-8 bytes of the documents' texts
-            "input_file_bytes": sum({k["shard"]["path"]: k["input"]["size"] for k in keys}.values()),
-            "bytes_out": sum(o["bin_bytes"] + o["idx_bytes"] for o in outputs.values()),
-            "rejects": rejects,
-            "rejects_total": sum(rejects.values()),
-            "rejects_file": os.path.join(out_dir, REJECTS_FILE),
-            "shards": {"total": len(shards), "built": len(pending), "reused": len(shards) - len(pending)},
-            "tokenizer": tokenizer_path,
-            "tokenizer_sha256": tokenizer_sha,
-            "dtype": dtype.name,
-            "append_eod": config.append_eod,
-            "split_by": config.split_by,
-            "workers": None if config.scheduler or client is not None else config.workers,  # None: external
-            "scheduler": config.scheduler,
-            "wall_seconds": round(wall, 3),
-            "tokenize_seconds": round(t2 - t1, 3),
-            "merge_seconds": round(wall - (t2 - t0), 3),
-            "shard_cpu_seconds": round(sum(m["cpu_seconds"] for m in built), 3),  # all workers together
-            # throughput of the work done in this run (reused shards excluded), over the whole wall time
-            "throughput_mb_s": round(processed_bytes / 1e6 / wall, 3),
-            "tokens_per_s": round(processed_tokens / wall, 1),
-            "fingerprint": fingerprint,
-            "up_to_date": False,
-        }
-        _write_json_atomic(os.path.join(out_dir, SUMMARY_FILE), summary)
+        summary = BuildSummary(
+            out_dir=out_dir,
+            outputs=outputs,
+            documents=sum(o.documents for o in outputs.values()),
+            tokens=sum(o.tokens for o in outputs.values()),
+            text_bytes_in=sum(m.text_bytes for m in manifests),
+            input_file_bytes=sum({i["shard"]["path"]: i["input"]["size"] for i in identities}.values()),
+            bytes_out=sum(o.bin_bytes + o.idx_bytes for o in outputs.values()),
+            rejects=rejects,
+            rejects_total=sum(rejects.values()),
+            rejects_file=os.path.join(out_dir, REJECTS_FILE),
+            shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),
+            tokenizer=tokenizer_path,
+            tokenizer_sha256=tokenizer_sha,
+            dtype=dtype.name,
+            append_eod=config.append_eod,
+            split_by=config.split_by,
+            workers=None if config.scheduler or client is not None else config.workers,
+            scheduler=config.scheduler,
+            wall_seconds=round(wall, 3),
+            tokenize_seconds=round(t2 - t1, 3),
+            merge_seconds=round(wall - (t2 - t0), 3),
+            shard_cpu_seconds=round(sum(m.cpu_seconds for m in built), 3),
+            throughput_mb_s=round(sum(m.text_bytes for m in built) / 1e6 / wall, 3),
+            tokens_per_s=round(sum(m.tokens for m in built) / wall, 1),
+            fingerprint=fingerprint,
+        )
+        # the build's marker, written last (after the merged outputs and the rejects file it describes)
+        durable.write_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint, summary)
         if not config.keep_shards:
             shutil.rmtree(os.path.join(out_dir, SHARDS_DIR), ignore_errors=True)
     return summary

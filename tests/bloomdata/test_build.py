@@ -20,7 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bloomdata.build import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, run_build
+from bloomdata import durable
+from bloomdata.build import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, BuildSummary, run_build
+from bloomdata.build.summary import ShardCounts
 from bloomdata.cli import main as cli_main
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
@@ -43,7 +45,7 @@ def client():
 
 @pytest.fixture(scope="module")
 def small_corpus(tmp_path_factory, corpus_dir) -> Path:
-    """Four languages of the shared corpus (160, 160, 146, 160 documents)."""
+    """Four languages of the test corpus (160, 160, 146, 160 documents)."""
     out = tmp_path_factory.mktemp("corpus")
     for lang in LANGS:
         (out / f"{lang}.jsonl").write_bytes((corpus_dir / f"{lang}.jsonl").read_bytes())
@@ -91,8 +93,8 @@ def test_tokens_equal_direct_encoding_and_megatron_reads(tmp_path, client, small
     summary = run_build(_config([small_corpus], small_tokenizer_dir, tmp_path, append_eod=True,
                                 max_rows_per_shard=70), client=client)
     tok = load_tokenizer(small_tokenizer_dir)
-    assert sorted(summary["outputs"]) == sorted(LANGS)
-    assert summary["dtype"] == "uint16" and summary["shards"] == {"total": 12, "built": 12, "reused": 0}
+    assert isinstance(summary, BuildSummary) and sorted(summary.outputs) == sorted(LANGS)
+    assert summary.dtype == "uint16" and summary.shards == ShardCounts(total=12, built=12, reused=0)
     for lang in LANGS:
         texts = [json.loads(line)["text"] for line in (small_corpus / f"{lang}.jsonl").read_text().splitlines()]
         ds = IndexedDataset(tmp_path / lang)
@@ -106,12 +108,15 @@ def test_tokens_equal_direct_encoding_and_megatron_reads(tmp_path, client, small
             assert ds[i].tolist() == expected, (lang, i)
             if i % 40 == 0:
                 np.testing.assert_array_equal(theirs[i], ds[i])
-        out = summary["outputs"][lang]
-        assert out["documents"] == len(texts) and out["tokens"] == int(ds.sizes.sum())
+        out = summary.outputs[lang]
+        assert out.documents == len(texts) and out.tokens == int(ds.sizes.sum())
     on_disk = json.loads((tmp_path / SUMMARY_FILE).read_text())
-    assert on_disk["tokens"] == summary["tokens"] == sum(o["tokens"] for o in summary["outputs"].values())
+    assert on_disk["tokens"] == summary.tokens == sum(o.tokens for o in summary.outputs.values())
     assert on_disk["rejects_total"] == 0 and set(on_disk["rejects"]) == set(REJECT_REASONS)
-    assert summary["throughput_mb_s"] > 0 and summary["tokens_per_s"] > 0
+    # build_summary.json holds the same fields and values as the returned model, plus the marker's key
+    assert on_disk == {"key": summary.fingerprint, **summary.model_dump(mode="json")}
+    assert list(on_disk)[0] == "key" and len(summary.fingerprint) == 32
+    assert summary.throughput_mb_s > 0 and summary.tokens_per_s > 0
     assert not (tmp_path / SHARDS_DIR).exists() and not _temps(tmp_path)
 
 
@@ -153,7 +158,7 @@ def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big
     deadline = time.time() + 60
     while killed is None and thread.is_alive() and time.time() < deadline:
         for tmp in (tmp_path / SHARDS_DIR).glob("*/*.bin.tmp-*"):
-            pid = int(tmp.name.rsplit("-", 1)[1])
+            pid = int(tmp.name.split(durable.TEMP_INFIX)[1].split("-")[0])  # <name>.tmp-<pid>-<random>
             if pid != os.getpid():
                 os.kill(pid, signal.SIGKILL)
                 killed = pid
@@ -161,7 +166,7 @@ def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big
         time.sleep(0.005)
     thread.join(120)
     assert killed is not None, "the build finished before a worker could be killed"
-    assert result["summary"]["shards"]["built"] == BIG_SHARDS
+    assert result["summary"].shards.built == BIG_SHARDS
     assert _outputs(tmp_path) == reference_big
     assert not _temps(tmp_path)
 
@@ -187,7 +192,7 @@ def test_sigkilled_build_process_reruns_only_unfinished_shards(tmp_path, client,
     assert not any(p.suffix in (".bin", ".idx") for p in tmp_path.iterdir())  # nothing merged, nothing half
     summary = run_build(_config([big_jsonl], small_tokenizer_dir, tmp_path, append_eod=True,
                                 max_rows_per_shard=BIG_SHARD_ROWS), client=client)
-    assert summary["shards"] == {"total": BIG_SHARDS, "built": BIG_SHARDS - finished, "reused": finished}
+    assert summary.shards == ShardCounts(total=BIG_SHARDS, built=BIG_SHARDS - finished, reused=finished)
     assert _outputs(tmp_path) == reference_big
     assert not _temps(tmp_path)
 
@@ -202,7 +207,7 @@ def test_lost_marker_stray_temp_and_changed_inputs(tmp_path, client, small_corpu
     first = run_build(config, client=client)
     reference = _outputs(out)
     again = run_build(config, client=client)
-    assert again["up_to_date"] and again["fingerprint"] == first["fingerprint"]
+    assert again.up_to_date and again.fingerprint == first.fingerprint and not first.up_to_date
 
     # a crash before the merge: one marker lost, a stray temp file, no outputs yet
     markers = sorted((out / SHARDS_DIR).glob("*.done.json"))
@@ -212,19 +217,19 @@ def test_lost_marker_stray_temp_and_changed_inputs(tmp_path, client, small_corpu
     for p in [*out.glob("*.bin"), *out.glob("*.idx"), out / SUMMARY_FILE]:
         p.unlink()
     rerun = run_build(config, client=client)
-    assert rerun["shards"] == {"total": 4, "built": 1, "reused": 3}
+    assert rerun.shards == ShardCounts(total=4, built=1, reused=3)
     assert _outputs(out) == reference and not _temps(out)
 
     # a changed input file (size and mtime) is rebuilt, never reused; the others are reused
     with open(corpus / "fr.jsonl", "a") as f:
         f.write(json.dumps({"text": "Une phrase de plus.", "lang": "fr"}) + "\n")
     changed = run_build(config, client=client)
-    assert changed["shards"] == {"total": 4, "built": 1, "reused": 3}
-    assert changed["outputs"]["fr"]["documents"] == 161
+    assert changed.shards == ShardCounts(total=4, built=1, reused=3)
+    assert changed.outputs["fr"].documents == 161
     # a different setting (append_eod) changes every key
     eod = run_build(config.model_copy(update={"append_eod": True}), client=client)
-    assert eod["shards"]["built"] == 4
-    assert eod["tokens"] == changed["tokens"] + changed["documents"]
+    assert eod.shards.built == 4
+    assert eod.tokens == changed.tokens + changed.documents
 
 
 BAD_LINES = [
@@ -249,9 +254,9 @@ def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, 
     out = tmp_path / "out"
     config = _config([bad_input], small_tokenizer_dir, out, split_by="none", keep_shards=True)
     summary = run_build(config, client=client)
-    assert summary["rejects"] == {"malformed_json": 1, "invalid_utf8": 1, "missing_text": 1,
+    assert summary.rejects == {"malformed_json": 1, "invalid_utf8": 1, "missing_text": 1,
                                   "non_string_text": 1, "empty_text": 1, "corrupt_file": 0}
-    assert summary["documents"] == 2 and IndexedDataset(out / "all").num_documents == 2
+    assert summary.documents == 2 and IndexedDataset(out / "all").num_documents == 2
     examples = [json.loads(line) for line in (out / REJECTS_FILE).read_text().splitlines()]
     assert [e["where"] for e in examples] == [f"{bad_input}:{n}" for n in (2, 3, 4, 5, 6)]
     assert [e["reason"] for e in examples] == ["malformed_json", "invalid_utf8", "missing_text",
@@ -355,7 +360,7 @@ def test_large_vocabulary_builds_int32(tmp_path, small_tokenizer_dir):
     (tmp_path / "in.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     summary = run_build(_config([tmp_path / "in.jsonl"], tmp_path / "big.json", tmp_path / "out", workers=0,
                                 split_by="none", append_eod=True))
-    assert summary["dtype"] == "int32"
+    assert summary.dtype == "int32"
     ds, theirs = IndexedDataset(tmp_path / "out" / "all"), MegatronIndexedDataset(str(tmp_path / "out" / "all"))
     assert theirs.index.dtype == np.int32
     for i, text in enumerate(texts):

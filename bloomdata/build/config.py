@@ -1,0 +1,55 @@
+"""``BuildConfig``: everything a build needs (shared by ``bloomdata build`` and the Prefect flow), and the
+names of the files it writes."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.config import cli_option
+from bloomdata.readers import SourceConfig
+
+MARKER_VERSION = 1  # bump when the shard output format changes: every old marker becomes invalid
+SUMMARY_FILE = "build_summary.json"
+REJECTS_FILE = "rejects.jsonl"
+SHARDS_DIR = "shards"
+LOCK_FILE = ".bloomdata-build.lock"
+UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined": documents without a language
+
+
+class BuildConfig(BaseModel):
+    """Everything a build needs (shared by ``bloomdata build`` and the Prefect flow)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sources: list[SourceConfig] = Field(
+        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
+        description="inputs: file, directory or glob; LANG= sets the language of all its documents, else each "
+                    "row's lang field does (repeatable)")
+    tokenizer: str = Field(description="tokenizer.json or a directory holding one")
+    out_dir: str = Field(description="output directory: OUT_DIR/<name>.bin/.idx, summary, rejects",
+                         json_schema_extra=cli_option("--out", metavar="DIR"))
+    append_eod: bool = Field(default=False, description="append </s> to every document (Megatron --append-eod)")
+    split_by: Literal["lang", "none"] = Field(default="lang", description="one output per language, or one")
+    output_name: str = Field(default="all", pattern=r"^[A-Za-z0-9_.-]+$",
+                             description="output prefix name with split_by='none'")
+    workers: int = Field(default=2, ge=0, description="LocalCluster worker processes (0: run in-process)")
+    scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
+                                  json_schema_extra=cli_option(metavar="ADDR"))
+    max_rows_per_shard: int | None = Field(default=None, ge=1, description="split larger files into row ranges")
+    strict: bool = Field(default=False, description="the first rejected row is an error naming file:line")
+    batch_docs: int = Field(default=1000, ge=1, description="documents per encode_batch call")
+    batch_bytes: int = Field(default=8 << 20, ge=1, description="characters per encode_batch call (memory)")
+    max_reject_examples: int = Field(default=20, ge=0, description="examples per reason in rejects.jsonl")
+    keep_shards: bool = Field(default=False, description="keep OUT_DIR/shards after the merge")
+    progress: bool = Field(default=True, description="tqdm progress bar on stderr")
+
+
+
+def output_name_of(lang: str | None) -> str:
+    """Filesystem-safe output name for a document language."""
+    if not lang:
+        return UNKNOWN_LANG
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", lang)[:64]
