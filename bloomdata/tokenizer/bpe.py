@@ -20,18 +20,21 @@ capped at ``MAX_SAFE_BUDGET`` unless explicitly allowed. The output directory lo
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+from bloomdata import durable
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
+from bloomdata.units import parse_bytes
 
 BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3, in this order
@@ -46,16 +49,24 @@ class TokenizerTrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceConfig] = Field(min_length=1, description="inputs; language per source or per row")
-    out_dir: str = Field(description="directory to write tokenizer.json and friends into")
+    sources: list[SourceConfig] = Field(
+        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
+        description="inputs: file, directory or glob; LANG= sets the language of all its documents, else each "
+                    "row's lang field does (repeatable)")
+    out_dir: str = Field(description="directory to write tokenizer.json and friends into",
+                         json_schema_extra=cli_option("--out", metavar="DIR"))
     vocab_size: int = Field(default=BLOOM_VOCAB_SIZE, ge=len(SPECIAL_TOKENS) + 256,
                             description="tokens incl. specials and the 256 bytes (BLOOM: 250,680)")
-    alpha: float = Field(default=0.3, ge=0.0, le=1.0, description="p_lang ∝ bytes_lang ** alpha")
-    byte_budget: int = Field(default=100_000_000, ge=1, description="UTF-8 bytes of text to train on")
-    seed: int = 0
+    alpha: float = Field(default=0.3, ge=0.0, le=1.0,
+                         description="language sampling exponent: p_lang ∝ bytes_lang ** alpha (1: natural, 0: uniform)")
+    byte_budget: Annotated[int, BeforeValidator(parse_bytes)] = Field(
+        default=100_000_000, ge=1, description="UTF-8 text to train on, e.g. 50MB or 1GiB")
+    seed: int = Field(default=0, description="sampling seed (which documents are drawn)")
     min_frequency: int = Field(default=2, ge=0, description="pairs seen fewer times are never merged")
-    allow_large_budget: bool = Field(default=False, description=f"allow byte_budget > {MAX_SAFE_BUDGET}")
-    show_progress: bool = True
+    allow_large_budget: bool = Field(
+        default=False, description=f"allow byte_budget > {MAX_SAFE_BUDGET:,} (the trainer needs ~30x the text in RAM)")
+    show_progress: bool = Field(default=True, description="progress bars on stderr",
+                                json_schema_extra=cli_option("--progress", off=["--quiet"]))
 
 
 def bloom_tokenizer() -> Tokenizer:
@@ -91,10 +102,12 @@ def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, m
 
 def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: dict | None = None) -> Path:
     """Write a transformers-loadable directory: tokenizer.json, tokenizer_config.json,
-    special_tokens_map.json and (when given) training_report.json."""
+    special_tokens_map.json and (when given) training_report.json.
+
+    Every file is written atomically (``bloomdata.durable``), tokenizer.json last: callers take its presence
+    as "the directory is complete" (the demo reuses such a tokenizer)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
     unk, bos, eos, pad = SPECIAL_TOKENS
     special_map = {"bos_token": bos, "eos_token": eos, "unk_token": unk, "pad_token": pad}
     config = {
@@ -110,17 +123,12 @@ def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: dict | No
         },
         # no model_max_length: ALiBi has no trained position limit
     }
-    _write_json(out / "tokenizer_config.json", config)
-    _write_json(out / "special_tokens_map.json", special_map)
+    durable.write_json(out / "tokenizer_config.json", config, indent=2)
+    durable.write_json(out / "special_tokens_map.json", special_map, indent=2)
     if report is not None:
-        _write_json(out / "training_report.json", report)
+        durable.write_json(out / "training_report.json", report, indent=2)
+    durable.write_text(out / "tokenizer.json", tok.to_str(pretty=True))  # the bytes Tokenizer.save writes
     return out
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def check_budget(config: TokenizerTrainConfig) -> None:
