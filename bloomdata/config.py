@@ -1,41 +1,315 @@
-"""YAML config files -> pydantic configs, with every failure as a one-line ``BloomstackError``.
+"""The one config loader: every entry point's pydantic model from defaults, a YAML file, flags and overrides.
 
-Shared by the CLIs (`train-tokenizer`, `fertility`, `build`) and the blend YAML reader, so that a bad file
-reads the same everywhere: the file, the field path, what is wrong and the value found.
+Layers, lowest precedence first:
+
+1. the model's defaults, or given defaults (the flows' demo configs);
+2. a YAML file (``--config FILE``);
+3. values from the generated command-line flags (``bloomdata.cli.options``), or a partial dict from a
+   Prefect deployment's parameters;
+4. ``a.b=value`` dotlist overrides, values parsed as YAML (``3``, ``1e-4``, ``true``, ``[1, 2]``, ``null``).
+
+Layers 1-3 are deep-merged (``merge``): a nested mapping completes the one below it, except that a mapping
+holding a ``preset`` key (``model: {preset: bloom-560m, seq_length: 1024}``) stands for a whole section
+and replaces it. Lists replace too (``--input`` replaces the file's sources). An override sets one key.
+
+Every failure is one ``BloomstackError`` line in one format, wherever the bad value came from::
+
+    configs/x.yaml:7: schedule.micro_batch_size: Input should be a valid integer (got 'two'); fix: ...
+
+naming the file and the YAML line of the key (from ``yaml.compose`` node marks), or the flag, or the
+override, that set it; the dotted key; pydantic's message; the value found; and a fix built from the
+field (its description, the flag that sets it, a close known name for a misspelt key). The trade-off: a
+value's origin is found again when an error is formatted, by asking each layer, highest first, whether it
+set that key, instead of tagging every value as it is merged. It costs nothing on the success path.
 """
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from bloomdata.errors import BloomstackError
 
 M = TypeVar("M", bound=BaseModel)
+Key = tuple[str | int, ...]  # a dotted key as a path: ("sources", 0, "paths")
 
 
-def load_yaml(path: str) -> dict:
-    """The top-level mapping of a YAML file."""
-    import yaml
+def cli_option(*flags: str, metavar: str | None = None, positional: bool = False, off: Sequence[str] = (),
+               skip: bool = False) -> dict[str, Any]:
+    """A field's command-line form, for ``Field(json_schema_extra=cli_option(...))``.
 
+    ``flags``: the option strings, replacing the generated ``--field-name`` (``"--out"`` for ``out_dir``).
+    ``positional``: an argument without a flag. ``off``: extra flags that set a boolean to False
+    (``--quiet`` for ``progress``). ``skip``: no flag (set in a YAML file or by an item's string form).
+    Read by ``bloomdata.cli.options``; JSON values only, so schemas (Prefect's) stay serialisable.
+    """
+    spec = {"flags": list(flags), "metavar": metavar, "positional": positional, "off": list(off), "skip": skip}
+    return {"cli": {k: v for k, v in spec.items() if v}}
+
+
+# --- reading YAML ----------------------------------------------------------------------------------------
+
+
+def read_yaml(path: str | Path) -> tuple[dict, dict[Key, int]]:
+    """The top-level mapping of a YAML file and the 1-based line of every key in it (list items too)."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise BloomstackError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise BloomstackError(f"{path}: invalid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise BloomstackError(f"{path}: expected a mapping of config fields at the top level")
-    return data
-
-
-def validate(model: type[M], data: dict, origin: str) -> M:
-    """Pydantic validation with the first error turned into a one-line BloomstackError naming ``origin``."""
+        raise BloomstackError(f"{path}: cannot read config file: {exc.strerror or exc}; check the path") from None
+    except UnicodeDecodeError as exc:
+        raise BloomstackError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
     try:
-        return model.model_validate(data)
+        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        what = " ".join(p for p in (exc.context, exc.problem) if p)
+        raise BloomstackError(f"{path}{line}: invalid YAML: {what}; fix the syntax there") from None
+    except yaml.YAMLError as exc:
+        raise BloomstackError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    if data is None:
+        return {}, {}
+    if not isinstance(data, dict):
+        raise BloomstackError(f"{path}:1: expected a mapping of config fields at the top level, got a "
+                              f"{type(data).__name__}; write `key: value` lines")
+    lines: dict[Key, int] = {}
+    _key_lines(node, (), lines)
+    return data, lines
+
+
+def _key_lines(node: yaml.Node | None, prefix: Key, out: dict[Key, int]) -> None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value != "<<":
+                out[(*prefix, key_node.value)] = key_node.start_mark.line + 1
+                _key_lines(value_node, (*prefix, key_node.value), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            out[(*prefix, i)] = item.start_mark.line + 1
+            _key_lines(item, (*prefix, i), out)
+
+
+# --- merging ---------------------------------------------------------------------------------------------
+
+
+def merge(base: Mapping, over: Mapping) -> dict:
+    """``over`` on top of ``base``, recursively; a mapping holding ``preset`` replaces, lists replace."""
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, Mapping) and isinstance(base.get(key), Mapping) and "preset" not in value
+        out[key] = merge(base[key], value) if nested else value
+    return out
+
+
+def complete(defaults: BaseModel, value: object) -> object:
+    """A partial dict (a Prefect UI or deployment parameter) completed by ``defaults``; for a
+    ``field_validator(mode="before")``: ``{"schedule": {"train_iters": 50}}`` is the defaults with 50 iterations."""
+    return merge(defaults.model_dump(), value) if isinstance(value, Mapping) else value
+
+
+def parse_override(item: str) -> tuple[Key, Any]:
+    """``a.b=value`` -> (("a", "b"), value parsed as YAML; empty means None)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise BloomstackError(f"override {item!r} is not key=value; write it as e.g. optim.lr=1e-4")
+    try:
+        value = yaml.safe_load(raw) if raw else None
+    except yaml.YAMLError as exc:
+        raise BloomstackError(f"override {item!r}: the value is not valid YAML ({str(exc).splitlines()[0]}); "
+                              "quote it") from None
+    return tuple(int(p) if p.isdigit() else p for p in key.strip().split(".")), value
+
+
+def _set_key(tree: dict, key: Key, value: Any, item: str) -> None:
+    node: Any = tree
+    for depth, part in enumerate(key[:-1]):
+        if isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+            continue
+        if not isinstance(node, dict):
+            raise BloomstackError(f"override {item}: {'.'.join(map(str, key[:depth]))} is a value, not a section")
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        node = child
+    if isinstance(node, list) and isinstance(key[-1], int) and key[-1] < len(node):
+        node[key[-1]] = value
+    elif isinstance(node, dict):
+        node[key[-1]] = value
+    else:
+        raise BloomstackError(f"override {item}: {'.'.join(map(str, key[:-1]))} is a value, not a section")
+
+
+# --- loading ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Layer:
+    """One source of values, and how to name where a key of it came from."""
+
+    data: Any
+    name: str  # "configs/x.yaml", "--workers", "override optim.lr=1", "defaults"
+    lines: dict[Key, int] = field(default_factory=dict)  # YAML key lines
+    flags: dict[Key, str] = field(default_factory=dict)  # key -> the flag that set it
+
+    def sets(self, loc: Key) -> bool:
+        """Whether this layer set ``loc``, a value holding it, or a value inside it."""
+        node = self.data
+        for part in loc:
+            if isinstance(node, Mapping):
+                if part not in node:
+                    return False
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int):
+                if part >= len(node):
+                    return False
+                node = node[part]
+            else:
+                return True  # the layer set a scalar or list where loc goes deeper: that value is at fault
+        return True
+
+    def where(self, loc: Key) -> str:
+        for table, fmt in ((self.lines, lambda v: f"{self.name}:{v}"), (self.flags, str)):
+            for n in range(len(loc), 0, -1):
+                if loc[:n] in table:
+                    return fmt(table[loc[:n]])
+            below = [k for k in table if k[: len(loc)] == loc]
+            if below:
+                return fmt(table[min(below)])
+        return self.name
+
+
+def load_config(model: type[M], path: str | Path | None = None, *, defaults: BaseModel | Mapping | None = None,
+                values: Mapping | None = None, flags: Mapping[Key, str] | None = None,
+                overrides: Sequence[str] = (), origin: str = "config",
+                flag_of: Callable[[Key], str | None] | None = None) -> M:
+    """``model`` from ``defaults`` <- the YAML file at ``path`` <- ``values`` <- ``overrides``, validated.
+
+    ``flags`` names the flag that set each key of ``values`` (when they came from a command line);
+    ``flag_of`` gives the flag that sets a key, for the fix of a missing or wrong value; ``origin`` names
+    the values when no file or flag did (``"command line"``, ``"parameters"``).
+    """
+    layers: list[_Layer] = []
+    if defaults is not None:
+        data = defaults.model_dump() if isinstance(defaults, BaseModel) else dict(defaults)
+        layers.append(_Layer(data, f"{origin} (defaults)"))
+    if path is not None:
+        data, lines = read_yaml(path)
+        layers.append(_Layer(data, str(path), lines=lines))
+    if values:
+        layers.append(_Layer(dict(values), origin, flags=dict(flags or {})))
+    tree: dict = {}
+    for layer in layers:
+        tree = merge(tree, layer.data)
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_key(tree, key, value, item)
+        nested: Any = value
+        for part in reversed(key):
+            nested = {part: nested}
+        layers.append(_Layer(nested, f"override {item}"))
+    fallback = str(path) if path is not None else origin
+    try:
+        return model.model_validate(tree)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise BloomstackError(f"{origin}: {where}: {err['msg']} (got {err.get('input')!r:.80})") from None
+        raise BloomstackError(format_error(model, exc, layers, fallback, flag_of)) from None
+    except BloomstackError as exc:  # raised inside a validator of a nested model: name where it was set
+        raise BloomstackError(f"{fallback}: {exc}") from None
+
+
+# --- formatting a validation error -------------------------------------------------------------------------
+
+
+def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[_Layer], fallback: str,
+                 flag_of: Callable[[Key], str | None] | None = None) -> str:
+    """The first error of ``exc`` as one line: where, key, message, value found, fix."""
+    errors = exc.errors()
+    err = errors[0]
+    key, info, siblings = _resolve(model, tuple(err["loc"]), err["type"] == "extra_forbidden")
+    others = len({_resolve(model, tuple(e["loc"]), e["type"] == "extra_forbidden")[0] for e in errors} - {key})
+    where = next((layer.where(key) for layer in reversed(layers) if key and layer.sets(key)), fallback)
+    dotted = ".".join(map(str, key)) or "(top level)"
+    msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    value = err.get("input")
+    got = "" if err["type"] == "missing" or isinstance(value, Mapping) else f" (got {_short(value)})"
+    fix = _fix(err["type"], key, info, siblings, flag_of)
+    more = f" (and {others} more error{'s' * (others > 1)})" if others else ""
+    return f"{where}: {dotted}: {msg}{got}{more}; fix: {fix}"
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _fix(kind: str, key: Key, info: Any, siblings: Sequence[str], flag_of) -> str:
+    dotted = ".".join(map(str, key))
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(key[-1]), siblings, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known keys here: {', '.join(siblings)}"
+        return f"remove {dotted} or correct its name ({hint})"
+    flag = flag_of(key) if flag_of and key else None
+    setter = f"{flag} (or {dotted} in the config file)" if flag else dotted or "the config"
+    about = getattr(info, "description", None)
+    what = f": {about}" if about else ""
+    return f"{'set' if kind == 'missing' else 'change'} {setter}{what}"
+
+
+def _resolve(model: type[BaseModel], loc: Key, extra: bool) -> tuple[Key, Any, list[str]]:
+    """The part of ``loc`` that names fields, list items and dict keys (pydantic appends union member tags
+    such as 'float' or 'dict[str,float]'), the field info of its last field, and the field names beside it
+    (for a misspelt key). ``extra``: the last part is a key the model does not know."""
+    key: list[str | int] = []
+    tp: Any = model
+    info: Any = None
+    siblings = list(model.model_fields)
+    for i, part in enumerate(loc):
+        tp = _strip_optional(tp)
+        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            siblings = list(tp.model_fields)
+            if part not in tp.model_fields:
+                if extra and i == len(loc) - 1:
+                    key.append(part)
+                break
+            info = tp.model_fields[part]
+            tp = info.annotation
+        elif origin in (list, set, frozenset) and isinstance(part, int):
+            tp = args[0] if args else Any
+        elif origin is tuple and isinstance(part, int):
+            tp = args[0] if len(args) == 2 and args[1] is Ellipsis else args[part] if part < len(args) else Any
+        elif origin is dict and isinstance(part, str) and (extra or "[" not in part):
+            tp = args[1] if args else Any
+        else:
+            break
+        key.append(part)
+    return tuple(key), info, siblings
+
+
+def _strip_optional(tp: Any) -> Any:
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(members) == 1:
+            return _strip_optional(members[0])
+    return tp
+
+
+def load_yaml(path: str | Path) -> dict:
+    """The top-level mapping of a YAML file (``read_yaml`` without the key lines)."""
+    return read_yaml(path)[0]
+
+
+def validate(model: type[M], data: Mapping, origin: str) -> M:
+    """``data`` validated into ``model``; a failure is the loader's one line, naming ``origin``."""
+    return load_config(model, values=data, origin=origin)
