@@ -1,38 +1,26 @@
-"""Shared fixtures for bloomdata tests: the shared corpus and one small BLOOM-style tokenizer per run.
+"""Shared fixtures for bloomdata tests: the repository's test corpus and one small BLOOM-style tokenizer per run.
 
-The corpus is ../shared/corpus beside the repository (27 languages x 160 documents, {"text","lang"} per
-line), or $BLOOMSTACK_SHARED_CORPUS. Tests that need it skip with a clear reason when it is absent.
+The corpus is tests/data/corpus (27 languages x 160 documents, {"text","lang"} per line; CC BY, see its
+README): inside the repository, so these tests never skip for want of it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-CORPUS_ENV = "BLOOMSTACK_SHARED_CORPUS"
+from tests.data import CORPUS_DIR
+
 SMALL_VOCAB = 3000  # big enough for real merges in every script, small enough to train in ~2 s
 SMALL_BUDGET = 1_000_000  # bytes of training text (~37 KB per language)
 
 
-def find_corpus() -> Path | None:
-    candidates = [Path(__file__).resolve().parents[2].parent / "shared" / "corpus"]
-    if os.environ.get(CORPUS_ENV):
-        candidates.append(Path(os.environ[CORPUS_ENV]))
-    for path in candidates:
-        if path.is_dir() and any(path.glob("*.jsonl")):
-            return path
-    return None
-
-
 @pytest.fixture(scope="session")
 def corpus_dir() -> Path:
-    """The shared multilingual corpus directory (skips the test when absent)."""
-    path = find_corpus()
-    if path is None:
-        pytest.skip(f"shared corpus not found: expected ../shared/corpus beside the repo or ${CORPUS_ENV}")
-    return path
+    """The multilingual test corpus directory (tests/data/corpus)."""
+    assert len(list(CORPUS_DIR.glob("*.jsonl"))) == 27, f"{CORPUS_DIR}: the checkout lacks the test corpus"
+    return CORPUS_DIR
 
 
 @pytest.fixture(scope="session")

@@ -337,7 +337,7 @@ def test_source_from_spec(tmp_path):
     assert source_from_spec(str(odd)).paths == [str(odd)]  # an existing path is never split
 
 
-def test_shared_corpus_has_27_languages(corpus_dir):
+def test_corpus_has_27_languages(corpus_dir):
     docs = list(iter_documents([SourceConfig(paths=[str(corpus_dir)])]))
     assert len({d.lang for d in docs}) == 27
     assert len(docs) > 27 * 100

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.data import CORPUS_DIR
+
 
 def build_hf_bloom(n_head: int = 12, n_layer: int = 2, hidden: int = 96, vocab: int = 256, seed: int = 0):
     from transformers import BloomConfig, BloomForCausalLM  # noqa: PLC0415
@@ -39,8 +41,7 @@ def write_tiny_tokenizer(out_dir: Path, vocab_size: int = 250) -> None:
 
     texts = ["the quick brown fox jumps over the lazy dog", "hello world, hello bloom",
              "une phrase en français", "el zorro marrón rápido"] * 4
-    corpus = Path("/work/shared/corpus")
-    for path in sorted(corpus.glob("*.jsonl"))[:3] if corpus.is_dir() else []:
+    for path in sorted(CORPUS_DIR.glob("*.jsonl"))[:3]:
         with path.open() as f:
             texts += [json.loads(line)["text"][:500] for _, line in zip(range(20), f)]
     tok = Tokenizer(models.BPE())
