@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from bloomtrain.callbacks.stop_requests import StopRequests
-from bloomtrain.checkpoint.checkpointer import Checkpointer
+from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig, load_config
@@ -56,7 +56,8 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
 
 
-def build_trainer(cfg: TrainConfig) -> Trainer:
+def build_trainer(cfg: TrainConfig, *, faults: FaultHook | None = None) -> Trainer:
+    """``faults``: the Checkpointer's fault-injection hook (tests only)."""
     init_distributed()
     if not torch.cuda.is_available():
         # x86 CPUs take a microcode assist on every denormal operand: fp32 training steps, whose small
@@ -80,7 +81,7 @@ def build_trainer(cfg: TrainConfig) -> Trainer:
     dist.barrier()
     if dist.get_rank() != 0:
         train_data, valid_data = build_datasets(cfg)
-    checkpointer = Checkpointer(cfg, engine, state, universal=universal)
+    checkpointer = Checkpointer(cfg, engine, state, universal=universal, faults=faults)
     return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, checkpointer,
                    Metrics(cfg, dist.get_rank(), world), StopRequests(cfg.checkpoint))
 

@@ -90,7 +90,14 @@ def to_universal(tag_dir: str | Path, out_dir: str | Path, workers: int = 1) -> 
     ds_to_universal(Namespace(input_folder=str(tag_dir), output_folder=str(out_dir), num_extract_workers=workers,
                               num_merge_workers=workers, keep_temp_folder=False, strict=True,
                               inject_missing_state=False))
-    # ds_to_universal writes with plain torch.save: flush all of it before the marker vouches for it
-    os.sync()
+    _sync_tree(out_dir)  # ds_to_universal writes with plain torch.save: on disk before the marker vouches for it
     durable.write_marker(out_dir / UNIVERSAL_MARKER, _key(tag_dir.name))
     return out_dir
+
+
+def _sync_tree(root: Path) -> None:
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as f:
+                durable.sync_file(f)
+        durable.fsync_dir(folder)

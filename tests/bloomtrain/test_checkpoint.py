@@ -1,4 +1,7 @@
-"""Checkpoints that survive crashes: SIGKILL at a random step, SIGTERM, kill switch, keep-last-K, NaN skips."""
+"""Checkpoints that survive crashes: SIGKILL at seeded steps, SIGTERM, kill switch, keep-last-K, NaN skips.
+
+Kills inside a save, on either rank of a 2-rank run, are in test_checkpoint_faults.py.
+"""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ import pytest
 
 from bloomtrain.checkpoint.format import load_merged_states
 from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest
-from tests.bloomtrain.train_helpers import EXACT, TINY, fork_training, train_rank
-from tests.gloo_harness import run_distributed
+from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.gloo_harness import run_distributed, start_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,12 +37,13 @@ def _records(log_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _wait_for_iteration(log_dir: Path, iteration: int, proc, timeout: float = 120.0) -> None:
+def _wait_for_iteration(log_dir: Path, iteration: int, ended, timeout: float = 120.0) -> None:
+    """Poll metrics.jsonl until ``iteration`` was logged; ``ended()`` says the training is gone."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if any(r.get("iteration", 0) >= iteration for r in _records(log_dir)):  # header has none
             return
-        if proc.poll() if hasattr(proc, "poll") else not proc.is_alive():
+        if ended():
             raise AssertionError("training ended before the signal could be sent")
         time.sleep(0.01)
     raise AssertionError(f"iteration {iteration} not reached in {timeout}s")
@@ -49,18 +53,25 @@ def _one(overrides: list[str]) -> dict:
     return run_distributed(train_rank, 1, overrides, timeout_s=300)[0]
 
 
-def test_sigkill_at_a_random_step_then_resume_reproduces_the_losses_exactly(tmp_path):
-    baseline = _one(_ckpt(tmp_path / "a", iters=8))
-    assert baseline["error"] is None, baseline["error"]
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """8 uninterrupted iterations, saving every iteration."""
+    r = _one(_ckpt(tmp_path_factory.mktemp("baseline"), iters=8))
+    assert r["error"] is None, r["error"]
+    return r
 
-    kill_at = random.Random().randint(2, 5)
-    print(f"SIGKILL after iteration {kill_at} was logged")
+
+KILL_AFTER = random.Random(8).sample(range(2, 6), 2)  # logged iterations to SIGKILL after: fixed, seeded
+
+
+@pytest.mark.parametrize("kill_at", KILL_AFTER)
+def test_sigkill_at_a_step_then_resume_reproduces_the_losses_exactly(tmp_path, baseline, kill_at):
     run_dir = tmp_path / "b"
     # the same run but open-ended (the length only decides when to stop), so it is still going when killed
-    proc = fork_training(_ckpt(run_dir, iters=10000))
-    _wait_for_iteration(run_dir / "logs", kill_at, proc)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join()
+    ranks = start_ranks(train_rank, 1, _ckpt(run_dir, iters=10000), timeout_s=300)
+    _wait_for_iteration(run_dir / "logs", kill_at, lambda: not ranks.alive())
+    os.kill(ranks.pids[0], signal.SIGKILL)
+    assert ranks.wait()[0].exitcode == -signal.SIGKILL
     saved = read_latest(run_dir)
     assert saved is not None  # at least global_step1 was complete
 
@@ -84,7 +95,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_for_iteration(logs, 2, proc, timeout=240)
+        _wait_for_iteration(logs, 2, lambda: proc.poll() is not None, timeout=240)
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
     finally:
@@ -152,12 +163,12 @@ def test_latest_is_replaced_atomically_and_prune_keeps_the_newest(tmp_path):
 
 def test_sigusr1_and_the_time_limit_also_save_and_stop(tmp_path):
     run_dir = tmp_path / "usr1"
-    proc = fork_training([*EXACT, "schedule.train_iters=10000", f"checkpoint.dir={run_dir}",
-                          f"logging.dir={run_dir / 'logs'}"])
-    _wait_for_iteration(run_dir / "logs", 1, proc)
-    os.kill(proc.pid, signal.SIGUSR1)
-    proc.join(120)
-    assert proc.exitcode == 0
+    ranks = start_ranks(train_rank, 1, [*EXACT, "schedule.train_iters=10000", f"checkpoint.dir={run_dir}",
+                                        f"logging.dir={run_dir / 'logs'}"], timeout_s=120)
+    _wait_for_iteration(run_dir / "logs", 1, lambda: not ranks.alive())
+    os.kill(ranks.pids[0], signal.SIGUSR1)
+    outcome = ranks.wait()[0]
+    assert outcome.exitcode == 0 and outcome.value["error"] is None, outcome
     last = max(r.get("iteration", 0) for r in _records(run_dir / "logs"))
     assert read_latest(run_dir) == f"global_step{last}"
 

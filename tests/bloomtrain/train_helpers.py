@@ -1,4 +1,4 @@
-"""Shared pieces of the trainer tests: the tiny run config and a rank function for run_distributed."""
+"""Shared pieces of the trainer tests: the tiny run config and a rank function for tests/gloo_harness.py."""
 
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ EXACT = [
 ]
 
 
-def train_rank(overrides: list[str]) -> dict:
-    """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need."""
+def train_rank(overrides: list[str], faults=None) -> dict:
+    """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need.
+
+    ``faults``: the Checkpointer's fault hook (checkpoint.checkpointer.FaultHook)."""
     from bloomtrain.config import load_config
     from bloomtrain.train import build_trainer, run_trainer
 
     cfg = load_config(TINY, overrides)
-    trainer = build_trainer(cfg)
+    trainer = build_trainer(cfg, faults=faults)
     error = None
     try:
         result = run_trainer(trainer)
@@ -54,28 +56,3 @@ def train_rank(overrides: list[str]) -> dict:
         "groups": groups,
         "coords": (state.tp_rank, state.pp_rank, state.dp_rank),
     }
-
-
-def _forked_rank(overrides: list[str], port: int) -> None:
-    import os
-    from datetime import timedelta
-
-    import torch
-
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-    dist.init_process_group("gloo", rank=0, world_size=1, timeout=timedelta(seconds=120))
-    train_rank(overrides)
-    os._exit(0)
-
-
-def fork_training(overrides: list[str]):
-    """Start a one-rank training in a forked process (cheap: modules are already imported); returns it."""
-    import multiprocessing as mp
-
-    from tests.gloo_harness import free_port
-
-    proc = mp.get_context("fork").Process(target=_forked_rank, args=(overrides, free_port()), daemon=True)
-    proc.start()
-    return proc
