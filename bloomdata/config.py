@@ -304,12 +304,3 @@ def _strip_optional(tp: Any) -> Any:
             return _strip_optional(members[0])
     return tp
 
-
-def load_yaml(path: str | Path) -> dict:
-    """The top-level mapping of a YAML file (``read_yaml`` without the key lines)."""
-    return read_yaml(path)[0]
-
-
-def validate(model: type[M], data: Mapping, origin: str) -> M:
-    """``data`` validated into ``model``; a failure is the loader's one line, naming ``origin``."""
-    return load_config(model, values=data, origin=origin)

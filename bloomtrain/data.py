@@ -95,7 +95,7 @@ def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
     """Blends from ``bloomdata blend`` YAMLs, sized like Megatron's builder: the train blend holds the whole
     run, the validation blend the ``eval_iters`` global batches that every evaluation reads."""
     from bloomdata.megatron.blend import blend_from_spec  # noqa: PLC0415
-    from bloomdata.mixture.weights import load_blend_spec  # noqa: PLC0415
+    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
 
     s = cfg.schedule
     n_train = s.train_samples if s.train_samples is not None else s.train_iters * s.global_batch_size

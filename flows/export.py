@@ -61,7 +61,7 @@ def evaluate_task(hf_dir: str, blend_yaml: str, split: str, n_samples: int, comp
     from transformers import BloomForCausalLM  # noqa: PLC0415
 
     from bloomdata.megatron.blend import blend_from_spec  # noqa: PLC0415
-    from bloomdata.mixture.weights import load_blend_spec  # noqa: PLC0415
+    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
 
     samples = blend_from_spec(load_blend_spec(blend_yaml), n_samples, split, cache_dir, compat)
     model = BloomForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()

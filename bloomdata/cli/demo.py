@@ -15,13 +15,20 @@ The ``__main__`` guard matters: Dask's spawned workers re-import the main module
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.cli.options import ConfigParser
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
+
+if TYPE_CHECKING:
+    from bloomdata.build import BuildSummary
 
 
 def default_corpus() -> Path:
@@ -33,7 +40,7 @@ def default_corpus() -> Path:
 
 
 def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
-             progress: bool = True) -> dict:
+             progress: bool = True) -> BuildSummary:
     from bloomdata.build import BuildConfig, run_build
     from bloomdata.readers import SourceConfig
     from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
@@ -56,19 +63,29 @@ def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
                                  append_eod=True, workers=workers, progress=progress))
 
 
+class DemoConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    out_dir: str = Field(description="output directory (tokenizer/ and data/ inside)",
+                         json_schema_extra=cli_option("--out", metavar="DIR"))
+    corpus: str | None = Field(default=None, description="directory of .jsonl files (default: ../shared/corpus)",
+                               json_schema_extra=cli_option(metavar="DIR"))
+    vocab_size: int = Field(default=8000, description="tokens in the demo tokenizer")
+    workers: int = Field(default=2, ge=0, description="Dask LocalCluster worker processes")
+    progress: bool = Field(default=True, description="progress bars on stderr")
+
+
+def parser() -> ConfigParser[DemoConfig]:
+    return ConfigParser(DemoConfig, "python -m bloomdata.cli.demo", __doc__.split("\n\n")[0], config_file=False)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bloomdata.cli.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", required=True, help="output directory (tokenizer/ and data/ inside)")
-    p.add_argument("--corpus", help="directory of .jsonl files (default: ../shared/corpus)")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--no-progress", dest="progress", action="store_false")
-    args = p.parse_args(argv)
-    from bloomdata.cli.build import format_summary
+    from bloomdata.build import format_summary
 
     try:
-        summary = run_demo(Path(args.out), Path(args.corpus) if args.corpus else default_corpus(),
-                           args.vocab_size, args.workers, args.progress)
+        config, _ = parser().parse(sys.argv[1:] if argv is None else argv)
+        summary = run_demo(Path(config.out_dir), Path(config.corpus) if config.corpus else default_corpus(),
+                           config.vocab_size, config.workers, config.progress)
     except BloomstackError as exc:
         print(f"bloomdata demo: error: {exc}", file=sys.stderr)
         return 2

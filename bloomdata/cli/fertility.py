@@ -10,43 +10,52 @@ figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by t
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from pathlib import Path
 
-from bloomdata.errors import BloomstackError
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.cli.options import ConfigParser
+from bloomdata.config import cli_option
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import load_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table, to_markdown
 
 
+class FertilityConfig(BaseModel):
+    """What to measure: a tokenizer (and another beside it) on documents per language."""
+
+    # ignore: --config may be a tokenizer training YAML, whose other keys (vocab_size...) do not concern this
+    model_config = ConfigDict(extra="ignore")
+
+    tokenizer: str = Field(description="tokenizer directory or tokenizer.json")
+    compare: str | None = Field(default=None, description="a second tokenizer to show beside the first",
+                                json_schema_extra=cli_option(metavar="DIR"))
+    sources: list[SourceConfig] = Field(
+        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
+        description="documents: file, directory or glob; LANG= sets the language of all of them, else each "
+                    "row's lang field does (repeatable)")
+    max_docs: int | None = Field(default=None, ge=1, description="documents per language at most")
+
+
+def parser() -> ConfigParser[FertilityConfig]:
+    p = ConfigParser(FertilityConfig, "bloomdata fertility", __doc__)
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON to PATH")
+    return p
+
+
 def main(argv: list[str]) -> int:
-    from bloomdata.cli.train_tokenizer import add_input_arguments, input_sources, load_yaml, validate
-
-    parser = argparse.ArgumentParser(prog="bloomdata fertility", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokenizer", required=True, help="tokenizer directory or tokenizer.json")
-    parser.add_argument("--compare", metavar="DIR", help="a second tokenizer to show beside the first")
-    add_input_arguments(parser)
-    parser.add_argument("--max-docs", type=int, help="documents per language at most")
-    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
-    args = parser.parse_args(argv)
-
-    sources = input_sources(args) if args.input else load_yaml(args.config).get("sources") if args.config \
-        else None
-    if not sources:
-        raise BloomstackError("no inputs: give --input [LANG=]PATH (repeatable) or --config YAML with sources")
-    sources = [validate(SourceConfig, s, args.config or "--input") for s in sources]
-    tok = load_tokenizer(args.tokenizer)
-    other = load_tokenizer(args.compare) if args.compare else None
-    rows = fertility_table(tok, sources, other, args.max_docs)
-    name = Path(os.path.normpath(args.tokenizer)).name
-    compare_name = Path(os.path.normpath(args.compare)).name if args.compare else None
+    config, args = parser().parse(argv)
+    tok = load_tokenizer(config.tokenizer)
+    other = load_tokenizer(config.compare) if config.compare else None
+    rows = fertility_table(tok, config.sources, other, config.max_docs)
+    name = Path(os.path.normpath(config.tokenizer)).name
+    compare_name = Path(os.path.normpath(config.compare)).name if config.compare else None
     if compare_name == name:
         compare_name = f"{compare_name} (compare)"
     print(to_markdown(rows, name, compare_name))
     if args.json:
-        payload = {"tokenizer": args.tokenizer, "compare": args.compare, "rows": [r.to_dict() for r in rows]}
+        payload = {"tokenizer": config.tokenizer, "compare": config.compare, "rows": [r.to_dict() for r in rows]}
         Path(args.json).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return 0

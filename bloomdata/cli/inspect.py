@@ -8,13 +8,15 @@ as one line naming it, and inspecting a dataset of any size costs O(sequences) f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
+from bloomdata.cli.options import ConfigParser
+from bloomdata.config import cli_option
 from bloomdata.megatron.indexed import CODE_OF_DTYPE, IndexedDataset, data_file_path, index_file_path
 
 BAR_WIDTH = 40
@@ -98,24 +100,33 @@ def format_report(stats: dict[str, Any], docs: list[tuple[int, np.ndarray, str |
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="bloomdata inspect", description=__doc__.split("\n\n")[0])
-    p.add_argument("prefix", help="dataset prefix (PREFIX.bin/.idx; the .bin or .idx path also works)")
-    p.add_argument("--tokenizer", help="tokenizer.json or directory, to decode the first documents")
-    p.add_argument("--docs", type=int, default=3, help="how many documents to show (default 3)")
-    p.add_argument("--chars", type=int, default=200, help="characters shown per document (default 200)")
-    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
-    args = p.parse_args(argv)
+class InspectConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
 
-    ds = IndexedDataset(_prefix(args.prefix))
+    prefix: str = Field(description="dataset prefix (PREFIX.bin/.idx; the .bin or .idx path also works)",
+                        json_schema_extra=cli_option(positional=True, metavar="PREFIX"))
+    tokenizer: str | None = Field(default=None, description="tokenizer.json or directory, to decode the first documents")
+    docs: int = Field(default=3, description="how many documents to show")
+    chars: int = Field(default=200, description="characters shown per document")
+
+
+def parser() -> ConfigParser[InspectConfig]:
+    p = ConfigParser(InspectConfig, "bloomdata inspect", __doc__.split("\n\n")[0], config_file=False)
+    p.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    config, args = parser().parse(argv)
+    ds = IndexedDataset(_prefix(config.prefix))
     stats = describe(ds)
     tok = None
-    if args.tokenizer:
+    if config.tokenizer:
         from bloomdata.tokenizer.bpe import load_tokenizer
 
-        tok = load_tokenizer(args.tokenizer)
+        tok = load_tokenizer(config.tokenizer)
     docs = []
-    for d in range(min(max(args.docs, 0), ds.num_documents)):
+    for d in range(min(max(config.docs, 0), ds.num_documents)):
         tokens = document_tokens(ds, d)
         text = tok.decode(tokens.tolist(), skip_special_tokens=False) if tok is not None else None
         docs.append((d, tokens, text))
@@ -124,5 +135,5 @@ def main(argv: list[str]) -> int:
                                     for d, t, x in docs]
         print(json.dumps(stats, indent=1, ensure_ascii=False))
     else:
-        print(format_report(stats, docs, args.chars))
+        print(format_report(stats, docs, config.chars))
     return 0

@@ -18,10 +18,11 @@ import glob
 import json
 import os
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers.compressed import strip_compression
 
@@ -36,13 +37,23 @@ _SUFFIXES: dict[str, tuple[str, ...]] = {
 
 
 class SourceConfig(BaseModel):
-    """One input source: files of one format, one language (from config or from a per-row field)."""
+    """One input source: files of one format, one language (from config or from a per-row field).
 
-    paths: list[str] = Field(description="files, directories or glob patterns")
-    format: Format = "auto"
-    text_field: str = "text"
+    Also given as one string, ``PATH`` or ``LANG=PATH`` (``--input``, or an item of a YAML ``sources`` list).
+    """
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt key (formt:) is an error, not a silent default
+
+    paths: list[str] = Field(description="files, directories or glob patterns", json_schema_extra=cli_option(skip=True))
+    format: Format = Field(default="auto", description="file format of every input (auto: by file suffix)")
+    text_field: str = Field(default="text", description="row field holding the text")
     lang: str | None = Field(default=None, description="language of every document; else read lang_field")
-    lang_field: str = "lang"
+    lang_field: str = Field(default="lang", description="row field holding the language (when lang is not set)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_spec(cls, value: Any) -> Any:
+        return _spec_fields(value) if isinstance(value, str) else value
 
 
 
@@ -122,12 +133,16 @@ def resolve_files(source: SourceConfig) -> list[tuple[str, str]]:
 _LANG_SPEC = re.compile(r"^([A-Za-z][A-Za-z0-9_-]{0,31})=(.+)$")
 
 
-def source_from_spec(spec: str, text_field: str = "text", format: Format = "auto",
-                     lang_field: str = "lang") -> SourceConfig:
-    """A source from a CLI ``--input`` value: ``PATH`` (language from each row's lang field) or
-    ``LANG=PATH`` (every document of PATH is in LANG). A path that exists as written is never split."""
+def _spec_fields(spec: str) -> dict[str, Any]:
+    """``PATH`` (language from each row's lang field) or ``LANG=PATH`` (every document of PATH is in LANG).
+    A path that exists as written is never split."""
     match = _LANG_SPEC.match(spec)
     if match and not os.path.exists(spec):
-        return SourceConfig(paths=[match.group(2)], lang=match.group(1), text_field=text_field,
-                            format=format, lang_field=lang_field)
-    return SourceConfig(paths=[spec], text_field=text_field, format=format, lang_field=lang_field)
+        return {"paths": [match.group(2)], "lang": match.group(1)}
+    return {"paths": [spec]}
+
+
+def source_from_spec(spec: str, text_field: str = "text", format: Format = "auto",
+                     lang_field: str = "lang") -> SourceConfig:
+    """A source from a CLI ``--input`` value (see ``_spec_fields``) and the flags that apply to every input."""
+    return SourceConfig(**_spec_fields(spec), text_field=text_field, format=format, lang_field=lang_field)

@@ -1,4 +1,5 @@
-"""`bloomdata blend`: alpha sampling with floor/cap/overrides, the four output files, warnings, errors."""
+"""`bloomdata blend`: alpha sampling with floor/cap/overrides, the four output files, warnings, errors; the
+same BlendConfig -> tune_blend without a command line (the flows' path), and the one water-fill."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from bloomdata import cli
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDataset
-from bloomdata.mixture.weights import alpha_weights, constrain, load_blend_spec
+from bloomdata.mixture.spec import load_blend_spec
+from bloomdata.mixture.tune import BlendConfig, tune_blend
+from bloomdata.mixture.weights import alpha_weights, constrain, water_fill
 from tests.bloomdata.megatron_oracle import write_dataset
 
 
@@ -95,6 +98,32 @@ def test_cli_override_and_errors(data_dir, tmp_path, capsys):
     assert "nope.idx" in capsys.readouterr().err
     assert cli.main(["blend", "--datasets-dir", str(data_dir), "--budget", "lots", "--out", str(out)]) == 2
     assert "--budget" in capsys.readouterr().err
-    (tmp_path / "bad.yaml").write_text("datasets: [{name: en, prefix: x, weight: -1}]\n")
-    with pytest.raises(BloomstackError, match="invalid blend"):
+    assert cli.main(["blend", "--datasets-dir", str(data_dir), "--budget", "1e4", "--split", "90,10,0",
+                     "--train-range", "0:0.9", "--out", str(out)]) == 2
+    assert "give either split or train_range/valid_range" in capsys.readouterr().err
+    assert cli.main(["blend", "--datasets-dir", str(data_dir), "--out", str(out)]) == 2
+    assert "token_budget is not set: give --budget" in capsys.readouterr().err
+    (tmp_path / "bad.yaml").write_text("seq_length: 8\ndatasets:\n  - {name: en, prefix: x, weight: -1}\n")
+    with pytest.raises(BloomstackError, match=r"bad\.yaml:3: datasets\.0\.weight: Input should be greater than 0 "
+                                              r"\(got -1\); fix: change datasets\.0\.weight: fraction of the blend"):
         load_blend_spec(str(tmp_path / "bad.yaml"))
+
+
+def test_tune_blend_takes_the_config_directly(data_dir, tmp_path):
+    """What the flows call: the same weights as the command line, datasets in the order given."""
+    config = BlendConfig(datasets={"yo": str(data_dir / "yo"), "en": str(data_dir / "en")}, token_budget="5e3",
+                         alpha=0.0, floor={"yo": 0.6}, out_dir=str(tmp_path))
+    spec = tune_blend(config)
+    assert [d.name for d in spec.datasets] == ["yo", "en"] and spec.token_budget == 5000
+    assert [d.weight for d in spec.datasets] == pytest.approx([0.6, 0.4])
+    assert spec.datasets[0].tokens == int(IndexedDataset(data_dir / "yo").sizes.sum())
+
+
+def test_water_fill_keeps_units_and_exact_bounds():
+    # bytes: a language smaller than its share gives all it has, exactly (an int stays an int)
+    quotas = water_fill({"a": 0.5, "b": 0.3, "c": 0.2}, 1000, hi={"a": 10**6, "b": 100, "c": 10**6})
+    assert quotas["b"] == 100 and isinstance(quotas["b"], int)
+    assert quotas["a"] == pytest.approx(900 * 0.5 / 0.7) and quotas["c"] == pytest.approx(900 * 0.2 / 0.7)
+    # a floor lifts the small one; what it takes comes from the others in proportion
+    w = water_fill({"x": 0.9, "y": 0.1}, 1.0, lo={"y": 0.25})
+    assert w == pytest.approx({"x": 0.75, "y": 0.25})

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from bloomdata.megatron.indexed import IndexedDatasetWriter
-from bloomdata.mixture.weights import BlendDataset, BlendSpec
+from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from tests.bloomtrain.train_helpers import EXACT, train_rank
 from tests.gloo_harness import run_distributed
 

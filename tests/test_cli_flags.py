@@ -1,0 +1,136 @@
+"""Every command's flags are generated from its model: today's flag names parse to the config values the
+hand-written parsers gave (written out below, as those parsers produced them), every generated flag sets a
+model field, nothing else is declared by hand, and ``--help`` shows every option with its help text."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+import pytest
+from pydantic import BaseModel
+
+from bloomdata.cli.options import HAND_DECLARED, ConfigParser
+
+# module exposing parser() -> ConfigParser, for every command of every package
+COMMANDS = {
+    "bloomdata build": "bloomdata.cli.build",
+    "bloomdata train-tokenizer": "bloomdata.cli.train_tokenizer",
+    "bloomdata fertility": "bloomdata.cli.fertility",
+    "bloomdata inspect": "bloomdata.cli.inspect",
+    "bloomdata blend": "bloomdata.cli.blend",
+    "bloomdata demo": "bloomdata.cli.demo",
+}
+
+
+def _parser(command: str) -> ConfigParser:
+    return importlib.import_module(COMMANDS[command]).parser()
+
+
+def _parse(command: str, argv: list[str]) -> tuple[BaseModel, argparse.Namespace]:
+    return _parser(command).parse(argv)
+
+
+def _source(path, lang=None, text_field="text", lang_field="lang", format="auto"):
+    return {"paths": [path], "format": format, "text_field": text_field, "lang": lang, "lang_field": lang_field}
+
+
+def test_build_flags():
+    cfg, args = _parse("bloomdata build", [
+        "--input", "en=c/en.jsonl", "--input", "c/all", "--text-field", "body", "--tokenizer", "tok", "--out", "data",
+        "--workers", "3", "--scheduler", "tcp://h:8786", "--append-eod", "--strict", "--max-rows-per-shard", "500",
+        "--split-by", "none", "--output-name", "mix", "--batch-docs", "64", "--keep-shards", "--no-progress", "--json"])
+    assert cfg.model_dump() == {
+        "sources": [_source("c/en.jsonl", "en", "body"), _source("c/all", None, "body")], "tokenizer": "tok",
+        "out_dir": "data", "append_eod": True, "split_by": "none", "output_name": "mix", "workers": 3,
+        "scheduler": "tcp://h:8786", "max_rows_per_shard": 500, "strict": True, "batch_docs": 64,
+        "batch_bytes": 8388608, "max_reject_examples": 20, "keep_shards": True, "progress": False}
+    assert args.json is True
+
+
+def test_train_tokenizer_flags():
+    cfg, _ = _parse("bloomdata train-tokenizer", [
+        "--input", "en=c/en.jsonl", "--input", "c/x", "--text-field", "body", "--lang-field", "language", "--format",
+        "jsonl", "--out", "tok", "--vocab-size", "32000", "--alpha", "0.25", "--byte-budget", "50MB", "--seed", "3",
+        "--min-frequency", "4", "--allow-large-budget", "--quiet"])
+    assert cfg.model_dump() == {
+        "sources": [_source("c/en.jsonl", "en", "body", "language", "jsonl"),
+                    _source("c/x", None, "body", "language", "jsonl")],
+        "out_dir": "tok", "vocab_size": 32000, "alpha": 0.25, "byte_budget": 50_000_000, "seed": 3,
+        "min_frequency": 4, "allow_large_budget": True, "show_progress": False}
+    cfg, _ = _parse("bloomdata train-tokenizer", ["--input", "c/x", "--out", "tok", "--byte-budget", "1GiB"])
+    assert cfg.model_dump() == {"sources": [_source("c/x")], "out_dir": "tok", "vocab_size": 250680, "alpha": 0.3,
+                                "byte_budget": 2**30, "seed": 0, "min_frequency": 2, "allow_large_budget": False,
+                                "show_progress": True}
+
+
+def test_fertility_and_inspect_flags():
+    cfg, args = _parse("bloomdata fertility", ["--tokenizer", "t", "--compare", "c", "--input", "zh=x.jsonl",
+                                               "--input", "y", "--format", "jsonl", "--max-docs", "5", "--json", "o.json"])
+    assert cfg.model_dump() == {"tokenizer": "t", "compare": "c", "max_docs": 5,
+                                "sources": [_source("x.jsonl", "zh", format="jsonl"), _source("y", format="jsonl")]}
+    assert args.json == "o.json"
+    cfg, args = _parse("bloomdata inspect", ["data/en.idx", "--tokenizer", "t", "--docs", "5", "--chars", "80", "--json"])
+    assert cfg.model_dump() == {"prefix": "data/en.idx", "tokenizer": "t", "docs": 5, "chars": 80} and args.json
+    cfg, args = _parse("bloomdata inspect", ["data/en"])
+    assert cfg.model_dump() == {"prefix": "data/en", "tokenizer": None, "docs": 3, "chars": 200} and not args.json
+
+
+def test_blend_flags():
+    cfg, _ = _parse("bloomdata blend", [
+        "--dataset", "en=d/en", "--dataset", "fr=d/fr", "--datasets-dir", "d", "--budget", "350e9", "--alpha", "0.5",
+        "--floor", "0.01", "--cap", "en=0.5", "fr=0.4", "--override", "en=0.2", "--max-epochs", "3", "--seq-length",
+        "2048", "--seed", "5", "--split", "949,50,1", "--compat", "bloom", "--out", "blend"])
+    assert cfg.model_dump() == {
+        "datasets": {"en": "d/en", "fr": "d/fr"}, "datasets_dir": "d", "token_budget": 350_000_000_000, "alpha": 0.5,
+        "floor": 0.01, "cap": {"en": 0.5, "fr": 0.4}, "overrides": {"en": 0.2}, "max_epochs": 3.0, "seq_length": 2048,
+        "seed": 5, "split": "949,50,1", "train_range": None, "valid_range": None, "compat": "bloom", "out_dir": "blend"}
+    cfg, _ = _parse("bloomdata blend", ["--datasets-dir", "d", "--budget", "1e9", "--train-range", "0:0.95",
+                                        "--valid-range", "0.95:1", "--out", "b", "--floor", "en=0.05", "--floor", "fr=0.02"])
+    assert (cfg.token_budget, cfg.train_range, cfg.valid_range, cfg.out_dir) == (10**9, "0:0.95", "0.95:1", "b")
+    assert (cfg.alpha, cfg.max_epochs, cfg.compat, cfg.split, cfg.seed) == (0.3, 4.0, "core", None, None)
+    assert cfg.floor == {"en": 0.05, "fr": 0.02} and cfg.cap is None and cfg.overrides == {}
+
+
+def test_demo_flags():
+    cfg, _ = _parse("bloomdata demo", ["--out", "o", "--corpus", "c", "--vocab-size", "1000", "--workers", "3",
+                                       "--no-progress"])
+    assert cfg.model_dump() == {"out_dir": "o", "corpus": "c", "vocab_size": 1000, "workers": 3, "progress": False}
+
+
+def _field_path_exists(model: type[BaseModel], key: tuple) -> bool:
+    import typing
+
+    from bloomdata.cli.options import _strip
+
+    tp: object = model
+    for part in key:
+        tp = _strip(tp)[0]
+        if typing.get_origin(tp) is list:  # the items of a list[Model] field (their shared flags)
+            tp = typing.get_args(tp)[0]
+        if not (isinstance(tp, type) and issubclass(tp, BaseModel)) or part not in tp.model_fields:
+            return False
+        tp = tp.model_fields[part].annotation
+    return True
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_flag_is_a_model_field_and_has_help(command):
+    p = _parser(command)
+    generated = {flag for o in p.options for flag in (*o.flags, *o.off)}
+    for option in p.options:
+        assert _field_path_exists(p.model, option.key), (command, option.key)
+    text = p.parser.format_help()
+    for action in p.parser._actions:
+        flags = [f for f in action.option_strings if not f.startswith("--no-")]
+        assert all(f in generated or f in HAND_DECLARED for f in flags), (command, flags)  # nothing declared twice
+        assert not set(flags) & set(HAND_DECLARED) or set(flags) <= set(p.hand_declared) | {"-h", "--help"}
+        assert action.help and "(no description)" not in action.help, (command, action.option_strings)
+        for flag in action.option_strings:
+            assert flag in text, (command, flag)
+
+
+def test_a_hand_declared_config_flag_is_refused():
+    p = _parser("bloomdata build")
+    with pytest.raises(ValueError, match="make it a model field"):
+        p.add_argument("--workers", type=int)
