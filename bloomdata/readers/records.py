@@ -1,7 +1,9 @@
 """What a reader yields: ``Document`` or ``Reject`` per row, and the ``Shard`` it reads.
 
 Every row of a shard yields exactly one item, so builds can count rejects by reason and point at
-file:line. ``validate_row`` is the one check of a row's text value, shared by every format.
+file:line; the one exception is a damaged compressed file, whose unreadable rest (rows that cannot be
+counted) is a single ``corrupt_file`` reject. ``validate_row`` is the one check of a row's text value,
+shared by every format.
 """
 
 from __future__ import annotations
