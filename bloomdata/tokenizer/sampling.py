@@ -10,7 +10,8 @@ Algorithm (two streaming passes, deterministic for a seed, memory ~1.25x the bud
 1. Count text bytes per language over all documents (``count_bytes``).
 2. Turn probabilities into byte quotas by water-filling (``byte_quotas``): ``q = budget * p``; a language
    whose quota exceeds its size is capped at its size and the excess is shared among the others in
-   proportion to their ``p``, until nothing is capped anew.
+   proportion to their ``p``, until nothing is capped anew. The weights and the water-fill are the blend's
+   own (``bloomdata.mixture.weights``), in bytes instead of fractions.
 3. Give every document a key ``blake2b(seed, text)`` (a seeded shuffle that depends on content only, so
    the sample does not change when files are renamed or reordered, and exact duplicates collapse into
    one). In the second pass keep, per language, only documents whose key falls under the fraction
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from bloomdata.errors import BloomstackError
+from bloomdata.mixture.weights import alpha_weights, water_fill
 from bloomdata.readers import Document, SourceConfig, plan_shards, read_shard
 
 UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined"
@@ -38,31 +40,19 @@ _OVERSAMPLE, _SLACK_BYTES = 1.25, 1 << 20  # pre-filter margin so the greedy fil
 
 def alpha_probabilities(sizes: dict[str, int], alpha: float) -> dict[str, float]:
     """p_lang ∝ n_lang ** alpha over languages with some text (sizes in any unit)."""
-    if alpha < 0:
-        raise BloomstackError(f"alpha must be >= 0, got {alpha}")
-    weights = {lang: float(n) ** alpha for lang, n in sizes.items() if n > 0}
-    total = sum(weights.values())
-    return {lang: w / total for lang, w in weights.items()} if total else {}
+    present = {lang: n for lang, n in sizes.items() if n > 0}
+    if not present:
+        alpha_weights({"": 1}, alpha)  # still refuse a bad alpha
+        return {}
+    return alpha_weights(present, alpha)
 
 
 def byte_quotas(sizes: dict[str, int], alpha: float, budget: int) -> dict[str, int]:
-    """Bytes to draw per language: budget * p_lang, capped at each language's size (water-filling)."""
+    """Bytes to draw per language: budget * p_lang, each capped at its language's size (water-filling);
+    a budget above the corpus caps every language, i.e. takes everything."""
     probs = alpha_probabilities(sizes, alpha)
-    quotas: dict[str, int] = {}
-    free = dict(probs)  # languages not capped yet
-    left = budget
-    while free:
-        mass = sum(free.values())
-        capped = {lang for lang, p in free.items() if left * p / mass >= sizes[lang]}
-        if not capped:
-            for lang, p in free.items():
-                quotas[lang] = int(left * p / mass)
-            break
-        for lang in capped:
-            quotas[lang] = sizes[lang]
-            left -= sizes[lang]
-            del free[lang]
-    return {lang: quotas[lang] for lang in sorted(quotas)}
+    quotas = water_fill(probs, budget, hi={lang: sizes[lang] for lang in probs})
+    return {lang: int(quotas[lang]) for lang in sorted(quotas)}
 
 
 def doc_key(seed: int, text: str) -> int:
