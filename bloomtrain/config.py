@@ -1,7 +1,9 @@
 """``TrainConfig``: one typed object describes a training run; the DeepSpeed JSON is derived from it.
 
 A run is ``model + parallel + optim + schedule + data + checkpoint + stability + logging``, each a small
-frozen pydantic model, loaded from YAML plus ``key.sub=value`` overrides (OLMo-core's dotlist merge).
+frozen pydantic model, loaded by the project's one loader (``bloomdata.config.load_config``): YAML, then the
+generated ``--section.field`` flags, then ``key.sub=value`` overrides (OLMo-core's dotlist merge). A field's
+docstring is its description, hence its ``--help`` text and the fix in an error message.
 DeepSpeed never reads a hand-written JSON: ``to_deepspeed_config`` generates it, so there is a single source
 of truth (BigScience's tr11 slurm script kept two, CLI flags and a heredoc ds_config; reference style.md §5).
 
@@ -14,15 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from bloomdata import config as loader
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomtrain.model.config import PRESETS, ModelConfig
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # validators raise ValueError (not BloomstackError) so the loader can say which file line or flag set it
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
 class ParallelConfig(_Frozen):
@@ -40,12 +44,17 @@ class OptimConfig(_Frozen):
     precision: Literal["bf16", "fp32"] = "bf16"
     """bf16: DeepSpeed BF16_Optimizer (fp32 master + fp32 grad accumulation). fp32: exact, for tests."""
     lr: float = 6e-5
+    """Peak learning rate, reached at the end of the warmup."""
     min_lr: float = 6e-6
+    """Learning rate at the end of the decay."""
     beta1: float = 0.9
+    """AdamW beta1."""
     beta2: float = 0.95
+    """AdamW beta2."""
     eps: float = 1e-8
+    """AdamW epsilon."""
     weight_decay: float = 0.1
-    """Applied to matrices only: biases and LayerNorm parameters are never decayed."""
+    """AdamW weight decay. Applied to matrices only: biases and LayerNorm parameters are never decayed."""
     clip_grad: float = 1.0
     """Max global L2 norm (TP-duplicated and tied parameters counted once); 0 disables clipping."""
     grad_reduce_dtype: Literal["fp32", "bf16"] = "fp32"
@@ -60,25 +69,28 @@ class ScheduleConfig(_Frozen):
     rampup_batch_size: tuple[int, int, int] | None = None
     """BLOOM's ``start increment samples``: grow the global batch from start by increment, evenly over samples."""
     train_samples: int | None = None
+    """Training length in samples (set this or train_iters)."""
     train_iters: int | None = None
+    """Training length in optimizer iterations (set this or train_samples)."""
     warmup_samples: int = 0
     """Linear warmup from 0 to ``optim.lr`` over this many samples."""
     decay_samples: int | None = None
     """Cosine decay from the end of warmup to ``optim.min_lr`` at this many samples (default: train_samples)."""
     decay_style: Literal["cosine", "linear", "constant"] = "cosine"
+    """Shape of the learning-rate decay after the warmup."""
 
     @model_validator(mode="after")
     def _check(self) -> ScheduleConfig:
         if (self.train_samples is None) == (self.train_iters is None):
-            raise BloomstackError(
-                "schedule: set exactly one of train_samples and train_iters "
+            raise ValueError(
+                "set exactly one of train_samples and train_iters "
                 f"(got train_samples={self.train_samples}, train_iters={self.train_iters})"
             )
         if self.rampup_batch_size is not None and self.train_iters is not None:
-            raise BloomstackError("schedule: rampup_batch_size needs train_samples (as in Megatron), not train_iters")
+            raise ValueError("rampup_batch_size needs train_samples (as in Megatron), not train_iters")
         if self.global_batch_size % self.micro_batch_size:
-            raise BloomstackError(
-                f"schedule: global_batch_size {self.global_batch_size} is not a multiple of "
+            raise ValueError(
+                f"global_batch_size {self.global_batch_size} is not a multiple of "
                 f"micro_batch_size {self.micro_batch_size}"
             )
         return self
@@ -98,11 +110,12 @@ class DataConfig(_Frozen):
     synthetic_samples: int = 4096
     """Samples in the synthetic training set (validation gets a quarter, from another seed)."""
     cache_dir: str | None = None
+    """Where the blend's sample indices are cached (None: beside each dataset, as megatron-core)."""
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
         if self.kind == "blend" and not self.blend:
-            raise BloomstackError("data: kind=blend needs data.blend=PATH (the YAML written by `bloomdata blend`)")
+            raise ValueError("kind=blend needs data.blend=PATH (the YAML written by `bloomdata blend`)")
         return self
 
 
@@ -138,23 +151,34 @@ class LoggingConfig(_Frozen):
     dir: str | None = None
     """TensorBoard events and ``metrics.jsonl`` go here (rank 0 only). None: console only."""
     log_interval: int = 1
+    """Log the training metrics every this many iterations."""
     eval_interval: int | None = None
+    """Evaluate on the validation blend every this many iterations (None: never)."""
     eval_iters: int = 1
     """Global batches per evaluation; each evaluation reads the same first validation samples."""
     tensorboard: bool = True
+    """Also write TensorBoard events into logging.dir."""
     peak_tflops: float | None = None
     """Per-device peak (dense bf16) for MFU; None: 312 on A100, 989 on H100, no MFU on CPU."""
 
 
 class TrainConfig(_Frozen):
     model: ModelConfig
+    """The model's shape and numerics, or ``{preset: bloom-560m, ...}``: a preset with overrides."""
     parallel: ParallelConfig = Field(default_factory=ParallelConfig)
+    """Tensor/pipeline degrees (data parallelism is what the world size leaves)."""
     optim: OptimConfig = Field(default_factory=OptimConfig)
+    """Precision, AdamW and clipping."""
     schedule: ScheduleConfig
+    """Batch sizes, ramp-up, training length, learning-rate schedule."""
     data: DataConfig = Field(default_factory=DataConfig)
+    """Synthetic tokens or a blend YAML."""
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    """Saving, resuming and stopping."""
     stability: StabilityConfig = Field(default_factory=StabilityConfig)
+    """Non-finite iterations, loss spikes, the NaN drill."""
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Metrics, TensorBoard, evaluation."""
     seed: int = 42
     """Python/numpy/torch seed (+ 100 x pipeline rank, as Megatron); the weights' init seed is model.init_seed."""
 
@@ -231,42 +255,31 @@ class TrainConfig(_Frozen):
         return ds
 
 
-# --- loading --------------------------------------------------------------------------------------------
-
-
-def _set_dotted(tree: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = tree
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise BloomstackError(f"override {key}=...: {part!r} is a value, not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def apply_overrides(tree: dict, overrides: list[str]) -> dict:
-    """Apply ``a.b=value`` strings (values parsed as YAML: ``3``, ``1e-4``, ``true``, ``[1,2]``)."""
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise BloomstackError(f"override {item!r} is not key=value (e.g. optim.lr=1e-4)")
-        _set_dotted(tree, key.strip(), yaml.safe_load(raw) if raw else None)
-    return tree
+# --- loading ---------------------------------------------------------------------------------------------
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None, base: dict | None = None) -> TrainConfig:
-    """Read a YAML file (or start from ``base``), apply overrides, validate. Errors name the file and key."""
-    tree: dict = dict(base or {})
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise BloomstackError(f"training config {path} does not exist (see configs/train/)")
-        tree = yaml.safe_load(path.read_text()) or {}
-    tree = apply_overrides(tree, list(overrides or []))
-    try:
-        return TrainConfig.model_validate(tree)
-    except ValidationError as exc:
-        where = path or "config"
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise BloomstackError(f"{where}: {problems}") from None
+    """A YAML file (on top of ``base``) with ``key.sub=value`` overrides, validated; errors name the file
+    line or the override, the key and the fix (``bloomdata.config.load_config``)."""
+    return loader.load_config(TrainConfig, path, defaults=base, overrides=list(overrides or []),
+                              origin="training config")
+
+
+# --- export ---------------------------------------------------------------------------------------------
+
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+class ExportConfig(BaseModel):
+    """``bloomtrain export``: a checkpoint (any TP x PP layout) -> a transformers BloomForCausalLM directory."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: str = Field(description="checkpoint directory (holds `latest`)",
+                            json_schema_extra=cli_option(positional=True, metavar="CHECKPOINT"))
+    out_dir: str = Field(description="directory to write the transformers model into",
+                         json_schema_extra=cli_option(positional=True, metavar="OUT_DIR"))
+    tag: str | None = Field(default=None, description="checkpoint tag (default: the `latest` file)")
+    tokenizer: str | None = Field(default=None, description="directory with tokenizer.json (default: the checkpoint "
+                                                            "directory)")
+    dtype: Dtype | None = Field(default=None, description="weights' dtype (default: the checkpoint's)")

@@ -10,7 +10,6 @@ The embedding keeps all padded rows, as the released BLOOM checkpoints do (vocab
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import copy_tokenizer_files
 from bloomtrain.model.config import ModelConfig
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 _BLOOM_SPECIAL_IDS = {"bos_token": 1, "eos_token": 2, "pad_token": 3}  # bigscience/tokenizer
 
 
@@ -91,18 +89,3 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
     (out_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
     return out_dir
 
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bloomtrain export", description=__doc__.splitlines()[0])
-    parser.add_argument("checkpoint", type=Path, help="checkpoint directory (holds `latest`)")
-    parser.add_argument("out_dir", type=Path, help="directory to write the transformers model into")
-    parser.add_argument("--tag", default=None, help="checkpoint tag (default: the `latest` file)")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="directory with tokenizer.json (default: the checkpoint directory)")
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="default: the checkpoint's dtype")
-    args = parser.parse_args(argv)
-    out = export(args.checkpoint, args.out_dir, tag=args.tag, tokenizer_dir=args.tokenizer,
-                 dtype=_DTYPES.get(args.dtype))
-    has_tok = (out / "tokenizer.json").is_file()
-    print(f"wrote {out} (config.json, model.safetensors{', tokenizer' if has_tok else '; no tokenizer files found'})")
-    return 0

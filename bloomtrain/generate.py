@@ -9,7 +9,6 @@ never picks the padded vocabulary rows beyond the tokenizer's size.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -18,8 +17,6 @@ from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import read_hf_dir
 from bloomtrain.model import BloomModel
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_model(path: Path, dtype: torch.dtype = torch.float32) -> BloomModel:
@@ -97,42 +94,3 @@ def generate(
             break
     return tokens
 
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bloomtrain generate", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, required=True, help="checkpoint dir or transformers BLOOM dir")
-    parser.add_argument("--prompt", action="append", required=True, help="repeat for a batch")
-    parser.add_argument("--tokenizer", type=Path, default=None, help="dir with tokenizer.json (default: --model)")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--greedy", action="store_true", help="argmax decoding (ignores the sampling flags)")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-k", type=int, default=None)
-    parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
-    args = parser.parse_args(argv)
-
-    tok_path = (args.tokenizer or args.model) / "tokenizer.json"
-    if not tok_path.is_file():
-        raise BloomstackError(f"{tok_path} not found; pass --tokenizer DIR with the model's tokenizer.json")
-    from tokenizers import Tokenizer  # noqa: PLC0415
-
-    tokenizer = Tokenizer.from_file(str(tok_path))
-    model = load_model(args.model, _DTYPES[args.dtype])
-    eos = tokenizer.token_to_id("</s>")
-    encoded = [tokenizer.encode(p, add_special_tokens=False).ids for p in args.prompt]
-    if not all(encoded):
-        raise BloomstackError("--prompt: every prompt must encode to at least one token")
-    width = max(len(e) for e in encoded)
-    pad = tokenizer.token_to_id("<pad>") or 0
-    ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])  # left padding
-    mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-    out = generate(model, ids, attention_mask=mask, max_new_tokens=args.max_new_tokens, greedy=args.greedy,
-                   temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, eos_token_id=eos,
-                   vocab_limit=tokenizer.get_vocab_size(),
-                   generator=torch.Generator().manual_seed(args.seed))
-    for prompt, row in zip(args.prompt, out[:, width:].tolist()):
-        if eos is not None and eos in row:
-            row = row[: row.index(eos)]
-        print(prompt + tokenizer.decode(row))
-    return 0

@@ -12,7 +12,6 @@ The embedding keeps every HF row: the config's ``pad_vocab_size_to`` is set to t
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
@@ -27,7 +26,6 @@ from bloomtrain.parallel.state import ParallelState
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
                    "merges.txt")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def config_from_hf(hf: dict) -> ModelConfig:
@@ -112,17 +110,3 @@ def import_hf(hf_dir: Path, out: Path, tp_size: int, pp_size: int = 1, dtype: to
     commit_tag(out, tag)  # last: every file of the tag is on disk
     return config
 
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bloomtrain import", description=__doc__.splitlines()[0])
-    parser.add_argument("hf_dir", type=Path, help="a transformers BloomForCausalLM directory")
-    parser.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
-    parser.add_argument("--tp", type=int, default=1, help="tensor-parallel degree of the written shards")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline degree (recorded; layer files do not depend on it)")
-    parser.add_argument("--dtype", choices=sorted(_DTYPES), default=None, help="cast weights (default: keep)")
-    parser.add_argument("--tag", default="global_step0")
-    args = parser.parse_args(argv)
-    config = import_hf(args.hf_dir, args.out, args.tp, args.pp, _DTYPES.get(args.dtype), args.tag)
-    print(f"wrote {args.out}/{args.tag}: {config.num_layers} layers, hidden {config.hidden_size}, "
-          f"TP={args.tp}, PP={args.pp}")
-    return 0

@@ -14,11 +14,12 @@ forward SIGUSR1 to its workers, and the SIGTERM at the limit leaves only KillWai
 
 from __future__ import annotations
 
-import argparse
 import shlex
-import sys
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import load_config
 
@@ -68,60 +69,56 @@ def _minutes(time: str) -> float:
     return (int(days or 0) * 24 + h) * 60 + m + s / 60
 
 
-def render(args: argparse.Namespace) -> str:
-    cfg = load_config(args.config, args.overrides)
-    world = args.nodes * args.gpus_per_node
+class SlurmConfig(BaseModel):
+    """The job around a training config: nodes, GPUs, time limit and what sbatch needs besides."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: str = Field(description="training YAML (configs/train/NAME.yaml)", json_schema_extra=cli_option(metavar="YAML"))
+    nodes: int = Field(ge=1, description="nodes; one torch.distributed.run launcher per node")
+    gpus_per_node: int = Field(default=8, ge=1, description="processes (one per GPU) per node")
+    cpus_per_task: int = Field(default=64, ge=1, description="#SBATCH --cpus-per-task")
+    time: str = Field(default="100:00:00", description="Slurm time limit [D-]HH:MM:SS (tr11: 100 h)")
+    save_margin_minutes: float = Field(default=10.0, ge=0, description="stop this long before the time limit "
+                                                                       "(tr11: 5990 of 6000 minutes)")
+    job_name: str | None = Field(default=None, description="#SBATCH --job-name (default: the config's file name)")
+    master_port: int = Field(default=6000, description="rendezvous port on the first node")
+    python: str = Field(default="python", description="the Python that runs the launcher on every node")
+    workdir: str = Field(default=".", description="directory the job runs in (the repository)")
+    sbatch: list[str] = Field(default_factory=list, description="extra #SBATCH line, e.g. --sbatch=--partition=gpu "
+                                                                "(repeatable)")
+    env: list[str] = Field(default_factory=list, description="extra exported VAR=value (repeatable)")
+    out: str | None = Field(default=None, description="write the script here instead of stdout")
+    overrides: list[str] = Field(default_factory=list, description="key.sub=value overrides passed to the trainer",
+                                 json_schema_extra=cli_option(positional=True, metavar="KEY=VALUE"))
+
+
+def render(job: SlurmConfig) -> str:
+    cfg = load_config(job.config, job.overrides)
+    world = job.nodes * job.gpus_per_node
     dp = cfg.dp_size(world)  # raises with the fix when degrees or batches do not fit this world
-    overrides = list(args.overrides)
+    overrides = list(job.overrides)
     if cfg.checkpoint.exit_duration_in_mins is None:
         # stop with a checkpoint before Slurm kills the job, leaving time for the save
-        budget = _minutes(args.time) - args.save_margin_minutes
+        budget = _minutes(job.time) - job.save_margin_minutes
         if budget <= 0:
-            raise BloomstackError(f"--time {args.time} leaves no training time after --save-margin-minutes")
+            raise BloomstackError(f"--time {job.time} leaves no training time after --save-margin-minutes")
         overrides.append(f"checkpoint.exit_duration_in_mins={budget:g}")
     return TEMPLATE.format(
-        job_name=args.job_name or Path(args.config).stem,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus_per_node,
-        cpus_per_task=args.cpus_per_task,
-        time=args.time,
-        extra_sbatch="\n".join(f"#SBATCH {line}" for line in args.sbatch),
-        config=args.config,
+        job_name=job.job_name or Path(job.config).stem,
+        nodes=job.nodes,
+        gpus_per_node=job.gpus_per_node,
+        cpus_per_task=job.cpus_per_task,
+        time=job.time,
+        extra_sbatch="\n".join(f"#SBATCH {line}" for line in job.sbatch),
+        config=job.config,
         world=world,
         tp=cfg.parallel.tp,
         pp=cfg.parallel.pp,
         dp=dp,
-        workdir=shlex.quote(str(Path(args.workdir).resolve())),
-        master_port=args.master_port,
-        extra_env="\n".join(f"export {kv}" for kv in args.env),
-        python=args.python,
+        workdir=shlex.quote(str(Path(job.workdir).resolve())),
+        master_port=job.master_port,
+        extra_env="\n".join(f"export {kv}" for kv in job.env),
+        python=job.python,
         overrides=" ".join(shlex.quote(o) for o in overrides),
     )
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bloomtrain slurm", description="write an sbatch script (tr11 style)")
-    parser.add_argument("--config", required=True, help="training YAML (configs/train/NAME.yaml)")
-    parser.add_argument("--nodes", type=int, required=True)
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--cpus-per-task", type=int, default=64)
-    parser.add_argument("--time", default="100:00:00", help="Slurm time limit (tr11: 100 h)")
-    parser.add_argument("--save-margin-minutes", type=float, default=10.0,
-                        help="stop this long before the time limit (tr11: 5990 of 6000 minutes)")
-    parser.add_argument("--job-name", default=None)
-    parser.add_argument("--master-port", type=int, default=6000)
-    parser.add_argument("--python", default="python")
-    parser.add_argument("--workdir", default=".")
-    parser.add_argument("--sbatch", action="append", default=[], help="extra #SBATCH line, e.g. --partition=gpu")
-    parser.add_argument("--env", action="append", default=[], help="extra exported VAR=value")
-    parser.add_argument("--out", default=None, help="write here instead of stdout")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides passed to the trainer")
-    args = parser.parse_args(argv)
-    script = render(args)
-    if args.out:
-        Path(args.out).write_text(script)
-        Path(args.out).chmod(0o755)
-        print(f"wrote {args.out}: sbatch {args.out}", file=sys.stderr)
-    else:
-        sys.stdout.write(script)
-    return 0

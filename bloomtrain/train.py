@@ -1,4 +1,4 @@
-"""``bloomtrain train --config configs/train/NAME.yaml [key=value ...]``: the composition root.
+"""The composition root of ``bloomtrain train --config configs/train/NAME.yaml [key=value ...]`` (bloomtrain.cli.train).
 
 Launch under torchrun or the DeepSpeed launcher (one process per device); without a launcher it runs as a
 single process. Every object is built here from the typed config and passed explicitly::
@@ -11,7 +11,6 @@ single process. Every object is built here from the typed config and passed expl
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 
@@ -22,7 +21,7 @@ from bloomtrain.callbacks.stop_requests import StopRequests
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
-from bloomtrain.config import TrainConfig, load_config
+from bloomtrain.config import TrainConfig
 from bloomtrain.data import build_datasets
 from bloomtrain.engine import build_engine
 from bloomtrain.metrics import Metrics
@@ -101,25 +100,10 @@ def run_trainer(trainer: Trainer) -> TrainResult:
         trainer.metrics.close()
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="bloomtrain train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="YAML file (configs/train/NAME.yaml)")
-    parser.add_argument("overrides", nargs="*", help="key.sub=value overrides, e.g. optim.lr=1e-4")
-    args = parser.parse_args(argv)
-    cfg = load_config(args.config, args.overrides)
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    result = run(cfg)
-    if dist.get_rank() == 0:
-        pos = result.position
-        print(f"bloomtrain: done at iteration {pos.iteration} ({pos.consumed_samples} samples, "
-              f"{pos.skipped_iters} skipped); stopped by {result.stopped_by or 'the training length'}; "
-              f"last checkpoint {result.last_saved}", flush=True)
-    dist.destroy_process_group()
-    return 0
 
-
-if __name__ == "__main__":  # torchrun ... -m bloomtrain.train --config X.yaml [key=value ...]
+if __name__ == "__main__":  # torchrun ... -m bloomtrain.train --config X.yaml [key=value ...]: the `train` CLI
     import sys
 
-    sys.exit(main(sys.argv[1:]))
+    from bloomtrain.cli import main
+
+    sys.exit(main(["train", *sys.argv[1:]]))

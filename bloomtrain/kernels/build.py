@@ -15,7 +15,6 @@ back to the PyTorch reference with one log line instead of recompiling on every 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import logging
@@ -148,23 +147,3 @@ def extension_for(device_type: str) -> tuple[ModuleType | None, str | None]:
     # A CUDA build serves CPU tensors too; reuse it when this process has a GPU rather than building twice.
     return try_load(cuda_buildable())
 
-
-def main(argv: list[str]) -> int:
-    """`bloomtrain build-kernels`: compile the extension into the cache ahead of time."""
-    from bloomdata.errors import BloomstackError  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(prog="bloomtrain build-kernels", description=main.__doc__)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--cuda", dest="cuda", action="store_true", default=None, help="build the CUDA kernels too")
-    group.add_argument("--cpu-only", dest="cuda", action="store_false", help="build the CPU kernels only")
-    parser.add_argument("--verbose", action="store_true", help="show the compiler commands and output")
-    args = parser.parse_args(argv)
-    with_cuda = cuda_buildable() if args.cuda is None else args.cuda
-    started = time.perf_counter()
-    try:
-        load(with_cuda, verbose=args.verbose)
-    except KernelBuildError as exc:
-        raise BloomstackError(str(exc)) from exc
-    kind = "CPU+CUDA" if with_cuda else "CPU"
-    print(f"built {kind} kernels in {cache_root() / build_key(with_cuda)} ({time.perf_counter() - started:.1f}s)")
-    return 0

@@ -23,19 +23,24 @@ BLOOM_PADDED_VOCAB = 250880  # = 1960 * 128; the rows in every released BLOOM ch
 class ModelConfig(BaseModel):
     """Shape, initialisation and dropout of a BLOOM decoder. Frozen: build a new one to change it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     num_layers: int
+    """Transformer blocks."""
     hidden_size: int
+    """Width of the residual stream (h); the MLP is 4h wide."""
     num_heads: int
+    """Attention heads (each hidden_size / num_heads wide)."""
     vocab_size: int = BLOOM_VOCAB
     """Tokenizer vocabulary before padding."""
     pad_vocab_size_to: int | None = BLOOM_PADDED_VOCAB
     """Exact number of embedding rows (TP-independent). None: the multiple-of-(divisor x TP) rule."""
     make_vocab_size_divisible_by: int = 128
+    """Without pad_vocab_size_to: pad the embedding to a multiple of this x TP (Megatron's rule)."""
     seq_length: int = 2048
     """Training sequence length in tokens (ALiBi has no position table, so this is not a hard limit)."""
     layernorm_eps: float = 1e-5
+    """LayerNorm epsilon."""
     init_std: float = 0.0048
     """Std of the normal init; output projections use init_std / sqrt(2 * num_layers)."""
     init_seed: int = 42

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.slurm import main
+from bloomtrain.cli.slurm import main
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "train" / "bloom-176b-tr11.yaml"
 

@@ -1,0 +1,7 @@
+"""``python -m bloomtrain.cli COMMAND ...`` (what torchrun and the DeepSpeed launcher run on every rank)."""
+
+import sys
+
+from bloomtrain.cli import main
+
+sys.exit(main())
