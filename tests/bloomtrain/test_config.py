@@ -1,4 +1,5 @@
-"""TrainConfig: YAML + dotlist loading, validation messages, and the generated DeepSpeed config."""
+"""TrainConfig: the recipes' gradient accumulation at their world sizes, YAML + dotlist + flag loading, one-line
+validation messages, and the generated DeepSpeed config."""
 
 from __future__ import annotations
 
@@ -9,17 +10,51 @@ import pytest
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import load_config
 from bloomtrain.model.config import ModelConfig
+from bloomtrain.schedules import BatchSchedule
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "train"
 
 
-@pytest.mark.parametrize("name,world", [("tiny-cpu", 1), ("bloom-560m", 8), ("bloom-1b7", 16),
-                                        ("bloom-176b-tr11", 384)])
-def test_repo_configs_load_and_generate_deepspeed(name, world):
+# (recipe, world size, samples consumed, global batch then, gradient-accumulation steps), by hand:
+# GAS = batch / (micro_batch_size x DP), DP = world / (TP x PP); during the ramp the batch is
+# start + increment x floor(consumed / (ramp_samples / ((GBS - start) / increment))).
+GAS_CASES = [
+    # tr11: TP 4 x PP 12 over 48 nodes of 8 = 384 GPUs -> DP 8; MBS 2 -> 16 sequences per micro-step
+    ("bloom-176b-tr11", 384, 0, 192, 12),  # the ramp starts at 192 = 12 x 16
+    ("bloom-176b-tr11", 384, 84_187, 208, 13),  # 116 increments of 16 over 9,765,625 samples: one per 84,186.4
+    ("bloom-176b-tr11", 384, 9_765_626, 2048, 128),  # after the ramp: 2048 / 16
+    ("bloom-176b-tr11", 192, 10**8, 2048, 256),  # tr11's later 24 nodes: DP 4, 2048 / 8
+    ("bloom-176b-tr11", 192, 0, 192, 24),
+    # bloom-560m: TP 1 x PP 1 on 8 GPUs -> DP 8; MBS 4 -> 32 per micro-step
+    ("bloom-560m", 8, 0, 32, 1),
+    ("bloom-560m", 8, 133_334, 64, 2),  # 15 increments of 32 over 2M samples: one per 133,333.3
+    ("bloom-560m", 8, 2_000_001, 512, 16),
+    # bloom-1b7: PP 2 on 16 GPUs -> DP 8; MBS 2 -> 16 per micro-step
+    ("bloom-1b7", 16, 0, 32, 2),
+    ("bloom-1b7", 16, 10**7, 512, 32),
+    # tiny-cpu: no ramp, GBS 8, MBS 2
+    ("tiny-cpu", 1, 0, 8, 4),
+    ("tiny-cpu", 2, 0, 8, 2),
+]
+
+
+@pytest.mark.parametrize("name,world,consumed,batch,gas", GAS_CASES)
+def test_gradient_accumulation_steps_per_recipe(name, world, consumed, batch, gas):
     cfg = load_config(CONFIGS / f"{name}.yaml")
-    ds = cfg.to_deepspeed_config(world)
-    dp = world // (cfg.parallel.tp * cfg.parallel.pp)
-    assert ds["train_batch_size"] == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * dp
+    assert BatchSchedule.from_config(cfg.schedule)(consumed) == batch
+    ds = cfg.to_deepspeed_config(world, train_batch_size=batch)
+    assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (batch, gas)
+    assert ds["train_micro_batch_size_per_gpu"] == cfg.schedule.micro_batch_size
+
+
+@pytest.mark.parametrize("name,world,needle", [
+    ("bloom-176b-tr11", 480, "global_batch_size=2048 is not a multiple of micro_batch_size 2 x data-parallel size 10"),
+    ("bloom-560m", 16, "rampup_batch_size start=32 is not a multiple of micro_batch_size 4 x data-parallel size 16"),
+    ("bloom-1b7", 15, "world size 15 is not divisible by tp 1 x pp 2"),
+])
+def test_worlds_that_do_not_fit_a_recipe(name, world, needle):
+    with pytest.raises(BloomstackError, match=needle):
+        load_config(CONFIGS / f"{name}.yaml").to_deepspeed_config(world)
 
 
 def test_tr11_hyperparameters():
@@ -31,9 +66,6 @@ def test_tr11_hyperparameters():
     assert (cfg.optim.lr, cfg.optim.min_lr, cfg.optim.beta2, cfg.optim.weight_decay) == (6e-5, 6e-6, 0.95, 0.1)
     assert (cfg.schedule.train_samples, cfg.schedule.warmup_samples) == (220_000_000, 183_105)
     assert cfg.checkpoint.save_interval == 100 and cfg.checkpoint.exit_duration_in_mins == 5990
-    # at the start of the ramp: GBS 192 over DP 8 with MBS 2 = 12 micro-batches
-    ds = cfg.to_deepspeed_config(384, train_batch_size=192)
-    assert ds["gradient_accumulation_steps"] == 12
 
 
 def test_bf16_mode_selects_blooms_optimizer_semantics():
@@ -76,3 +108,13 @@ def test_world_size_mismatch_says_what_to_change():
     cfg = load_config(CONFIGS / "tiny-cpu.yaml", ["schedule.global_batch_size=6"])
     with pytest.raises(BloomstackError, match="data-parallel size 2"):
         cfg.dp_size(2)
+
+
+def test_a_bad_value_in_a_recipe_names_its_line(tmp_path):
+    text = (CONFIGS / "tiny-cpu.yaml").read_text().replace("  lr: 1.0e-3", "  lr: fast")
+    line = text.splitlines().index("  lr: fast") + 1
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(BloomstackError) as info:
+        load_config(tmp_path / "bad.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'bad.yaml'}:{line}: optim.lr: Input should be a valid number")
+    assert "(got 'fast'); fix: change optim.lr: Peak learning rate" in str(info.value)
