@@ -46,9 +46,7 @@ def bench_bloomtrain(a: argparse.Namespace) -> list[float]:
 
     with tempfile.TemporaryDirectory() as log_dir:
         cfg = load_config(ROOT / "configs" / "train" / "tiny-cpu.yaml", _overrides(a, a.warmup + a.iters, log_dir))
-        trainer = build_trainer(cfg)
-        trainer.fit()
-        trainer.metrics.close()
+        build_trainer(cfg).fit()  # closes metrics.jsonl at the end
         records = [json.loads(line) for line in (Path(log_dir) / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step_time_s"] for r in records if "step_time_s" in r]  # skip the formula header
     return steps[a.warmup:]

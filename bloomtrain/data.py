@@ -2,7 +2,7 @@
 
 The adapter is thin on purpose: anything indexable that returns a 1-D token array per sample works (a
 bloomdata ``GPTSamples`` or ``Blend``, or ``SyntheticSamples`` for tests and benchmarks). Order follows
-Megatron's ``MegatronPretrainingSampler`` (reference megatron-data.md §3.6): the global order is the index
+Megatron's ``MegatronPretrainingSampler`` (megatron/data/data_samplers.py): the global order is the index
 order ``consumed, consumed + 1, ...``; each group of ``micro_batch x DP`` consecutive indices is split by
 data-parallel rank into ``[rank * mbs, (rank + 1) * mbs)``. The order therefore does not depend on the
 batch-size ramp-up, and resuming needs one integer, ``consumed_samples``.

@@ -124,8 +124,3 @@ def build_engine(module: nn.Module, cfg: TrainConfig, state: ParallelState, worl
         config=cfg.to_deepspeed_config(world_size, train_batch_size, load_universal),
     )
     return engine
-
-
-def set_lr(engine, lr: float) -> None:
-    for group in engine.optimizer.param_groups:
-        group["lr"] = lr

@@ -1,6 +1,8 @@
 """Training metrics: a JSONL file (the record of truth), TensorBoard scalars and a console progress line.
 
-Throughput uses Megatron-DeepSpeed's formula (reference bloom-training.md §8; Narayanan et al. 2021 eq. 3)::
+``Metrics`` is the writer; bloomtrain.callbacks.metrics decides what to record and when. Throughput uses
+Megatron-DeepSpeed's formula (``throughput_calculator`` in its megatron/utils.py; Narayanan et al. 2021
+eq. 3)::
 
     FLOPs/iteration = 24 * f * B * s * l * h^2 * (1 + s / (6 h) + V / (16 l h))
 
@@ -9,15 +11,14 @@ vocabulary. ``f = 3`` (forward + backward) gives *model* FLOPs, used for ``tflop
 ``f = 4`` when activation checkpointing recomputes the forward gives *hardware* FLOPs (``hw_tflops``; BLOOM's
 logged "149 TFLOPs" is this number). Recomputation is therefore not counted in MFU. TFLOP/s are per
 device: FLOPs / (step time * world size). MFU = tflops / peak, with the peak from the config or the device.
-Only global rank 0 writes anything.
+Only global rank 0 writes anything; console lines go to the ``bloomtrain`` logger (bloomtrain.console).
 """
 
 from __future__ import annotations
 
 import json
-import math
+import logging
 import resource
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,8 @@ import torch
 
 from bloomtrain.config import TrainConfig
 from bloomtrain.model.config import ModelConfig
+
+log = logging.getLogger(__name__)
 
 _PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}  # dense bf16, per device
 
@@ -59,7 +62,6 @@ class Metrics:
         self.peak = device_peak_tflops(cfg.logging.peak_tflops)
         self._jsonl = None
         self._tb = None
-        self._loss_ema: float | None = None
         if self.enabled and cfg.logging.dir:
             out = Path(cfg.logging.dir)
             out.mkdir(parents=True, exist_ok=True)
@@ -70,7 +72,7 @@ class Metrics:
 
                     self._tb = SummaryWriter(str(out / "tensorboard"))
                 except ImportError:
-                    print("bloomtrain: tensorboard is not installed; writing metrics.jsonl only", file=sys.stderr)
+                    log.warning("bloomtrain: tensorboard is not installed; writing metrics.jsonl only")
 
     def describe(self) -> None:
         """State the throughput formula once, in the JSONL and on the console (rank 0)."""
@@ -95,14 +97,6 @@ class Metrics:
             out["mfu"] = out["tflops"] / self.peak
         return out
 
-    def loss_spike(self, loss: float) -> bool:
-        """True when ``loss`` exceeds spike_factor x its running mean (EMA, decay 0.9, finite losses only)."""
-        if not math.isfinite(loss):
-            return False
-        spike = self._loss_ema is not None and loss > self.cfg.stability.spike_factor * self._loss_ema
-        self._loss_ema = loss if self._loss_ema is None else 0.9 * self._loss_ema + 0.1 * loss
-        return spike
-
     def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:
         if not self.enabled:
             return
@@ -113,7 +107,7 @@ class Metrics:
                 if isinstance(value, int | float) and key != "iteration":
                     self._tb.add_scalar(key, value, step)
         if console:
-            print(console, flush=True)
+            log.info(console)
 
     def close(self) -> None:
         if self._jsonl is not None:

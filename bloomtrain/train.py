@@ -4,7 +4,7 @@ Launch under torchrun or the DeepSpeed launcher (one process per device); withou
 single process. Every object is built here from the typed config and passed explicitly::
 
     ParallelState -> PipelineModule (specs, tied head, loss) -> DeepSpeed engine (generated config)
-                  -> data (samples + Megatron sampler) -> Checkpointer / Metrics / StopRequests -> Trainer
+                  -> TrainModule -> data (samples + Megatron sampler) -> Checkpointer -> callbacks -> Trainer
 
 ``run(cfg)`` is the same path for tests that already joined a process group.
 """
@@ -13,21 +13,31 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
 
-from bloomtrain.callbacks.stop_requests import StopRequests
+from bloomtrain.callbacks import (
+    Callback,
+    CheckpointCallback,
+    EvaluationCallback,
+    MetricsCallback,
+    NanDrillCallback,
+    StabilityCallback,
+    StopRequestsCallback,
+)
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig
+from bloomtrain.console import setup_console
 from bloomtrain.data import build_datasets
 from bloomtrain.engine import build_engine
-from bloomtrain.metrics import Metrics
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.schedules import BatchSchedule
+from bloomtrain.train_module import TrainModule
 from bloomtrain.trainer import Trainer, TrainResult
 
 
@@ -55,50 +65,56 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
 
 
-def build_trainer(cfg: TrainConfig, *, faults: FaultHook | None = None) -> Trainer:
-    """``faults``: the Checkpointer's fault-injection hook (tests only)."""
+def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, world: int) -> list[Callback]:
+    """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
+    evaluate, enforce the skip limit (save, raise), agree on stop requests, save on the interval; the
+    final save (end of the schedule, or a stop) is the checkpoint callback's ``post_train``."""
+    return [
+        NanDrillCallback(cfg.stability.inject_nan_at_iters),
+        MetricsCallback(cfg, rank, world),
+        EvaluationCallback(valid_data, interval=cfg.logging.eval_interval, eval_iters=cfg.logging.eval_iters,
+                           micro_batch_size=cfg.schedule.micro_batch_size),
+        StabilityCallback(cfg.stability),
+        StopRequestsCallback(cfg.checkpoint),
+        CheckpointCallback(cfg.checkpoint.save_interval),
+    ]
+
+
+def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), faults: FaultHook | None = None) -> Trainer:
+    """The trainer of ``cfg``: ``default_callbacks`` followed by ``callbacks``; ``faults`` is the
+    Checkpointer's fault-injection hook (tests only)."""
     init_distributed()
+    setup_console()
     if not torch.cuda.is_available():
         # x86 CPUs take a microcode assist on every denormal operand: fp32 training steps, whose small
         # gradients and attention probabilities make many, run several times slower without this
         # (4x measured on the project's 2-vCPU EPYC). Flushing changes values below 1.2e-38 only.
         torch.set_flush_denormal(True)
-    world = dist.get_world_size()
+    rank, world = dist.get_rank(), dist.get_world_size()
     dp = cfg.dp_size(world)
     state = ParallelState.from_sizes(cfg.parallel.tp, cfg.parallel.pp, dp)
     # Megatron's per-stage seed: identical init streams across TP and DP, distinct per pipeline stage.
     seed_everything(cfg.seed + 100 * state.pp_rank)
-    loss_fn = LossFn(state)
-    module = build_pipeline(cfg.model, state, partition_method=cfg.parallel.partition_method,
-                            activation_checkpointing=cfg.parallel.activation_checkpointing, loss_fn=loss_fn)
+    pipeline = build_pipeline(cfg.model, state, partition_method=cfg.parallel.partition_method,
+                              activation_checkpointing=cfg.parallel.activation_checkpointing, loss_fn=LossFn(state))
     universal = needs_universal(cfg, state)
-    engine = build_engine(module, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0),
+    engine = build_engine(pipeline, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0),
                           load_universal=universal)
+    module = TrainModule(engine)
     # Rank 0 builds (and caches) the sample indices first; the others then only read the cache.
-    if dist.get_rank() == 0:
+    if rank == 0:
         train_data, valid_data = build_datasets(cfg)
     dist.barrier()
-    if dist.get_rank() != 0:
+    if rank != 0:
         train_data, valid_data = build_datasets(cfg)
-    checkpointer = Checkpointer(cfg, engine, state, universal=universal, faults=faults)
-    return Trainer(cfg, engine, state, train_data, valid_data, loss_fn, checkpointer,
-                   Metrics(cfg, dist.get_rank(), world), StopRequests(cfg.checkpoint))
+    checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
+    return Trainer(cfg, module, state, train_data, checkpointer,
+                   [*default_callbacks(cfg, valid_data, rank, world), *callbacks])
 
 
 def run(cfg: TrainConfig) -> TrainResult:
-    return run_trainer(build_trainer(cfg))
-
-
-def run_trainer(trainer: Trainer) -> TrainResult:
-    """Resume, train, and handle stop signals while doing so."""
-    trainer.stop.install()
-    try:
-        trainer.resume()
-        return trainer.fit()
-    finally:
-        trainer.stop.uninstall()
-        trainer.metrics.close()
-
+    """Build the trainer, resume if a checkpoint exists, train."""
+    return build_trainer(cfg).fit()
 
 
 if __name__ == "__main__":  # torchrun ... -m bloomtrain.train --config X.yaml [key=value ...]: the `train` CLI

@@ -1,33 +1,35 @@
 """``Trainer``: the loop. Everything it drives is built elsewhere (bloomtrain.train is the composition root).
 
-One iteration: set the global batch (ramp-up) and the learning rate from the sample counters, run
-DeepSpeed's 1F1B pipeline schedule (``engine.train_batch``: forward/backward of every micro-batch, tied and
-DP gradient reduction, clip, AdamW), update the counters, log, maybe evaluate, maybe save, maybe stop.
+One iteration: take the global batch (ramp-up) and the learning rate from the sample counters, let the
+callbacks see the step (``pre_step``), run one optimizer step on the train module (DeepSpeed's 1F1B
+pipeline schedule over every micro-batch, gradient reduction, clip, AdamW), advance the counters, and hand
+the result to the callbacks (``post_train_batch``, then ``post_step``). Evaluation, metrics, checkpoints,
+stop requests, stability checks and drills are all callbacks (bloomtrain.callbacks): a new behaviour is a
+new callback, not an edit of this loop. The split follows OLMo-core's Trainer / TrainModule / Callback.
 
-Counters (all saved in the checkpoint, all identical on every rank):
-``iteration`` (optimizer iterations attempted), ``consumed_samples`` (drives the data position and the
-batch ramp-up), ``scheduled_samples`` (samples of applied updates; drives the LR, like Megatron's
-scheduler which only steps on successful updates), ``skipped_iters`` and ``consecutive_skips``.
+Counters (``Position``, saved in the checkpoint, identical on every rank): ``iteration`` (optimizer
+iterations attempted), ``consumed_samples`` (drives the data position and the batch ramp-up),
+``scheduled_samples`` (samples of applied updates; drives the LR, like Megatron's scheduler which only
+steps on successful updates), ``skipped_iters`` and ``consecutive_skips``.
 """
 
 from __future__ import annotations
 
-import math
-import time
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bloomdata.errors import BloomstackError
-from bloomtrain.callbacks.stop_requests import StopRequests
+from bloomtrain.callbacks.base import Callback
 from bloomtrain.checkpoint.checkpointer import Checkpointer
+from bloomtrain.checkpoint.tags import tag_for
 from bloomtrain.config import TrainConfig
-from bloomtrain.data import micro_batches
-from bloomtrain.engine import set_lr
-from bloomtrain.metrics import Metrics, memory_gib, progress_line
-from bloomtrain.parallel.pipeline import LossFn
+from bloomtrain.data import MicroBatch, micro_batches
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
+from bloomtrain.train_module import StepOutput, TrainModule
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,6 +42,33 @@ class Position:
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
+
+    def advance(self, global_batch: int, applied: bool) -> None:
+        self.iteration += 1
+        self.consumed_samples += global_batch
+        if applied:  # LossFn turns a non-finite loss into NaN grads, so it is never applied
+            self.scheduled_samples += global_batch
+            self.consecutive_skips = 0
+        else:
+            self.skipped_iters += 1
+            self.consecutive_skips += 1
+
+
+@dataclass
+class Step:
+    """One iteration as the callbacks see it."""
+
+    iteration: int
+    """1-based number of this iteration."""
+    global_batch: int
+    """Samples in this iteration's global batch."""
+    lr: float
+    batches: Iterator[MicroBatch]
+    """This rank's micro-batches; ``pre_step`` hooks may wrap it."""
+    output: StepOutput | None = None
+    """Set after the step (loss, grad norm, applied, step time)."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """Extra values for this iteration's metrics record, added by ``post_train_batch`` hooks."""
 
 
 @dataclass
@@ -55,133 +84,79 @@ class TrainResult:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, engine, state: ParallelState, train_data: Sequence,
-                 valid_data: Sequence | None, loss_fn: LossFn, checkpointer: Checkpointer, metrics: Metrics,
-                 stop: StopRequests) -> None:
-        self.cfg, self.engine, self.state = cfg, engine, state
-        self.train_data, self.valid_data = train_data, valid_data
-        self.loss_fn, self.checkpointer, self.metrics, self.stop = loss_fn, checkpointer, metrics, stop
+    def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, train_data: Sequence,
+                 checkpointer: Checkpointer, callbacks: Sequence[Callback]) -> None:
+        self.cfg, self.module, self.state = cfg, module, state
+        self.train_data, self.checkpointer, self.callbacks = train_data, checkpointer, list(callbacks)
         self.lr_schedule = LRSchedule.from_config(cfg.optim, cfg.schedule)
         self.batch_schedule = BatchSchedule.from_config(cfg.schedule)
         self.pos = Position()
-        self.resumed_tag: str | None = None
+        self.result = TrainResult(position=self.pos)
+        self.stop_reason: str | None = None
 
-    # --- pieces -------------------------------------------------------------------------------------
+    # --- what callbacks call ------------------------------------------------------------------------
+
+    def request_stop(self, reason: str) -> None:
+        """End the run after this iteration (the first reason wins); post_train hooks still run."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def save_checkpoint(self) -> str:
+        """Collective: save the current position; returns the tag."""
+        self.result.last_saved = self.checkpointer.save(self.pos.iteration, self.pos.as_dict())
+        return self.result.last_saved
+
+    def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:
+        """Hand a metrics record (and its console line) to every callback's ``log_metrics``."""
+        for cb in self.callbacks:
+            cb.log_metrics(self, record, step, console)
+
+    # --- the loop -----------------------------------------------------------------------------------
 
     def resume(self) -> None:
         saved = self.checkpointer.load() if self.checkpointer.enabled else None
         if saved is not None:
-            self.pos = Position(**saved)
-            self.resumed_tag = f"global_step{self.pos.iteration}"
-            if self.metrics.enabled:
-                print(f"bloomtrain: resumed at iteration {self.pos.iteration}, "
-                      f"{self.pos.consumed_samples} samples consumed", flush=True)
-
-    def _data_iter(self):
-        s = self.cfg.schedule
-        return micro_batches(self.train_data, self.pos.consumed_samples, s.micro_batch_size,
-                             self.state.dp_rank, self.state.dp_size)
-
-    def evaluate(self) -> float | None:
-        if self.valid_data is None:
-            return None
-        s = self.cfg.schedule
-        it = micro_batches(self.valid_data, 0, s.micro_batch_size, self.state.dp_rank, self.state.dp_size)
-        losses = [float(self.engine.eval_batch(it)) for _ in range(self.cfg.logging.eval_iters)]
-        return sum(losses) / len(losses)
-
-    def save(self) -> str:
-        return self.checkpointer.save(self.pos.iteration, self.pos.as_dict())
-
-    # --- the loop -----------------------------------------------------------------------------------
+            self.pos = self.result.position = Position(**saved)
+            self.result.last_saved = tag_for(self.pos.iteration)
+            log.info("bloomtrain: resumed at iteration %d, %d samples consumed", self.pos.iteration,
+                     self.pos.consumed_samples)
 
     def fit(self) -> TrainResult:
-        cfg, pos = self.cfg, self.pos
-        result = TrainResult(position=pos, last_saved=self.resumed_tag)
-        data = self._data_iter()
-        self.metrics.describe()
-        while not is_done(cfg.schedule, pos.iteration, pos.consumed_samples):
-            batch = self.batch_schedule(pos.consumed_samples)
-            if batch != self.engine.train_batch_size():
-                self.engine.set_train_batch_size(batch)
-            lr = self.lr_schedule(pos.scheduled_samples)
-            set_lr(self.engine, lr)
-            self.loss_fn.poison = (pos.iteration + 1) in cfg.stability.inject_nan_at_iters
+        """Resume, train until the schedule ends or a stop is requested, and return what happened."""
+        try:
+            self.resume()
+            for cb in self.callbacks:
+                cb.pre_train(self)
+            s = self.cfg.schedule
+            data = micro_batches(self.train_data, self.pos.consumed_samples, s.micro_batch_size,
+                                 self.state.dp_rank, self.state.dp_size)
+            while self.stop_reason is None and not is_done(s, self.pos.iteration, self.pos.consumed_samples):
+                self._iteration(data)
+            for cb in self.callbacks:
+                cb.post_train(self)
+            if self.stop_reason is not None:
+                self.result.stopped_by = self.stop_reason
+                log.info("bloomtrain: stopping at iteration %d (%s); checkpoint %s", self.pos.iteration,
+                         self.stop_reason, self.result.last_saved)
+            return self.result
+        finally:
+            for cb in self.callbacks:
+                cb.close(self)
 
-            start = time.perf_counter()
-            loss = float(self.engine.train_batch(data_iter=data))
-            step_time = time.perf_counter() - start
-            self.loss_fn.poison = False
-
-            applied = bool(getattr(self.engine, "_step_applied", True))
-            grad_norm = self.engine.get_global_grad_norm()
-            grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
-            pos.iteration += 1
-            pos.consumed_samples += batch
-            if applied:  # LossFn turns a non-finite loss into NaN grads, so it is never applied
-                pos.scheduled_samples += batch
-                pos.consecutive_skips = 0
-            else:
-                pos.skipped_iters += 1
-                pos.consecutive_skips += 1
-            result.losses[pos.iteration] = loss
-            result.grad_norms[pos.iteration] = grad_norm
-            result.global_batches[pos.iteration] = batch
-            self._log(loss, lr, grad_norm, batch, step_time, applied)
-
-            if cfg.logging.eval_interval and pos.iteration % cfg.logging.eval_interval == 0:
-                val = self.evaluate()
-                if val is not None:
-                    result.eval_losses[pos.iteration] = val
-                    self.metrics.log({"iteration": pos.iteration, "valid_loss": val,
-                                      "valid_ppl": math.exp(min(val, 700.0))}, pos.iteration,
-                                     f"validation at iter {pos.iteration} | loss {val:.4f} | "
-                                     f"ppl {math.exp(min(val, 700.0)):.3f}")
-
-            if pos.consecutive_skips >= cfg.stability.max_consecutive_skips:
-                if self.checkpointer.enabled:
-                    result.last_saved = self.save()
-                raise BloomstackError(
-                    f"{pos.consecutive_skips} consecutive iterations had a non-finite loss or gradient norm "
-                    f"(last at iteration {pos.iteration}); saved {result.last_saved or 'nothing (no checkpoint.dir)'}"
-                    "; lower optim.lr, check the data around this sample, or resume from an earlier checkpoint"
-                )
-            reason = self.stop.check()
-            interval = cfg.checkpoint.save_interval
-            if self.checkpointer.enabled and (reason or (interval and pos.iteration % interval == 0)):
-                result.last_saved = self.save()
-            if reason:
-                result.stopped_by = reason
-                if self.metrics.enabled:
-                    print(f"bloomtrain: stopping at iteration {pos.iteration} ({reason}); "
-                          f"checkpoint {result.last_saved}", flush=True)
-                return result
-        if self.checkpointer.enabled and result.last_saved != f"global_step{pos.iteration}":
-            result.last_saved = self.save()
-        return result
-
-    def _log(self, loss: float, lr: float, grad_norm: float, batch: int, step_time: float, applied: bool) -> None:
-        pos, m = self.pos, self.metrics
-        spike = m.loss_spike(loss)
-        if spike and m.enabled:
-            print(f"bloomtrain: loss spike at iteration {pos.iteration}: {loss:.4f}", flush=True)
-        if not applied and m.enabled:
-            print(f"bloomtrain: iteration {pos.iteration} skipped (loss {loss}, grad norm {grad_norm}); "
-                  f"{pos.consecutive_skips} in a row", flush=True)
-        if not m.enabled or pos.iteration % self.cfg.logging.log_interval:
-            return
-        record: dict[str, Any] = {
-            "iteration": pos.iteration,
-            "loss": loss,
-            "lr": lr,
-            "grad_norm": grad_norm,
-            "global_batch": batch,
-            "consumed_samples": pos.consumed_samples,
-            "consumed_tokens": pos.consumed_samples * self.cfg.model.seq_length,
-            "step_time_s": step_time,
-            "memory_gib": memory_gib(),
-            "skipped_iters": pos.skipped_iters,
-            "loss_spike": int(spike),
-            **m.throughput(batch, step_time),
-        }
-        m.log(record, pos.iteration, progress_line(record, self.cfg.schedule.train_iters))
+    def _iteration(self, data: Iterator[MicroBatch]) -> None:
+        pos = self.pos
+        step = Step(iteration=pos.iteration + 1, global_batch=self.batch_schedule(pos.consumed_samples),
+                    lr=self.lr_schedule(pos.scheduled_samples), batches=data)
+        for cb in self.callbacks:
+            cb.pre_step(self, step)
+        self.module.set_global_batch(step.global_batch)
+        self.module.set_lr(step.lr)
+        step.output = self.module.train_step(step.batches)
+        pos.advance(step.global_batch, step.output.applied)
+        self.result.losses[step.iteration] = step.output.loss
+        self.result.grad_norms[step.iteration] = step.output.grad_norm
+        self.result.global_batches[step.iteration] = step.global_batch
+        for cb in self.callbacks:
+            cb.post_train_batch(self, step)
+        for cb in self.callbacks:
+            cb.post_step(self, step)

@@ -1,1 +1,23 @@
-"""Training callbacks: everything the loop does besides the step itself."""
+"""Training callbacks: everything the loop does besides the step itself, one small file each.
+
+- ``base``: the ``Callback`` hooks;
+- ``nan_drill``: NaN loss masks at chosen iterations (exercises the skip path);
+- ``metrics``: the iteration record to JSONL, TensorBoard and the console;
+- ``evaluation``: validation loss every N iterations, on any number of named datasets;
+- ``stability``: skip reports, the consecutive-skip limit, loss spikes;
+- ``stop_requests``: signals, kill-switch file, time limit;
+- ``checkpointing``: save every N iterations and at the end.
+
+The run's list, in order, is built by bloomtrain.train.default_callbacks.
+"""
+
+from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.checkpointing import CheckpointCallback
+from bloomtrain.callbacks.evaluation import EvaluationCallback
+from bloomtrain.callbacks.metrics import MetricsCallback
+from bloomtrain.callbacks.nan_drill import NanDrillCallback
+from bloomtrain.callbacks.stability import StabilityCallback
+from bloomtrain.callbacks.stop_requests import StopRequestsCallback
+
+__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "MetricsCallback", "NanDrillCallback",
+           "StabilityCallback", "StopRequestsCallback"]

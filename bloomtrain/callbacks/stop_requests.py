@@ -17,6 +17,7 @@ import psutil
 import torch
 import torch.distributed as dist
 
+from bloomtrain.callbacks.base import Callback
 from bloomtrain.config import CheckpointConfig
 
 
@@ -62,3 +63,21 @@ class StopRequests:
                    f"exit_duration_in_mins={self.cfg.exit_duration_in_mins}"]
         hit = [r for r, f in zip(reasons, flags.tolist()) if f]
         return hit[0] if hit else None
+
+
+class StopRequestsCallback(Callback):
+    """Installs the signal handlers for the run, and requests a stop after the iteration that saw one."""
+
+    def __init__(self, cfg: CheckpointConfig) -> None:
+        self.requests = StopRequests(cfg)
+
+    def pre_train(self, trainer) -> None:
+        self.requests.install()
+
+    def post_step(self, trainer, step) -> None:
+        reason = self.requests.check()
+        if reason:
+            trainer.request_stop(reason)
+
+    def close(self, trainer) -> None:
+        self.requests.uninstall()

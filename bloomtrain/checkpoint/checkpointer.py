@@ -3,7 +3,7 @@
 A save, on every rank, in this order::
 
     rank 0 removes a leftover <tag>/ of a crashed save; barrier
-    DeepSpeed's engine files          layer files, mp_rank_*, optimizer shards (engine_files: atomic, fsynced)
+    DeepSpeed's engine files          layer files, mp_rank_*, optimizer shards (TrainModule.save: atomic, fsynced)
     rng/rank_RRRRR.pt                 this rank's RNG state (atomic, fsynced)
     bloomtrain_model.json, bloomtrain_layout.json     rank 0 only (atomic, fsynced)
     barrier                           every rank's files are on disk
@@ -30,7 +30,6 @@ from typing import Any
 import torch.distributed as dist
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.checkpoint import engine_files
 from bloomtrain.checkpoint.format import save_metadata
 from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything
 from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest, tag_for
@@ -38,6 +37,7 @@ from bloomtrain.checkpoint.universal import check_same_layout, ensure_universal,
 from bloomtrain.config import TrainConfig
 from bloomtrain.parallel.pipeline import universal_checkpoint_info
 from bloomtrain.parallel.state import ParallelState
+from bloomtrain.train_module import TrainModule
 
 SAVE_POINTS = ("engine_file", "after_metadata", "before_latest")
 """Where a save calls its fault hook: after each file DeepSpeed's engine writes; after this rank's RNG
@@ -50,17 +50,16 @@ log = logging.getLogger(__name__)
 
 
 class Checkpointer:
-    """Save and resume through a DeepSpeed engine; all methods are collective over the world."""
+    """Save and resume a TrainModule's engine plus the trainer position; all methods are collective."""
 
-    def __init__(self, cfg: TrainConfig, engine, state: ParallelState, *, universal: bool = False,
+    def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, *, universal: bool = False,
                  faults: FaultHook | None = None) -> None:
         """``universal``: resume through ds_to_universal (universal.needs_universal, decided before the
         engine is built). ``faults``: the fault-injection hook of tests; None in training."""
-        self.cfg, self.engine, self.state, self.universal = cfg, engine, state, universal
+        self.cfg, self.module, self.state, self.universal = cfg, module, state, universal
         self.faults = faults
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
-        self.files = engine_files.install(engine)
 
     @property
     def enabled(self) -> bool:
@@ -83,11 +82,7 @@ class Checkpointer:
             "world_size": self.world,
             "universal_checkpoint_info": universal_checkpoint_info(self.cfg.model),
         }
-        self.files.after_file = lambda _path: self._fault("engine_file", tag)
-        try:
-            self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state, save_latest=False)
-        finally:
-            self.files.after_file = None
+        self.module.save(self.dir, tag, client_state, after_file=lambda _path: self._fault("engine_file", tag))
         save_rng(self.dir, tag, self.rank)
         if self.rank == 0:
             save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size)
@@ -115,9 +110,8 @@ class Checkpointer:
             tag = ensure_universal(self.dir, tag)
         else:
             check_same_layout(self.cfg, self.dir, tag, self.state)
-        path, client = self.engine.load_checkpoint(str(self.dir), tag=tag, load_optimizer_states=True,
-                                                   load_lr_scheduler_states=False)
-        if path is None:
+        client = self.module.load(self.dir, tag)
+        if client is None:
             raise BloomstackError(f"checkpoint {self.dir / tag} could not be loaded (see DeepSpeed's log above)")
         position = dict(client["bloomtrain"])
         same_world = not self.universal and client.get("world_size") == self.world

@@ -76,7 +76,8 @@ def _head(embedding: EmbeddingPipe, hidden: torch.Tensor) -> torch.Tensor:
 
 
 class LossFn:
-    """Masked mean fp32 cross-entropy over vocab-parallel logits; ``poison`` injects a NaN (drills).
+    """Masked mean fp32 cross-entropy over vocab-parallel logits. Stateless: the NaN drill poisons the loss
+    masks of the batches instead (bloomtrain.callbacks.nan_drill).
 
     A non-finite loss is made to poison every gradient it reaches (backward multiplies by NaN instead of 1),
     so the global grad norm is NaN and the optimizer skips the update: a non-finite loss can never be
@@ -86,13 +87,10 @@ class LossFn:
 
     def __init__(self, state: ParallelState) -> None:
         self.state = state
-        self.poison = False
 
     def __call__(self, logits: torch.Tensor, labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         target, loss_mask = labels
         loss = masked_mean_loss(logits, target, loss_mask, self.state)
-        if self.poison:
-            loss = loss * float("nan")
         guard = torch.where(torch.isfinite(loss), 1.0, float("nan")).detach()
         return loss * guard
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from deepspeed.pipe import LayerSpec, TiedLayerSpec
@@ -114,13 +112,11 @@ def test_flops_formula_reproduces_blooms_logged_tflops():
 
 
 def test_loss_spikes_are_flagged_against_the_running_mean():
-    from bloomtrain.config import load_config
-    from bloomtrain.metrics import Metrics, progress_line
+    from bloomtrain.callbacks.stability import LossSpikes
+    from bloomtrain.metrics import progress_line
 
-    cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny-cpu.yaml",
-                      ["stability.spike_factor=1.5"])
-    m = Metrics(cfg, rank=1, world_size=1)  # rank != 0: computes, writes nothing
-    flags = [m.loss_spike(x) for x in (4.0, 3.9, 3.8, float("nan"), 6.5, 3.7)]
+    spikes = LossSpikes(1.5)
+    flags = [spikes(x) for x in (4.0, 3.9, 3.8, float("nan"), 6.5, 3.7)]
     assert flags == [False, False, False, False, True, False]
     rec = {"iteration": 3, "consumed_samples": 24, "loss": 3.8, "lr": 1e-4, "grad_norm": 0.5, "global_batch": 8,
            "tokens_per_s": 1000.0, "tflops": 0.1, "mfu": 0.25, "step_time_s": 0.2, "memory_gib": 1.0,
@@ -146,7 +142,10 @@ def test_a_non_finite_loss_poisons_every_gradient():
     loss = fn(masked, labels)
     loss.backward()
     assert not torch.isfinite(loss) and torch.isnan(masked.grad).all()
-    fn.poison = True
+    # the NaN drill's poisoned loss mask does the same (LossFn itself is stateless)
+    from bloomtrain.callbacks.nan_drill import poison
+
     logits.grad = None
-    fn(logits, labels).backward()
+    _, poisoned = poison((None, labels))
+    fn(logits, poisoned).backward()
     assert torch.isnan(logits.grad).all()

@@ -16,21 +16,23 @@ EXACT = [
 ]
 
 
-def train_rank(overrides: list[str], faults=None) -> dict:
+def train_rank(overrides: list[str], faults=None, callbacks=None) -> dict:
     """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need.
 
-    ``faults``: the Checkpointer's fault hook (checkpoint.checkpointer.FaultHook)."""
+    ``faults``: the Checkpointer's fault hook (checkpoint.checkpointer.FaultHook). ``callbacks``: a function
+    returning extra callbacks; what it returns is also reported (``"callbacks"``), for tests that record."""
     from bloomtrain.config import load_config
-    from bloomtrain.train import build_trainer, run_trainer
+    from bloomtrain.train import build_trainer
 
     cfg = load_config(TINY, overrides)
-    trainer = build_trainer(cfg, faults=faults)
+    extra = callbacks() if callbacks is not None else []
+    trainer = build_trainer(cfg, callbacks=extra, faults=faults)
     error = None
     try:
-        result = run_trainer(trainer)
+        result = trainer.fit()
     except Exception as exc:  # noqa: BLE001 - reported to the test
         error, result = f"{type(exc).__name__}: {exc}", None
-    engine, state = trainer.engine, trainer.state
+    engine, state = trainer.module.engine, trainer.state
     topo = engine.module._topo
     rank = dist.get_rank()
 
@@ -52,7 +54,8 @@ def train_rank(overrides: list[str], faults=None) -> dict:
         "error": error,
         "optimizer": type(opt).__name__,
         "grad_acc_dtype": str(getattr(opt, "grad_acc_dtype", None)),
-        "skipped_steps": engine.skipped_steps,
+        "skipped_steps": trainer.module.skipped_steps,
         "groups": groups,
         "coords": (state.tp_rank, state.pp_rank, state.dp_rank),
+        "callbacks": extra,
     }

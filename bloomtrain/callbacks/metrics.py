@@ -1,0 +1,49 @@
+"""Metrics: the iteration record every ``log_interval`` iterations, and the sink of every ``trainer.log``.
+
+The record (iteration, loss, lr, grad norm, batch, sample and token counters, step time, memory, skips,
+whatever earlier callbacks put in ``step.metrics``, throughput) goes to ``metrics.jsonl``, TensorBoard and
+the console through bloomtrain.metrics.Metrics, on global rank 0 only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bloomtrain.callbacks.base import Callback
+from bloomtrain.config import TrainConfig
+from bloomtrain.metrics import Metrics, memory_gib, progress_line
+
+
+class MetricsCallback(Callback):
+    def __init__(self, cfg: TrainConfig, rank: int, world_size: int) -> None:
+        self.cfg = cfg
+        self.writer = Metrics(cfg, rank, world_size)
+
+    def pre_train(self, trainer) -> None:
+        self.writer.describe()
+
+    def post_step(self, trainer, step) -> None:
+        if not self.writer.enabled or step.iteration % self.cfg.logging.log_interval:
+            return
+        pos, out = trainer.pos, step.output
+        record: dict[str, Any] = {
+            "iteration": step.iteration,
+            "loss": out.loss,
+            "lr": step.lr,
+            "grad_norm": out.grad_norm,
+            "global_batch": step.global_batch,
+            "consumed_samples": pos.consumed_samples,
+            "consumed_tokens": pos.consumed_samples * self.cfg.model.seq_length,
+            "step_time_s": out.step_time_s,
+            "memory_gib": memory_gib(),
+            "skipped_iters": pos.skipped_iters,
+            **step.metrics,
+            **self.writer.throughput(step.global_batch, out.step_time_s),
+        }
+        trainer.log(record, step.iteration, progress_line(record, self.cfg.schedule.train_iters))
+
+    def log_metrics(self, trainer, record: dict[str, Any], step: int, console: str | None) -> None:
+        self.writer.log(record, step, console)
+
+    def close(self, trainer) -> None:
+        self.writer.close()

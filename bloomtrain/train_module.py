@@ -1,0 +1,92 @@
+"""``TrainModule``: the model side of training. It owns the DeepSpeed pipeline engine.
+
+The trainer never touches the engine: it asks this module for one optimizer step over an iterator of
+micro-batches (``train_step``), for one evaluation batch (``eval_step``), to set the learning rate and the
+(ramped) global batch, and to save or load the engine's state under a checkpoint tag. Modelled on
+OLMo-core's TrainModule (train/train_module/train_module.py); here the parallelism (TP x PP x DP), the
+1F1B schedule, gradient reduction, clipping and the skip of a non-finite step all live inside DeepSpeed's
+``PipelineEngine.train_batch`` and the optimizer built by bloomtrain.engine.
+
+The engine's checkpoint files are written through ``DurableCheckpointEngine`` (installed here): each file
+atomic and fsynced, so that ``Checkpointer`` can move ``latest`` once every rank returned from ``save``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bloomtrain.checkpoint import engine_files
+from bloomtrain.data import MicroBatch
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    loss: float
+    """Mean loss of the global batch (DP-averaged, the same on every rank); NaN when it was not finite."""
+    grad_norm: float
+    """Global L2 gradient norm before clipping; NaN when the engine reports none."""
+    applied: bool
+    """The optimizer updated the weights; False when a non-finite norm made it skip the step."""
+    step_time_s: float
+    """Wall time of the whole step: every micro-batch's forward and backward, reductions, optimizer."""
+
+
+class TrainModule:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.checkpoint_files = engine_files.install(engine)
+
+    # --- hyper-parameters of the next step ------------------------------------------------------------
+
+    def set_global_batch(self, samples: int) -> None:
+        """Global batch of the next step in samples (ramp-up); DeepSpeed derives the accumulation steps."""
+        if samples != self.engine.train_batch_size():
+            self.engine.set_train_batch_size(samples)
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.engine.optimizer.param_groups:
+            group["lr"] = lr
+
+    # --- steps --------------------------------------------------------------------------------------
+
+    def train_step(self, batches: Iterator[MicroBatch]) -> StepOutput:
+        """One optimizer step; reads exactly global batch / (micro batch x DP) micro-batches from ``batches``."""
+        start = time.perf_counter()
+        loss = float(self.engine.train_batch(data_iter=batches))
+        step_time = time.perf_counter() - start
+        norm = self.engine.get_global_grad_norm()
+        return StepOutput(loss=loss, grad_norm=float(norm) if norm is not None else float("nan"),
+                          applied=bool(self.engine.was_step_applied()), step_time_s=step_time)
+
+    def eval_step(self, batches: Iterator[MicroBatch]) -> float:
+        """Mean loss of one global batch of ``batches``, without gradients."""
+        return float(self.engine.eval_batch(batches))
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps the engine skipped since it was built (DeepSpeed's own counter)."""
+        return self.engine.skipped_steps
+
+    # --- checkpoint state ---------------------------------------------------------------------------
+
+    def save(self, ckpt_dir: Path, tag: str, client_state: dict[str, Any],
+             after_file: Callable[[str], None] | None = None) -> list[str]:
+        """Collective: write the engine's files of ``tag`` (each durable); returns those this rank wrote.
+
+        ``after_file(path)`` runs after each file (fault-injection tests)."""
+        self.checkpoint_files.after_file = after_file
+        try:
+            self.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
+        finally:
+            self.checkpoint_files.after_file = None
+        return list(self.checkpoint_files.written)
+
+    def load(self, ckpt_dir: Path, tag: str) -> dict[str, Any] | None:
+        """Collective: load weights and optimizer state of ``tag``; returns the client state, None if absent."""
+        path, client = self.engine.load_checkpoint(str(ckpt_dir), tag=tag, load_optimizer_states=True,
+                                                   load_lr_scheduler_states=False)
+        return None if path is None else client
