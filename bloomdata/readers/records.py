@@ -8,12 +8,11 @@ shared by every format.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
 from dataclasses import dataclass
 
+from bloomdata.durable import content_key
 from bloomdata.readers.sources import Format
 
 # Why a row was skipped. Keys are stable: they appear in build summaries and rejects files.
@@ -52,9 +51,8 @@ class Shard:
         ``<file name>-<start>-<stop|end>-<hash>``: readable, and the hash of every field that changes
         what the shard yields keeps two shards of the same file name (or read two ways) apart.
         """
-        key = json.dumps([self.path, self.format, self.text_field, self.lang, self.lang_field,
-                          self.start, self.stop])
-        digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+        digest = content_key([self.path, self.format, self.text_field, self.lang, self.lang_field,
+                              self.start, self.stop], length=10)
         base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(self.path.rstrip("/")))[:60]
         return f"{base}-{self.start}-{'end' if self.stop is None else self.stop}-{digest}"
 
