@@ -25,6 +25,7 @@ set that key, instead of tagging every value as it is merged. It costs nothing o
 
 from __future__ import annotations
 
+import copy
 import difflib
 import types
 import typing
@@ -210,6 +211,7 @@ def load_config(model: type[M], path: str | Path | None = None, *, defaults: Bas
     tree: dict = {}
     for layer in layers:
         tree = merge(tree, layer.data)
+    tree = copy.deepcopy(tree)  # the overrides set keys in place: never in the caller's or a layer's dicts
     for item in overrides:
         key, value = parse_override(item)
         _set_key(tree, key, value, item)

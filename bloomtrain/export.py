@@ -17,6 +17,7 @@ import torch
 
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
+from bloomtrain.config import ExportConfig
 from bloomtrain.hf_import import copy_tokenizer_files
 from bloomtrain.model.config import ModelConfig
 
@@ -89,3 +90,9 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
     (out_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
     return out_dir
 
+
+def run_export(config: ExportConfig) -> Path:
+    """``export`` for an ``ExportConfig``: the model of ``bloomtrain export`` and of the flows' export stage."""
+    return export(Path(config.checkpoint), Path(config.out_dir), tag=config.tag,
+                  tokenizer_dir=Path(config.tokenizer) if config.tokenizer else None,
+                  dtype=getattr(torch, config.dtype) if config.dtype else None)

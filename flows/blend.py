@@ -1,6 +1,7 @@
-"""``blend_flow``: tune per-language blend weights for a token budget (``bloomdata blend``), publish them.
+"""``blend_flow``: tune per-language blend weights for a token budget, write the blend files, publish them.
 
-The work is ``bloomdata blend`` itself, called through its ``main(argv)`` so the flow writes exactly the
+The work is the library's own, called directly on the stage's ``BlendConfig`` (``BlendStageConfig``):
+``tune_blend`` then ``write_blend``, the same two calls as ``bloomdata blend``, so the flow writes exactly the
 files a user running the CLI gets (blend.yaml for the trainer, blend.json, blend.md, blend.png). The flow
 adds the stage marker, a table artifact (tokens, weight, tokens drawn, effective epochs per language) and
 a Markdown artifact with the chart.
@@ -9,45 +10,26 @@ a Markdown artifact with the chart.
 from __future__ import annotations
 
 import base64
-import json
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from bloomdata.cli import blend as blend_cli
-from bloomdata.errors import BloomstackError
+from bloomdata.mixture.report import over_repeated, write_blend
+from bloomdata.mixture.tune import BlendConfig, tune_blend
 from flows.config import BlendStageConfig
 from flows.stages import completed, config_hash, write_marker
 
 
-def blend_argv(config: BlendStageConfig, prefixes: dict[str, str], out_dir: str) -> list[str]:
-    """The ``bloomdata blend`` command line for this config (also logged, so a run can be replayed)."""
-    argv = ["--budget", str(config.token_budget), "--alpha", str(config.alpha), "--out", out_dir,
-            "--max-epochs", str(config.max_epochs), "--split", config.split]
-    for name, prefix in sorted(prefixes.items()):
-        argv += ["--dataset", f"{name}={prefix}"]
-    if config.floor is not None:
-        argv += ["--floor", str(config.floor)]
-    if config.cap is not None:
-        argv += ["--cap", str(config.cap)]
-    for name, weight in sorted(config.overrides.items()):
-        argv += ["--override", f"{name}={weight}"]
-    if config.seq_length is not None:
-        argv += ["--seq-length", str(config.seq_length)]
-    if config.seed is not None:
-        argv += ["--seed", str(config.seed)]
-    return argv
-
-
 @task(name="tune-blend")
-def tune_blend(argv: list[str]) -> dict[str, Any]:
-    rc = blend_cli.main(argv)
-    if rc:
-        raise BloomstackError(f"bloomdata blend {' '.join(argv)} exited with {rc}")
-    out = Path(argv[argv.index("--out") + 1])
-    return json.loads((out / "blend.json").read_text())
+def tune_blend_task(config: BlendConfig) -> dict[str, Any]:
+    """The blend of ``config`` written into ``config.out_dir``; returns the spec (blend.json's content)."""
+    spec = tune_blend(config)
+    write_blend(spec, config.out_dir, config.max_epochs)
+    for d in over_repeated(spec, config.max_epochs):
+        get_run_logger().warning("blend: %s is repeated %.2f epochs (> %g)", d.name, d.epochs, config.max_epochs)
+    return spec.model_dump(mode="json", exclude_none=True)
 
 
 def blend_artifacts(spec: dict[str, Any], png: Path) -> None:
@@ -65,7 +47,8 @@ def blend_artifacts(spec: dict[str, Any], png: Path) -> None:
 @flow(name="blend")
 def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageConfig(),
                upstream: list[str] | None = None) -> dict[str, Any]:
-    """Weights per language (``prefixes``: name -> Megatron prefix) for ``config.token_budget`` tokens."""
+    """Weights per language (``prefixes``: name -> Megatron prefix, added to ``config.datasets``; blended in
+    name order) for ``config.token_budget`` tokens."""
     log = get_run_logger()
     out = Path(config.out_dir).resolve()
     digest = config_hash([config, prefixes], upstream=upstream or [])
@@ -73,14 +56,13 @@ def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageCo
         log.info("blend: skipped, %s already holds blend %s", out, digest)
         blend_artifacts(marker.summary["spec"], out / "blend.png")
         return marker.summary
-    argv = blend_argv(config, prefixes, str(out))
-    log.info("blend: bloomdata blend %s", " ".join(argv))
-    spec = tune_blend(argv)
+    datasets = dict(sorted({**config.datasets, **prefixes}.items()))
+    run = config.model_copy(update={"datasets": datasets, "out_dir": str(out)})
+    log.info("blend: %d datasets, %s tokens, alpha %g -> %s", len(datasets), f"{run.token_budget:,}"
+             if run.token_budget else "no budget", run.alpha, out)
+    spec = tune_blend_task(run)
     blend_artifacts(spec, out / "blend.png")
     summary = {"blend_yaml": str(out / "blend.yaml"), "spec": spec, "hash": digest}
     write_marker(out, stage="blend", digest=digest, summary=summary, config=config,
                  outputs={"blend": out / "blend.yaml", "table": out / "blend.md"})
-    for d in spec["datasets"]:
-        if d["epochs"] > config.max_epochs:
-            log.warning("blend: %s is repeated %.2f epochs (> %g)", d["name"], d["epochs"], config.max_epochs)
     return summary

@@ -2,8 +2,11 @@
 
 These models are the deployments' parameter schemas (Prefect derives the OpenAPI schema from the type
 hints), so every field has a default that runs the embedded demo on a 2-core CPU box, and a description
-the UI shows. Library configs (``bloomtrain.config.TrainConfig`` ...) are embedded as they are, not
-re-declared, so a field added to the trainer is a flow parameter at once.
+the UI shows. Library configs are embedded as they are, not re-declared, so a field added to the trainer
+is a flow parameter at once: ``TokenizerTrainConfig``, ``BuildConfig`` and ``TrainConfig`` directly, the
+blend and export stages as subclasses of ``BlendConfig`` and ``ExportConfig`` that only change defaults
+(and add the export's samples). A partial dict from the UI or a deployment is completed from the demo's
+defaults by the loader's own merge (``bloomdata.config.complete``), as a YAML file is under a command.
 
 Paths: each stage writes under its own ``out_dir``; ``PipelineConfig.out_dir`` places them all and the
 pipeline wires each stage's outputs into the next stage's inputs (a user never types a blend path).
@@ -16,10 +19,13 @@ from pathlib import Path
 from pydantic import BaseModel, Field, field_validator
 
 from bloomdata.build import BuildConfig
+from bloomdata.config import complete
+from bloomdata.mixture.tune import BlendConfig
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.config import (
     CheckpointConfig,
+    ExportConfig,
     LoggingConfig,
     OptimConfig,
     ParallelConfig,
@@ -36,21 +42,6 @@ DEMO_LANGS = ("en", "fr", "es", "zh", "ar", "pt", "hi", "vi", "sw", "yo")  # lar
 def demo_sources() -> list[SourceConfig]:
     """The embedded demo corpus (flows/demo_corpus): one gzipped JSON-lines file per language."""
     return [SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in DEMO_LANGS]
-
-
-def merge_defaults(defaults: BaseModel, value: object) -> object:
-    """A partial dict (from the UI, a CLI ``--param`` or a deployment's JSON) completed by ``defaults``,
-    recursively, so ``{"schedule": {"train_iters": 50}}`` means "the defaults with 50 iterations"."""
-
-    def merge(base: dict, over: dict) -> dict:
-        out = dict(base)
-        for key, val in over.items():
-            # A preset ({"preset": "bloom-560m", ...}) stands for a whole section: never mix the demo's in.
-            nested = isinstance(val, dict) and isinstance(base.get(key), dict) and "preset" not in val
-            out[key] = merge(base[key], val) if nested else val
-        return out
-
-    return merge(defaults.model_dump(), value) if isinstance(value, dict) else value
 
 
 def demo_train_config() -> TrainConfig:
@@ -77,29 +68,29 @@ class TrainStageConfig(BaseModel):
     @field_validator("train", mode="before")
     @classmethod
     def _complete_train(cls, value: object) -> object:
-        return merge_defaults(demo_train_config(), value)
+        return complete(demo_train_config(), value)
 
 
-class BlendStageConfig(BaseModel):
-    alpha: float = Field(0.3, ge=0, description="p_lang ∝ tokens_lang ** alpha (1: natural, 0: uniform)")
-    token_budget: int | None = Field(None, ge=1, description="tokens to draw; None: what the training consumes")
-    floor: float | None = Field(None, description="minimum weight of every language")
-    cap: float | None = Field(None, description="maximum weight of every language")
-    overrides: dict[str, float] = Field(default_factory=dict, description="fixed weights, e.g. {'en': 0.2}")
-    max_epochs: float = Field(4.0, description="warn when a language is repeated more often than this")
-    split: str = Field("90,10,0", description="train,valid,test split of every dataset (Megatron style)")
-    seq_length: int | None = Field(None, description="recorded in blend.yaml; None: the model's")
-    seed: int | None = Field(None, description="recorded in blend.yaml; None: the training data seed")
+class BlendStageConfig(BlendConfig):
+    """``BlendConfig`` with the demo's split and output directory. In the pipeline, ``datasets`` are the
+    build's outputs, a ``token_budget``/``seq_length``/``seed`` left None are the training's, and ``out_dir`` is
+    ``PipelineConfig.out_dir/blend``."""
+
+    split: str | None = Field("90,10,0", description="train,valid,test split of every dataset (Megatron style)")
     out_dir: str = Field("runs/blend", description="blend.yaml, blend.json, blend.md, blend.png")
 
 
-class ExportStageConfig(BaseModel):
+class ExportStageConfig(ExportConfig):
+    """``ExportConfig`` with the demo's paths, plus the greedy samples generated from the exported model."""
+
+    checkpoint: str = Field("runs/train/checkpoints", description="checkpoint directory (holds `latest`)")
     out_dir: str = Field("runs/hf", description="the transformers BloomForCausalLM directory to write")
-    tag: str | None = Field(None, description="checkpoint tag (None: the `latest` one)")
+    tokenizer: str | None = Field("runs/tokenizer", description="directory with tokenizer.json (None: the "
+                                                                "checkpoint directory)")
     prompts: list[str] = Field(default_factory=lambda: ["The city", "Le gouvernement", "El presidente"],
                                description="prompts to continue (greedy) with the exported model")
-    max_new_tokens: int = Field(24, ge=1)
-    seed: int = 0
+    max_new_tokens: int = Field(24, ge=1, description="tokens generated per prompt at most")
+    seed: int = Field(0, description="torch seed before generating")
 
 
 def demo_tokenizer_config() -> TokenizerTrainConfig:
@@ -117,7 +108,8 @@ class PipelineConfig(BaseModel):
 
     The pipeline wires the stages: ``corpus`` becomes the tokenizer's and the build's ``sources``; each
     stage's ``out_dir`` becomes ``out_dir/<stage>``; the build reads the new tokenizer; the trainer reads the
-    blend, with the model's vocabulary set to the tokenizer's. Those fields of the stage configs are
+    blend, with the model's vocabulary set to the tokenizer's; the export reads the run's checkpoints and the
+    new tokenizer. Those fields of the stage configs are
     therefore ignored here (they matter when a stage flow runs on its own).
     """
 
@@ -133,9 +125,9 @@ class PipelineConfig(BaseModel):
     @field_validator("tokenizer", mode="before")
     @classmethod
     def _complete_tokenizer(cls, value: object) -> object:
-        return merge_defaults(demo_tokenizer_config(), value)
+        return complete(demo_tokenizer_config(), value)
 
     @field_validator("dataset", mode="before")
     @classmethod
     def _complete_dataset(cls, value: object) -> object:
-        return merge_defaults(demo_build_config(), value)
+        return complete(demo_build_config(), value)

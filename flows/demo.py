@@ -11,22 +11,51 @@ the same arguments finds every stage done and only prints the summary.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.cli.options import ConfigParser
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 
 
-def corpus_sources(path: str, text_field: str, lang_field: str, lang: str | None) -> list[SourceConfig]:
-    target = Path(path)
-    if not target.exists() and not any(ch in path for ch in "*?["):
-        raise BloomstackError(f"--corpus {path}: no such file or directory")
-    return [SourceConfig(paths=[str(target.resolve()) if target.exists() else path], text_field=text_field,
-                         lang_field=lang_field, lang=lang)]
+class DemoConfig(BaseModel):
+    """What ``python -m flows.demo`` changes in the pipeline's demo defaults (flags generated from it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    corpus: list[SourceConfig] = Field(
+        default_factory=list, json_schema_extra=cli_option("--corpus", metavar="PATH"),
+        description="your documents instead of the embedded demo corpus: a jsonl[.gz|.zst], parquet, arrow or txt "
+                    "file, a directory of them or an HF save_to_disk directory (LANG=PATH: all in one language)")
+    out_dir: str = Field("demo_out", description="output directory", json_schema_extra=cli_option("--out", metavar="DIR"))
+    workers: int = Field(2, ge=0, description="Dask LocalCluster worker processes")
+    scheduler: str | None = Field(None, description="tcp://host:port of an existing Dask scheduler instead",
+                                  json_schema_extra=cli_option(metavar="ADDR"))
+    train_iters: int | None = Field(None, ge=1, description="override the training length")
+
+
+def parser() -> ConfigParser[DemoConfig]:
+    return ConfigParser(DemoConfig, "python -m flows.demo", __doc__.split("\n\n")[0], config_file=False)
+
+
+def corpus_sources(sources: list[SourceConfig]) -> list[SourceConfig]:
+    """The --corpus sources with their paths checked (a glob is left to the readers) and made absolute."""
+    checked = []
+    for source in sources:
+        paths = []
+        for path in source.paths:
+            target = Path(path)
+            if not target.exists() and not any(ch in path for ch in "*?["):
+                raise BloomstackError(f"--corpus {path}: no such file or directory")
+            paths.append(str(target.resolve()) if target.exists() else path)
+        checked.append(source.model_copy(update={"paths": paths}))
+    return checked
 
 
 def _num(d: dict, key: str, spec: str) -> str:
@@ -55,24 +84,14 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flows.demo", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", help="your documents instead of the embedded demo corpus")
-    ap.add_argument("--text-field", default="text", help="--corpus: the text column/field")
-    ap.add_argument("--lang-field", default="lang", help="--corpus: the per-row language field")
-    ap.add_argument("--lang", default=None, help="--corpus: one language for every document")
-    ap.add_argument("--out", default="demo_out", help="output directory (default: demo_out)")
-    ap.add_argument("--workers", type=int, default=2, help="Dask LocalCluster worker processes")
-    ap.add_argument("--scheduler", default=None, help="tcp://host:port of an existing Dask scheduler instead")
-    ap.add_argument("--train-iters", type=int, default=None, help="override the training length")
-    args = ap.parse_args(argv)
-
     from flows.config import PipelineConfig  # noqa: PLC0415 - keep --help fast
     from flows.pipeline import bloom_pipeline  # noqa: PLC0415
 
     try:
-        config = PipelineConfig(out_dir=args.out)
+        args, _ = parser().parse(sys.argv[1:] if argv is None else argv)
+        config = PipelineConfig(out_dir=args.out_dir)
         if args.corpus:
-            config.corpus = corpus_sources(args.corpus, args.text_field, args.lang_field, args.lang)
+            config.corpus = corpus_sources(args.corpus)
         config.dataset = config.dataset.model_copy(update={"workers": args.workers, "scheduler": args.scheduler})
         if args.train_iters:
             tree = config.train.train.model_dump()

@@ -87,8 +87,9 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
     train = state.result()
 
     t = train_cfg.train
-    export = export_flow(train["paths"]["checkpoints"], tok["tokenizer_dir"],
-                         config.export.model_copy(update={"out_dir": str(root / "hf")}),
+    export_cfg = config.export.model_copy(update={"checkpoint": train["paths"]["checkpoints"],
+                                                  "tokenizer": tok["tokenizer_dir"], "out_dir": str(root / "hf")})
+    export = export_flow(export_cfg,
                          eval_blend=blend["blend_yaml"] if t.logging.eval_interval else None,
                          eval_samples=t.logging.eval_iters * t.schedule.global_batch_size,  # the trainer's own
                          eval_compat=t.data.compat, eval_cache_dir=t.data.cache_dir, upstream=[train["hash"]])

@@ -13,13 +13,17 @@ that ``prefect deploy`` created keeps its pull steps, and its runs then crash lo
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.cli.options import ConfigParser
+from bloomdata.errors import BloomstackError
 
 DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
 
 # Flows whose parameters may be partial configs ({"train": {"schedule": {"train_iters": 50}}}): their
-# pydantic models complete a partial dict from the demo's defaults (flows.config.merge_defaults), but the
+# pydantic models complete a partial dict from the demo's defaults (bloomdata.config.complete), but the
 # server checks parameters against the JSON schema *before* that, where the embedded library configs
 # (TrainConfig.model, TokenizerTrainConfig.sources) are required. So the server's check is off for them;
 # the flow validates the completed config as it starts and fails at once, naming the field, when it is wrong.
@@ -44,13 +48,25 @@ def deployment_names() -> list[str]:
     return [f"{d.flow_name}/{d.name}" for d in deployments()]
 
 
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int | None = Field(None, ge=1, description="most flow runs at once (default: no limit)")
+
+
+def parser() -> ConfigParser[ServeConfig]:
+    return ConfigParser(ServeConfig, "python -m flows.serve", __doc__.split("\n\n")[0], config_file=False)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m flows.serve", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--limit", type=int, default=None, help="most flow runs at once (default: no limit)")
-    args = ap.parse_args(argv)
+    try:
+        config, _ = parser().parse(sys.argv[1:] if argv is None else argv)
+    except BloomstackError as exc:
+        print(f"flows.serve: error: {exc}", file=sys.stderr)
+        return 2
     from prefect import serve  # noqa: PLC0415
 
-    serve(*deployments(), limit=args.limit)
+    serve(*deployments(), limit=config.limit)
     return 0
 
 

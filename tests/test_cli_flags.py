@@ -27,6 +27,8 @@ COMMANDS = {
     "bloomtrain generate": "bloomtrain.cli.generate",
     "bloomtrain slurm": "bloomtrain.cli.slurm",
     "bloomtrain build-kernels": "bloomtrain.cli.build_kernels",
+    "python -m flows.demo": "flows.demo",
+    "python -m flows.serve": "flows.serve",
 }
 TINY = Path(__file__).resolve().parents[1] / "configs" / "train" / "tiny-cpu.yaml"
 
@@ -162,6 +164,18 @@ def test_slurm_and_build_kernels_flags():
     for argv, cuda, verbose in [(["--cpu-only", "--verbose"], False, True), (["--cuda"], True, False), ([], None, False)]:
         cfg, _ = _parse("bloomtrain build-kernels", argv)
         assert (cfg.cuda, cfg.verbose) == (cuda, verbose)
+
+
+def test_flows_demo_and_serve_flags():
+    cfg, _ = _parse("python -m flows.demo", ["--corpus", "c.jsonl", "--text-field", "body", "--lang-field", "language",
+                                            "--lang", "sw", "--out", "o", "--workers", "3", "--scheduler", "tcp://h:1",
+                                            "--train-iters", "50"])
+    assert cfg.model_dump() == {"corpus": [_source("c.jsonl", "sw", "body", "language")], "out_dir": "o", "workers": 3,
+                                "scheduler": "tcp://h:1", "train_iters": 50}
+    cfg, _ = _parse("python -m flows.demo", [])
+    assert cfg.model_dump() == {"corpus": [], "out_dir": "demo_out", "workers": 2, "scheduler": None, "train_iters": None}
+    assert _parse("python -m flows.serve", ["--limit", "4"])[0].limit == 4
+    assert _parse("python -m flows.serve", [])[0].limit is None
 
 
 def _field_path_exists(model: type[BaseModel], key: tuple) -> bool:

@@ -19,7 +19,7 @@ pydantic converts (so a bad value is reported like a bad YAML value, naming the 
 as the strings typed; the model's own validators parse units (``50MB``, ``350e9``).
 
 Hand-declared options are only those that are not config: ``--config FILE``, ``key=value`` overrides and
-output switches (``--json``); ``ConfigParser.HAND_DECLARED`` lists them and a test holds every other option
+output switches (``--json``); ``HAND_DECLARED`` lists them and a test holds every other option
 to a model field.
 """
 
@@ -95,8 +95,8 @@ def _default_text(info: FieldInfo) -> str:
     return f" (default: {default})"
 
 
-def _help(info: FieldInfo, extra: str = "") -> str:
-    text = (info.description or "").strip() + extra + _default_text(info)
+def _help(info: FieldInfo) -> str:
+    text = (info.description or "").strip() + _default_text(info)
     return text.strip().replace("%", "%%") or "(no description)"
 
 
@@ -220,8 +220,8 @@ def values_from(namespace: argparse.Namespace, options: Sequence[Option]) -> tup
         if items_key not in flags:
             names = [flag for _, flag in fields.values()]
             raise BloomstackError(f"{', '.join(names)} {'applies' if len(names) == 1 else 'apply'} to each "
-                                  f"{owner.name}; give {owner.name} too, or set {', '.join(fields)} on each item "
-                                  "in the --config file")
+                                  f"{owner.name}; give {owner.name} too (in a config file, set {', '.join(fields)} "
+                                  "on each item instead)")
         node = values
         for part in items_key[:-1]:
             node = node[part]

@@ -1,5 +1,5 @@
-"""Prefect-free pieces: the pipeline's parameter schema and partial configs, launch commands, and the
-training report numbers (from a hand-written metrics.jsonl)."""
+"""Prefect-free pieces: the pipeline's parameter schema, its stage configs (the library models) and partial
+configs, launch commands, and the training report numbers (from a hand-written metrics.jsonl)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,11 @@ import sys
 
 import pytest
 
-from flows.config import PipelineConfig, TrainStageConfig
+from bloomdata.config import load_config
+from bloomdata.errors import BloomstackError
+from bloomdata.mixture.tune import BlendConfig
+from bloomtrain.config import ExportConfig
+from flows.config import BlendStageConfig, ExportStageConfig, PipelineConfig, TrainStageConfig
 from flows.launch_config import LaunchConfig, build_command
 from flows.report import read_metrics, summarize, training_markdown
 
@@ -25,6 +29,24 @@ def test_partial_parameters_complete_from_the_demo_defaults():
     assert cfg.train.train.model == demo.train.train.model  # untouched sections keep the demo's values
     preset = TrainStageConfig.model_validate({"train": {"model": {"preset": "bloom-560m", "seq_length": 256}}})
     assert preset.train.model.hidden_size == 1024 and preset.train.model.seq_length == 256  # not the demo's 128
+
+
+def test_stage_configs_are_the_library_models_with_demo_defaults():
+    assert issubclass(BlendStageConfig, BlendConfig) and issubclass(ExportStageConfig, ExportConfig)
+    cfg = PipelineConfig.model_validate({"blend": {"alpha": 0.5, "floor": {"en": 0.1}, "overrides": {"fr": 0.2}},
+                                         "export": {"tag": "global_step9", "dtype": "bfloat16"}})
+    assert (cfg.blend.alpha, cfg.blend.floor, cfg.blend.overrides) == (0.5, {"en": 0.1}, {"fr": 0.2})
+    assert (cfg.blend.split, cfg.blend.out_dir, cfg.blend.max_epochs) == ("90,10,0", "runs/blend", 4.0)
+    assert (cfg.export.tag, cfg.export.dtype, cfg.export.out_dir) == ("global_step9", "bfloat16", "runs/hf")
+    assert cfg.export.prompts == PipelineConfig().export.prompts
+
+
+def test_partial_parameters_fail_in_the_loaders_one_line_format():
+    """The same loader and message format as a command line, for a deployment's partial parameters."""
+    with pytest.raises(BloomstackError) as info:
+        load_config(PipelineConfig, values={"train": {"train": {"optim": {"lr": "fast"}}}}, origin="parameters")
+    assert str(info.value).startswith("parameters: train.train.optim.lr: Input should be a valid number")
+    assert "(got 'fast'); fix: change train.train.optim.lr: Peak learning rate" in str(info.value)
 
 
 def test_parameter_schema_is_json_and_demo_is_distributed():
