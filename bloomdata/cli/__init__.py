@@ -1,8 +1,9 @@
 """`bloomdata` command line: one dispatcher, one module per subcommand.
 
-Each subcommand lives in the module that does the work and exposes ``main(argv) -> int``; this file
-only routes (litgpt's single-dispatcher idea). Modules are imported lazily so that ``bloomdata --help``
-stays fast and a subcommand never pays for another's imports (dask, matplotlib).
+Each subcommand is a thin module here exposing ``parser()`` (flags generated from the command's pydantic
+model by ``bloomdata.cli.options``) and ``main(argv) -> int``; the work stays in the library. This file only
+routes (litgpt's single-dispatcher idea). Modules are imported lazily so that ``bloomdata --help`` stays
+fast and a subcommand never pays for another's imports (dask, matplotlib).
 """
 
 from __future__ import annotations
