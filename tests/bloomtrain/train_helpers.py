@@ -20,7 +20,7 @@ def train_rank(overrides: list[str], faults=None, callbacks=None) -> dict:
     """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need.
 
     ``faults``: the Checkpointer's fault hook (checkpoint.checkpointer.FaultHook). ``callbacks``: a function
-    returning extra callbacks; what it returns is also reported (``"callbacks"``), for tests that record."""
+    returning extra callbacks (built in the rank); their ``recorded`` attributes come back in ``"recorded"``."""
     from bloomtrain.config import load_config
     from bloomtrain.train import build_trainer
 
@@ -57,5 +57,5 @@ def train_rank(overrides: list[str], faults=None, callbacks=None) -> dict:
         "skipped_steps": trainer.module.skipped_steps,
         "groups": groups,
         "coords": (state.tp_rank, state.pp_rank, state.dp_rank),
-        "callbacks": extra,
+        "recorded": [getattr(cb, "recorded", None) for cb in extra],
     }
