@@ -23,8 +23,8 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
-from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, run_build
-from bloomdata.readers import SourceConfig, plan_shards
+from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, plan_build, run_build
+from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig, load_tokenizer, train_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table
 from flows.config import demo_build_config, demo_tokenizer_config
@@ -100,7 +100,7 @@ def _follow_shards(out_dir: Path, total: int, stop: threading.Event, every_s: fl
 def build_task(config: BuildConfig) -> BuildSummary:
     """One build; a retry reuses every shard already marked done (the build's own markers)."""
     out = Path(config.out_dir)
-    total = len(plan_shards(config.sources, config.max_rows_per_shard))
+    total = len(plan_build(config).shards)
     stop = threading.Event()
     # The artifact client lives in context variables: give the watcher thread a copy of ours.
     watcher = threading.Thread(target=contextvars.copy_context().run, args=(_follow_shards, out, total, stop),

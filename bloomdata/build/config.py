@@ -4,14 +4,15 @@ names of the files it writes."""
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from bloomdata.config import cli_option
 from bloomdata.readers import SourceConfig
+from bloomdata.units import parse_bytes
 
-MARKER_VERSION = 1  # bump when the shard output format changes: every old marker becomes invalid
+MARKER_VERSION = 2  # bump when the shard output format changes: every old marker becomes invalid
 SUMMARY_FILE = "build_summary.json"
 REJECTS_FILE = "rejects.jsonl"
 SHARDS_DIR = "shards"
@@ -35,10 +36,17 @@ class BuildConfig(BaseModel):
     split_by: Literal["lang", "none"] = Field(default="lang", description="one output per language, or one")
     output_name: str = Field(default="all", pattern=r"^[A-Za-z0-9_.-]+$",
                              description="output prefix name with split_by='none'")
-    workers: int = Field(default=2, ge=0, description="LocalCluster worker processes (0: run in-process)")
+    workers: int = Field(default=2, ge=0, description="LocalCluster worker processes (0: run in-process); also the "
+                         "worker count the shards are planned for (with --scheduler too)")
     scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
                                   json_schema_extra=cli_option(metavar="ADDR"))
-    max_rows_per_shard: int | None = Field(default=None, ge=1, description="split larger files into row ranges")
+    shard_bytes: Annotated[int, BeforeValidator(parse_bytes)] = Field(
+        default=64_000_000, ge=0, json_schema_extra=cli_option(metavar="BYTES"),
+        description="cut larger files into shards of at most about this size (64MB, 1GiB): jsonl by line-aligned "
+                    "byte ranges, parquet by row groups, arrow by record batches; smaller when the inputs would "
+                    "give fewer than 4 shards per worker; .gz/.zst and txt files stay whole; 0: one shard per file")
+    max_rows_per_shard: int | None = Field(default=None, ge=1, description="cut larger files into row ranges "
+                                           "instead of by size (planning counts every row)")
     strict: bool = Field(default=False, description="the first rejected row is an error naming file:line")
     batch_docs: int = Field(default=1000, ge=1, description="documents per encode_batch call")
     batch_bytes: int = Field(default=8 << 20, ge=1, description="characters per encode_batch call (memory)")

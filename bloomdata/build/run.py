@@ -2,9 +2,11 @@
 
 Design (datatrove's split between steps and executors; Megatron's "tokenize shards, then merge"):
 
-- ``plan_shards`` (bloomdata.documents) cuts the inputs into a deterministic list of shards (a file, or a
-  row range of a large file). ``tokenize_shard`` is a pure step: it streams one shard in bounded batches
-  through ``Tokenizer.encode_batch_fast`` and writes one small dataset per output name (language) under
+- ``plan_build`` (``bloomdata.readers.shard_plan``) cuts the inputs into a deterministic list of shards (a
+  file, or a byte range, row group range or record batch range of a large one: about ``shard_bytes`` each,
+  smaller when that would leave workers idle; or row ranges with ``max_rows_per_shard``).
+  ``tokenize_shard`` is a pure step: it streams one shard in bounded batches through
+  ``Tokenizer.encode_batch_fast`` and writes one small dataset per output name (language) under
   ``OUT_DIR/shards/<shard name>/``. ``bloomdata.parallel.run_shards`` places the steps on Dask workers;
   nothing here knows about Dask.
 - Completion markers (``bloomdata.durable``): a shard is done when ``OUT_DIR/shards/<shard name>.done.json``
@@ -14,7 +16,13 @@ Design (datatrove's split between steps and executors; Megatron's "tokenize shar
   half-written shard that looks complete; a changed input or tokenizer changes the key and the shard is
   rebuilt, never reused.
 - Determinism: outputs are merged in *plan* order, never completion order, and shard outputs depend only
-  on the shard's rows, so the bytes are identical for any number of workers or any scheduling.
+  on the shard's rows, so the bytes are identical for any number of workers, any scheduling and any
+  sharding (shard size, whole files, row ranges).
+- Line numbers: a byte-range shard cannot know how many lines precede it, so it numbers its rows from its
+  own first line and records how many rows it read. The rejects file turns them into file lines from the
+  row counts of the shards before it in plan order (a file's ranges are consecutive there); a --strict
+  error in a worker counts the lines before its range once (``file_reject``). A changed plan (shard size,
+  worker count) gives other shard names and keys: the old shards are swept, the new ones built.
 - The merged outputs are ``OUT_DIR/<name>.bin/.idx`` (``name`` = language, or ``output_name`` with
   ``split_by="none"``); the summary is ``OUT_DIR/build_summary.json`` and reject examples (at most
   ``max_reject_examples`` per reason, in plan order) are ``OUT_DIR/rejects.jsonl``. The summary (a
@@ -27,6 +35,7 @@ Design (datatrove's split between steps and executors; Megatron's "tokenize shar
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -66,7 +75,7 @@ from bloomdata.megatron.indexed import (
     index_file_path,
     merge_datasets,
 )
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_shards
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, ShardPlan, shard_plan
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 # ---------------------------------------------------------------------------------------------------------
@@ -95,14 +104,31 @@ def merge_shards(out_dir: str, shards: list[Shard], manifests: list[ShardManifes
     return stats
 
 
-def write_rejects(path: str, manifests: list[ShardManifest], max_examples: int) -> None:
+def file_line_offsets(shards: list[Shard], manifests: list[ShardManifest]) -> list[int]:
+    """Per shard, what to add to its rows' line numbers to make them file lines: the rows of the earlier
+    byte ranges of its file for a byte-range shard (its file's ranges are consecutive in plan order, the
+    first at byte 0), 0 for the others (their readers count file lines)."""
+    offsets, before = [], 0
+    for shard, manifest in zip(shards, manifests):
+        if not shard.local_lines:
+            offsets.append(0)
+            continue
+        if shard.byte_range[0] == 0:
+            before = 0
+        offsets.append(before)
+        before += manifest.rows
+    return offsets
+
+
+def write_rejects(path: str, shards: list[Shard], manifests: list[ShardManifest], max_examples: int) -> None:
     """The first ``max_examples`` rejects of each reason, in plan order (file:line, reason, detail)."""
     taken: Counter[str] = Counter()
     lines = []
-    for manifest in manifests:
+    for offset, manifest in zip(file_line_offsets(shards, manifests), manifests):
         for ex in manifest.reject_examples:
             if taken[ex["reason"]] < max_examples:
                 taken[ex["reason"]] += 1
+                ex = {**ex, "line": ex["line"] + offset}
                 lines.append(json.dumps({"where": f"{ex['path']}:{ex['line']}", **ex}, ensure_ascii=False))
     durable.write_text(path, "".join(line + "\n" for line in lines))
 
@@ -148,6 +174,22 @@ def _remove_stray_temps(out_dir: str) -> None:
         durable.remove_temps(directory)
 
 
+def _sweep_other_plans(out_dir: str, shards: list[Shard]) -> None:
+    """Remove the parts and markers of shards that are not in this plan (left by a run with another shard
+    size, worker count or inputs, with keep_shards or killed): they can never be reused by this plan."""
+    shards_dir = os.path.join(out_dir, SHARDS_DIR)
+    if not os.path.isdir(shards_dir):
+        return
+    planned = {s.name for s in shards}
+    for entry in os.scandir(shards_dir):
+        name = entry.name.removesuffix(".done.json")
+        if name not in planned:
+            if entry.is_dir():
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.remove(entry.path)
+
+
 def _sweep_unmarked(out_dir: str) -> None:
     """After a failed run: remove shard directories without a marker (half-written by cancelled tasks)."""
     shards_dir = os.path.join(out_dir, SHARDS_DIR)
@@ -172,6 +214,13 @@ def _up_to_date(out_dir: str, fingerprint: str) -> BuildSummary | None:
     return None
 
 
+def plan_build(config: BuildConfig) -> ShardPlan:
+    """The build's shards: cut by ``max_rows_per_shard`` when set, else by size for ``config.workers``
+    workers (in-process: by ``shard_bytes`` alone)."""
+    return shard_plan(config.sources, config.max_rows_per_shard, shard_bytes=config.shard_bytes,
+                      workers=config.workers or None)
+
+
 def run_build(config: BuildConfig, client=None) -> BuildSummary:
     """Plan, tokenize every unfinished shard in parallel, merge in plan order; returns the summary.
 
@@ -184,7 +233,8 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
     from bloomdata.build.executor import run_shards
 
     t0 = time.perf_counter()
-    shards = plan_shards(config.sources, config.max_rows_per_shard)
+    plan = plan_build(config)
+    shards = plan.shards
     if not shards:
         raise BloomstackError("the sources hold no input files; check the --input paths")
     tok = load_tokenizer(config.tokenizer)
@@ -206,6 +256,7 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
     fingerprint = durable.content_key([keys, sorted(names), config.max_reject_examples])
     with _locked_out_dir(out_dir):
         _remove_stray_temps(out_dir)
+        _sweep_other_plans(out_dir, shards)
         previous = _up_to_date(out_dir, fingerprint)
         if previous is not None and not (config.strict and previous.rejects_total):
             return previous.model_copy(update={"up_to_date": True})
@@ -236,13 +287,14 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
             bar.close()
         t2 = time.perf_counter()
         if config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
-            for shard, m in zip(shards, manifests):
+            for shard, m, offset in zip(shards, manifests, file_line_offsets(shards, manifests)):
                 if any(m.rejects.values()):
                     examples = m.reject_examples or [{"path": shard.path, "line": shard.start + 1,
                                                       "reason": next(iter(m.rejects)), "detail": "or later"}]
-                    raise _strict_error(Reject(**examples[0]))
+                    reject = Reject(**examples[0])
+                    raise _strict_error(dataclasses.replace(reject, line=reject.line + offset))
         outputs = merge_shards(out_dir, shards, manifests, names, dtype)
-        write_rejects(os.path.join(out_dir, REJECTS_FILE), manifests, config.max_reject_examples)
+        write_rejects(os.path.join(out_dir, REJECTS_FILE), shards, manifests, config.max_reject_examples)
         wall = time.perf_counter() - t0
         built = [manifests[i] for i in pending]
         rejects = empty_reject_counts()
@@ -261,6 +313,8 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
             rejects_total=sum(rejects.values()),
             rejects_file=os.path.join(out_dir, REJECTS_FILE),
             shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),
+            shard_bytes=plan.shard_bytes,
+            unsplittable_inputs=plan.unsplittable,
             tokenizer=tokenizer_path,
             tokenizer_sha256=tokenizer_sha,
             dtype=dtype.name,

@@ -27,7 +27,7 @@ from bloomdata.build.config import MARKER_VERSION, SHARDS_DIR, output_name_of
 from bloomdata.build.summary import PartStats, ShardManifest
 from bloomdata.errors import BloomDataError
 from bloomdata.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path
-from bloomdata.readers import Reject, Shard, read_shard
+from bloomdata.readers import Reject, Shard, file_line, read_shard
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 
@@ -96,8 +96,14 @@ def _tokenizer(path: str):
 
 
 def _strict_error(reject: Reject) -> BloomDataError:
+    """--strict's error for a reject whose line is the file's (see ``file_reject``)."""
     return BloomDataError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
                           "drop that row, or run without --strict to skip and count it")
+
+
+def file_reject(shard: Shard, reject: Reject) -> Reject:
+    """The reject with its file line number: a byte-range shard counts lines from its own first line."""
+    return dataclasses.replace(reject, line=file_line(shard, reject.line)) if shard.local_lines else reject
 
 
 def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eod: bool, dtype: str,
@@ -125,7 +131,7 @@ def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eo
     writers: dict[str, IndexedDatasetWriter] = {}
     rejects: Counter[str] = Counter()
     examples: list[dict[str, Any]] = []
-    counts = {"text_bytes": 0}
+    counts = {"text_bytes": 0, "rows": 0}
     part_tokens: Counter[str] = Counter()
     batch_names: list[str] = []
     batch_texts: list[str] = []
@@ -152,9 +158,10 @@ def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eo
 
     try:
         for item in read_shard(shard):
+            counts["rows"] += 1
             if isinstance(item, Reject):
                 if strict:
-                    raise _strict_error(item)
+                    raise _strict_error(file_reject(shard, item))
                 rejects[item.reason] += 1
                 if rejects[item.reason] <= max_examples:
                     examples.append(dataclasses.asdict(item))
@@ -187,7 +194,8 @@ def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eo
                                   bin_bytes=os.path.getsize(data_file_path(prefix)),
                                   idx_bytes=os.path.getsize(index_file_path(prefix)))
     manifest = ShardManifest(
-        shard=shard.name, identity=durable.to_jsonable(identity), outputs=outputs, text_bytes=counts["text_bytes"],
+        shard=shard.name, identity=durable.to_jsonable(identity), outputs=outputs, rows=counts["rows"],
+        text_bytes=counts["text_bytes"],
         documents=sum(len(w) for w in writers.values()), tokens=sum(part_tokens.values()),
         rejects=dict(sorted(rejects.items())), reject_examples=examples,
         seconds=round(time.perf_counter() - t0, 3), cpu_seconds=round(time.process_time() - cpu0, 3))

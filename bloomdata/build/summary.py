@@ -32,11 +32,14 @@ class ShardManifest(BaseModel):
     shard: str  # Shard.name
     identity: dict[str, Any]  # what the key was computed from (shard_key), for people reading the marker
     outputs: dict[str, PartStats]  # output name -> its part files
+    rows: int  # rows (lines) read: documents + rejects; turns a byte-range shard's lines into file lines
     text_bytes: int  # UTF-8 bytes of the accepted documents' texts
     documents: int
     tokens: int
     rejects: dict[str, int]  # reason -> rows rejected
-    reject_examples: list[dict[str, Any]]  # Reject fields (path, line, reason, detail), at most N per reason
+    # Reject fields (path, line, reason, detail), at most N per reason; a byte-range shard's lines count from
+    # its first line (the build's rejects file and --strict give file lines)
+    reject_examples: list[dict[str, Any]]
     seconds: float
     cpu_seconds: float  # < seconds: the worker waited on I/O or on the CPU
     reused: bool = False  # set on return when the marker was found valid; never True on disk
@@ -73,6 +76,8 @@ class BuildSummary(BaseModel):
     rejects_total: int
     rejects_file: str
     shards: ShardCounts
+    shard_bytes: int | None = None  # the size large files were cut to (None: whole files or row ranges)
+    unsplittable_inputs: list[str] = []  # inputs over shard_bytes that stay one shard (compressed streams...)
     tokenizer: str
     tokenizer_sha256: str | None
     dtype: str
@@ -95,6 +100,10 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
+def _size(n: int) -> str:
+    return f"{n / 1e3:,.1f} KB" if n < 1e6 else _mb(n)
+
+
 def format_summary(summary: BuildSummary) -> str:
     """The build summary as a short text table (the same facts as build_summary.json)."""
     s = summary
@@ -104,8 +113,13 @@ def format_summary(summary: BuildSummary) -> str:
     for name, o in s.outputs.items():
         lines.append(f"  {name:<{width}} {o.documents:>11,} {o.tokens:>14,} {_mb(o.bin_bytes):>12}")
     lines.append(f"  {'total':<{width}} {s.documents:>11,} {s.tokens:>14,} {_mb(s.bytes_out):>12}")
+    cut = f"; large files cut at {_size(s.shard_bytes)}" if s.shard_bytes else ""
     lines.append(f"  dtype {s.dtype}, append_eod {s.append_eod}, shards {s.shards.total} "
-                 f"({s.shards.built} built, {s.shards.reused} reused)")
+                 f"({s.shards.built} built, {s.shards.reused} reused{cut})")
+    if s.unsplittable_inputs:
+        names = ", ".join(s.unsplittable_inputs[:3]) + (", ..." if len(s.unsplittable_inputs) > 3 else "")
+        lines.append(f"  {len(s.unsplittable_inputs)} input(s) over {_size(s.shard_bytes or 0)} could not be cut into "
+                     f"shards (a compressed stream, or one row group or record batch), one worker each: {names}")
     lines.append(f"  bytes in: {_mb(s.text_bytes_in)} of text ({_mb(s.input_file_bytes)} of files); "
                  f"bytes out: {_mb(s.bytes_out)}")
     rejected = {k: v for k, v in s.rejects.items() if v}

@@ -3,16 +3,25 @@
 Shared by the tokenizer trainer and the parallel build:
 
 - ``SourceConfig`` (sources.py): where one source's files are and how to read them;
-- ``plan_shards`` / ``read_shard`` / ``iter_documents`` (shards.py): deterministic work units, streamed;
+- ``plan_shards`` / ``shard_plan`` / ``read_shard`` / ``iter_documents`` (shards.py): deterministic work
+  units (whole files, row ranges or byte ranges of large ones), streamed;
 - ``Document`` / ``Reject`` / ``Shard`` (records.py): what flows between them;
 - one module per format: jsonl.py, columnar.py (parquet, arrow), txt.py; compressed.py opens .gz/.zst.
 """
 
 from bloomdata.readers.records import REJECT_REASONS, Document, Reject, Shard, validate_row
-from bloomdata.readers.shards import count_rows, iter_documents, plan_shards, read_shard
+from bloomdata.readers.shards import (
+    ShardPlan,
+    count_rows,
+    file_line,
+    iter_documents,
+    plan_shards,
+    read_shard,
+    shard_plan,
+)
 from bloomdata.readers.sources import Format, SourceConfig, format_of, resolve_files, source_from_spec
 
 __all__ = [
-    "REJECT_REASONS", "Document", "Format", "Reject", "Shard", "SourceConfig", "count_rows", "format_of",
-    "iter_documents", "plan_shards", "read_shard", "resolve_files", "source_from_spec", "validate_row",
+    "REJECT_REASONS", "Document", "Format", "Reject", "Shard", "ShardPlan", "SourceConfig", "count_rows", "file_line",
+    "format_of", "iter_documents", "plan_shards", "read_shard", "resolve_files", "shard_plan", "source_from_spec", "validate_row",
 ]

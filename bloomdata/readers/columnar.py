@@ -3,6 +3,10 @@
 Arrow files are memory-mapped; an IPC *file* and an IPC *stream* (what ``datasets.save_to_disk`` writes)
 are told apart by the ``ARROW1`` magic. Parquet range shards skip row groups outside the range from the
 footer alone.
+
+Size-planned shards of a large file are row ranges cut at row group (parquet) or record batch (arrow)
+boundaries; ``parquet_units`` / ``arrow_units`` give each group's rows and text bytes from metadata (the
+parquet footer; the arrow batches' buffer sizes, memory-mapped: no data is read).
 """
 
 from __future__ import annotations
@@ -36,6 +40,26 @@ def parquet_file(path: str):
         return pq.ParquetFile(path, memory_map=True)
     except (OSError, pa.ArrowInvalid) as exc:
         raise BloomstackError(f"{path}: not a readable parquet file ({exc})") from None
+
+
+def parquet_units(path: str, text_field: str) -> list[tuple[int, int]]:
+    """(rows, uncompressed bytes of the text column, or of the whole group without one) per row group."""
+    meta = parquet_file(path).metadata
+    units = []
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        text = [group.column(c).total_uncompressed_size for c in range(group.num_columns)
+                if group.column(c).path_in_schema == text_field]
+        units.append((group.num_rows, text[0] if text else group.total_byte_size))
+    return units
+
+
+def arrow_units(path: str, text_field: str) -> list[tuple[int, int]]:
+    """(rows, bytes of the text column's buffers, or of the whole batch without one) per record batch."""
+    reader, is_file = arrow_reader(path)
+    batches = (reader.get_batch(i) for i in range(reader.num_record_batches)) if is_file else reader
+    field = reader.schema.get_field_index(text_field)
+    return [(b.num_rows, b.column(field).nbytes if field >= 0 else b.nbytes) for b in batches]
 
 
 def _columns(schema, shard: Shard) -> list[str]:

@@ -1,5 +1,13 @@
 """JSON-lines reader: one JSON object per line (plain, ``.gz`` or ``.zst``); a row is a line.
 
+Byte-range shards (what the build plans for large plain files): the planner cuts a file at the first line
+start at or after each of a few byte offsets (``line_starts``: a seek and a read to the next newline per
+cut, never the whole file), and a shard owns every line that *starts* in its range [lo, hi). Its reader
+seeks to lo - 1 and skips through the next newline (the line that starts before lo belongs to the shard
+before), then reads lines while they start before hi. It cannot know how many lines precede it, so its
+line numbers count from its own first line; ``lines_before`` gives the exact offset (one read of the
+file's first lo bytes) where an error must name the file's line at once.
+
 Row-range shards of plain files seek to the byte offset the planner recorded (``count_jsonl``, one pass
 with ``bytes.count`` at disk speed, which also gives exact line numbers for rejects). Compressed files
 cannot seek: a range shard decompresses and skips the lines before it (decompression is ~100x faster than
@@ -23,6 +31,50 @@ from bloomdata.readers.compressed import CHUNK, CORRUPT_ERRORS, corrupt_detail, 
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
 BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark
+SCAN = 1 << 13  # bytes per read when looking for the next newline after a cut (a few lines)
+
+
+def line_starts(path: str, offsets: list[int]) -> list[int]:
+    """For each offset (ascending), the first line start at or after it (0, or just after a newline), or
+    the file size when no line starts there. Reads from offset - 1 to the next newline only."""
+    starts: list[int] = []
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            for offset in offsets:
+                if offset <= 0:
+                    starts.append(0)
+                    continue
+                if starts and starts[-1] >= offset:  # one long line spans this cut too: same next start
+                    starts.append(starts[-1])
+                    continue
+                fh.seek(offset - 1)  # a line starts at offset exactly when the byte before it is a newline
+                at = offset - 1
+                while True:
+                    chunk = fh.read(SCAN)
+                    found = chunk.find(b"\n")
+                    if not chunk or found >= 0:
+                        starts.append(at + found + 1 if found >= 0 else at)
+                        break
+                    at += len(chunk)
+    except OSError as exc:
+        raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
+    return starts
+
+
+def lines_before(path: str, offset: int) -> int:
+    """Lines of a plain file that start before the first line start at or after ``offset`` (so the file
+    line number of a byte-range shard's line n is ``lines_before(path, lo) + n``). Reads offset bytes."""
+    if offset <= 0:
+        return 0
+    newlines, left = 0, offset - 1  # newlines before offset - 1, plus line 1
+    with open_bytes(path) as fh:
+        while left > 0:
+            chunk = fh.read(min(CHUNK, left))
+            if not chunk:
+                break
+            newlines += chunk.count(b"\n")
+            left -= len(chunk)
+    return newlines + 1
 
 
 def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
@@ -67,8 +119,12 @@ def _count_compressed(path: str) -> int:
 
 
 def read_jsonl(shard: Shard) -> Iterator[Document | Reject]:
-    """Rows [start, stop) of a jsonl file. A damaged compressed stream ends the shard with one corrupt_file
-    reject at the line where reading stopped; the rows before it are kept."""
+    """Rows [start, stop) of a jsonl file, or the lines starting in its byte range. A damaged compressed
+    stream ends the shard with one corrupt_file reject at the line where reading stopped; the rows before
+    it are kept."""
+    if shard.byte_range is not None:
+        yield from _read_byte_range(shard)
+        return
     line_no = 0  # lines read so far
     try:
         with open_bytes(shard.path) as fh:
@@ -90,6 +146,29 @@ def read_jsonl(shard: Shard) -> Iterator[Document | Reject]:
             yield Reject("corrupt_file", shard.path, line_no + 1, corrupt_detail(exc))
     except OSError as exc:
         raise BloomstackError(f"{shard.path}:{line_no + 1}: cannot read ({exc.strerror or exc})") from None
+
+
+def _read_byte_range(shard: Shard) -> Iterator[Document | Reject]:
+    """The lines that start in [lo, hi) of a plain file, numbered from 1 at the shard's first line."""
+    lo, hi = shard.byte_range
+    line_no = 0
+    try:
+        with open_bytes(shard.path) as fh:
+            at = 0
+            if lo > 0:
+                fh.seek(lo - 1)
+                at = lo - 1 + len(fh.readline())  # the end of the line holding byte lo - 1: a line start
+            while at < hi:
+                raw = fh.readline()
+                if not raw:
+                    return
+                at += len(raw)
+                line_no += 1
+                if at == len(raw) and raw.startswith(BOM):  # line 1 of the file
+                    raw = raw[len(BOM):]
+                yield _parse_json_line(raw, shard, line_no)
+    except OSError as exc:
+        raise BloomstackError(f"{shard.path}: cannot read bytes {lo}-{hi} ({exc.strerror or exc})") from None
 
 
 def _parse_json_line(raw: bytes, shard: Shard, line: int) -> Document | Reject:

@@ -28,11 +28,16 @@ REJECT_REASONS = (
 
 @dataclass(frozen=True)
 class Shard:
-    """A unit of work: rows [start, stop) of one file (stop=None: to the end).
+    """A unit of work: rows [start, stop) of one file (stop=None: to the end), or a byte range of one.
 
     ``format`` is always concrete after ``plan_shards`` (jsonl, parquet, arrow or txt). ``offset`` is the
     byte offset of row ``start`` in an uncompressed jsonl file, recorded by the planner so the reader can
     seek; None means "skip ``start`` rows by reading".
+
+    ``byte_range=(lo, hi)`` (uncompressed jsonl only, rows [0, end)): the shard owns every line that
+    *starts* at a byte offset in [lo, hi). Such a shard cannot know how many lines precede it, so its rows'
+    ``line`` numbers count from its own first line (``local_lines``); the build turns them into file line
+    numbers from the line counts of the shards before it, in plan order.
     """
 
     path: str
@@ -43,17 +48,26 @@ class Shard:
     start: int = 0
     stop: int | None = None
     offset: int | None = None
+    byte_range: tuple[int, int] | None = None
+
+    @property
+    def local_lines(self) -> bool:
+        """Whether the rows' line numbers count from this shard's first line instead of the file's."""
+        return self.byte_range is not None
 
     @property
     def name(self) -> str:
         """Stable identifier used for shard outputs and completion markers (filesystem-safe).
 
-        ``<file name>-<start>-<stop|end>-<hash>``: readable, and the hash of every field that changes
-        what the shard yields keeps two shards of the same file name (or read two ways) apart.
+        ``<file name>-<start>-<stop|end>-<hash>`` (``<file name>-b<lo>-<hi>-<hash>`` for a byte range):
+        readable, and the hash of every field that changes what the shard yields keeps two shards of the
+        same file name (or read two ways) apart.
         """
         digest = content_key([self.path, self.format, self.text_field, self.lang, self.lang_field,
-                              self.start, self.stop], length=10)
+                              self.start, self.stop, self.byte_range], length=10)
         base = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(self.path.rstrip("/")))[:60]
+        if self.byte_range is not None:
+            return f"{base}-b{self.byte_range[0]}-{self.byte_range[1]}-{digest}"
         return f"{base}-{self.start}-{'end' if self.stop is None else self.stop}-{digest}"
 
 
@@ -62,7 +76,7 @@ class Document:
     text: str
     lang: str | None
     path: str
-    line: int  # 1-based row/line number in the file (the document index for txt, parquet, arrow, hf)
+    line: int  # 1-based row/line number in the file (the shard, for a byte-range shard; 1 for txt)
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,65 @@
 """Shard planning and reading: sources -> a deterministic list of ``Shard`` -> ``Document | Reject`` per row.
 
-- ``plan_shards(sources, max_rows_per_shard) -> list[Shard]``: one shard per file, or a row range of a large
-  file. Same inputs -> same list, in the same order (sources in order, each source's files sorted by path).
+- ``plan_shards(sources, max_rows_per_shard, shard_bytes=, workers=)`` -> ``list[Shard]`` (``shard_plan``
+  also says what size the plan was cut to and which large inputs could not be cut). Same inputs and
+  settings -> same list, in the same order (sources in order, each source's files sorted by path, each
+  file's shards in file order).
 - ``read_shard(shard)``: streams one shard with bounded memory, in file order, through the format's reader.
 - ``iter_documents(sources)``: all documents of all sources (rejects dropped).
 
-Row-range sharding needs row counts, so planning reads metadata (parquet, arrow file), scans batch headers
-(arrow stream, memory-mapped: no data copied) or counts newlines (jsonl, recording each shard's byte offset).
+Two ways to cut a large file, both deterministic, so an interrupted build finds the same shards again:
+
+- By size (``shard_bytes``, the build's default): a file larger than the target size is cut into about
+  equal pieces no larger than it: plain jsonl by byte ranges at line starts (a seek and a short read per
+  cut), parquet at row group and arrow at record batch boundaries (metadata only). Planning never reads a
+  whole file. The target is ``shard_bytes``, lowered for small builds until the inputs give about
+  ``SHARDS_PER_WORKER`` shards per worker (never below ``MIN_SPLIT_BYTES``): a single 60 MB file on 2
+  workers is 8 shards, not one that leaves a worker idle. The trade-off: the plan, and so the shard
+  markers, depend on the worker count; a build resumed with other workers re-plans and redoes its shards
+  (the output bytes never depend on the plan). A compressed stream cannot be cut without reading it,
+  and a txt file is one document: each stays one shard. The plan lists the large inputs it could not
+  cut (compressed streams, columnar files of a single row group or record batch).
+- By rows (``max_rows_per_shard``, which takes precedence): row ranges, which needs row counts, so planning
+  reads metadata (parquet, arrow), scans batch headers (arrow stream, memory-mapped) or counts newlines
+  (jsonl, recording each shard's byte offset; a compressed file is decompressed once).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from bloomdata.errors import BloomstackError
-from bloomdata.readers.columnar import arrow_reader, parquet_file, read_arrow, read_parquet
-from bloomdata.readers.jsonl import count_jsonl, read_jsonl
+from bloomdata.readers.columnar import (
+    arrow_reader,
+    arrow_units,
+    parquet_file,
+    parquet_units,
+    read_arrow,
+    read_parquet,
+)
+from bloomdata.readers.compressed import strip_compression
+from bloomdata.readers.jsonl import count_jsonl, line_starts, lines_before, read_jsonl
 from bloomdata.readers.records import Document, Reject, Shard
 from bloomdata.readers.sources import SourceConfig, format_of, resolve_files
 from bloomdata.readers.txt import read_txt
+
+# Size planning for parallel builds: about this many shards per worker (so that shards of unequal speed
+# still balance), but never shards smaller than MIN_SPLIT_BYTES when the cut only serves the worker count
+# (each shard costs a task, its part files with their fsyncs, and a marker).
+SHARDS_PER_WORKER = 4
+MIN_SPLIT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    shards: list[Shard]
+    shard_bytes: int | None  # the size files were cut to (None: not cut by size)
+    # inputs larger than shard_bytes left whole: compressed streams, columnar files of one row group or batch
+    unsplittable: list[str] = field(default_factory=list)
 
 
 def count_rows(path: str, fmt: str) -> int:
@@ -36,30 +76,114 @@ def count_rows(path: str, fmt: str) -> int:
     return 1
 
 
-def plan_shards(sources: list[SourceConfig], max_rows_per_shard: int | None = None) -> list[Shard]:
-    """Work units for all sources; files over ``max_rows_per_shard`` rows become row-range shards."""
+def plan_shards(sources: list[SourceConfig], max_rows_per_shard: int | None = None, *, shard_bytes: int = 0,
+                workers: int | None = None) -> list[Shard]:
+    """Work units for all sources (see ``shard_plan``); with the defaults, one shard per file."""
+    return shard_plan(sources, max_rows_per_shard, shard_bytes=shard_bytes, workers=workers).shards
+
+
+def shard_plan(sources: list[SourceConfig], max_rows_per_shard: int | None = None, *, shard_bytes: int = 0,
+               workers: int | None = None) -> ShardPlan:
+    """Work units for all sources. ``max_rows_per_shard``: files over that many rows become row ranges.
+    Else ``shard_bytes`` > 0: files over the target size (``shard_bytes``, lowered to give ``workers``
+    about ``SHARDS_PER_WORKER`` shards each) are cut by size. Else one shard per file."""
     if max_rows_per_shard is not None and max_rows_per_shard < 1:
         raise BloomstackError(f"max_rows_per_shard must be >= 1, got {max_rows_per_shard}")
+    if shard_bytes < 0:
+        raise BloomstackError(f"shard_bytes must be >= 0 (0: one shard per file), got {shard_bytes}")
+    files = [(source, path, fmt) for source in sources for path, fmt in resolve_files(source)]
+    if max_rows_per_shard is not None:
+        return ShardPlan([s for f in files for s in _row_ranges(*f, max_rows_per_shard)], None)
+    if not shard_bytes:
+        return ShardPlan([_whole(*f) for f in files], None)
+    sizes = [_size_units(path, fmt, source.text_field) for source, path, fmt in files]
+    target = shard_bytes
+    if workers:
+        total = sum(size for size, _ in sizes)
+        target = min(shard_bytes, max(MIN_SPLIT_BYTES, -(-total // (workers * SHARDS_PER_WORKER))))
     shards: list[Shard] = []
-    for source in sources:
-        common = dict(text_field=source.text_field, lang=source.lang, lang_field=source.lang_field)
-        for path, fmt in resolve_files(source):
-            if max_rows_per_shard is None or fmt == "txt":
-                shards.append(Shard(path, fmt, **common))
-                continue
-            offsets = None
-            if fmt == "jsonl":
-                rows, offsets = count_jsonl(path, max_rows_per_shard)
+    unsplittable = []
+    for (source, path, fmt), (size, units) in zip(files, sizes):
+        if size <= target or fmt == "txt":
+            shards.append(_whole(source, path, fmt))
+        elif fmt == "jsonl" and units is None:
+            if strip_compression(path) != path:
+                unsplittable.append(path)
+                shards.append(_whole(source, path, fmt))
             else:
-                rows = count_rows(path, fmt)
-            if rows <= max_rows_per_shard:
-                shards.append(Shard(path, fmt, **common))
-                continue
-            for i, start in enumerate(range(0, rows, max_rows_per_shard)):
-                offset = (0 if i == 0 else offsets[i - 1]) if offsets is not None else None
-                stop = min(start + max_rows_per_shard, rows)
-                shards.append(Shard(path, fmt, start=start, stop=stop, offset=offset, **common))
+                shards += _byte_ranges(source, path, size, target)
+        else:
+            ranges = _unit_ranges(source, path, fmt, units, target)
+            if len(ranges) < 2:  # one row group or record batch: it cannot be cut
+                unsplittable.append(path)
+                ranges = [_whole(source, path, fmt)]
+            shards += ranges
+    return ShardPlan(shards, target, unsplittable)
+
+
+def _common(source: SourceConfig) -> dict:
+    return dict(text_field=source.text_field, lang=source.lang, lang_field=source.lang_field)
+
+
+def _whole(source: SourceConfig, path: str, fmt: str) -> Shard:
+    return Shard(path, fmt, **_common(source))
+
+
+def _row_ranges(source: SourceConfig, path: str, fmt: str, max_rows: int) -> list[Shard]:
+    if fmt == "txt":
+        return [_whole(source, path, fmt)]
+    offsets = None
+    if fmt == "jsonl":
+        rows, offsets = count_jsonl(path, max_rows)
+    else:
+        rows = count_rows(path, fmt)
+    if rows <= max_rows:
+        return [_whole(source, path, fmt)]
+    shards = []
+    for i, start in enumerate(range(0, rows, max_rows)):
+        offset = (0 if i == 0 else offsets[i - 1]) if offsets is not None else None
+        shards.append(Shard(path, fmt, start=start, stop=min(start + max_rows, rows), offset=offset,
+                            **_common(source)))
     return shards
+
+
+def _size_units(path: str, fmt: str, text_field: str) -> tuple[int, list[tuple[int, int]] | None]:
+    """(bytes, None) for a file cut by bytes or not at all; (text bytes, [(rows, bytes)] per row group or
+    record batch) for a columnar file."""
+    if fmt in ("parquet", "arrow"):
+        units = (parquet_units if fmt == "parquet" else arrow_units)(path, text_field)
+        return sum(b for _, b in units), units
+    try:
+        return os.path.getsize(path), None
+    except OSError as exc:
+        raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
+
+
+def _byte_ranges(source: SourceConfig, path: str, size: int, target: int) -> list[Shard]:
+    """About equal byte ranges, each at most ``target`` bytes plus the rest of its last line, cut at
+    line starts (a range past the last line start would be empty: dropped)."""
+    pieces = math.ceil(size / target)
+    cuts = line_starts(path, [size * k // pieces for k in range(1, pieces)])
+    bounds = sorted({0, *(c for c in cuts if c < size), size})
+    return [Shard(path, "jsonl", byte_range=(lo, hi), **_common(source)) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def _unit_ranges(source: SourceConfig, path: str, fmt: str, units: list[tuple[int, int]],
+                 target: int) -> list[Shard]:
+    """Row ranges of whole row groups / record batches, each about size / ceil(size / target) bytes: a
+    cut goes at the unit boundary nearest to each equal share. One unit is one shard, however large."""
+    row_at, byte_at = [0], [0]  # row and byte offset of each unit boundary
+    for rows, size in units:
+        row_at.append(row_at[-1] + rows)
+        byte_at.append(byte_at[-1] + size)
+    pieces = math.ceil(byte_at[-1] / target)
+    cuts = set()
+    for k in range(1, pieces):
+        goal = byte_at[-1] * k / pieces
+        j = bisect.bisect_left(byte_at, goal, 1, len(units))  # first inner boundary at or past the goal
+        cuts.add(j - 1 if j > 1 and goal - byte_at[j - 1] < byte_at[j] - goal else j)
+    starts = sorted({0, *(row_at[j] for j in cuts if 0 < j < len(units)), row_at[-1]})
+    return [Shard(path, fmt, start=lo, stop=hi, **_common(source)) for lo, hi in zip(starts, starts[1:]) if hi > lo]
 
 
 _READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "arrow": read_arrow, "txt": read_txt}
@@ -76,6 +200,12 @@ def read_shard(shard: Shard) -> Iterator[Document | Reject]:
         raise BloomstackError(f"input file not found: {shard.path} (it was listed when the shards were "
                              "planned; re-plan if the inputs changed)")
     yield from _READERS[fmt](shard)
+
+
+def file_line(shard: Shard, line: int) -> int:
+    """The file's line number of row ``line`` of ``shard``: for a byte-range shard, counts the lines before
+    it (reads the file up to the range; for an error message, not for every row)."""
+    return lines_before(shard.path, shard.byte_range[0]) + line if shard.local_lines else line
 
 
 def iter_documents(sources: list[SourceConfig]) -> Iterator[Document]:

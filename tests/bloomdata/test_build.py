@@ -1,5 +1,6 @@
 """`bloomdata build`: tokens equal the tokenizer's own encoding, megatron-core reads the files, bytes are
-identical for 1/2/4 workers, crashes (a killed worker, a SIGKILLed build, a lost marker) rerun to the same
+identical for 1/2/4 workers and any sharding (byte ranges of any size, row ranges, whole files), byte-range
+shards report file line numbers, crashes (a killed worker, a SIGKILLed build, a lost marker) rerun to the same
 bytes, and every bad input is counted, rejected or refused with a one-line error.
 
 One 2-worker LocalCluster (processes) is shared by the module; the 1- and 4-worker builds start their own.
@@ -21,7 +22,16 @@ import numpy as np
 import pytest
 
 from bloomdata import durable
-from bloomdata.build import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig, BuildSummary, run_build
+from bloomdata.build import (
+    REJECTS_FILE,
+    SHARDS_DIR,
+    SUMMARY_FILE,
+    BuildConfig,
+    BuildSummary,
+    format_summary,
+    plan_build,
+    run_build,
+)
 from bloomdata.build.summary import ShardCounts
 from bloomdata.cli import main as cli_main
 from bloomdata.errors import BloomstackError
@@ -145,6 +155,121 @@ def test_identical_bytes_for_any_worker_count_and_sharding(tmp_path, client, sma
         (tmp_path / "w1" / f"{lang}.bin").read_bytes() for lang in sorted(LANGS))
 
 
+@pytest.fixture(scope="module")
+def mixed_jsonl(tmp_path_factory, big_jsonl) -> Path:
+    """~100 KB of mixed-language documents (150): 1 KB shards of it are still a reasonable number of tasks."""
+    path = tmp_path_factory.mktemp("mixed") / "mixed.jsonl"
+    path.write_text("".join(big_jsonl.read_text().splitlines(keepends=True)[:150]))
+    return path
+
+
+def test_identical_bytes_for_any_shard_size(tmp_path, client, mixed_jsonl, small_tokenizer_dir, monkeypatch):
+    """Byte-range shards of 1 KB and 64 KB, the default plan (cut for the worker count), one shard and row
+    ranges, on 1 and 2 workers, all write the bytes of the in-process whole-file build."""
+    from bloomdata.readers import shards as planning
+
+    size = mixed_jsonl.stat().st_size
+    reference_out = tmp_path / "reference"
+    run_build(_config([mixed_jsonl], small_tokenizer_dir, reference_out, append_eod=True, workers=0, shard_bytes=0))
+    reference = _outputs(reference_out)
+    assert len(reference) == 2 * len(LANGS)
+    cases = [("1KB", {"shard_bytes": "1KB"}, client, -(-size // 1000)),
+             ("1KB-w1", {"shard_bytes": "1KB", "workers": 1}, None, -(-size // 1000)),
+             ("64KB", {"shard_bytes": "64KB"}, client, 2),
+             ("64KB-w1", {"shard_bytes": "64KB", "workers": 1}, None, 2),
+             ("default", {}, client, 8),  # 2 workers: 4 shards each
+             ("default-w1", {"workers": 1}, None, 4),
+             ("one", {"shard_bytes": 0}, client, 1),
+             ("rows", {"max_rows_per_shard": 40}, client, 4)]
+    for label, kw, c, n_shards in cases:
+        # the default plan cuts this small file only when the floor of its worker-count cut is lowered
+        monkeypatch.setattr(planning, "MIN_SPLIT_BYTES", 8000 if label.startswith("default") else 1 << 20)
+        summary = run_build(_config([mixed_jsonl], small_tokenizer_dir, tmp_path / label, append_eod=True, **kw),
+                            client=c)
+        if label.startswith("1KB"):  # a cut at each 1 KB mark, less those that fall in the same line (~670 bytes)
+            assert n_shards // 2 < summary.shards.total <= n_shards
+        else:
+            assert summary.shards.total == n_shards, label
+        assert _outputs(tmp_path / label) == reference, label
+
+
+BYTE_RANGE_BAD = {57: b'{"text": "broken', 58: b'{"text": ""}', 123: b'{"text": 7}', 200: b'{"text": "\xff"}'}
+
+
+@pytest.fixture()
+def bad_rows_jsonl(tmp_path) -> Path:
+    """200 lines, bad at 57, 58, 123 and 200 (the last, without a newline); the rest are good documents."""
+    lines = [BYTE_RANGE_BAD.get(n, json.dumps({"text": f"document {n} " + "word " * (n % 7)}).encode())
+             for n in range(1, 201)]
+    path = tmp_path / "bad_rows.jsonl"
+    path.write_bytes(b"\n".join(lines))
+    return path
+
+
+def test_byte_range_shards_report_file_line_numbers(tmp_path, client, bad_rows_jsonl, small_tokenizer_dir):
+    """Byte-range shards count lines from their own start; rejects.jsonl and --strict (in a worker, and on
+    shards reused from a lenient run) still name the file's lines."""
+    out = tmp_path / "out"
+    config = _config([bad_rows_jsonl], small_tokenizer_dir, out, split_by="none", keep_shards=True, shard_bytes=300)
+    summary = run_build(config, client=client)
+    assert summary.shards.total > 20 and summary.rejects_total == 4 and summary.documents == 196
+    manifests = [json.loads(p.read_text()) for p in (out / SHARDS_DIR).glob("*.done.json")]
+    assert sum(m["rows"] for m in manifests) == 200
+    assert any(e["line"] < 57 for m in manifests for e in m["reject_examples"])  # local lines in the markers
+    examples = [json.loads(line) for line in (out / REJECTS_FILE).read_text().splitlines()]
+    assert [(e["line"], e["reason"]) for e in examples] == [
+        (57, "malformed_json"), (58, "empty_text"), (123, "non_string_text"), (200, "invalid_utf8")]
+    assert [e["where"] for e in examples] == [f"{bad_rows_jsonl}:{n}" for n in (57, 58, 123, 200)]
+    # --strict on the reused shards: the first reject in plan order, at its file line
+    with pytest.raises(BloomstackError, match=rf"^{bad_rows_jsonl}:57: malformed_json"):
+        run_build(config.model_copy(update={"strict": True}), client=client)
+    # --strict in the worker: in-process, the first failing shard is the one holding line 57
+    with pytest.raises(BloomstackError, match=rf"^{bad_rows_jsonl}:57: malformed_json"):
+        run_build(config.model_copy(update={"strict": True, "workers": 0, "out_dir": str(tmp_path / "w0")}))
+    # on Dask, whichever shard fails first names its file line
+    with pytest.raises(BloomstackError, match=rf"^{bad_rows_jsonl}:(57: malformed_json|58: empty_text|"
+                                              r"123: non_string_text|200: invalid_utf8)"):
+        run_build(config.model_copy(update={"strict": True, "out_dir": str(tmp_path / "w2")}), client=client)
+
+
+def test_changed_shard_size_replans_and_rebuilds_cleanly(tmp_path, client, mixed_jsonl, small_tokenizer_dir):
+    """The byte range is in the shard's name and key: another shard size is another plan, built afresh
+    (nothing reused), to the same bytes; the old plan's parts and markers are swept."""
+    out = tmp_path / "out"
+    config = _config([mixed_jsonl], small_tokenizer_dir, out, keep_shards=True, shard_bytes="50KB")
+    first = run_build(config, client=client)
+    reference = _outputs(out)
+    assert first.shards == ShardCounts(total=3, built=3, reused=0)
+    assert run_build(config, client=client).up_to_date
+    for shard_bytes, total in [(30_000, 4), (50_000, 3)]:  # and back: the first plan's shards were swept
+        changed = run_build(config.model_copy(update={"shard_bytes": shard_bytes}), client=client)
+        assert changed.shards == ShardCounts(total=total, built=total, reused=0)
+        assert _outputs(out) == reference
+        assert (changed.fingerprint == first.fingerprint) == (shard_bytes == 50_000)
+        names = {s.name for s in plan_build(config.model_copy(update={"shard_bytes": shard_bytes})).shards}
+        assert {p.name.removesuffix(".done.json") for p in (out / SHARDS_DIR).iterdir()} == names
+        assert len(list((out / SHARDS_DIR).glob("*.done.json"))) == total
+
+
+def test_unsplittable_inputs_are_in_the_summary(tmp_path, capsys, mixed_jsonl, small_tokenizer_dir):
+    """A compressed input over the shard size stays one shard; the summary (file and printed) says so."""
+    import gzip
+
+    (tmp_path / "in").mkdir()
+    gz = tmp_path / "in" / "mixed.jsonl.gz"
+    gz.write_bytes(gzip.compress(mixed_jsonl.read_bytes()))
+    (tmp_path / "in" / "plain.jsonl").write_bytes(mixed_jsonl.read_bytes())
+    rc = cli_main(["build", "--input", str(tmp_path / "in"), "--tokenizer", str(small_tokenizer_dir), "--out",
+                   str(tmp_path / "out"), "--workers", "0", "--shard-bytes", "40KB", "--no-progress"])
+    printed = capsys.readouterr().out
+    summary = BuildSummary.model_validate(json.loads((tmp_path / "out" / SUMMARY_FILE).read_text()))
+    assert rc == 0 and summary.unsplittable_inputs == [str(gz)] and summary.shard_bytes == 40_000
+    assert summary.shards.total == 1 + -(-mixed_jsonl.stat().st_size // 40_000)
+    assert printed.strip() == format_summary(summary)
+    assert "1 input(s) over 40.0 KB could not be cut into shards" in printed and str(gz) in printed
+    assert "large files cut at 40.0 KB" in printed
+
+
 def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big_jsonl, small_tokenizer_dir,
                                                            reference_big):
     """SIGKILL the worker process while it writes a shard (its pid is in the temp file's name): Dask
@@ -173,9 +298,15 @@ def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big
 
 def test_sigkilled_build_process_reruns_only_unfinished_shards(tmp_path, client, big_jsonl, small_tokenizer_dir,
                                                                 reference_big):
+    """Byte-range shards (the default way of cutting a large file) resume from their markers, and give the
+    bytes of the row-range reference."""
+    shard_bytes = big_jsonl.stat().st_size // 8  # under MIN_SPLIT_BYTES: the plan is the same for any workers
+    config = _config([big_jsonl], small_tokenizer_dir, tmp_path, append_eod=True, shard_bytes=shard_bytes)
+    shards = plan_build(config).shards
+    assert len(shards) == 9 and all(s.byte_range for s in shards)
     cmd = [sys.executable, "-m", "bloomdata.cli", "build", "--input", str(big_jsonl), "--tokenizer",
            str(small_tokenizer_dir), "--out", str(tmp_path), "--workers", "1", "--append-eod",
-           "--max-rows-per-shard", str(BIG_SHARD_ROWS), "--keep-shards", "--no-progress"]
+           "--shard-bytes", str(shard_bytes), "--keep-shards", "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -188,11 +319,10 @@ def test_sigkilled_build_process_reruns_only_unfinished_shards(tmp_path, client,
         proc.wait(30)
     assert not (tmp_path / SUMMARY_FILE).exists(), "the build finished before it was killed"
     finished = len(list((tmp_path / SHARDS_DIR).glob("*.done.json")))
-    assert 1 <= finished < BIG_SHARDS
+    assert 1 <= finished < len(shards)
     assert not any(p.suffix in (".bin", ".idx") for p in tmp_path.iterdir())  # nothing merged, nothing half
-    summary = run_build(_config([big_jsonl], small_tokenizer_dir, tmp_path, append_eod=True,
-                                max_rows_per_shard=BIG_SHARD_ROWS), client=client)
-    assert summary.shards == ShardCounts(total=BIG_SHARDS, built=BIG_SHARDS - finished, reused=finished)
+    summary = run_build(config, client=client)
+    assert summary.shards == ShardCounts(total=len(shards), built=len(shards) - finished, reused=finished)
     assert _outputs(tmp_path) == reference_big
     assert not _temps(tmp_path)
 
