@@ -25,6 +25,7 @@ COMMANDS = {
     "bloomtrain export": "bloomtrain.cli.export",
     "bloomtrain import": "bloomtrain.cli.import_hf",
     "bloomtrain generate": "bloomtrain.cli.generate",
+    "bloomtrain evaluate": "bloomtrain.cli.evaluate",
     "bloomtrain slurm": "bloomtrain.cli.slurm",
     "bloomtrain build-kernels": "bloomtrain.cli.build_kernels",
     "python -m flows.demo": "flows.demo",

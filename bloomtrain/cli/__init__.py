@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("bloomtrain.cli.export", "write a transformers BloomForCausalLM directory from a checkpoint"),
     "import": ("bloomtrain.cli.import_hf", "load a transformers BLOOM checkpoint for continued pretraining"),
     "generate": ("bloomtrain.cli.generate", "greedy or top-k/top-p sampling from a checkpoint or HF model"),
+    "evaluate": ("bloomtrain.cli.evaluate", "bits per byte per language and lm-eval tasks of causal LMs"),
     "build-kernels": ("bloomtrain.cli.build_kernels", "build the fused C++/CUDA kernels ahead of time"),
     "train": ("bloomtrain.cli.train", "train (under torchrun or the DeepSpeed launcher)"),
     "slurm": ("bloomtrain.cli.slurm", "write an sbatch script for a multi-node run"),

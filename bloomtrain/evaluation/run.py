@@ -1,0 +1,93 @@
+"""``run_evaluation(config)``: read the documents once, then per model load, tokenize, score, run the tasks,
+and write the report. What ``bloomtrain evaluate`` and the flows' evaluate stage call.
+
+Models are scored one after the other and released in between, so only one is in memory at a time.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from bloomdata.errors import BloomstackError
+from bloomtrain.evaluation.config import EvaluateConfig
+from bloomtrain.evaluation.inputs import EvalDocuments, read_documents
+from bloomtrain.evaluation.models import CausalLM, load_causal_lm
+from bloomtrain.evaluation.report import DataSummary, EvalReport, ModelResult, Score, write_report
+from bloomtrain.evaluation.scoring import Scorer, score_documents
+
+ENCODE_BATCH = 1000  # documents per tokenizer call
+
+
+def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, without special tokens (the start token is the scorer's to add)."""
+    ids: list[list[int]] = []
+    for lo in range(0, len(texts), ENCODE_BATCH):
+        # verbose=False: no "longer than the model's maximum length" warning; windows take care of length
+        ids += tokenizer(list(texts[lo:lo + ENCODE_BATCH]), add_special_tokens=False, verbose=False)["input_ids"]
+    return ids
+
+
+def score_model(lm: CausalLM, docs: EvalDocuments, *, context: int, stride: int, batch_size: int = 8,
+                progress: bool = True) -> ModelResult:
+    """Per-language and overall scores of one loaded model on ``docs``."""
+    from tqdm import tqdm  # noqa: PLC0415
+
+    if lm.max_positions is not None and context > lm.max_positions:
+        raise BloomstackError(f"--context {context}: model {lm.name} ({lm.path}) takes at most {lm.max_positions} "
+                              f"positions; pass --context {lm.max_positions} or less")
+    langs = list(docs.texts)
+    texts = [t for lang in langs for t in docs.texts[lang]]
+    ids = encode(lm.tokenizer, texts)
+    with tqdm(total=sum(len(i) for i in ids), unit="tok", desc=f"evaluate {lm.name}", file=sys.stderr,
+              disable=not progress, dynamic_ncols=True) as bar:
+        nll, tokens = score_documents(Scorer(lm.model), ids, lm.start_id, context=context, stride=stride,
+                                      batch_size=batch_size, progress=bar)
+    nbytes = np.array([len(t.encode("utf-8")) for t in texts], dtype=np.int64)
+    languages: dict[str, Score] = {}
+    lo = 0
+    for lang in langs:
+        hi = lo + len(docs.texts[lang])
+        # sums in document order, in float64: the same numbers whatever the batching was
+        languages[lang] = Score.of(hi - lo, int(nbytes[lo:hi].sum()), int(tokens[lo:hi].sum()), float(nll[lo:hi].sum()))
+        lo = hi
+    overall = Score.of(len(texts), int(nbytes.sum()), int(tokens.sum()), float(nll.sum()))
+    return ModelResult(path=lm.path, start_token=lm.start_token, start_id=lm.start_id, languages=languages,
+                       overall=overall)
+
+
+def _release(lm: CausalLM | None) -> None:
+    del lm
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_evaluation(config: EvaluateConfig) -> EvalReport:
+    """Score every model of ``config`` on its documents (and tasks), write ``eval.json/md/png``; returns the report."""
+    docs = read_documents(config.sources, config.max_docs_per_lang)
+    models: dict[str, ModelResult] = {}
+    tasks: dict[str, dict[str, dict[str, float]]] = {}
+    for spec in config.models:
+        lm = load_causal_lm(spec.path, name=spec.label, dtype=config.dtype, device=config.device)
+        models[lm.name] = score_model(lm, docs, context=config.context, stride=config.window_stride,
+                                      batch_size=config.batch_size, progress=config.progress)
+        if config.tasks:
+            from bloomtrain.evaluation.tasks import run_tasks  # noqa: PLC0415 - lm-eval only when asked
+
+            for task, metrics in run_tasks(lm, config.tasks, task_paths=config.task_paths, limit=config.task_limit,
+                                           batch_size=config.batch_size, max_length=config.context).items():
+                tasks.setdefault(task, {})[lm.name] = metrics
+        _release(lm)
+    sources = [(f"{s.lang}=" if s.lang else "") + ",".join(s.paths) for s in config.sources]
+    data = DataSummary(sources=sources, rows_read=docs.rows_read, documents=docs.documents, rejects=docs.rejects,
+                       rejects_total=sum(docs.rejects.values()), reject_examples=docs.reject_examples)
+    settings = {"context": config.context, "stride": config.window_stride, "max_docs_per_lang": config.max_docs_per_lang,
+                "dtype": config.dtype, "task_limit": config.task_limit}
+    report = EvalReport(models=models, tasks=tasks, data=data, settings=settings)
+    write_report(report, config.out_dir)
+    return report

@@ -1,0 +1,151 @@
+"""Downstream tasks (xnli, xstorycloze, xwinograd, ...) through lm-evaluation-harness (the ``eval`` extra).
+
+The already-loaded model and tokenizer are handed to lm-eval's Hugging Face model class (``HFLM``), so the
+tasks score the very weights the bits-per-byte table scores. Tasks run offline: ``HF_DATASETS_OFFLINE`` and
+``HF_HUB_OFFLINE`` are set while they run, so a task whose data is not in the local datasets cache fails at
+once, as one line that names the task and how to make its data available, instead of trying the network.
+Extra task YAMLs (a local multiple-choice set, say) come from ``--task-path DIR`` (lm-eval's include path).
+
+``task_metrics`` keeps the numeric metrics of every task and subtask lm-eval reports (``acc``, ``acc_norm``
+and their ``_stderr``), keyed by task name, for ``eval.json`` and ``eval.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from bloomdata.errors import BloomstackError
+from bloomtrain.evaluation.models import CausalLM
+
+_OFFLINE = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """No network for datasets / huggingface_hub while the block runs (their flags are read at import, so the
+    already-imported modules' constants are set too), restored afterwards."""
+    saved_env = {k: os.environ.get(k) for k in _OFFLINE}
+    os.environ.update(dict.fromkeys(_OFFLINE, "1"))
+    patched: list[tuple[Any, str, Any]] = []
+    for module, attr in (("datasets.config", "HF_DATASETS_OFFLINE"), ("datasets.config", "HF_HUB_OFFLINE"),
+                         ("huggingface_hub.constants", "HF_HUB_OFFLINE")):
+        mod = sys.modules.get(module)
+        if mod is not None and hasattr(mod, attr):
+            patched.append((mod, attr, getattr(mod, attr)))
+            setattr(mod, attr, True)
+    try:
+        yield
+    finally:
+        for mod, attr, value in patched:
+            setattr(mod, attr, value)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _import_lm_eval():
+    try:
+        import lm_eval  # noqa: PLC0415
+        from lm_eval.models.huggingface import HFLM  # noqa: PLC0415
+        from lm_eval.tasks import TaskManager  # noqa: PLC0415
+    except ImportError as exc:
+        raise BloomstackError(f"--tasks needs lm-evaluation-harness ({exc}); install the eval extra: "
+                              "pip install 'bloomstack[eval]'") from None
+    return lm_eval, HFLM, TaskManager
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:240]}"
+
+
+def task_manager(task_paths: Sequence[str] = ()):
+    """lm-eval's ``TaskManager`` over its own tasks plus the YAML directories in ``task_paths``."""
+    _, _, TaskManager = _import_lm_eval()
+    for path in task_paths:
+        if not os.path.isdir(path):
+            raise BloomstackError(f"--task-path {path}: not a directory; give a directory of lm-eval task YAMLs")
+    return TaskManager(include_path=list(task_paths) or None)
+
+
+def check_task_names(manager, tasks: Sequence[str]) -> None:
+    known = set(manager.all_tasks)
+    for name in tasks:
+        if name not in known:
+            raise BloomstackError(f"--tasks {name}: not an lm-eval task, group or tag; list them with `lm-eval ls "
+                                  "tasks`, or add the directory of its YAML with --task-path DIR")
+
+
+def _data_error(manager, tasks: Sequence[str]) -> BloomstackError | None:
+    """After a failed run: the first task whose data cannot be loaded offline, as the error to show."""
+    for name in tasks:
+        try:
+            with offline():
+                manager.load([name])
+        except Exception as exc:  # noqa: BLE001 - datasets raises many types for missing data
+            return BloomstackError(
+                f"--tasks {name}: its data is not available offline ({_one_line(exc)}); fetch it once where there is "
+                f"network: HF_DATASETS_OFFLINE=0 python -c \"from lm_eval.tasks import TaskManager; "
+                f"TaskManager().load(['{name}'])\" fills the HF datasets cache (HF_DATASETS_CACHE, default "
+                "~/.cache/huggingface/datasets; copy it here), or point the task's dataset_path/data_files at local "
+                "files in a YAML under --task-path DIR")
+    return None
+
+
+def evaluate_tasks(lm: CausalLM, tasks: Sequence[str], *, task_paths: Sequence[str] = (), limit: int | None = None,
+                   batch_size: int = 8, max_length: int | None = None, log_samples: bool = False) -> dict[str, Any]:
+    """lm-eval's ``simple_evaluate`` results for ``tasks`` on the loaded model (offline)."""
+    lm_eval, HFLM, _ = _import_lm_eval()
+    manager = task_manager(task_paths)
+    check_task_names(manager, tasks)
+    with _quiet("lm_eval"):  # its warnings that a pre-loaded model is passed: that is the point here
+        harness_lm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size, max_length=max_length)
+    try:
+        with offline():
+            results = lm_eval.simple_evaluate(model=harness_lm, tasks=list(tasks), task_manager=manager, limit=limit,
+                                              log_samples=log_samples, bootstrap_iters=1000, verbosity=None)
+    except Exception:
+        error = _data_error(manager, tasks)
+        if error is not None:
+            raise error from None
+        raise
+    if results is None:  # lm-eval returns None on non-zero ranks only; we run one process
+        raise RuntimeError("lm-eval returned no results")
+    return results
+
+
+def task_metrics(results: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """task -> {metric: value} for every task and subtask in lm-eval's results (numeric values only)."""
+    out: dict[str, dict[str, float]] = {}
+    for task, values in results.get("results", {}).items():
+        metrics = {}
+        for key, value in values.items():
+            name, _, filt = key.partition(",")
+            if name == "alias" or isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            metrics[name if filt in ("", "none") else f"{name},{filt}"] = float(value)
+        if metrics:
+            out[task] = metrics
+    return out
+
+
+def run_tasks(lm: CausalLM, tasks: Sequence[str], **kwargs: Any) -> dict[str, dict[str, float]]:
+    """``evaluate_tasks`` reduced to ``task_metrics``: what the report keeps."""
+    return task_metrics(evaluate_tasks(lm, tasks, **kwargs))

@@ -1,0 +1,140 @@
+"""Downstream tasks through lm-evaluation-harness, offline: a multiple-choice task defined here (a YAML and a
+jsonl written into tmp_path, loaded through lm-eval's include path) and checked against a direct computation:
+each choice's log-likelihood scored with the model itself (``model(ids).logits.log_softmax(-1)``), argmax,
+compared with the gold answer.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from bloomtrain.cli import main as bloomtrain_main
+from bloomtrain.evaluation import load_causal_lm
+from bloomtrain.evaluation.tasks import evaluate_tasks, task_metrics
+from tests.bloomtrain.conftest import build_hf_bloom, write_tiny_tokenizer
+from tests.data import CORPUS_DIR
+
+TASK = "bloomstack_mc"
+N_DOCS = 12
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("model") / "tiny"
+    build_hf_bloom(n_head=4, n_layer=2, hidden=64, vocab=272, seed=3).save_pretrained(out)
+    write_tiny_tokenizer(out)
+    return out
+
+
+def _mc_docs() -> list[dict]:
+    """Question: a sentence's start; choices: its true continuation and three other sentences' (gold rotates)."""
+    with (CORPUS_DIR / "en.jsonl").open(encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for _, line in zip(range(N_DOCS + 3), f)]
+    docs = []
+    for i in range(N_DOCS):
+        label = i % 4
+        others = [texts[(i + k) % len(texts)][40:60].strip() for k in (1, 2, 3)]
+        choices = others[:label] + [texts[i][40:60].strip()] + others[label:]
+        docs.append({"question": texts[i][:40].strip(), "choices": choices, "label": label})
+    return docs
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("tasks")
+    data = root / "mc.jsonl"
+    data.write_text("".join(json.dumps(d) + "\n" for d in _mc_docs()), encoding="utf-8")
+    (root / f"{TASK}.yaml").write_text(f"""\
+task: {TASK}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+  cache_dir: {root / 'hf_cache'}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: label
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+""", encoding="utf-8")
+    # a task whose data lives on the Hub and is not in any local cache
+    (root / "bloomstack_remote.yaml").write_text("""\
+task: bloomstack_remote
+dataset_path: bloomstack-tests/not-a-cached-dataset
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{question}}"
+doc_to_choice: "{{choices}}"
+doc_to_target: label
+metric_list:
+  - metric: acc
+""", encoding="utf-8")
+    return root
+
+
+def _direct_loglikelihoods(model, tokenizer, context: str, continuation: str) -> float:
+    """log p(continuation | context): the whole text's tokens after the context's own tokens."""
+    ctx = tokenizer(context, add_special_tokens=False)["input_ids"]
+    whole = tokenizer(context + continuation, add_special_tokens=False)["input_ids"]
+    cont = whole[len(ctx):]
+    with torch.no_grad():
+        logp = model(torch.tensor([whole[:-1]])).logits[0].float().log_softmax(-1)
+    return float(sum(logp[len(ctx) - 1 + i, tok] for i, tok in enumerate(cont)))
+
+
+def test_harness_accuracy_equals_a_direct_computation(model_dir, task_dir):
+    lm = load_causal_lm(model_dir, device="cpu")
+    results = evaluate_tasks(lm, [TASK], task_paths=[str(task_dir)], batch_size=4, log_samples=True)
+    docs = _mc_docs()
+    correct, correct_norm = [], []
+    samples = sorted(results["samples"][TASK], key=lambda s: s["doc_id"])
+    assert len(samples) == N_DOCS
+    for doc, sample in zip(docs, samples):
+        ll = np.array([_direct_loglikelihoods(lm.model, lm.tokenizer, doc["question"], " " + c) for c in doc["choices"]])
+        harness = np.array([r[0][0] for r in sample["resps"]])  # (loglikelihood, is_greedy) per choice
+        np.testing.assert_allclose(harness, ll, rtol=1e-5)
+        correct.append(int(np.argmax(ll)) == doc["label"])
+        lengths = np.array([len(" " + c) for c in doc["choices"]])  # acc_norm: per character of the choice
+        correct_norm.append(int(np.argmax(ll / lengths)) == doc["label"])
+    metrics = task_metrics(results)[TASK]
+    assert metrics["acc"] == pytest.approx(np.mean(correct))
+    assert metrics["acc_norm"] == pytest.approx(np.mean(correct_norm))
+    assert 0 < sum(correct) < N_DOCS  # not a degenerate all-right / all-wrong case
+
+
+def test_cli_merges_task_accuracy_into_eval_json_and_md(model_dir, task_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = bloomtrain_main(["evaluate", "--model", f"m={model_dir}", "--data", f"en={CORPUS_DIR / 'en.jsonl'}",
+                            "--max-docs-per-lang", "2", "--context", "32", "--out", str(out), "--device", "cpu",
+                            "--no-progress", "--tasks", TASK, "--task-path", str(task_dir), "--task-limit", "8", "--json"])
+    assert code == 0, capsys.readouterr().err
+    report = json.loads((out / "eval.json").read_text())
+    acc = report["tasks"][TASK]["m"]["acc"]
+    assert acc in {k / 8 for k in range(9)}  # 8 examples (--task-limit)
+    assert json.loads(capsys.readouterr().out)["tasks"][TASK]["m"]["acc"] == acc
+    md = (out / "eval.md").read_text()
+    assert f"| {TASK} | acc | **{acc:.4f}** |" in md
+
+
+def test_task_data_not_available_offline_is_a_one_line_error(model_dir, task_dir, tmp_path, capsys):
+    for task, message in (("bloomstack_remote", "--tasks bloomstack_remote: its data is not available offline"),
+                          ("xstorycloze_en", "--tasks xstorycloze_en: its data is not available offline"),
+                          ("no_such_task", "--tasks no_such_task: not an lm-eval task")):
+        code = bloomtrain_main(["evaluate", "--model", str(model_dir), "--data", f"en={CORPUS_DIR / 'en.jsonl'}",
+                                "--max-docs-per-lang", "1", "--context", "16", "--out", str(tmp_path / "o"),
+                                "--device", "cpu", "--no-progress", "--tasks", task, "--task-path", str(task_dir)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert message in err[-1], err[-1]
+        assert task == "no_such_task" or "HF_DATASETS_OFFLINE=0" in err[-1]
