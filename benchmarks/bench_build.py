@@ -1,21 +1,34 @@
-"""Throughput of `bloomdata build` against its ceiling: plain encode_batch_fast in N processes.
+"""`bloomdata build` against Megatron-LM's preprocess_data and against bare encode_batch_fast, same text.
 
-    python benchmarks/bench_build.py            # >= 200 MB of text, 2 workers
-    python benchmarks/bench_build.py --quick    # 20 MB
+    python benchmarks/bench_build.py                     # one ~60 MB jsonl, 2 workers, default build flags
+    python benchmarks/bench_build.py --megatron-lm ~/Megatron-LM   # run that checkout's tools/preprocess_data.py
+    python benchmarks/bench_build.py --quick             # 10 MB
 
-Text: documents of tests/data/corpus (27 languages) repeated and shuffled (fixed seed) into one temporary
-jsonl of at least --mb MB of UTF-8 text. Tokenizer: --tokenizer DIR, else a BLOOM-style one trained on
-the corpus (--vocab-size, default 8000).
+Text: documents of tests/data/corpus (27 languages) repeated and shuffled (fixed seed) into ONE temporary
+jsonl of at least --mb MB of UTF-8 text. Tokenizer: --tokenizer DIR, else a BLOOM-style one trained on the
+corpus (--vocab-size, default 32,000).
 
-Reference run (the ceiling), in the same process tree and on the same text: N processes
-(TOKENIZERS_PARALLELISM=false), each holding 1/N of the documents in memory already parsed, call
-``Tokenizer.encode_batch_fast`` on batches of the build's batch size; wall = first start to last end.
-Ceiling and build runs alternate (--repeat rounds, plus a last ceiling) and the best of each is compared,
-because the load of a shared machine drifts; CPU seconds (less load-dependent) are reported too.
-It leaves out everything the build must also do: read and parse JSON, validate, write .bin/.idx, merge,
-and start a Dask cluster. The build is timed end to end (``run_build``: planning, LocalCluster start,
-tokenizing, merging, summary). The goal is a ratio >= 0.9 at 2 workers on the full size; --quick is
-dominated by fixed costs (cluster start, ~5 s on a loaded 2-core box) and reads lower.
+Two comparisons, the runs interleaved (--repeat rounds) and the best (shortest) of each side compared,
+because the load of a shared machine drifts:
+
+1. Megatron-LM's preprocessing, end to end as a user runs it (a fresh process each: interpreter start,
+   imports, reading, tokenizing, writing). With --megatron-lm PATH, that checkout's
+   tools/preprocess_data.py (--tokenizer-type HuggingFaceTokenizer). Without one, the same loop written
+   here (``megatron_loop``): a ``multiprocessing.Pool`` of --workers processes, each loading the
+   tokenizer.json once (the pool initializer), ``imap`` over the file's lines with preprocess_data's
+   chunksize (32), each line parsed with json and encoded with HF ``tokenizers`` ``Tokenizer.encode``
+   (one document per call, eod appended), and the main process writing every document with
+   megatron-core's ``IndexedDatasetBuilder``. preprocess_data's own HuggingFaceTokenizer goes through
+   transformers, which costs more per call, so this reference is if anything faster than the script.
+   Against it: ``python -m bloomdata.cli build --workers N --append-eod --split-by none`` with every
+   other flag at its default, timed the same way (a fresh process). Both outputs must be byte-identical
+   (.bin and .idx); the script exits 1 when they are not. Goal: >= 1.8x Megatron's speed at 2 workers.
+2. The ceiling: N processes (TOKENIZERS_PARALLELISM=false), each holding 1/N of the documents in memory
+   already parsed, calling ``Tokenizer.encode_batch_fast`` on batches of the build's batch size; wall =
+   first start to last end. It leaves out everything a build must also do (read and parse JSON,
+   validate, write, merge, start a cluster). Compared with the build's own wall time (``run_build``:
+   planning, LocalCluster start, tokenizing, merging, summary; no interpreter start), from the same runs.
+   CPU seconds (less load-dependent) are reported too. (The issue-2 figures used --mb 200 --vocab-size 8000.)
 """
 
 from __future__ import annotations
@@ -25,13 +38,16 @@ import json
 import multiprocessing as mp
 import os
 import random
+import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+IMAP_CHUNKSIZE = 32  # preprocess_data.py: pool.imap(encoder.encode, fin, 32)
 
 
 def make_text(corpus: Path, out: Path, target_bytes: int, seed: int = 0) -> tuple[int, int]:
@@ -48,6 +64,85 @@ def make_text(corpus: Path, out: Path, target_bytes: int, seed: int = 0) -> tupl
             f.write("\n".join(batch) + "\n")
             written += len(batch)
     return rounds * per_round, written
+
+
+# --- the Megatron reference loop (run in a fresh process: `bench_build.py --megatron-loop ...`) -----------
+
+_TOKENIZER = None  # per pool process, set by the initializer (preprocess_data keeps it on its Encoder class)
+_EOD = None
+
+
+def _init_encoder(tokenizer_json: str, eod: int) -> None:
+    global _TOKENIZER, _EOD
+    from tokenizers import Tokenizer
+
+    _TOKENIZER, _EOD = Tokenizer.from_file(tokenizer_json), eod
+
+
+def _encode_line(json_line: str) -> tuple[list[int], list[int], int]:
+    """One document: (ids with eod, [its length], characters read), as preprocess_data's Encoder.encode."""
+    ids = _TOKENIZER.encode(json.loads(json_line)["text"], add_special_tokens=False).ids
+    if ids:
+        ids.append(_EOD)
+    return ids, [len(ids)] if ids else [], len(json_line)
+
+
+def megatron_loop(input_path: str, tokenizer_json: str, prefix: str, workers: int) -> None:
+    """preprocess_data.py's process_json_file loop: a Pool imap of encodes, written in order by the main
+    process through megatron-core's IndexedDatasetBuilder."""
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(tokenizer_json)
+    eod = tokenizer.token_to_id("</s>")
+    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=DType.optimal_dtype(tokenizer.get_vocab_size()))
+    with open(input_path, encoding="utf-8") as fin, \
+            mp.Pool(workers, initializer=_init_encoder, initargs=(tokenizer_json, eod)) as pool:
+        for ids, lengths, _ in pool.imap(_encode_line, fin, IMAP_CHUNKSIZE):
+            builder.add_document(ids, lengths)
+        builder.finalize(f"{prefix}.idx")
+
+
+def _timed(cmd: list[str], **kw) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(wall seconds, CPU seconds of the process and every process under it, result) of one command.
+    RUSAGE_CHILDREN counts each descendant once it has been waited for (Pool and Dask workers are)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, check=True, **kw)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
+
+
+def run_megatron(args, text: Path, tok_json: str, prefix: Path) -> tuple[float, float]:
+    """(wall, CPU seconds) of one Megatron run (a fresh process); writes prefix.bin/.idx."""
+    if args.megatron_lm:
+        root = Path(args.megatron_lm).expanduser().resolve()
+        cmd = [sys.executable, str(root / "tools" / "preprocess_data.py"), "--input", str(text),
+               "--output-prefix", str(prefix), "--tokenizer-type", "HuggingFaceTokenizer",
+               "--tokenizer-model", str(Path(tok_json).parent), "--json-keys", "text", "--append-eod",
+               "--workers", str(args.workers), "--log-interval", "100000000"]
+        env = {**os.environ, "PYTHONPATH": f"{root}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    else:
+        cmd = [sys.executable, __file__, "--megatron-loop", str(text), tok_json, str(prefix), str(args.workers)]
+        env = dict(os.environ)
+    wall, cpu, _ = _timed(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if args.megatron_lm:  # preprocess_data names its outputs <prefix>_<key>_document
+        for suffix in (".bin", ".idx"):
+            os.replace(f"{prefix}_text_document{suffix}", f"{prefix}{suffix}")
+    return wall, cpu
+
+
+def run_bloomdata(args, text: Path, tok_path: str, out: Path) -> tuple[float, float, dict]:
+    """(wall, CPU seconds, build summary) of the CLI process: default flags, one output, eod appended."""
+    cmd = [sys.executable, "-m", "bloomdata.cli", "build", "--input", str(text), "--tokenizer", tok_path,
+           "--out", str(out), "--workers", str(args.workers), "--append-eod", "--split-by", "none",
+           "--no-progress", "--json", *(["--shard-bytes", args.shard_bytes] if args.shard_bytes else [])]
+    wall, cpu, proc = _timed(cmd, cwd=REPO, capture_output=True, text=True)
+    return wall, cpu, json.loads(proc.stdout)
+
+
+# --- the ceiling: bare encode_batch_fast in N processes ---------------------------------------------------
 
 
 def _encode_slice(args) -> tuple[float, float, int, float]:
@@ -82,29 +177,37 @@ def ceiling(tokenizer_json: str, path: Path, workers: int, batch: int) -> tuple[
             sum(r[3] for r in results))
 
 
+def _same_bytes(a: Path, b: Path) -> bool:
+    return all(Path(f"{a}{s}").read_bytes() == Path(f"{b}{s}").read_bytes() for s in (".bin", ".idx"))
+
+
 def main() -> int:
+    if len(sys.argv) == 6 and sys.argv[1] == "--megatron-loop":
+        megatron_loop(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="20 MB instead of --mb")
-    p.add_argument("--mb", type=float, default=200.0, help="MB of text (default 200)")
+    p.add_argument("--quick", action="store_true", help="10 MB instead of --mb")
+    p.add_argument("--mb", type=float, default=60.0, help="MB of text in the one jsonl file (default 60)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--tokenizer", help="tokenizer dir or tokenizer.json (default: train one on the corpus)")
-    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--vocab-size", type=int, default=32000)
     p.add_argument("--corpus", default=str(REPO / "tests" / "data" / "corpus"))
-    # coarse shards (the reference advises 100 MB-1 GB each): every shard of this mixed-language file writes
-    # one part per language (27), and each part costs two fsyncs; 4 equal shards per worker still balance
-    p.add_argument("--shards-per-worker", type=int, default=4, help="row-range shards per worker (default 4)")
-    p.add_argument("--repeat", type=int, default=1, help="interleaved ceiling/build rounds; best of each")
+    p.add_argument("--megatron-lm", metavar="PATH", help="a Megatron-LM checkout: run its tools/preprocess_data.py")
+    p.add_argument("--shard-bytes", help="pass --shard-bytes to the build (default: the build's default)")
+    p.add_argument("--no-ceiling", action="store_true", help="only the Megatron comparison")
+    p.add_argument("--repeat", type=int, default=1, help="interleaved rounds; best of each side")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
-    from bloomdata.build import BuildConfig, run_build
-    from bloomdata.readers import SourceConfig
+    from bloomdata.build import BuildConfig
 
-    target = int((20.0 if args.quick else args.mb) * 1e6)
+    batch_docs = BuildConfig.model_fields["batch_docs"].default
+    target = int((10.0 if args.quick else args.mb) * 1e6)
     with tempfile.TemporaryDirectory(prefix="bench_build_") as tmp:
         tmp = Path(tmp)
         if args.tokenizer:
             tok_path = args.tokenizer
         else:
+            from bloomdata.readers import SourceConfig
             from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
 
             tok_path = str(tmp / "tokenizer")
@@ -113,50 +216,66 @@ def main() -> int:
         tok_json = str(Path(tok_path) / "tokenizer.json") if Path(tok_path).is_dir() else tok_path
         text = tmp / "text.jsonl"
         text_bytes, n_docs = make_text(Path(args.corpus), text, target)
-        config = BuildConfig(sources=[SourceConfig(paths=[str(text)])], tokenizer=tok_path,
-                             out_dir=str(tmp / "out"), append_eod=True, workers=args.workers,
-                             max_rows_per_shard=-(-n_docs // (args.workers * args.shards_per_worker)),
-                             progress=False)
-        print(f"text: {text_bytes / 1e6:.1f} MB, {n_docs:,} documents (27 languages); tokenizer "
-              f"{tok_json}; {args.workers} worker(s); batch {config.batch_docs} documents")
+        from tokenizers import Tokenizer
 
-        # Alternate ceiling and build --repeat times, with a last ceiling after the last build, and compare
-        # the best (shortest) of each: on a shared machine the load drifts, and best-of-k with the runs
-        # interleaved is the least noisy comparison available.
-        ceilings, builds = [], []
+        vocab = Tokenizer.from_file(tok_json).get_vocab_size()
+        print(f"text: {text_bytes / 1e6:.1f} MB of text in one {text.stat().st_size / 1e6:.1f} MB jsonl, {n_docs:,} "
+              f"documents (27 languages); tokenizer {vocab:,} tokens; {args.workers} worker(s); "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+        megatron_name = "Megatron-LM tools/preprocess_data.py" if args.megatron_lm else \
+            "Megatron loop (Pool imap + IndexedDatasetBuilder)"
+        megatrons, builds, ceilings = [], [], []
+        identical = True
         for r in range(args.repeat):
-            ceilings.append(ceiling(tok_json, text, args.workers, config.batch_docs))
-            builds.append(run_build(config.model_copy(update={"out_dir": str(tmp / f"out{r}")})))
+            if not args.no_ceiling:
+                ceilings.append(ceiling(tok_json, text, args.workers, batch_docs))
+            megatrons.append(run_megatron(args, text, tok_json, tmp / f"megatron{r}"))
+            wall, cpu, summary = run_bloomdata(args, text, tok_path, tmp / f"out{r}")
+            builds.append((wall, summary, cpu))
+            same = _same_bytes(tmp / f"megatron{r}", tmp / f"out{r}" / "all")
+            identical &= same
+            print(f"round {r + 1}: {megatron_name} {megatrons[-1][0]:.1f} s ({megatrons[-1][1]:.1f} CPU s), "
+                  f"bloomdata build {wall:.1f} s ({cpu:.1f} CPU s) "
+                  f"({summary['shards']['total']} shards), outputs identical: {'yes' if same else 'NO'}; "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+            for path in (tmp / f"megatron{r}.bin", tmp / f"megatron{r}.idx"):
+                path.unlink()
             shutil.rmtree(tmp / f"out{r}")
-        ceilings.append(ceiling(tok_json, text, args.workers, config.batch_docs))
-        c_wall, c_tokens, _ = min(ceilings)
-        c_cpu = min(c[2] for c in ceilings)
-        summary = min(builds, key=lambda s: s.wall_seconds)
-        print(f"ceiling walls {[round(c[0], 1) for c in ceilings]} s, build walls "
-              f"{[b.wall_seconds for b in builds]} s; load average {os.getloadavg()[0]:.1f} "
-              f"on {os.cpu_count()} CPUs")
-        b_wall = summary.wall_seconds
-        b_tokens = summary.tokens - summary.documents  # without the appended </s>
-        if b_tokens != c_tokens:
-            print(f"WARNING: token counts differ: build {b_tokens:,} vs ceiling {c_tokens:,}")
-        rows = [
-            (f"ceiling: encode_batch_fast x{args.workers} proc", c_wall),
-            (f"build: bloomdata build --workers {args.workers}", b_wall),
-            ("build, tokenize phase only", summary.tokenize_seconds),
-        ]
+        if not args.no_ceiling:
+            ceilings.append(ceiling(tok_json, text, args.workers, batch_docs))
+
+        m_wall, m_cpu = min(m[0] for m in megatrons), min(m[1] for m in megatrons)
+        b_wall, summary, _ = min(builds, key=lambda b: b[0])
+        b_cpu = min(b[2] for b in builds)
+        tokens = summary["tokens"]
+        print(f"\n{'run':<52} {'MB/s':>8} {'tokens/s':>12} {'wall':>8}")
+        rows = [(megatron_name, m_wall), (f"bloomdata build --workers {args.workers} (default flags)", b_wall)]
         for name, wall in rows:
-            print(f"{name:<38} {text_bytes / 1e6 / wall:8.2f} MB/s {c_tokens / wall:12,.0f} tokens/s "
-                  f"({wall:.1f} s)")
-        print(f"ratio build / ceiling (end to end):   {c_wall / b_wall:.3f}  (goal >= 0.9 at 2 workers, full size)")
-        print(f"ratio tokenize phase / ceiling:       {c_wall / summary.tokenize_seconds:.3f}  "
-              "(includes the LocalCluster start)")
-        # CPU seconds depend less on the machine's load than wall times: this ratio is the per-byte
-        # efficiency of the shard step (reading, JSON, validation, writing) against bare encoding
-        b_cpu = min(b.shard_cpu_seconds for b in builds)
-        print(f"CPU seconds: ceiling {c_cpu:.1f}, build shards {b_cpu:.1f} (ratio {c_cpu / b_cpu:.3f})")
-        print(f"build summary: shards {summary.shards.total}, merge {summary.merge_seconds:.1f} s, "
-              f"{summary.bytes_out / 1e6:.1f} MB out")
-    return 0
+            print(f"{name:<52} {text_bytes / 1e6 / wall:8.2f} {tokens / wall:12,.0f} {wall:7.1f}s")
+        print(f"speed-up bloomdata / Megatron: {m_wall / b_wall:.2f}x (goal >= 1.8x at 2 workers); "
+              f".bin/.idx byte-identical in every round: {'yes' if identical else 'NO'}")
+        # CPU seconds of every process of each side (best of the rounds): the work each does, which the load
+        # of a shared machine disturbs less than the wall time; it is not the speed-up (that is the wall)
+        print(f"CPU seconds, all processes: Megatron {m_cpu:.1f}, bloomdata {b_cpu:.1f} (ratio {m_cpu / b_cpu:.2f})")
+        print(f"build: {summary['shards']['total']} shards (cut at {summary['shard_bytes']} bytes), run_build wall "
+              f"{summary['wall_seconds']:.1f} s (tokenize {summary['tokenize_seconds']:.1f} s, merge "
+              f"{summary['merge_seconds']:.1f} s), shard CPU {summary['shard_cpu_seconds']:.1f} s")
+
+        if not args.no_ceiling:
+            c_wall, c_tokens, _ = min(ceilings)
+            c_cpu = min(c[2] for c in ceilings)
+            best = min((b[1] for b in builds), key=lambda s: s["wall_seconds"])
+            shard_cpu = min(b[1]["shard_cpu_seconds"] for b in builds)
+            if best["tokens"] - best["documents"] != c_tokens:  # the build appends one </s> per document
+                print(f"WARNING: token counts differ: build {best['tokens'] - best['documents']:,} vs "
+                      f"ceiling {c_tokens:,}")
+            print(f"\nceiling: encode_batch_fast x{args.workers} proc, text pre-parsed in memory: "
+                  f"{text_bytes / 1e6 / c_wall:.2f} MB/s ({c_wall:.1f} s; walls {[round(c[0], 1) for c in ceilings]})")
+            print(f"ratio build (run_build wall) / ceiling: {c_wall / best['wall_seconds']:.3f}; tokenize phase only: "
+                  f"{c_wall / best['tokenize_seconds']:.3f} (includes the LocalCluster start)")
+            print(f"CPU seconds: ceiling {c_cpu:.1f}, build shards {shard_cpu:.1f} (ratio {c_cpu / shard_cpu:.3f})")
+    return 0 if identical else 1
 
 
 if __name__ == "__main__":
