@@ -17,6 +17,7 @@ from bloomdata.errors import BloomstackError
 COMMANDS: dict[str, tuple[str, str]] = {
     "train-tokenizer": ("bloomdata.cli.train_tokenizer", "train a BLOOM-style byte-level BPE tokenizer"),
     "fertility": ("bloomdata.cli.fertility", "tokens per word and per character, per language"),
+    "clean": ("bloomdata.cli.clean", "filter, deduplicate and redact corpora in parallel, before tokenization"),
     "build": ("bloomdata.cli.build", "tokenize corpora in parallel into Megatron .bin/.idx"),
     "inspect": ("bloomdata.cli.inspect", "counts, dtype, length histogram and first documents of a dataset"),
     "blend": ("bloomdata.cli.blend", "tune per-language blend weights (alpha sampling) for a token budget"),

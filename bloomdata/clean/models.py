@@ -1,0 +1,109 @@
+"""The optional model-based filters: language-id confidence (fastText) and perplexity (KenLM).
+
+Both models are the user's: the steps are off until a model path is given. ``fasttext`` and ``kenlm`` are
+not dependencies of bloomstack (native builds, and most users never turn these steps on): they are imported
+when a model is configured, and a missing package or file is one ``BloomstackError`` line with the fix,
+raised by ``check_models`` in the driver before anything is written. Models load once per worker process
+(``functools.lru_cache`` keyed by path, size and mtime, so a replaced file is reloaded).
+
+Scores follow ROOTS (bigscience-workshop/data-preparation, preprocessing/training/
+01b_oscar_cleaning_and_filtering/filtering.py):
+
+- language id: fastText's top label for the lower-cased text on one line must be the document's language
+  and its probability at least ``min_lang_id_score``; documents without a language skip the check;
+- perplexity: ``10 ** (-sum(log10 P(line)) / sum(words(line) + 1))`` over the lines, with KenLM's sentence
+  boundaries, at most ``max_perplexity``. The model must have been trained on text split the same way
+  (whitespace-separated words); ROOTS's models expected sentencepiece pieces, so tokenize such text first.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from types import ModuleType
+
+from bloomdata.clean.config import CleanConfig, LangIdConfig
+from bloomdata.errors import BloomstackError
+
+INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install kenlm"}
+
+
+def require_package(name: str, setting: str) -> ModuleType:
+    """Import an optional package, or fail with one line saying how to install it or turn the step off."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise BloomstackError(f"{setting} needs the {name} package, which is not installed: "
+                              f"{INSTALL_HINT[name]}, or unset {setting}") from None
+
+
+def require_file(path: str, setting: str, what: str) -> str:
+    """The absolute path of a model file that exists (workers may run in another directory)."""
+    if not os.path.isfile(path):
+        raise BloomstackError(f"{path}: {what} not found ({setting}); give the path of an existing file or "
+                              f"unset {setting}")
+    return os.path.abspath(path)
+
+
+def check_models(config: CleanConfig) -> CleanConfig:
+    """``config`` with absolute model paths, after checking each file exists and its package imports."""
+    update = {}
+    if config.lang_id.model is not None:
+        path = require_file(config.lang_id.model, "lang_id.model", "fastText language-id model")
+        require_package("fasttext", "lang_id.model")
+        update["lang_id"] = config.lang_id.model_copy(update={"model": path})
+    if config.perplexity.models:
+        models = {lang: require_file(path, f"perplexity.models.{lang}", "KenLM model")
+                  for lang, path in config.perplexity.models.items()}
+        require_package("kenlm", "perplexity.models")
+        update["perplexity"] = config.perplexity.model_copy(update={"models": models})
+    return config.model_copy(update=update)
+
+
+def model_identity(path: str) -> dict[str, int | str]:
+    """What a key records of a model file: a changed file is a different model."""
+    st = os.stat(path)
+    return {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+@functools.lru_cache(maxsize=4)
+def _fasttext(path: str, size: int, mtime_ns: int):
+    return require_package("fasttext", "lang_id.model").load_model(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _kenlm(path: str, size: int, mtime_ns: int):
+    return require_package("kenlm", "perplexity.models").Model(path)
+
+
+class LangId:
+    """fastText language identification of one document against its declared language."""
+
+    def __init__(self, config: LangIdConfig):
+        identity = model_identity(config.model)
+        self.model = _fasttext(config.model, identity["size"], identity["mtime_ns"])
+        self.config = config
+
+    def label(self, lang: str) -> str:
+        base = lang.replace("_", "-").split("-")[0]
+        return self.config.labels.get(lang) or self.config.labels.get(base) or self.config.label_format.format(lang=lang)
+
+    def score(self, text: str, lang: str) -> float:
+        """The probability of ``lang`` when it is the top prediction, else 0."""
+        labels, probs = self.model.predict(text.lower().replace("\n", " "), k=1)
+        return float(probs[0]) if labels and labels[0] == self.label(lang) else 0.0
+
+
+def perplexity_model(path: str):
+    identity = model_identity(path)
+    return _kenlm(path, identity["size"], identity["mtime_ns"])
+
+
+def perplexity(model, text: str) -> float:
+    """KenLM perplexity of a document, line by line (ROOTS's formula)."""
+    log10, length = 0.0, 0
+    for line in text.split("\n"):
+        log10 += model.score(line, bos=True, eos=True)
+        length += len(line.split()) + 1
+    return 10.0 ** (-log10 / length)

@@ -1,0 +1,90 @@
+"""A clean run's report: ``clean.md`` (tables) and ``clean.png`` (where each language's documents and bytes
+went), written atomically through ``bloomdata.durable``; ``run_clean`` writes them before the summary, which
+vouches for them.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from bloomdata import durable
+from bloomdata.clean.config import REASONS, REPORT_MD, REPORT_PNG
+from bloomdata.clean.summary import CleanSummary, LangCounts
+
+
+def _reasons(languages: dict[str, LangCounts]) -> list[str]:
+    """The removal reasons that removed anything, in step order."""
+    return [r for r in REASONS if any(c.removed.get(r) for c in languages.values())]
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def markdown(summary: CleanSummary) -> str:
+    s = summary
+    reasons = _reasons(s.languages)
+    lines = [f"# Clean report: {s.out_dir}", "",
+             f"{s.documents_kept:,} of {s.documents_in:,} documents kept ({_pct(s.documents_kept, s.documents_in)}), "
+             f"{s.bytes_kept / 1e6:,.2f} of {s.bytes_in / 1e6:,.2f} MB of text; {s.emails_redacted:,} e-mail and "
+             f"{s.ips_redacted:,} IP addresses redacted. Cleaned data: `{s.data_dir}` ({s.output_format}).", "",
+             "## Documents per language", "",
+             "| language | in | kept | kept % | " + " | ".join(reasons) + " | e-mails | IPs |",
+             "|---|" + "---:|" * (len(reasons) + 5)]
+    for name, c in s.languages.items():
+        cells = [f"{c.removed.get(r, 0):,}" for r in reasons]
+        lines.append(f"| {name} | {c.documents_in:,} | {c.documents_kept:,} | {_pct(c.documents_kept, c.documents_in)} | "
+                     + " | ".join(cells) + f" | {c.emails_redacted:,} | {c.ips_redacted:,} |")
+    lines += ["", "## Bytes per language (UTF-8 text; removed bytes as read)", "",
+              "| language | in | kept | kept % | " + " | ".join(reasons) + " |", "|---|" + "---:|" * (len(reasons) + 3)]
+    for name, c in s.languages.items():
+        cells = [f"{c.removed_bytes.get(r, 0):,}" for r in reasons]
+        lines.append(f"| {name} | {c.bytes_in:,} | {c.bytes_kept:,} | {_pct(c.bytes_kept, c.bytes_in)} | "
+                     + " | ".join(cells) + " |")
+    rejected = {k: v for k, v in s.rejects.items() if v}
+    lines += ["", f"Unreadable rows (not counted above): {s.rejects_total:,}"
+              + (" (" + ", ".join(f"{k}: {v:,}" for k, v in rejected.items()) + ")" if rejected else "") + ".",
+              f"Examples of every reason: `{os.path.basename(s.removed_file)}`.", ""]
+    return "\n".join(lines)
+
+
+def chart_png(summary: CleanSummary) -> bytes:
+    """Per language, the share of documents (left) and bytes (right) kept and removed by each reason."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary.languages)
+    reasons = _reasons(summary.languages)
+    colors = plt.get_cmap("tab20")
+    fig, axes = plt.subplots(1, 2, figsize=(12, max(3.0, 0.32 * len(names) + 2.2)), sharey=True)
+    for ax, unit in zip(axes, ("documents", "bytes")):
+        left = [0.0] * len(names)
+        for i, what in enumerate(["kept", *reasons]):
+            shares = []
+            for name in names:
+                c = summary.languages[name]
+                whole = c.documents_in if unit == "documents" else c.bytes_in
+                part = (c.documents_kept if unit == "documents" else c.bytes_kept) if what == "kept" else \
+                    (c.removed if unit == "documents" else c.removed_bytes).get(what, 0)
+                shares.append(100 * part / whole if whole else 0.0)
+            ax.barh(names, shares, left=left, color="tab:green" if what == "kept" else colors(i % 20), label=what)
+            left = [a + b for a, b in zip(left, shares)]
+        ax.set_xlabel(f"% of {unit} in")
+        ax.set_xlim(0, 100)
+        ax.invert_yaxis()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
+    fig.suptitle(f"Clean: {summary.documents_kept:,} of {summary.documents_in:,} documents kept")
+    fig.tight_layout(rect=(0, 0.04 + 0.025 * (len(labels) // 5), 1, 1))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def write_report(summary: CleanSummary) -> None:
+    durable.write_text(os.path.join(summary.out_dir, REPORT_MD), markdown(summary))
+    durable.write_bytes(os.path.join(summary.out_dir, REPORT_PNG), chart_png(summary))

@@ -1,0 +1,327 @@
+"""``run_clean``: plan, filter shards, join keys per band, resolve duplicates, write shards, report.
+
+Design (datatrove's split between steps and executors, and its MinHash stages; the build's shard model):
+
+1. ``plan_shards`` cuts the inputs into a deterministic list of shards (files, or row ranges).
+2. ``filter_shard`` (``bloomdata.clean.shard``) per shard on Dask: read, normalize, filter, redact; spill the
+   candidates, their exact keys and MinHash band keys, each sorted, to ``OUT/work/filter/<shard>/``.
+3. ``join`` (``bloomdata.clean.dedup``) per key range of each band on Dask: (duplicate, first) pairs.
+4. ``resolve`` in the driver: duplicate clusters; the first document in plan order survives.
+5. ``write_shard`` (``bloomdata.clean.write``) per shard on Dask: ``OUT/data/<lang>/<index>-<shard>.jsonl.zst``.
+6. ``OUT/removed.jsonl.zst`` (examples per reason), ``clean.md``, ``clean.png``, then ``clean_summary.json``
+   last: the run's marker, whose key (``fingerprint``) is the content key of every shard key and the
+   output settings, so an unchanged rerun does nothing.
+
+Every task writes its files, then a completion marker keyed by everything that determines them
+(``bloomdata.durable``), so a killed run resumes where it stopped and produces the same bytes. Outputs depend
+only on the plan (global ids are plan positions; joins sort by them; parts are named by plan index), never
+on the number of workers or the order tasks finish. The work directory is removed at the end unless
+``keep_work``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from bloomdata import durable
+from bloomdata.clean import dedup, write
+from bloomdata.clean.config import (
+    DATA_DIR,
+    LOCK_FILE,
+    REASONS,
+    REMOVED_FILE,
+    REPORT_MD,
+    REPORT_PNG,
+    SUMMARY_FILE,
+    WORK_DIR,
+    CleanConfig,
+)
+from bloomdata.clean.filters import load_word_lists
+from bloomdata.clean.models import check_models, model_identity
+from bloomdata.clean.report import write_report
+from bloomdata.clean.shard import STEPS, filter_shard, load_marker, shard_dir, shard_key, strict_error
+from bloomdata.clean.summary import (
+    CleanSummary,
+    FilterManifest,
+    LangCounts,
+    OutputStats,
+    ShardCounts,
+    WriteManifest,
+)
+from bloomdata.errors import BloomstackError
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_shards
+
+
+def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> dict[str, Any]:
+    """What, besides the shard, determines its stage-1 files (part of every shard key)."""
+    return {
+        "normalize": config.normalize,
+        "quality": config.quality.model_dump(exclude={"closed_class_words", "flagged_words"}),
+        "closed_class_words": closed, "flagged_words": flagged,
+        "lang_id": {**config.lang_id.model_dump(), "model": model_identity(config.lang_id.model)}
+        if config.lang_id.model else None,
+        "perplexity": {lang: model_identity(path) for lang, path in sorted(config.perplexity.models.items())},
+        "pii": config.pii, "exact_dedup": config.exact_dedup,
+        "near_dedup": config.near_dedup.model_dump(exclude={"docs_per_task"}),
+        "examples": [config.max_removed_examples, config.max_example_chars],
+    }
+
+
+@contextlib.contextmanager
+def _locked_out_dir(out_dir: str) -> Iterator[None]:
+    """Create OUT and hold its lock (flock: it dies with the process); temps found under it are stray."""
+    import filelock
+
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        lock = filelock.FileLock(os.path.join(out_dir, LOCK_FILE))
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise BloomstackError(f"{out_dir}: another clean run is writing there ({LOCK_FILE} is locked); wait for "
+                              "it or choose another --out") from None
+    except OSError as exc:
+        raise BloomstackError(f"{out_dir}: cannot create or write the output directory "
+                              f"({exc.strerror or exc}); choose a writable --out") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _remove_stray_temps(out_dir: str) -> None:
+    for root, _, _ in os.walk(out_dir):
+        durable.remove_temps(root)
+
+
+def _up_to_date(out_dir: str, fingerprint: str) -> CleanSummary | None:
+    record = durable.read_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint)
+    if record is None:
+        return None
+    try:
+        summary = CleanSummary.model_validate(record)
+    except ValidationError:
+        return None
+    for output in summary.outputs.values():
+        paths = [os.path.join(out_dir, f) for f in output.files]
+        if not all(os.path.isfile(p) for p in paths) or sum(map(os.path.getsize, paths)) != output.file_bytes:
+            return None
+    return summary
+
+
+def _stage(name: str, fn, items: list, config: CleanConfig, client, on_result=None) -> list:
+    """``run_shards`` with a progress bar named after the stage."""
+    from tqdm import tqdm
+
+    from bloomdata.build.executor import run_shards
+
+    bar = tqdm(total=len(items), unit="task", desc=name, disable=not config.progress, file=sys.stderr,
+               dynamic_ncols=True, mininterval=0.5)
+
+    def done(i: int, result: Any) -> None:
+        if on_result is not None:
+            on_result(i, result)
+        bar.update(1)
+
+    try:
+        return run_shards(fn, items, n_workers=config.workers, scheduler_address=config.scheduler, client=client,
+                          on_result=done)
+    finally:
+        bar.close()
+
+
+def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[str]):
+    return dedup.join(item[0], out_dir, shard_dirs, item[1])
+
+
+def _write_item(item: tuple[Shard, int, FilterManifest, str], **kw) -> WriteManifest:
+    shard, index, filtered, key = item
+    return write.write_shard(shard, index, filtered=filtered, key=key, **kw)
+
+
+def run_clean(config: CleanConfig, client=None) -> CleanSummary:
+    """Clean ``config.sources`` into ``config.out_dir``; returns the summary (see the module docstring).
+
+    Everything that can fail on user input (missing inputs, models or word lists, an unwritable output)
+    fails before anything is written. ``client``: an existing ``distributed.Client`` to run on (else
+    ``config.scheduler`` or a LocalCluster of ``config.workers``).
+    """
+    t0 = time.perf_counter()
+    shards = plan_shards(config.sources, config.max_rows_per_shard)
+    if not shards:
+        raise BloomstackError("the sources hold no input files; check the --input paths")
+    config = check_models(config)
+    closed, flagged = load_word_lists(config.quality)
+    out_dir = os.path.abspath(config.out_dir)
+    inside = [s.path for s in shards if os.path.commonpath([out_dir, s.path]) == out_dir]
+    if inside:
+        raise BloomstackError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
+                              "the outputs back as inputs: choose an --out outside the inputs")
+    settings = filter_settings(config, closed, flagged)
+    keys = [durable.content_key(shard_key(s, settings)) for s in shards]
+    fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
+                                       config.near_dedup.enabled])
+    with _locked_out_dir(out_dir):
+        _remove_stray_temps(out_dir)
+        previous = _up_to_date(out_dir, fingerprint)
+        if previous is not None and not (config.strict and previous.rejects_total):
+            return previous.model_copy(update={"up_to_date": True})
+        # stage 1: filter every shard not done yet
+        t1 = time.perf_counter()
+        manifests: list[FilterManifest | None] = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
+        pending = [i for i, m in enumerate(manifests) if m is None]
+        step = functools.partial(filter_shard, out_dir=out_dir, config=config, settings=settings, closed=closed,
+                                 flagged=flagged)
+
+        def filtered(j: int, manifest: FilterManifest) -> None:
+            manifests[pending[j]] = manifest
+
+        _stage("filter", step, [shards[i] for i in pending], config, client, filtered)
+        if config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
+            _refuse_rejects(out_dir, shards, manifests)
+        # stage 2: join the keys of every band, range by range
+        t2 = time.perf_counter()
+        tasks = dedup.plan_joins(config, sum(m.candidates for m in manifests))
+        shard_dirs = [shard_dir(out_dir, s) for s in shards]
+        items = [(task, dedup.join_key(task, keys)) for task in tasks]
+        _stage("join", functools.partial(_join_item, out_dir=out_dir, shard_dirs=shard_dirs), items, config, client)
+        # stage 3: which copies go
+        t3 = time.perf_counter()
+        removals = dedup.resolve(out_dir, tasks, len(shards))
+        os.makedirs(os.path.dirname(write.resolve_path(out_dir, shards[0])), exist_ok=True)
+        digests = []
+        for shard, removal in zip(shards, removals):
+            data = np.ascontiguousarray(removal, dtype=np.uint64)
+            durable.write_with(write.resolve_path(out_dir, shard), lambda f, a=data: np.save(f, a, allow_pickle=False))
+            digests.append(durable.digest(data.tobytes()))
+        # stage 4: write the kept documents of every shard
+        t4 = time.perf_counter()
+        names = [s.name for s in shards]
+        items = [(s, i, m, write.write_key(k, d, i, config.output_format))
+                 for i, (s, m, k, d) in enumerate(zip(shards, manifests, keys, digests))]
+        step = functools.partial(_write_item, out_dir=out_dir, shard_names=names, output_format=config.output_format,
+                                 max_examples=config.max_removed_examples, max_chars=config.max_example_chars)
+        written = _stage("write", step, items, config, client)
+        t5 = time.perf_counter()
+        outputs = _outputs(out_dir, written)
+        _remove_stale_parts(out_dir, outputs)
+        _write_examples(out_dir, shards, config.max_removed_examples)
+        summary = _summary(config, out_dir, shards, manifests, pending, written, outputs, len(tasks), fingerprint,
+                           client, t0, {"filter": t2 - t1, "join": t3 - t2, "resolve": t4 - t3, "write": t5 - t4})
+        write_report(summary)
+        summary.stage_seconds["report"] = round(time.perf_counter() - t5, 3)
+        summary.wall_seconds = round(time.perf_counter() - t0, 3)
+        # the run's marker, written last (after the data, the examples and the report it describes)
+        durable.write_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint, summary)
+        if not config.keep_work:
+            shutil.rmtree(os.path.join(out_dir, WORK_DIR), ignore_errors=True)
+    return summary
+
+
+def _refuse_rejects(out_dir: str, shards: list[Shard], manifests: list[FilterManifest]) -> None:
+    for shard, m in zip(shards, manifests):
+        if any(m.rejects.values()):
+            with open(os.path.join(shard_dir(out_dir, shard), "removed.jsonl"), encoding="utf-8") as f:
+                first = next(json.loads(line) for line in f if json.loads(line)["reason"] in REJECT_REASONS)
+            path, _, line = first["where"].rpartition(":")
+            raise strict_error(Reject(first["reason"], path, int(line), first.get("detail", "")))
+
+
+def _outputs(out_dir: str, written: list[WriteManifest]) -> dict[str, OutputStats]:
+    outputs: dict[str, OutputStats] = {}
+    for manifest in written:  # plan order
+        for name, part in manifest.parts.items():
+            o = outputs.setdefault(name, OutputStats(directory=os.path.join(out_dir, DATA_DIR, name), files=[],
+                                                     documents=0, bytes=0, file_bytes=0))
+            o.files.append(part.file)
+            o.documents += part.documents
+            o.bytes += part.bytes
+            o.file_bytes += part.file_bytes
+    return dict(sorted(outputs.items()))
+
+
+def _remove_stale_parts(out_dir: str, outputs: dict[str, OutputStats]) -> None:
+    """Delete what an earlier run with another plan or settings left under OUT/data (this run owns it)."""
+    keep = {os.path.join(out_dir, f) for o in outputs.values() for f in o.files}
+    data = os.path.join(out_dir, DATA_DIR)
+    for root, _, files in os.walk(data, topdown=False):
+        for name in files:
+            if os.path.join(root, name) not in keep:
+                os.unlink(os.path.join(root, name))
+        if root != data and not os.listdir(root):
+            os.rmdir(root)
+
+
+def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
+    """OUT/removed.jsonl.zst: the first ``limit`` examples of each reason in plan order, reasons in order."""
+    import zstandard
+
+    by_reason: dict[str, list[dict]] = {r: [] for r in (*REJECT_REASONS, *REASONS)}
+    for stage in ("filter", "write"):
+        for shard in shards:
+            path = os.path.join(out_dir, WORK_DIR, stage, shard.name, "removed.jsonl")
+            if not os.path.isfile(path):
+                continue
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    record = json.loads(line)
+                    if len(by_reason[record["reason"]]) < limit:
+                        by_reason[record["reason"]].append(record)
+    for record in by_reason["exact_duplicate"] + by_reason["near_duplicate"]:
+        of = record.pop("duplicate_of")
+        index = next(i for i, s in enumerate(shards) if s.name == of["shard"])
+        lines = np.load(os.path.join(shard_dir(out_dir, shards[index]), "candidates.npy"), mmap_mode="r")[0]
+        record["duplicate_of"] = f"{shards[index].path}:{int(lines[of['candidate']])}"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for records in by_reason.values() for r in records)
+    durable.write_bytes(os.path.join(out_dir, REMOVED_FILE), zstandard.ZstdCompressor(level=3).compress(text.encode()))
+
+
+def _summary(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: list[FilterManifest],
+             pending: list[int], written: list[WriteManifest], outputs: dict[str, OutputStats], join_tasks: int,
+             fingerprint: str, client, t0: float, stages: dict[str, float]) -> CleanSummary:
+    languages: dict[str, LangCounts] = {}
+    rejects = dict.fromkeys(REJECT_REASONS, 0)
+    for filtered, wrote in zip(manifests, written):
+        for name, counts in filtered.languages.items():
+            languages.setdefault(name, LangCounts()).add(counts)
+        for name, counts in wrote.removed.items():  # duplicates: kept by stage 1, removed by stage 4
+            languages[name].add(counts)
+        for reason, n in filtered.rejects.items():
+            rejects[reason] = rejects.get(reason, 0) + n
+    for name, c in languages.items():
+        c.documents_kept = outputs[name].documents if name in outputs else 0
+        c.bytes_kept = outputs[name].bytes if name in outputs else 0
+        c.removed = {r: c.removed[r] for r in REASONS if r in c.removed}
+        c.removed_bytes = {r: c.removed_bytes[r] for r in REASONS if r in c.removed_bytes}
+    languages = dict(sorted(languages.items()))
+    removed = {r: sum(c.removed.get(r, 0) for c in languages.values()) for r in REASONS}
+    built = [manifests[i] for i in pending]
+    steps = {step: round(sum(m.step_seconds.get(step, 0.0) for m in built), 3) for step in STEPS}
+    wall = time.perf_counter() - t0
+    return CleanSummary(
+        out_dir=out_dir, data_dir=os.path.join(out_dir, DATA_DIR), output_format=config.output_format,
+        languages=languages, outputs=outputs,
+        documents_in=sum(c.documents_in for c in languages.values()),
+        documents_kept=sum(o.documents for o in outputs.values()),
+        bytes_in=sum(c.bytes_in for c in languages.values()), bytes_kept=sum(o.bytes for o in outputs.values()),
+        removed=removed, rejects=rejects, rejects_total=sum(rejects.values()),
+        emails_redacted=sum(c.emails_redacted for c in languages.values()),
+        ips_redacted=sum(c.ips_redacted for c in languages.values()),
+        removed_file=os.path.join(out_dir, REMOVED_FILE), report_md=os.path.join(out_dir, REPORT_MD),
+        report_png=os.path.join(out_dir, REPORT_PNG),
+        shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),
+        join_tasks=join_tasks, workers=None if config.scheduler or client is not None else config.workers,
+        scheduler=config.scheduler, wall_seconds=round(wall, 3),
+        stage_seconds={k: round(v, 3) for k, v in stages.items()}, step_seconds=steps,
+        throughput_mb_s=round(sum(sum(c.bytes_in for c in m.languages.values()) for m in built) / 1e6 / wall, 3),
+        fingerprint=fingerprint)

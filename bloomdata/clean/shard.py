@@ -1,0 +1,261 @@
+"""Stage 1 of a clean run, one shard: read, normalize, filter, redact, hash; spill candidates and keys.
+
+``filter_shard`` is a pure, idempotent step (``bloomdata.build.executor.run_shards`` places it): it streams
+one shard and writes, under ``OUT/work/filter/<shard name>/``:
+
+- ``<name>.jsonl.zst``: the documents that passed the filters, redacted, as ``{"text","lang"}`` lines, one file
+  per output name (language), in read order; ``<name>.ids.npy``: their candidate numbers in the shard;
+- ``candidates.npy``: uint64[2, n], the line in the input and the UTF-8 size of each candidate;
+- ``exact.npy``: uint64[3, n], (high, low, candidate) of the exact-duplicate keys, sorted;
+- ``minhash.npy``: uint64[bands, 2, m], per band the (band key, candidate) pairs sorted by key (candidates
+  without word units have no signature and are left out);
+- ``removed.jsonl``: the first ``max_removed_examples`` documents of each reason;
+
+then its marker ``OUT/work/filter/<shard name>.done.json`` (a ``FilterManifest``), last, under a key that
+holds everything that determines those bytes (the shard, its input's size and mtime, every setting of the
+steps, the word lists and the models' files). Memory: the hashes of the shard's candidates (~8 bytes per
+band + 40 per document) plus one batch of shingles; the documents themselves are streamed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from bloomdata import durable
+from bloomdata.build.config import output_name_of
+from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
+from bloomdata.clean.filters import QualityFilter
+from bloomdata.clean.minhash import MinHasher, exact_key
+from bloomdata.clean.parts import LinesWriter, abort, publish
+from bloomdata.clean.pii import redact
+from bloomdata.clean.summary import FilterManifest, LangCounts
+from bloomdata.clean.text import normalize, word_units
+from bloomdata.errors import BloomstackError
+from bloomdata.readers import Reject, Shard, read_shard
+
+STAGE = "filter"
+BATCH = 1024  # documents per MinHash batch
+STEPS = ("read", "normalize", "filter", "pii", "exact_hash", "minhash", "write")
+
+
+def filter_dir(out_dir: str) -> str:
+    return os.path.join(out_dir, WORK_DIR, STAGE)
+
+
+def shard_dir(out_dir: str, shard: Shard) -> str:
+    return os.path.join(filter_dir(out_dir), shard.name)
+
+
+def marker_path(out_dir: str, shard: Shard) -> str:
+    return os.path.join(filter_dir(out_dir), f"{shard.name}.done.json")
+
+
+def shard_key(shard: Shard, settings: dict[str, Any]) -> dict[str, Any]:
+    """Everything that determines a shard's stage-1 files; a marker is valid only for an equal key.
+
+    ``settings``: ``run.filter_settings`` (the steps' config, word lists, model identities)."""
+    try:
+        st = os.stat(shard.path)
+    except OSError as exc:
+        raise BloomstackError(f"cannot read input {shard.path}: {exc.strerror}") from None
+    return {"version": MARKER_VERSION, "shard": dataclasses.asdict(shard),
+            "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns}, "settings": settings}
+
+
+def load_marker(out_dir: str, shard: Shard, key: str) -> FilterManifest | None:
+    """The shard's manifest when its marker is valid for ``key`` and its files are there."""
+    record = durable.read_marker(marker_path(out_dir, shard), key)
+    if record is None:
+        return None
+    try:
+        manifest = FilterManifest.model_validate(record)
+    except ValueError:  # a marker of another format version: redo the shard
+        return None
+    files = ["candidates.npy", "exact.npy", "minhash.npy", "removed.jsonl"]
+    files += [f"{name}{ext}" for name in manifest.languages for ext in (".jsonl.zst", ".ids.npy")]
+    work = shard_dir(out_dir, shard)
+    if not all(os.path.isfile(os.path.join(work, f)) for f in files):
+        return None
+    return manifest
+
+
+def strict_error(reject: Reject) -> BloomstackError:
+    return BloomstackError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
+                           "drop that row, or run without --strict to skip and count it")
+
+
+def _save(path: str, array: np.ndarray) -> None:
+    durable.write_with(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+class _Examples:
+    """The first ``limit`` removed documents of each reason, in read order."""
+
+    def __init__(self, limit: int, max_chars: int):
+        self.limit, self.max_chars = limit, max_chars
+        self.taken: Counter[str] = Counter()
+        self.lines: list[str] = []
+
+    def add(self, reason: str, where: str, lang: str | None, text: str | None = None, detail: str = "") -> None:
+        if self.taken[reason] >= self.limit:
+            return
+        self.taken[reason] += 1
+        record: dict[str, Any] = {"reason": reason, "where": where, "lang": lang}
+        if text is not None:
+            record["text"] = text[:self.max_chars]
+            record["truncated"] = len(text) > self.max_chars
+        if detail:
+            record["detail"] = detail
+        self.lines.append(json.dumps(record, ensure_ascii=False))
+
+
+def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: dict[str, Any],
+                 closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> FilterManifest:
+    """Stage 1 of one shard (see the module docstring); idempotent: a valid marker is returned as is."""
+    t_start, cpu_start = time.perf_counter(), time.process_time()
+    identity = shard_key(shard, settings)
+    key = durable.content_key(identity)
+    manifest = load_marker(out_dir, shard, key)
+    if manifest is not None:
+        return manifest.model_copy(update={"reused": True})
+    work = shard_dir(out_dir, shard)
+    shutil.rmtree(work, ignore_errors=True)  # stray temps or stale files of an earlier attempt
+    os.makedirs(work, exist_ok=True)
+
+    quality = QualityFilter(config, closed, flagged)
+    hasher = MinHasher(config.near_dedup) if config.near_dedup.enabled else None
+    counts: dict[str, LangCounts] = {}
+    rejects: Counter[str] = Counter()
+    examples = _Examples(config.max_removed_examples, config.max_example_chars)
+    writers: dict[str, LinesWriter] = {}
+    ids: dict[str, list[int]] = {}
+    lines: list[int] = []
+    sizes: list[int] = []
+    exact: list[tuple[int, int]] = []
+    band_keys: list[np.ndarray] = []
+    batch: list[np.ndarray] = []
+    names_of: dict[str | None, str] = {}
+    clock = dict.fromkeys(STEPS, 0.0)
+    try:
+        t0 = time.perf_counter()
+        for item in read_shard(shard):
+            t1 = time.perf_counter()
+            clock["read"] += t1 - t0
+            if isinstance(item, Reject):
+                if config.strict:
+                    raise strict_error(item)
+                rejects[item.reason] += 1
+                examples.add(item.reason, f"{item.path}:{item.line}", None, detail=item.detail)
+                t0 = time.perf_counter()
+                continue
+            lang = item.lang
+            name = names_of.get(lang)
+            if name is None:
+                name = names_of[lang] = output_name_of(lang)
+                counts[name] = LangCounts()
+            c = counts[name]
+            nbytes = len(item.text.encode("utf-8"))
+            c.documents_in += 1
+            c.bytes_in += nbytes
+            text = normalize(item.text, config.normalize)
+            t2 = time.perf_counter()
+            words = word_units(text)
+            reason = quality.reason(text, words, lang)
+            t3 = time.perf_counter()
+            clock["normalize"] += t2 - t1
+            clock["filter"] += t3 - t2
+            if reason is not None:
+                c.remove(reason, nbytes)
+                examples.add(reason, f"{item.path}:{item.line}", lang, item.text)
+                t0 = time.perf_counter()
+                continue
+            text, emails, ips = redact(text, config.pii)
+            if emails or ips:
+                c.emails_redacted += emails
+                c.ips_redacted += ips
+                words = word_units(text)
+            t4 = time.perf_counter()
+            if config.exact_dedup.enabled:
+                exact.append(exact_key(text, config.exact_dedup.casefold))
+            t5 = time.perf_counter()
+            if hasher is not None:
+                batch.append(hasher.shingles(words))
+                if len(batch) == BATCH:
+                    band_keys.append(hasher.band_keys(batch))
+                    batch.clear()
+            t6 = time.perf_counter()
+            line = json.dumps({"text": text, "lang": lang}, ensure_ascii=False).encode("utf-8") + b"\n"
+            writer = writers.get(name)
+            if writer is None:
+                writer = writers[name] = LinesWriter(os.path.join(work, f"{name}.jsonl.zst"))
+                ids[name] = []
+            ids[name].append(len(lines))
+            writer.write(line)
+            lines.append(item.line)
+            sizes.append(len(text) if text.isascii() else len(text.encode("utf-8")))  # isascii: O(1)
+            c.documents_kept += 1
+            c.bytes_kept += sizes[-1]
+            t0 = time.perf_counter()
+            clock["pii"] += t4 - t3
+            clock["exact_hash"] += t5 - t4
+            clock["minhash"] += t6 - t5
+            clock["write"] += t0 - t6
+        t5 = time.perf_counter()
+        if batch:
+            band_keys.append(hasher.band_keys(batch))
+        clock["minhash"] += time.perf_counter() - t5
+        t6 = time.perf_counter()
+        publish(list(writers.values()))
+    except BaseException:
+        abort(list(writers.values()))
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    n = len(lines)
+    for name, numbers in ids.items():
+        _save(os.path.join(work, f"{name}.ids.npy"), np.array(numbers, dtype=np.uint64))
+    _save(os.path.join(work, "candidates.npy"), np.array([lines, sizes], dtype=np.uint64).reshape(2, n))
+    _save(os.path.join(work, "exact.npy"), _sorted_exact(exact))
+    _save(os.path.join(work, "minhash.npy"), _sorted_bands(band_keys, n, config, hasher))
+    durable.write_text(os.path.join(work, "removed.jsonl"), "".join(f"{line}\n" for line in examples.lines))
+    clock["write"] += time.perf_counter() - t6
+    manifest = FilterManifest(
+        shard=shard.name, identity=durable.to_jsonable(identity), candidates=n,
+        languages=dict(sorted(counts.items())), rejects=dict(sorted(rejects.items())),
+        examples=len(examples.lines), step_seconds={k: round(v, 4) for k, v in clock.items()},
+        seconds=round(time.perf_counter() - t_start, 3), cpu_seconds=round(time.process_time() - cpu_start, 3))
+    # the commit point: written after every file above is published
+    durable.write_marker(marker_path(out_dir, shard), key, manifest.model_dump(mode="json", exclude={"reused"}))
+    return manifest
+
+
+def _sorted_exact(keys: list[tuple[int, int]]) -> np.ndarray:
+    """uint64[3, n]: (high, low, candidate), sorted by (high, low, candidate)."""
+    table = np.array(keys, dtype=np.uint64).reshape(-1, 2)
+    candidates = np.arange(len(table), dtype=np.uint64)
+    order = np.lexsort((candidates, table[:, 1], table[:, 0]))
+    return np.stack([table[order, 0], table[order, 1], candidates[order]])
+
+
+def _sorted_bands(band_keys: list[np.ndarray], n: int, config: CleanConfig, hasher: MinHasher | None) -> np.ndarray:
+    """uint64[bands, 2, m]: per band, (key, candidate) sorted by key then candidate; documents without a
+    signature (all keys 0, no word units) left out."""
+    bands = config.near_dedup.bands if hasher is not None else 0
+    if hasher is None or n == 0:
+        return np.zeros((bands, 2, 0), dtype=np.uint64)
+    keys = np.concatenate(band_keys)
+    have = np.flatnonzero(keys.any(axis=1)).astype(np.uint64)
+    keys = keys[have]
+    out = np.empty((bands, 2, len(have)), dtype=np.uint64)
+    for b in range(bands):
+        order = np.argsort(keys[:, b], kind="stable")  # stable: ties stay in candidate order
+        out[b, 0] = keys[order, b]
+        out[b, 1] = have[order]
+    return out

@@ -1,0 +1,41 @@
+"""`bloomdata clean`: filter, deduplicate and redact corpora in parallel (Dask), before tokenization.
+
+A thin command line over ``bloomdata.clean.run_clean``: its flags are generated from ``CleanConfig``
+(``bloomdata.cli.options``), sections as dotted flags (``--near-dedup.bands 20``, ``--no-pii.enabled``,
+``--quality.defaults.min-words 5``); ``--config YAML`` holds the same model (flags given with it go on top;
+``--input`` replaces its sources). Per-language thresholds (``quality.languages``) are set in the YAML file.
+
+    bloomdata clean --input en=corpus/en.jsonl --input corpus/mixed/ --out clean/ --workers 4
+    bloomdata build --input clean/data --tokenizer tok/ --out data/
+
+writes ``clean/data/<lang>/*.jsonl.zst``, ``clean/clean_summary.json``, ``clean/removed.jsonl.zst`` (examples
+per reason), ``clean/clean.md`` and ``clean/clean.png``, and prints the summary. Errors on user input exit
+with code 2 and one line (via the dispatcher).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from bloomdata.clean import CleanConfig, format_summary, run_clean
+from bloomdata.cli.options import ConfigParser
+
+
+def parser() -> ConfigParser[CleanConfig]:
+    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    config, args = parser().parse(argv)
+    summary = run_clean(config)
+    print(json.dumps(summary.model_dump(mode="json"), indent=1) if args.json else format_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    from bloomdata.cli import main as dispatch
+
+    sys.exit(dispatch(["clean", *sys.argv[1:]]))

@@ -1,0 +1,314 @@
+"""`bloomdata clean` end to end: what it removes (exact duplicates, near duplicates, PII) and keeps (the clean
+sentences of every shipped language), that its output is what the build and the tokenizer read, that it is
+identical for 1/2/4 workers and any sharding, that a killed run resumes to the same bytes, and that every bad
+input is counted or refused like the build does.
+
+One 2-worker LocalCluster (processes) is shared by the module; the 1- and 4-worker runs start their own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from bloomdata.clean import DATA_DIR, REMOVED_FILE, SUMMARY_FILE, CleanConfig, run_clean
+from bloomdata.clean.config import NormalizeConfig, PiiConfig
+from bloomdata.clean.pii import redact
+from bloomdata.clean.text import normalize
+from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
+from tests.data import CORPUS_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+LANGS = sorted(p.stem for p in CORPUS_DIR.glob("*.jsonl"))
+SENTENCE_END = re.compile(r"(?<=[.!?।॥۔。！？])\s+")
+
+
+@pytest.fixture(scope="module")
+def client():
+    from bloomdata.build.executor import dask_client
+
+    with dask_client(2) as c:
+        yield c
+
+
+def _config(inputs, out, **kw) -> CleanConfig:
+    return CleanConfig(sources=[SourceConfig(paths=[str(p)]) for p in inputs], out_dir=str(out), progress=False, **kw)
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _kept(out: Path) -> dict[str, list[str]]:
+    """Output texts per language directory, files in name (= plan) order."""
+    kept: dict[str, list[str]] = {}
+    for lang_dir in sorted((out / DATA_DIR).iterdir()):
+        for part in sorted(lang_dir.iterdir()):
+            data = zstandard.ZstdDecompressor().stream_reader(part.open("rb")).read()
+            kept.setdefault(lang_dir.name, []).extend(json.loads(line)["text"] for line in data.splitlines())
+    return kept
+
+
+def _files(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted((out / DATA_DIR).rglob("*")) if p.is_file()} | \
+        {REMOVED_FILE: (out / REMOVED_FILE).read_bytes()}
+
+
+def _removed(out: Path) -> list[dict]:
+    data = zstandard.ZstdDecompressor().stream_reader((out / REMOVED_FILE).open("rb")).read()
+    return [json.loads(line) for line in data.decode().splitlines()]
+
+
+def _change_words(text: str, k: int, rng: random.Random) -> str:
+    """A copy with ``k`` words changed (characters, for text without spaces)."""
+    words = text.split(" ")
+    if len(words) < 10:
+        chars = list(text)
+        for i in rng.sample(range(len(chars)), k):
+            chars[i] = rng.choice("甲乙丙丁戊己庚辛壬癸")
+        return "".join(chars)
+    for i in rng.sample(range(len(words)), k):
+        words[i] = rng.choice(["apple", "zebra", "quantum", "river", "seven", "blue"])
+    return " ".join(words)
+
+
+def test_default_thresholds_keep_clean_sentences_of_every_language(tmp_path, client):
+    """The shipped sentences, regrouped at random into 5-sentence documents (the shipped files group them in
+    alphabetical order, which puts templated sentences side by side: those documents ARE repetitive), pass the
+    default filters and deduplication: >= 95% kept per language, scripts without spaces included."""
+    for lang in LANGS:
+        sentences = [s for row in _rows(CORPUS_DIR / f"{lang}.jsonl") for s in SENTENCE_END.split(row["text"])]
+        random.Random(lang).shuffle(sentences)
+        _write(tmp_path / "in" / f"{lang}.jsonl",
+               [{"text": " ".join(sentences[i:i + 5]), "lang": lang} for i in range(0, len(sentences), 5)])
+    summary = run_clean(_config([tmp_path / "in"], tmp_path / "out"), client=client)
+    kept = _kept(tmp_path / "out")
+    for lang in LANGS:
+        counts = summary.languages[lang]
+        assert counts.documents_kept == len(kept[lang])
+        assert counts.documents_kept >= 0.95 * counts.documents_in, (lang, counts.removed)
+    assert summary.languages["zh"].documents_kept == summary.languages["zh"].documents_in
+
+
+def test_duplicates_exact_and_near_go_and_the_first_in_plan_order_stays(tmp_path, client):
+    """The whole shipped corpus (4,306 distinct documents, 27 languages) then, in a later file, exact copies
+    (re-cased, re-spaced, under another language), copies with 3 words changed, and repeats within that file.
+    Only deduplication is on (normalization off too: 163 shipped documents hold double spaces or NBSPs, and
+    the outputs are compared with the inputs as written)."""
+    rng = random.Random(0)
+    originals = [row for lang in LANGS for row in _rows(CORPUS_DIR / f"{lang}.jsonl")]
+    exact = [dict(r, text=f"  {r['text'].upper() if i % 2 else r['text']}  ".replace(" ", "  "),
+                  lang="fr" if i % 3 == 0 else r["lang"]) for i, r in enumerate(originals[::10])]
+    near = [dict(r, text=_change_words(r["text"], 3, rng)) for r in originals[5::10]]
+    vocabulary = sorted({w for r in originals if r["lang"] == "en" for w in r["text"].split()})
+    fresh = [{"text": " ".join(rng.sample(vocabulary, 40)), "lang": "en"} for _ in range(30)]  # distinct
+    copies = exact + near + fresh + fresh[:10]  # the last 10 repeat earlier lines of the same file
+    _write(tmp_path / "in" / "a_corpus.jsonl", originals)
+    _write(tmp_path / "in" / "b_copies.jsonl", copies)
+    config = _config([tmp_path / "in"], tmp_path / "out", normalize={"enabled": False}, quality={"enabled": False},
+                     pii={"enabled": False}, max_rows_per_shard=1000)
+    summary = run_clean(config, client=client)
+    out = [text for texts in _kept(tmp_path / "out").values() for text in texts]
+    kept_originals = set(out) & {r["text"] for r in originals}
+    false_removals = len(originals) - len(kept_originals)
+    assert false_removals <= 0.01 * len(originals), false_removals
+    assert not set(out) & {r["text"] for r in exact}  # 100% of exact copies
+    assert summary.removed["exact_duplicate"] >= len(exact) + 10
+    near_kept = set(out) & {r["text"] for r in near}
+    assert len(near_kept) <= 0.1 * len(near), len(near_kept)
+    assert sum(out.count(r["text"]) for r in fresh) == len(fresh)  # each fresh one once: its first copy
+    examples = {r["reason"]: r for r in _removed(tmp_path / "out")}
+    first = examples["exact_duplicate"]
+    assert first["where"].startswith(str(tmp_path / "in" / "b_copies.jsonl"))
+    assert first["duplicate_of"].startswith(str(tmp_path / "in" / "a_corpus.jsonl"))
+
+
+def test_emails_and_ip_addresses_are_redacted_and_counted_per_language(tmp_path, client):
+    def plain(lang: str) -> list[dict]:  # documents that normalization and redaction leave as they are
+        return [r for r in _rows(CORPUS_DIR / f"{lang}.jsonl")
+                if normalize(r["text"], NormalizeConfig()) == r["text"] and redact(r["text"], PiiConfig())[1:] == (0, 0)]
+
+    en, zh = plain("en")[:20], plain("zh")[:20]
+    rows = [dict(r, text=f"{r['text']} Write to jane.doe{i}@example.org or ping 10.{i}.0.1 and 2001:db8::{i + 1}.")
+            for i, r in enumerate(en)]
+    rows += [dict(r, text=f"{r['text']}联系邮箱：wang{i}@mail.example.cn。服务器地址：192.168.{i}.7。") for i, r in enumerate(zh)]
+    _write(tmp_path / "in.jsonl", rows)
+    summary = run_clean(_config([tmp_path / "in.jsonl"], tmp_path / "out"), client=client)
+    assert (summary.languages["en"].emails_redacted, summary.languages["en"].ips_redacted) == (20, 40)
+    assert (summary.languages["zh"].emails_redacted, summary.languages["zh"].ips_redacted) == (20, 20)
+    kept = _kept(tmp_path / "out")
+    assert sorted(kept["en"]) == sorted(f"{r['text']} Write to PI:EMAIL or ping PI:IP_ADDRESS and PI:IP_ADDRESS."
+                                        for r in en)
+    assert sorted(kept["zh"]) == sorted(f"{r['text']}联系邮箱：PI:EMAIL。服务器地址：PI:IP_ADDRESS。" for r in zh)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory) -> Path:
+    """~2,600 documents of 4 languages, each document 4 times, shuffled, plus near copies: a run whose shards
+    depend on each other through duplicates."""
+    rng = random.Random(1)
+    rows = [row for lang in ("en", "fr", "zh", "ar") for row in _rows(CORPUS_DIR / f"{lang}.jsonl")]
+    rows = rows * 4 + [dict(r, text=_change_words(r["text"], 2, rng)) for r in rows[::7]]
+    rng.shuffle(rows)
+    return _write(tmp_path_factory.mktemp("mixed") / "mixed.jsonl", rows)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, mixed) -> dict[str, bytes]:
+    """The mixed file cleaned in-process (no Dask), in 300-row shards: what every other run must reproduce."""
+    out = tmp_path_factory.mktemp("reference")
+    run_clean(_config([mixed], out, workers=0, max_rows_per_shard=300))
+    return _files(out)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_identical_output_for_any_worker_count(tmp_path, client, mixed, reference, workers):
+    config = _config([mixed], tmp_path, workers=workers, max_rows_per_shard=300)
+    summary = run_clean(config, client=client if workers == 2 else None)
+    assert _files(tmp_path) == reference
+    assert summary.shards.total == 9 and summary.removed["near_duplicate"] > 50
+    assert summary.removed["exact_duplicate"] % 3 == 0 and summary.removed["exact_duplicate"] > 1800  # 3 of 4 copies
+
+
+def test_any_sharding_keeps_the_same_documents_in_the_same_order(tmp_path, mixed):
+    one = run_clean(_config([mixed], tmp_path / "one", workers=0, max_rows_per_shard=None))
+    many = run_clean(_config([mixed], tmp_path / "many", workers=0, max_rows_per_shard=97))
+    assert one.shards.total == 1 and many.shards.total == 27
+    assert _kept(tmp_path / "one") == _kept(tmp_path / "many")
+    assert one.languages == many.languages
+
+
+def test_killed_run_resumes_to_identical_output(tmp_path, client, mixed, reference):
+    cmd = [sys.executable, "-m", "bloomdata.cli", "clean", "--input", str(mixed), "--out", str(tmp_path),
+           "--workers", "1", "--max-rows-per-shard", "300", "--keep-work", "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    markers = tmp_path / "work" / "filter"
+    try:
+        deadline = time.time() + 120
+        while len(list(markers.glob("*.done.json"))) < 3 and time.time() < deadline:
+            assert proc.poll() is None, "the run exited before it could be killed"
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the run and its LocalCluster worker (one session)
+        proc.wait(30)
+    assert not (tmp_path / SUMMARY_FILE).exists(), "the run finished before it was killed"
+    finished = len(list(markers.glob("*.done.json")))
+    summary = run_clean(_config([mixed], tmp_path, max_rows_per_shard=300), client=client)
+    assert summary.shards.reused == finished and summary.shards.built == 9 - finished
+    assert _files(tmp_path) == reference
+    assert not [p for p in tmp_path.rglob("*") if ".tmp-" in p.name] and not (tmp_path / "work").exists()
+    again = run_clean(_config([mixed], tmp_path, max_rows_per_shard=300), client=client)
+    assert again.up_to_date and again.fingerprint == summary.fingerprint and _files(tmp_path) == reference
+
+
+BAD_LINES = [
+    b'{"text": "good one: a sentence long enough to pass every filter of the clean step, with words.", "lang": "en"}',
+    b'{"text": "broken json", ',
+    b'{"text": "bad \xff\xfe utf8"}',
+    b'{"lang": "en"}',
+    b'{"text": 42}',
+    b'{"text": ""}',
+    b'{"text": "good two: another sentence long enough to pass every filter of the clean step, too.", "lang": "en"}',
+]
+
+
+def test_bad_rows_are_counted_like_the_build_and_strict_refuses_them(tmp_path, client):
+    import gzip
+
+    (tmp_path / "in").mkdir()
+    bad = tmp_path / "in" / "bad.jsonl"
+    bad.write_bytes(b"\n".join(BAD_LINES) + b"\n")
+    body = "".join(json.dumps({"text": t["text"], "lang": "en"}) + "\n" for t in _rows(CORPUS_DIR / "en.jsonl"))
+    broken = tmp_path / "in" / "broken.jsonl.gz"
+    whole = gzip.compress(body.encode())
+    broken.write_bytes(whole[:len(whole) // 2])
+    summary = run_clean(_config([tmp_path / "in"], tmp_path / "out"), client=client)
+    assert summary.rejects == {"malformed_json": 1, "invalid_utf8": 1, "missing_text": 1, "non_string_text": 1,
+                               "empty_text": 1, "corrupt_file": 1}
+    assert set(summary.rejects) == set(REJECT_REASONS)
+    rejected = [r for r in _removed(tmp_path / "out") if r["reason"] in REJECT_REASONS]
+    assert [r["where"] for r in rejected[:5]] == [f"{bad}:{n}" for n in (2, 3, 4, 5, 6)]
+    assert rejected[5]["reason"] == "corrupt_file" and rejected[5]["where"].startswith(f"{broken}:")
+    assert summary.documents_in == 2 + int(rejected[5]["where"].rsplit(":", 1)[1]) - 1
+    from bloomdata.errors import BloomstackError
+
+    with pytest.raises(BloomstackError, match=rf"^{bad}:2: malformed_json") as err:
+        run_clean(_config([tmp_path / "in"], tmp_path / "out", strict=True), client=client)  # reused shards too
+    assert "\n" not in str(err.value)
+
+
+def _cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bloomdata.cli", "clean", *map(str, args), "--no-progress"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+
+
+def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
+    good = _write(tmp_path / "in" / "en.jsonl", _rows(CORPUS_DIR / "en.jsonl")[:5])
+    config = tmp_path / "clean.yaml"
+    config.write_text(f"sources: ['{good}']\nout_dir: {tmp_path / 'never'}\nquality:\n  languages:\n"
+                      "    zh: {min_wrds: 3}\n")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    for args, needle in [
+        (["--input", tmp_path / "missing.jsonl", "--out", tmp_path / "never"], "missing.jsonl"),
+        (["--input", good, "--out", tmp_path / "never", "--lang-id.model", tmp_path / "lid.bin"],
+         "lid.bin: fastText language-id model not found"),
+        (["--input", good, "--out", tmp_path / "never", "--quality.flagged-words", f"en={tmp_path / 'nope.txt'}"],
+         "nope.txt: cannot read the word list"),
+        (["--input", good, "--out", tmp_path / "never", "--near-dedup.bands", "0"], "--near-dedup.bands"),
+        (["--config", config], "languages.zh.min_wrds"),
+        (["--input", good, "--out", blocker / "sub", "--workers", "0"], "a_file"),
+        (["--input", good, "--out", tmp_path, "--workers", "0"], "holds an input"),
+    ]:
+        proc = _cli(*args)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.splitlines() == [proc.stderr.strip()] and needle in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("bloomdata clean: error: ")
+        assert not (tmp_path / "never").exists() and not (tmp_path / DATA_DIR).exists()
+
+
+def test_yaml_config_with_per_language_overrides_and_flags_on_top(tmp_path):
+    inputs = [CORPUS_DIR / "en.jsonl", CORPUS_DIR / "zh.jsonl"]
+    config = tmp_path / "clean.yaml"
+    config.write_text(f"sources: [{', '.join(repr(str(p)) for p in inputs)}]\nout_dir: {tmp_path / 'out'}\n"
+                      "workers: 0\nquality:\n  languages:\n    zh: {min_words: 100000}\n")
+    proc = _cli("--config", config, "--output-format", "parquet", "--json")
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["languages"]["zh"]["removed"] == {"too_few_words": 146} and summary["output_format"] == "parquet"
+    docs = list(iter_documents([SourceConfig(paths=[summary["data_dir"]])]))
+    assert len(docs) == summary["documents_kept"] == summary["languages"]["en"]["documents_kept"] > 150
+    assert {d.lang for d in docs} == {"en"} and (tmp_path / "out" / "clean.md").is_file()
+    assert (tmp_path / "out" / "clean.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_build_and_the_tokenizer_trainer_read_the_cleaned_data(tmp_path, client, small_tokenizer_dir):
+    from bloomdata.build import BuildConfig, run_build
+    from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
+
+    inputs = [CORPUS_DIR / f"{lang}.jsonl" for lang in ("en", "hi", "zh")]
+    cleaned = run_clean(_config(inputs, tmp_path / "clean"), client=client)
+    built = run_build(BuildConfig(sources=[SourceConfig(paths=[cleaned.data_dir])], tokenizer=str(small_tokenizer_dir),
+                                  out_dir=str(tmp_path / "build"), progress=False), client=client)
+    assert {name: o.documents for name, o in built.outputs.items()} == \
+        {name: o.documents for name, o in cleaned.outputs.items()}
+    assert built.rejects_total == 0
+    report = train_tokenizer(TokenizerTrainConfig(sources=[SourceConfig(paths=[cleaned.data_dir])],
+                                                  out_dir=str(tmp_path / "tok"), vocab_size=600, show_progress=False))
+    assert set(report["languages"]) == {"en", "hi", "zh"}

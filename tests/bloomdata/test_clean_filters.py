@@ -1,0 +1,294 @@
+"""bloomdata.clean's per-document steps against references: ROOTS's own formulas (copied below from
+bigscience-workshop/data-preparation's filtering.py), Python's unicodedata and ipaddress modules, exact set
+Jaccard similarity and a plain union-find; normalization and word units per script; PII redaction with the
+surrounding text unchanged; the optional model filters' errors and wiring.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import json
+import random
+import sys
+import types
+import unicodedata
+
+import numpy as np
+import pytest
+
+from bloomdata.clean.closed_class import CLOSED_CLASS_WORDS
+from bloomdata.clean.config import CleanConfig, NearDedupConfig, NormalizeConfig, PiiConfig, QualityConfig
+from bloomdata.clean.dedup import components
+from bloomdata.clean.filters import (
+    QualityFilter,
+    char_repetition_ratio,
+    load_word_lists,
+    special_ratio,
+    word_repetition_ratio,
+)
+from bloomdata.clean.minhash import MinHasher
+from bloomdata.clean.models import check_models
+from bloomdata.clean.pii import redact
+from bloomdata.clean.text import code_points, normalize, word_units
+from bloomdata.errors import BloomstackError
+from tests.data import CORPUS_DIR
+
+
+def _corpus(lang: str) -> list[str]:
+    return [json.loads(line)["text"] for line in (CORPUS_DIR / f"{lang}.jsonl").read_text().splitlines()]
+
+
+def _roots_char_repetition(document: str, n: int) -> float:
+    """ROOTS's compute_character_repetition_ratio, verbatim but for names."""
+    ngrams = [document[i:i + n] for i in range(len(document) - n + 1)]
+    freq = sorted(collections.Counter(ngrams).values(), reverse=True)
+    if not freq:
+        return 0
+    val_one = len([el for el in freq if el == 1])
+    num_rep = min(int(np.sqrt(len(freq))), len(freq) - val_one)
+    return sum(freq[:num_rep]) / sum(freq)
+
+
+def _roots_word_repetition(words: list[str], n: int) -> float:
+    ngrams = [" ".join(words[i:i + n]) for i in range(len(words) - n + 1)]
+    freq = collections.Counter(ngrams).values()
+    return sum(f for f in freq if f > 1) / sum(freq) if freq else 0
+
+
+SPAM = [
+    "Buy cheap watches online now! " * 30,
+    "Home | About | Contact | Login | Register | Privacy | Terms | Sitemap",
+    "Price: $19.99 | SKU: 4411-22 | 12/03/2021 | 45% | 1,299 | 3.5 | #1 | (555) 123-4567 | $1,000.00 ++ ** ==",
+    "click here " * 40,
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "欢迎光临本店，欢迎光临本店，欢迎光临本店，欢迎光临本店，欢迎光临本店，欢迎光临本店，欢迎光临本店，欢迎光临本店。",
+    "Lorem ipsum dolor sit amet " * 20,
+    "--------------------------------------------------------------------------------------------------",
+]
+
+
+def test_measures_equal_roots_formulas_on_every_language():
+    docs = [t for lang in ("en", "zh", "hi", "ar", "sw", "ur") for t in _corpus(lang)[:40]] + SPAM + [KEYWORDS]
+    for text in docs:
+        for n in (3, 10):
+            assert char_repetition_ratio(code_points(text), n) == pytest.approx(_roots_char_repetition(text, n), abs=1e-12)
+        words = word_units(text)
+        for n in (2, 5):
+            assert word_repetition_ratio(words, n) == pytest.approx(_roots_word_repetition(words, n), abs=1e-12)
+        special = sum(unicodedata.category(c)[0] in "PSNZ" or unicodedata.category(c) == "Cc" for c in text)
+        assert special_ratio(code_points(text)) == pytest.approx(special / len(text))
+
+
+def test_normalization_touches_whitespace_and_controls_only():
+    config = NormalizeConfig()
+    assert normalize("a\u00a0b\u3000c\r\nd\re\x00f\x1b[0m\ufeff  g \n\n\n\n h\u2028i ", config) == "a b c\nd\nef[0m g\n\nh\ni"
+    kept = "ﬁ ２ é e\u0301 क्षि \u200c\u200d ❤️ 中文"  # ligature, fullwidth, both é forms, ZWNJ/ZWJ, emoji
+    assert normalize(kept, config) == kept  # no Unicode normalization by default (BLOOM's tokenizer has none)
+    assert normalize("ﬁ ２ e\u0301", config.model_copy(update={"unicode_form": "NFKC"})) == "fi 2 é"
+    assert normalize("a  b", config.model_copy(update={"enabled": False})) == "a  b"
+
+
+def test_word_units_per_script():
+    assert word_units("Hello, World! (2011) don't—stop") == ["hello", "world", "don't—stop"]
+    assert word_units("2011年高等学校，专升本。") == list("年高等学校专升本")
+    assert word_units("ภาษาไทยไม่มีช่องว่าง") == list("ภาษาไทยไม่มีช่องว่าง")
+    assert word_units("東京タワーは高い。Tokyo tower") == [*"東京タワーは高い", "tokyo", "tower"]
+    # Indic words keep their vowel signs and viramas (a \w tokenizer would cut them)
+    assert word_units("हिन्दी भाषा। मराठी") == ["हिन्दी", "भाषा", "मराठी"]
+
+
+# a keyword list has no function words: caught where the language has a closed-class list (else, being in
+# another language than the document's, by language identification when a model is given)
+KEYWORDS = ("cheap watches, cheap rolex, discount watches, best watches, cheap watches sale, rolex replica, watches "
+            "cheap, buy watches, watches online, cheap watches, rolex cheap, discount rolex, replica watches")
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "hi", "ar", "vi", "sw", "ta", "yo"])
+def test_spam_and_boilerplate_fail_in_every_script(lang):
+    quality = QualityFilter(CleanConfig(sources=["x"], out_dir="y"), *load_word_lists(QualityConfig()))
+    for text in SPAM + ([KEYWORDS] if lang in CLOSED_CLASS_WORDS else []):
+        assert quality.reason(normalize(text, NormalizeConfig()), word_units(text), lang) is not None, text
+    assert quality.reason(KEYWORDS, word_units(KEYWORDS), "en") == "closed_class_words"
+
+
+def test_flagged_and_closed_class_lists_from_config_and_files(tmp_path):
+    words = tmp_path / "flagged.txt"
+    words.write_text("# a comment\nSpamword\n\nbadword  # inline\n", encoding="utf-8")
+    quality = QualityConfig(flagged_words={"en": str(words)}, closed_class_words={"xx": ["la", "le"]})
+    closed, flagged = load_word_lists(quality)
+    assert flagged == {"en": ["badword", "spamword"]} and closed["xx"] == ["la", "le"] and "en" in closed
+    assert "en" not in load_word_lists(QualityConfig(builtin_closed_class_words=False))[0]
+    config = CleanConfig(sources=["x"], out_dir="y", quality=quality)
+    f = QualityFilter(config, closed, flagged)
+    text = _corpus("en")[0]
+    assert f.reason(text, word_units(text), "en") is None
+    dirty = text + " spamword badword spamword"
+    assert f.reason(dirty, word_units(dirty), "en") == "flagged_words"
+    assert f.reason(dirty, word_units(dirty), "tn") is None  # the list is English only (and tn has no closed list)
+    assert f.reason(text, word_units(text), "fr") == "closed_class_words"  # English is not French
+    assert f.reason("le la " + "mot " * 40, word_units("le la " + "mot " * 40), "xx") == "closed_class_words"
+    with pytest.raises(BloomstackError, match=r"missing.txt: cannot read the word list of quality.flagged_words.en"):
+        load_word_lists(QualityConfig(flagged_words={"en": str(tmp_path / "missing.txt")}))
+
+
+def test_per_language_overrides_and_their_errors():
+    quality = QualityConfig(languages={"zh": {"min_words": 500}, "en": {"max_special_chars": None}})
+    assert quality.thresholds_for("zh").min_words == 500 and quality.thresholds_for("fr").min_words == 10
+    assert quality.thresholds_for("en").max_special_chars is None and quality.thresholds_for(None).min_words == 10
+    with pytest.raises(ValueError, match=r"languages.zh.min_wrds: Extra inputs"):
+        QualityConfig(languages={"zh": {"min_wrds": 5}})
+    with pytest.raises(ValueError, match=r"languages.en.max_special_chars: Input should be less than or equal to 1"):
+        QualityConfig(languages={"en": {"max_special_chars": 3}})
+
+
+def _random_email(rng: random.Random) -> str:
+    atext = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+/=?^_`{|}~-"
+    local = ".".join("".join(rng.choice(atext) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 3)))
+    labels = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(rng.randint(1, 10)))
+              for _ in range(rng.randint(1, 3))]
+    return f"{local}@{'.'.join(labels)}.{rng.choice(['com', 'org', 'de', 'co.uk', 'museum', 'xn--p1ai'])}"
+
+
+def _random_ip(rng: random.Random) -> str:
+    if rng.random() < 0.4:
+        return str(ipaddress.IPv4Address(rng.getrandbits(32)))
+    groups = [rng.choice([0, 0, rng.getrandbits(16)]) for _ in range(8)]
+    address = ipaddress.IPv6Address(int("".join(f"{g:04x}" for g in groups), 16))
+    forms = [address.compressed, address.exploded, address.exploded.upper(),
+             f"::ffff:{ipaddress.IPv4Address(rng.getrandbits(32))}", f"fe80::{rng.getrandbits(16):x}%eth0"]
+    form = rng.choice(forms)
+    return form if any(c.isdigit() for c in form) else _random_ip(rng)  # ROOTS: an IP holds a digit
+
+
+@pytest.mark.parametrize("lang", ["en", "zh", "ar", "hi", "fr"])
+def test_every_email_and_ip_address_is_redacted_and_nothing_else_changes(lang):
+    rng = random.Random(lang)
+    config = PiiConfig()
+    separators = ["。", "，", " ", "："] if lang == "zh" else [" ", ", ", " (", ": "]
+    trailers = ["。", "）", "，", " "] if lang == "zh" else [" ", ". ", ", ", ") ", "; "]
+    carriers = [t for t in _corpus(lang) if redact(t, config) == (t, 0, 0)][:60]  # a few hold real addresses
+    assert len(carriers) == 60
+    for text in carriers:
+        words = text.split(" ") if lang != "zh" else [text[:40], text[40:80], text[80:]]
+        pieces, expected, emails, ips = [], [], 0, 0
+        for i, word in enumerate(words):
+            pieces.append(word)
+            expected.append(word)
+            if i % 3 == 1:
+                is_email = rng.random() < 0.5
+                address = _random_email(rng) if is_email else _random_ip(rng)
+                before, after = rng.choice(separators), rng.choice(trailers)
+                pieces.append(f"{before}{address}{after}")
+                expected.append(f"{before}{'PI:EMAIL' if is_email else 'PI:IP_ADDRESS'}{after}")
+                emails += is_email
+                ips += not is_email
+        joiner = "" if lang == "zh" else " "
+        original, wanted = joiner.join(pieces), joiner.join(expected)
+        assert redact(original, config) == (wanted, emails, ips), original
+
+
+def test_things_that_look_like_addresses_are_left_alone():
+    config = PiiConfig()
+    for text in ["version 1.2.3.4.5 of 2021", "at 12:30:45 on 10.03.2021", "a::b and std::vector", "999.1.1.1",
+                 "user@localhost", "@handle and a @ b", "ratio 3:2 and 1.5", "v256.300.1.1"]:
+        assert redact(text, config) == (text, 0, 0), text
+    off = config.model_copy(update={"ip_addresses": False})
+    assert redact("a@b.com 1.2.3.4", off) == ("PI:EMAIL 1.2.3.4", 1, 0)
+    assert redact("a@b.com 1.2.3.4", config.model_copy(update={"enabled": False})) == ("a@b.com 1.2.3.4", 0, 0)
+
+
+def test_minhash_estimates_jaccard_and_lsh_follows_its_s_curve():
+    """Signature agreement is an unbiased estimate of shingle-set Jaccard similarity (exact sets as reference)."""
+    hasher = MinHasher(NearDedupConfig(n_grams=3, bands=50, rows=4))
+    docs = _corpus("en")[:40]
+    rng = random.Random(0)
+    errors, agree_band = [], []
+    for text in docs:
+        words = text.split()
+        changed = list(words)
+        for i in rng.sample(range(len(words)), rng.randint(1, len(words) // 3)):
+            changed[i] = f"x{i}"
+        sets = [set(zip(*(word_units(" ".join(w))[k:] for k in range(3)))) for w in (words, changed)]
+        jaccard = len(sets[0] & sets[1]) / len(sets[0] | sets[1])
+        sig = hasher.band_keys([hasher.shingles(word_units(" ".join(w))) for w in (words, changed)])
+        agree_band.append(((sig[0] == sig[1]).mean(), jaccard ** 4))
+        full = [_signature(hasher, word_units(" ".join(w))) for w in (words, changed)]
+        errors.append((full[0] == full[1]).mean() - jaccard)
+    assert abs(np.mean(errors)) < 0.02 and np.std(errors) < 0.08  # 200 hashes: std ~ sqrt(J(1-J)/200) < 0.04
+    observed, expected = np.mean([a for a, _ in agree_band]), np.mean([e for _, e in agree_band])
+    assert abs(observed - expected) < 0.05
+
+
+def _signature(hasher: MinHasher, words: list[str]) -> np.ndarray:
+    shingles = hasher.shingles(words)
+    return ((shingles[:, None] * hasher.a[None, :] + hasher.b) >> np.uint64(32)).min(axis=0)
+
+
+def test_components_root_is_the_smallest_member_like_union_find():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        pairs = rng.integers(0, 300, size=(rng.integers(1, 400), 2)).astype(np.uint64) * np.uint64(7919)
+        nodes, roots = components(pairs)
+        parent: dict[int, int] = {}
+        for a, b in pairs.tolist():
+            ra, rb = _find(parent, a), _find(parent, b)
+            parent[max(ra, rb)] = min(ra, rb)
+        assert {int(n): int(r) for n, r in zip(nodes, roots)} == {n: _find(parent, n) for n in parent}
+
+
+def _find(parent: dict[int, int], x: int) -> int:
+    while parent.setdefault(x, x) != x:
+        x = parent[x]
+    return x
+
+
+def test_missing_model_files_and_packages_are_one_line_errors(tmp_path, monkeypatch):
+    def config(**sections) -> CleanConfig:
+        return CleanConfig(sources=["x"], out_dir="y", **sections)
+
+    with pytest.raises(BloomstackError, match=r"lid.bin: fastText language-id model not found \(lang_id.model\)"):
+        check_models(config(lang_id={"model": str(tmp_path / "lid.bin")}))
+    with pytest.raises(BloomstackError, match=r"en.arpa: KenLM model not found \(perplexity.models.en\)"):
+        check_models(config(perplexity={"models": {"en": str(tmp_path / "en.arpa")}}))
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"not really a model")
+    for module, sections, hint in [
+        ("fasttext", {"lang_id": {"model": str(model)}}, "pip install fasttext"),
+        ("kenlm", {"perplexity": {"models": {"en": str(model)}}}, "pip install kenlm"),
+    ]:
+        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError, installed or not
+        with pytest.raises(BloomstackError, match=rf"needs the {module} package, which is not installed: {hint}") as err:
+            check_models(config(**sections))
+        assert "\n" not in str(err.value)
+
+
+def test_lang_id_and_perplexity_wiring_with_stand_in_models(tmp_path, monkeypatch):
+    """fastText's predict and KenLM's score, as their Python bindings expose them, drive the two filters."""
+    seen = {}
+
+    class FastText:
+        def predict(self, text, k=1):
+            seen["lid"] = text
+            return (("__label__en",), np.array([0.9 if "english" in text else 0.4]))
+
+    class KenLM:
+        def __init__(self, path):
+            self.path = path
+
+        def score(self, line, bos=True, eos=True):
+            return -1.0 * (len(line.split()) + 1) * (3.0 if "rare" in line else 1.0)  # log10 per token: 1 or 3
+
+    monkeypatch.setitem(sys.modules, "fasttext", types.SimpleNamespace(load_model=lambda path: FastText()))
+    monkeypatch.setitem(sys.modules, "kenlm", types.SimpleNamespace(Model=KenLM))
+    model = tmp_path / "m.bin"
+    model.write_bytes(b"m")
+    config = check_models(CleanConfig(sources=["x"], out_dir="y", lang_id={"model": str(model)},
+                                      perplexity={"models": {"en": str(model)}},
+                                      quality={"enabled": False, "defaults": {"max_perplexity": 100}}))
+    f = QualityFilter(config, {}, {})
+    assert f.reason("Some English\nText", [], "en") is None and seen["lid"] == "some english text"
+    assert f.reason("some text", [], "en") == "lang_id"  # probability 0.4 < 0.7
+    assert f.reason("english words", [], "fr") == "lang_id"  # top label en is not fr
+    assert f.reason("english rare words", [], "en") == "perplexity"  # 10**3 > 100; 10**1 passed above
+    assert f.reason("anything", [], None) is None  # no language: no language check, no model for it
