@@ -1,13 +1,19 @@
-"""`bloomdata blend`: tune per-language blend weights for a token budget and write the blend files.
+"""`bloomdata blend`: per-language blend weights, for a token budget or from a mixture, and the blend files.
 
     bloomdata blend --dataset en=data/en --dataset fr=data/fr ... --budget 350e9 --alpha 0.3 --out blend/
     bloomdata blend --datasets-dir data/ --budget 1e9 --floor 0.002 --cap 0.25 --override en=0.2 --out blend/
+    bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --out data/tr11
 
 A thin command line over ``bloomdata.mixture`` (flags generated from ``BlendConfig``): ``tune_blend`` counts
-each prefix's tokens (the train range only, when a split or range is given) and weighs them; ``write_blend``
-writes OUT/blend.md and OUT/blend.json (table: language, tokens, weight, tokens drawn, effective epochs),
-OUT/blend.png (weights and epochs per language) and OUT/blend.yaml (``BlendSpec``, read by the trainer and
-the flows). Prints the table, and warns on stderr about languages repeated more than --max-epochs.
+each prefix's tokens (the train range only, when a split or range is given) and weighs them, by
+``tokens ** alpha`` or, with ``--mixture``, by the mixture's ratios over the groups the datasets cover (a
+dataset matches the group of its name: data/en.bin/.idx is group en; see ``bloomdata.mixture.mixture``).
+``write_blend`` writes OUT/blend.md and OUT/blend.json (table: language, tokens, weight, tokens drawn,
+effective epochs; for a mixture, its missing groups), OUT/blend.png (weights and epochs per language) and
+OUT/blend.yaml (``BlendSpec``, read by the trainer and the flows), and, when the blend has a validation
+split, OUT/valid_sets.yaml (``NAME: PREFIX`` per dataset: the trainer's ``data.valid_sets``, per-language
+validation as tr11's). Prints the table, and warns on stderr about languages repeated more than
+--max-epochs and about mixture groups with no dataset.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import sys
 
 from bloomdata.cli.options import ConfigParser
+from bloomdata.errors import BloomstackError
 from bloomdata.mixture.report import markdown_table, over_repeated, write_blend
 from bloomdata.mixture.tune import BlendConfig, tune_blend
 
@@ -25,12 +32,19 @@ def parser() -> ConfigParser[BlendConfig]:
 
 def main(argv: list[str]) -> int:
     config, _ = parser().parse(argv)
+    if config.mixture and "alpha" in config.model_fields_set:  # set by a flag or the --config file, not defaulted
+        raise BloomstackError("--alpha does not apply with --mixture: the mixture's ratios are the weights; drop "
+                              "--alpha (or --mixture)")
     spec = tune_blend(config)
     print(markdown_table(spec))
     for d in over_repeated(spec, config.max_epochs):
         print(f"warning: {d.name} would be repeated {d.epochs:.2f} epochs (> --max-epochs {config.max_epochs:g}); "
               "lower its weight (--cap/--override), raise --alpha towards natural proportions, or add data",
               file=sys.stderr)
-    write_blend(spec, config.out_dir, config.max_epochs)
-    print(f"wrote {config.out_dir}/blend.md, blend.json, blend.png, blend.yaml", file=sys.stderr)
+    if spec.missing:
+        print(f"warning: no dataset for {len(spec.missing)} part(s) of {spec.mixture} ({', '.join(spec.missing)}); "
+              "the others' ratios were renormalized. Add DATASETS_DIR/<group>.bin/.idx to include one",
+              file=sys.stderr)
+    paths = write_blend(spec, config.out_dir, config.max_epochs)
+    print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
     return 0

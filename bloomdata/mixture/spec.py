@@ -3,7 +3,9 @@
 A mapping with optional ``seq_length``/``seed``, the ``token_budget`` and ``alpha`` it was tuned for, a
 ``split`` spec (``"949,50,1"``) or BLOOM per-dataset ``train_range``/``valid_range``, and
 ``datasets: [{name, prefix, weight, tokens, tokens_drawn, epochs}]``. Only ``name``, ``prefix`` and
-``weight`` are read to build a blend; the rest records how the weights were chosen.
+``weight`` are read to build a blend; the rest records how the weights were chosen: the token budget and
+alpha, or the ``mixture`` file whose ratios they are, with the groups it has that were ``missing`` and the
+datasets given that it has no group for (``unmatched``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,11 @@ class BlendSpec(BaseModel):
     split: str | None = Field(default=None, description="'949,50,1'-style spec shared by every dataset")
     train_range: str | None = Field(default=None, description="BLOOM per-dataset range, e.g. '0:0.95'")
     valid_range: str | None = Field(default=None, description="BLOOM per-dataset range, e.g. '0.95:1.0'")
+    mixture: str | None = Field(default=None, description="mixture file the weights are the ratios of")
+    missing: dict[str, float] | None = Field(default=None, description="mixture groups with no dataset -> their "
+                                                                       "ratio (renormalized away)")
+    unmatched: list[str] | None = Field(default=None, description="datasets given that no mixture group claims "
+                                                                  "(left out)")
     datasets: list[BlendDataset]
 
     @property
@@ -47,6 +54,19 @@ class BlendSpec(BaseModel):
     @property
     def weights(self) -> list[float]:
         return [d.weight for d in self.datasets]
+
+    @property
+    def has_valid(self) -> bool:
+        """Whether every dataset holds validation documents (a valid range, or a split with a valid part)."""
+        if self.split is not None:
+            parts = [float(x) for x in self.split.replace("/", ",").split(",") if x.strip()]
+            return len(parts) > 1 and parts[1] > 0
+        return self.valid_range is not None
+
+    def valid_sets(self) -> dict[str, str]:
+        """One validation set per dataset, NAME -> PREFIX, for the trainer's ``data.valid_sets`` (each read on
+        this blend's validation documents; tr11's per-language ``valid_<lang>`` groups)."""
+        return {d.name: d.prefix for d in self.datasets} if self.has_valid else {}
 
     def weighted_split(self, group: str = "train") -> str:
         """BLOOM's ``--train-weighted-split-paths`` string for this blend."""

@@ -1,9 +1,11 @@
-"""``BlendConfig`` and ``tune_blend``: per-language blend weights for a token budget (``bloomdata blend``).
+"""``BlendConfig`` and ``tune_blend``: per-language blend weights (``bloomdata blend``).
 
-Token counts come from each prefix's ``.idx`` (the train range only, when a split or range is given); the
-weights are ``constrain(alpha_weights(tokens, alpha), floor, cap, overrides)`` (bloomdata.mixture.weights).
-The same model is the command line's (flags generated from it) and the flows' blend stage, which calls
-``tune_blend`` directly.
+Two ways to weigh: for a token budget, ``constrain(alpha_weights(tokens, alpha), floor, cap, overrides)``
+(bloomdata.mixture.weights), or with a ``mixture`` file, its ratios renormalized over the groups present
+(bloomdata.mixture.mixture), with the same floor, cap and overrides on top. Token counts come from each
+prefix's ``.idx`` (the train range only, when a split or range is given); with a budget they give the tokens
+drawn and effective epochs per dataset. The same model is the command line's (flags generated from it) and
+the flows' blend stage, which calls ``tune_blend`` directly.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import parse_range, range_to_documents, split_range
+from bloomdata.mixture.mixture import load_mixture
 from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomdata.mixture.weights import alpha_weights, constrain
 from bloomdata.units import parse_count
@@ -35,9 +38,15 @@ class BlendConfig(BaseModel):
     datasets_dir: str | None = Field(default=None, description="every PREFIX.idx in this directory, named after its file",
                                      json_schema_extra=cli_option(metavar="DIR"))
     token_budget: Annotated[int | None, BeforeValidator(parse_count)] = Field(
-        default=None, ge=1, description="training tokens to draw, e.g. 350e9",
+        default=None, ge=1, description="training tokens to draw, e.g. 350e9 (optional with a mixture)",
         json_schema_extra=cli_option("--budget", metavar="TOKENS"))
-    alpha: float = Field(default=0.3, ge=0, description="p ∝ tokens**alpha (1: natural proportions, 0: uniform)")
+    alpha: float = Field(default=0.3, ge=0, description="p ∝ tokens**alpha (1: natural proportions, 0: uniform); "
+                                                        "not used with a mixture")
+    mixture: str | None = Field(
+        default=None, json_schema_extra=cli_option(metavar="FILE"),
+        description="mixture YAML (configs/data/bloom-tr11-mixture.yaml): its ratios, renormalized over the groups "
+                    "the datasets cover (dataset NAME matches group NAME), are the weights; its train/valid ranges "
+                    "are the default ranges")
     floor: Bound = Field(default=None, description="minimum weight: one for every dataset, or NAME=W per dataset",
                          json_schema_extra=cli_option(metavar="W|NAME=W"))
     cap: Bound = Field(default=None, description="maximum weight: one for every dataset, or NAME=W per dataset",
@@ -77,33 +86,59 @@ def _datasets(config: BlendConfig) -> dict[str, str]:
     return named
 
 
-def _train_tokens(prefix: str, config: BlendConfig) -> int:
+def _train_tokens(prefix: str, split: str | None, train_range: str | None, compat: str) -> int:
     ds = IndexedDataset(prefix)
-    if config.train_range:
-        begin, end = range_to_documents(*parse_range(config.train_range), len(ds))
-    elif config.split:
-        begin, end = split_range(config.split, "train", len(ds), config.compat)
+    if train_range:
+        begin, end = range_to_documents(*parse_range(train_range), len(ds))
+    elif split:
+        begin, end = split_range(split, "train", len(ds), compat)
     else:
         begin, end = 0, len(ds)
     return int(ds.sizes[begin:end].sum(dtype="int64"))
 
 
+def _rows(datasets: dict[str, str], weights: dict[str, float], tokens: dict[str, int],
+          budget: int | None) -> list[BlendDataset]:
+    rows = []
+    for name, w in weights.items():
+        if w <= 0:
+            continue  # an override of 0 drops the dataset from the blend
+        drawn = None if budget is None else int(round(w * budget))
+        rows.append(BlendDataset(name=name, prefix=os.path.abspath(datasets[name]), weight=w, tokens=tokens[name],
+                                 tokens_drawn=drawn, epochs=None if drawn is None else drawn / tokens[name]))
+    return rows
+
+
 def tune_blend(config: BlendConfig) -> BlendSpec:
-    """The blend for ``config``: weights, tokens drawn and effective epochs per dataset, in dataset order."""
+    """The blend for ``config``: weights, tokens drawn and effective epochs per dataset."""
+    if config.mixture:
+        return _mixture_blend(config)
     if config.token_budget is None:
         raise BloomstackError("token_budget is not set: give --budget TOKENS (e.g. 350e9)")
     datasets = _datasets(config)
-    tokens = {name: _train_tokens(prefix, config) for name, prefix in datasets.items()}
+    tokens = {name: _train_tokens(p, config.split, config.train_range, config.compat) for name, p in datasets.items()}
     weights = constrain(alpha_weights(tokens, config.alpha), config.floor, config.cap, config.overrides)
-    budget = config.token_budget
-    rows = []
-    for name, prefix in datasets.items():
-        w = weights[name]
-        if w <= 0:
-            continue  # an override of 0 drops the dataset from the blend
-        drawn = int(round(w * budget))
-        rows.append(BlendDataset(name=name, prefix=os.path.abspath(prefix), weight=w, tokens=tokens[name],
-                                 tokens_drawn=drawn, epochs=drawn / tokens[name]))
-    return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=budget, alpha=config.alpha,
-                     split=config.split, train_range=config.train_range, valid_range=config.valid_range,
-                     datasets=rows)
+    return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
+                     alpha=config.alpha, split=config.split, train_range=config.train_range,
+                     valid_range=config.valid_range, datasets=_rows(datasets, weights, tokens, config.token_budget))
+
+
+def _mixture_blend(config: BlendConfig) -> BlendSpec:
+    """The mixture's ratios over the datasets given, in the mixture's order (``Mixture.select``)."""
+    mixture = load_mixture(config.mixture)
+    datasets = _datasets(config)
+    selection = mixture.select(datasets)
+    if not selection.ratios:
+        raise BloomstackError(f"none of the datasets ({', '.join(datasets)}) matches a group of {config.mixture}; "
+                              f"name them after its group keys ({', '.join(list(mixture.groups)[:6])}, ...), e.g. "
+                              "DIR/en.bin/.idx or --dataset en=PREFIX")
+    explicit = config.split or config.train_range or config.valid_range
+    train_range = config.train_range if explicit else mixture.train_range
+    valid_range = config.valid_range if explicit else mixture.valid_range
+    tokens = {name: _train_tokens(datasets[name], config.split, train_range, config.compat)
+              for name in selection.ratios}
+    weights = constrain(selection.weights(), config.floor, config.cap, config.overrides)
+    return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
+                     split=config.split, train_range=train_range, valid_range=valid_range, mixture=config.mixture,
+                     missing=selection.missing or None, unmatched=selection.unmatched or None,
+                     datasets=_rows(datasets, weights, tokens, config.token_budget))

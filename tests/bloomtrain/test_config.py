@@ -25,13 +25,15 @@ GAS_CASES = [
     ("bloom-176b-tr11", 384, 9_765_626, 2048, 128),  # after the ramp: 2048 / 16
     ("bloom-176b-tr11", 192, 10**8, 2048, 256),  # tr11's later 24 nodes: DP 4, 2048 / 8
     ("bloom-176b-tr11", 192, 0, 192, 24),
-    # bloom-560m: TP 1 x PP 1 on 8 GPUs -> DP 8; MBS 4 -> 32 per micro-step
-    ("bloom-560m", 8, 0, 32, 1),
-    ("bloom-560m", 8, 133_334, 64, 2),  # 15 increments of 32 over 2M samples: one per 133,333.3
-    ("bloom-560m", 8, 2_000_001, 512, 16),
-    # bloom-1b7: PP 2 on 16 GPUs -> DP 8; MBS 2 -> 16 per micro-step
-    ("bloom-1b7", 16, 0, 32, 2),
-    ("bloom-1b7", 16, 10**7, 512, 32),
+    # bloom-560m: TP 1 x PP 1 over tr11e's 8 nodes of 4 = 32 GPUs -> DP 32; MBS 1 -> 32 sequences per micro-step
+    ("bloom-560m", 32, 0, 192, 6),  # the ramp starts at 192 = 6 x 32
+    ("bloom-560m", 32, 4_882_812, 192, 6),  # 2 increments of 32 over 9,765,625 samples: one per 4,882,812.5
+    ("bloom-560m", 32, 4_882_813, 224, 7),  # 224 / 32
+    ("bloom-560m", 32, 9_765_626, 256, 8),  # after the ramp: 256 / 32
+    # bloom-1b7: TP 2 x PP 2 over tr11b's 16 nodes of 4 = 64 GPUs -> DP 16; MBS 1 -> 16 per micro-step
+    ("bloom-1b7", 64, 0, 192, 12),  # 192 / 16
+    ("bloom-1b7", 64, 488_282, 208, 13),  # 20 increments of 16 over 9,765,625 samples: one per 488,281.25
+    ("bloom-1b7", 64, 10**7, 512, 32),  # after the ramp: 512 / 16
     # tiny-cpu: no ramp, GBS 8, MBS 2
     ("tiny-cpu", 1, 0, 8, 4),
     ("tiny-cpu", 2, 0, 8, 2),
@@ -49,8 +51,9 @@ def test_gradient_accumulation_steps_per_recipe(name, world, consumed, batch, ga
 
 @pytest.mark.parametrize("name,world,needle", [
     ("bloom-176b-tr11", 480, "global_batch_size=2048 is not a multiple of micro_batch_size 2 x data-parallel size 10"),
-    ("bloom-560m", 16, "rampup_batch_size start=32 is not a multiple of micro_batch_size 4 x data-parallel size 16"),
-    ("bloom-1b7", 15, "world size 15 is not divisible by tp 1 x pp 2"),
+    # 64 GPUs -> DP 64: 192 = 3 x 64 fits, the increment 32 does not
+    ("bloom-560m", 64, "rampup_batch_size increment=32 is not a multiple of micro_batch_size 1 x data-parallel size 64"),
+    ("bloom-1b7", 15, "world size 15 is not divisible by tp 2 x pp 2"),
 ])
 def test_worlds_that_do_not_fit_a_recipe(name, world, needle):
     with pytest.raises(BloomstackError, match=needle):
@@ -59,7 +62,8 @@ def test_worlds_that_do_not_fit_a_recipe(name, world, needle):
 
 def test_tr11_hyperparameters():
     cfg = load_config(CONFIGS / "bloom-176b-tr11.yaml")
-    assert cfg.model == ModelConfig.bloom_176b()
+    # BLOOM trained with Megatron-DeepSpeed's default dropout, 0.1 on both (no tr11 script overrides it)
+    assert cfg.model == ModelConfig.bloom_176b(hidden_dropout=0.1, attention_dropout=0.1)
     assert (cfg.parallel.tp, cfg.parallel.pp) == (4, 12)
     assert cfg.schedule.rampup_batch_size == (192, 16, 9_765_625)
     assert (cfg.schedule.global_batch_size, cfg.schedule.micro_batch_size) == (2048, 2)
