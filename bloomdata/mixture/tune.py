@@ -137,6 +137,9 @@ def _mixture_blend(config: BlendConfig) -> BlendSpec:
     valid_range = config.valid_range if explicit else mixture.valid_range
     tokens = {name: _train_tokens(datasets[name], config.split, train_range, config.compat)
               for name in selection.ratios}
+    empty = [name for name, n in tokens.items() if n <= 0]
+    if empty:  # a mixture share cannot be drawn from nothing
+        raise BloomstackError(f"dataset(s) {', '.join(empty)} hold no training tokens; drop them from the datasets")
     weights = constrain(selection.weights(), config.floor, config.cap, config.overrides)
     return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
                      split=config.split, train_range=train_range, valid_range=valid_range, mixture=config.mixture,

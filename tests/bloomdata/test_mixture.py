@@ -175,6 +175,9 @@ def test_mixture_with_budget_floor_and_errors(data_dir, tmp_path, capsys):
     assert spec.datasets[0].epochs == pytest.approx(9000 / spec.datasets[0].tokens)
     # an explicit split replaces the mixture's ranges
     assert tune_blend(config.model_copy(update={"split": "90,10,0"})).train_range is None
+    one = write_dataset(tmp_path / "one", num_docs=1)
+    with pytest.raises(BloomstackError, match="dataset.s. en hold no training tokens"):  # round(0.6 x 1) = 1 = end
+        tune_blend(BlendConfig(mixture=str(MIXTURE), datasets={"en": one}, train_range="0.6:1", out_dir=str(tmp_path)))
     out = str(tmp_path / "o")
     assert cli.main(["blend", "--mixture", str(MIXTURE), "--dataset", f"de={data_dir / 'de'}", "--out", out]) == 2
     assert "none of the datasets (de) matches a group of" in capsys.readouterr().err
