@@ -19,7 +19,7 @@ ext_modules = [
         depends=sorted(glob("csrc/indices/*.h")),  # one translation unit; rebuild when a header changes
         cxx_std=17,
         # -ffp-contract=off: the blend recurrence must not be contracted into FMAs, or near-ties could
-        # flip against megatron-core's build (reference megatron-data.md section 3.5).
+        # flip against megatron-core's build (docs/megatron-data.md, "Floating point").
         extra_compile_args=["-O3", "-ffp-contract=off", "-fopenmp"],
         extra_link_args=["-fopenmp"],
         optional=True,

@@ -2,8 +2,8 @@
 
 Sample k of a blend comes from dataset ``argmax_i(w_i * max(k, 1) - c_i)`` (ties to the lowest i), where
 ``c_i`` counts what dataset i has given so far; ``dataset_sample_index[k] = c_i`` is the sample taken from
-it. No randomness: each component's own shuffle index randomises its samples (reference
-megatron-data.md section 3). The two compat modes differ in the bookkeeping around that rule:
+it. No randomness: each component's own shuffle index randomises its samples (docs/megatron-data.md,
+"Blend"). The two compat modes differ in the bookkeeping around that rule:
 
 ======================  ===========================================  ==========================================
                         ``compat="core"`` (megatron-core 0.16.1)     ``compat="bloom"`` (Megatron-DeepSpeed)

@@ -1,7 +1,7 @@
 """GPT training samples over an IndexedDataset: megatron's three indices, rebuilt exactly and faster.
 
 A GPT "sample" is ``seq_length + 1`` consecutive tokens of the concatenation of shuffled documents
-(consecutive samples share one token). Three arrays define the order (reference megatron-data.md §2):
+(consecutive samples share one token). Three arrays define the order (docs/megatron-data.md, "Sample index"):
 
 - ``document_index`` int32[E * D]: the split's sequence ids repeated for E epochs and shuffled;
 - ``sample_index`` [n + 1, 2]: per sample boundary, (position in document_index, token offset);

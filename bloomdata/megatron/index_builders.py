@@ -5,8 +5,8 @@ Each builder has a pure-numpy reference implementation here and a C++ twin in ``
 that on every input they draw. ``backend=None`` picks C++ when the extension imports and numpy otherwise
 (the install still works where no compiler is available, as with megatron's optional helpers).
 
-The numpy versions are written for clarity, not speed, and follow the reference algorithms
-(shared/reference/megatron-data.md sections 2.4-2.6 and 3.5):
+The numpy versions are written for clarity, not speed, and follow megatron's algorithms
+(docs/megatron-data.md, "Document index", "Sample index", "Shuffle index" and "The greedy rule"):
 
 - document index: ``tile(documents, E)`` then ``RandomState.shuffle`` (the first E-1 epochs and the last
   one separately when the last epoch is separate). megatron builds the same array with ``np.mgrid``.

@@ -16,8 +16,8 @@ tokens in one dtype, with no header. ``PREFIX.idx`` describes it; all integers l
    (34+12S+8D     S      int8[S]     sequence modes, multimodal files of megatron-core only; ignored here)
 
 This is byte-identical to what megatron-core 0.16 (``megatron/core/datasets/indexed_dataset.py``) and the
-BigScience Megatron-DeepSpeed fork that trained BLOOM write (reference: shared/reference/megatron-data.md
-section 1). We write one sequence per document, so S = D - 1 in our files; files from other tools with
+BigScience Megatron-DeepSpeed fork that trained BLOOM write (docs/megatron-data.md, "The .bin/.idx
+format"). We write one sequence per document, so S = D - 1 in our files; files from other tools with
 several sequences per document read fine.
 
 Design notes:

@@ -1,6 +1,6 @@
 """Train/valid/test document ranges: megatron-core's and BigScience's arithmetic, and BLOOM's split syntax.
 
-GPT splits are contiguous ranges of *sequence* ids (reference megatron-data.md sections 2.1 and 3.4).
+GPT splits are contiguous ranges of *sequence* ids (docs/megatron-data.md, "Splits").
 Three ways to name one, each reproduced exactly because the range feeds every index downstream:
 
 - ``"949,50,1"`` with ``compat="core"``: megatron-core's split matrix (normalise with numpy, cumulative

@@ -1,4 +1,4 @@
-// The blend index: megatron's greedy largest-deficit rule (reference megatron-data.md section 3.5), in
+// The blend index: megatron's greedy largest-deficit rule (docs/megatron-data.md, "Blend"), in
 // scalar, AVX2 and register-resident AVX2 kernels, and the two-thread verified split of long blends.
 #pragma once
 

@@ -1,8 +1,8 @@
 // bloomdata._index_helpers: exact, faster builders for the GPT sample indices and the blend index.
 //
-// Every function reproduces a reference algorithm bit for bit (reference: shared/reference/
-// megatron-data.md sections 2 and 3; the numpy twins live in bloomdata/index_builders.py and the
-// tests compare both with megatron-core):
+// Every function reproduces a megatron algorithm bit for bit (docs/megatron-data.md, "Sample index" and
+// "Blend"; the numpy twins live in bloomdata/megatron/index_builders.py and the tests compare both with
+// megatron-core):
 //   - RandomState: numpy's legacy RandomState (MT19937 seeded by init_genrand, masked-rejection
 //     random_interval, Fisher-Yates from the end) so a shuffle here permutes exactly like
 //     numpy.random.RandomState(seed).shuffle, and successive shuffles continue one stream.
@@ -15,10 +15,10 @@
 //     -ffp-contract=off so w*k - c is never fused into an FMA (near-ties must resolve identically).
 //     AVX2 paths compute four errors per instruction and take the first lane equal to the max; long
 //     blends run as two verified halves on two threads (build_blend).
-// Speed (reference section 6.4): the shuffle draws its random indices a block ahead with a branch-free
-// rejection loop, prefetches the swap targets (hiding most of the DRAM latency of the random swaps), keeps
-// the shuffled buffers on transparent huge pages (no page walk per swap), and from 64K elements draws on a
-// helper thread while the calling thread swaps. Large streaming passes are split over std::threads
+// Speed (docs/megatron-data.md, "Index build speed"): the shuffle draws its random indices a block ahead
+// with a branch-free rejection loop, prefetches the swap targets (hiding most of the DRAM latency of the
+// random swaps), keeps the shuffled buffers on transparent huge pages (no page walk per swap), and from 64K
+// elements draws on a helper thread while the calling thread swaps. Large streaming passes are split over std::threads
 // (OMP_NUM_THREADS caps them, as it does megatron's OpenMP). All heavy loops run without the GIL.
 //
 // Files: mt19937.h (the stream and its rejection draws), shuffle.h (the two-thread shuffle), sample_index.h

@@ -1,5 +1,5 @@
 // numpy's legacy RandomState stream (MT19937 seeded by init_genrand) and its masked-rejection draws, as
-// the shuffle uses them: reference shared/reference/megatron-data.md section 2.4.
+// the shuffle uses them (docs/megatron-data.md, "RNG order").
 #pragma once
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // The sample index: row k (k = 1..num_samples) is the document-index entry holding global token k*seq_length
-// and the offset of that token in it; row 0 is (0, 0) (reference megatron-data.md section 2.5).
+// and the offset of that token in it; row 0 is (0, 0) (docs/megatron-data.md, "Sample index").
 #pragma once
 
 #include <algorithm>

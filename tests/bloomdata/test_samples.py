@@ -79,7 +79,7 @@ def test_empty_documents_are_skipped_like_megatron(tmp_path):
 
 
 def _bloom_reference(sizes, documents, num_samples, seq_length, seed):
-    """Megatron-DeepSpeed's GPT index build as the reference describes it (mgrid, Python sample loop)."""
+    """Megatron-DeepSpeed's GPT index build as its gpt_dataset.py does it (mgrid, Python sample loop)."""
     tokens = int(np.sum(sizes[documents]))
     epochs = 0
     while True:
@@ -145,7 +145,7 @@ def test_bloom_mode_uses_the_095_cutoff(prefix, backend):
 
 
 def test_plan_epochs_counts():
-    plan = plan_epochs(1_000_000, 2048, 1000, "bloom")  # the reference's worked example (section 2.3)
+    plan = plan_epochs(1_000_000, 2048, 1000, "bloom")  # docs/megatron-data.md, "Separate last epoch"
     assert (plan.num_epochs, plan.num_samples_sans_final_epoch, plan.total_samples) == (3, 976, 1464)
     assert plan.separate_final_epoch
 

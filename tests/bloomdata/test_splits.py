@@ -26,8 +26,8 @@ def test_core_ranges_equal_megatron(spec):
             assert split_range(spec, name, size, "core") == expected, (spec, size, name)
 
 
-def test_legacy_and_core_differ_where_the_reference_says():
-    # reference megatron-data.md section 3.4: S = 23,931 with 949,50,1
+def test_legacy_and_core_differ_by_one_sequence():
+    # docs/megatron-data.md, '"949,50,1" in both modes': S = 23,931 with 949,50,1
     assert bloom_split_boundaries("949,50,1", 23_931) == [0, 22_710, 23_907, 23_931]
     assert split_range("949,50,1", "train", 23_931, "bloom") == (0, 22_710)
     assert split_range("949,50,1", "train", 23_931, "core") == (0, 22_711)
