@@ -13,6 +13,7 @@ count optimizer iterations (one global batch each).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -96,6 +97,32 @@ class ScheduleConfig(_Frozen):
         return self
 
 
+VALID_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+class ValidSetConfig(_Frozen):
+    """One named validation set (``data.valid_sets.NAME``); its string form is its ``path`` alone.
+
+    Which samples an evaluation reads (bloomtrain.data.build_valid_sets): every full sample of
+    ``model.seq_length + 1`` tokens of the validation split, one epoch of Megatron's GPTSamples; of those,
+    ``samples`` at evenly spaced positions along the split (the middle of each of ``samples`` equal strata),
+    the same at every evaluation, on every parallel layout. A blend YAML spreads them over its datasets by
+    weight (Megatron's greedy blending rule), each dataset's share evenly spaced along its own split.
+    """
+
+    path: str
+    """A Megatron dataset prefix (PREFIX.bin/.idx) or a blend YAML (.yaml/.yml) written by `bloomdata blend`."""
+    split: str | None = None
+    """Its validation documents: a '949,50,1' split (the second part) or a 'START:END' range; None: a blend YAML's own split/valid_range, for a prefix data.blend's (the documents training held out)."""
+    samples: int | None = Field(default=None, ge=1)
+    """Samples each evaluation reads, fewer if the split holds fewer (None: logging.eval_iters x schedule.global_batch_size)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_path(cls, value: Any) -> Any:
+        return {"path": value} if isinstance(value, str) else value
+
+
 class DataConfig(_Frozen):
     kind: Literal["synthetic", "blend"] = "synthetic"
     """synthetic: seeded random tokens (tests, benchmarks); blend: a ``bloomdata blend`` YAML."""
@@ -111,11 +138,29 @@ class DataConfig(_Frozen):
     """Samples in the synthetic training set (validation gets a quarter, from another seed)."""
     cache_dir: str | None = None
     """Where the blend's sample indices are cached (None: beside each dataset, as megatron-core)."""
+    valid_sets: dict[str, ValidSetConfig] = Field(default_factory=dict)
+    """Named validation sets NAME=PREFIX or NAME=BLEND_YAML (e.g. one per language) evaluated every logging.eval_interval: valid/NAME/loss, ppl, bpb."""
+    tokenizer: str | None = None
+    """tokenizer.json (or its directory) the data was built with: UTF-8 bytes per token id for the bits per byte of valid_sets."""
+
+    @field_validator("valid_sets")
+    @classmethod
+    def _names(cls, value: dict[str, ValidSetConfig]) -> dict[str, ValidSetConfig]:
+        bad = [name for name in value if not VALID_SET_NAME.fullmatch(name)]
+        if bad:
+            raise ValueError(f"names {bad} must be letters, digits, '_', '.' or '-' (they become metric keys "
+                             "valid/NAME/loss)")
+        return value
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
         if self.kind == "blend" and not self.blend:
             raise ValueError("kind=blend needs data.blend=PATH (the YAML written by `bloomdata blend`)")
+        if self.valid_sets and not self.tokenizer:
+            # bpb is the number that compares models with different tokenizers: a run that asked for
+            # per-set validation should not quietly log it without.
+            raise ValueError("valid_sets needs data.tokenizer=PATH (the tokenizer.json the datasets were built "
+                             "with) to log bits per byte")
         return self
 
 
@@ -155,7 +200,7 @@ class LoggingConfig(_Frozen):
     eval_interval: int | None = None
     """Evaluate on the validation blend every this many iterations (None: never)."""
     eval_iters: int = 1
-    """Global batches per evaluation; each evaluation reads the same first validation samples."""
+    """Global batches per evaluation (valid_loss reads the same first validation samples each time; valid_sets as many, spread)."""
     tensorboard: bool = True
     """Also write TensorBoard events into logging.dir."""
     peak_tflops: float | None = None

@@ -9,18 +9,26 @@ batch-size ramp-up, and resuming needs one integer, ``consumed_samples``.
 
 A micro-batch is ``(input_ids [b, s], (labels [b, s], loss_mask [b, s]))``: the shape DeepSpeed's pipeline
 engine feeds to the first stage (inputs) and to the loss on the last stage (labels).
+
+Named validation sets (``data.valid_sets``, ``build_valid_sets``) are fixed samples instead of a stream: one
+epoch of a split's samples is indexed, and a fixed number of them, evenly spaced along the split, is read
+at every evaluation. Their micro-batches (``eval_micro_batches``) follow the same sampler order and pad the
+last group with masked copies, so every layout reads exactly the same samples. ``token_byte_lengths``
+gives the UTF-8 bytes of every token id, for bits per byte.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.config import TrainConfig
+from bloomtrain.config import TrainConfig, ValidSetConfig
 
 MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 
@@ -80,6 +88,26 @@ def micro_batches(dataset: Sequence, consumed_samples: int, micro_batch_size: in
     )
 
 
+def eval_micro_batches(samples: Sequence, micro_batch_size: int, dp_rank: int,
+                       dp_size: int) -> tuple[Iterator[MicroBatch], int]:
+    """This DP rank's micro-batches over all of ``samples`` (sampler order), and how many there are.
+
+    The sample count is padded up to a multiple of micro_batch x DP with copies of sample 0 whose loss mask
+    is 0: every rank then runs the same number of micro-batches and no sample is dropped or read twice,
+    whatever the layout. A pad-only micro-batch has a 0/0 (NaN) mean; its weight, its mask's sum, is 0.
+    """
+    n, group = len(samples), micro_batch_size * dp_size
+    padded = -(-n // group) * group
+
+    def batches() -> Iterator[MicroBatch]:
+        for indices in pretraining_indices(0, micro_batch_size, dp_rank, dp_size, padded):
+            ids, (labels, mask) = collate([samples[i if i < n else 0] for i in indices])
+            mask[[k for k, i in enumerate(indices) if i >= n]] = 0.0
+            yield ids, (labels, mask)
+
+    return batches(), padded // group
+
+
 def build_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
     """(train, valid) sample sequences for ``cfg.data``; each item is ``seq_length + 1`` token ids."""
     length = cfg.model.seq_length + 1
@@ -122,3 +150,137 @@ def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
 def _split_has_valid(split: str) -> bool:
     parts = [float(x) for x in split.replace("/", ",").split(",") if x.strip()]
     return len(parts) > 1 and parts[1] > 0
+
+
+# --- named validation sets ------------------------------------------------------------------------------
+
+
+@dataclass
+class ValidSamples:
+    """The fixed samples of one named validation set: item k is ``components[which[k]][served[k]]``."""
+
+    name: str
+    components: list  # GPTSamples, one epoch of each dataset's validation split
+    which: np.ndarray  # int64 [n]
+    served: np.ndarray  # int64 [n]: served (shuffled) index in its component
+
+    def __len__(self) -> int:
+        return len(self.which)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        return self.components[int(self.which[k])][int(self.served[k])]
+
+
+def spread_indices(samples, n: int) -> np.ndarray:
+    """Served indices of ``min(n, S)`` of the ``S`` samples of a one-epoch GPTSamples, evenly spaced along
+    the split: positions ``(2k + 1) * S // (2n)`` (the middle of each of n equal strata) in sample order
+    (the order the samples lie in the split), mapped through the inverse of the sample shuffle."""
+    total = len(samples)
+    n = min(n, total)
+    shuffle = np.asarray(samples.shuffle_index, dtype=np.int64)
+    if len(shuffle) != total:  # one epoch: the shuffle is a permutation of every sample
+        raise BloomstackError(f"{samples!r}: expected a one-epoch index (shuffle of {total}, got {len(shuffle)})")
+    served = np.empty(total, dtype=np.int64)
+    served[shuffle] = np.arange(total, dtype=np.int64)
+    return served[(2 * np.arange(n, dtype=np.int64) + 1) * total // (2 * n)]
+
+
+def blend_counts(weights: Sequence[float], n: int) -> list[int]:
+    """Samples per dataset of an ``n``-sample Megatron blend: sample k goes to ``argmax(w * max(k, 1) - c)``
+    (ties to the first), ``c`` counting what each dataset gave so far (bloomdata.megatron.blend)."""
+    w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
+    counts = np.zeros(len(w), dtype=np.int64)
+    for k in range(n):
+        counts[int(np.argmax(w * max(k, 1) - counts))] += 1
+    return counts.tolist()
+
+
+def _blend_spec(path: str, seq_length: int):
+    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
+
+    spec = load_blend_spec(path)
+    if spec.seq_length is not None and spec.seq_length != seq_length:
+        raise BloomstackError(
+            f"{path}: blend seq_length {spec.seq_length} != model.seq_length {seq_length}; "
+            "rebuild the blend or change model.seq_length"
+        )
+    return spec
+
+
+def _valid_split(spec) -> str | None:
+    return spec.split if spec.split is not None else spec.valid_range
+
+
+def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSamples:
+    """The fixed samples of ``data.valid_sets[name]`` (see ``ValidSetConfig`` for which)."""
+    from bloomdata.megatron.gpt_samples import GPTSamples  # noqa: PLC0415
+    from bloomdata.megatron.indexed import dataset_exists  # noqa: PLC0415
+
+    seq = cfg.model.seq_length
+    if vs.path.endswith((".yaml", ".yml")):
+        spec = _blend_spec(vs.path, seq)
+        prefixes, weights = spec.prefixes, spec.weights
+        split, seed, origin = vs.split or _valid_split(spec), spec.seed, vs.path
+    else:
+        if not dataset_exists(vs.path):
+            raise BloomstackError(f"data.valid_sets.{name}: no dataset {vs.path}.bin/.idx; give a dataset prefix "
+                                  "(as written by `bloomdata build`) or a blend YAML")
+        spec = _blend_spec(cfg.data.blend, seq) if cfg.data.blend else None
+        prefixes, weights = [vs.path], [1.0]
+        split = vs.split or (_valid_split(spec) if spec is not None else None)
+        seed, origin = spec.seed if spec is not None else None, cfg.data.blend
+    if split is None:
+        raise BloomstackError(f"data.valid_sets.{name}: no validation split for {vs.path} ({origin or 'no data.blend'} "
+                              f"has none); set data.valid_sets.{name}.split, e.g. '0.95:1' or '949,50,1'")
+    wanted = vs.samples or cfg.logging.eval_iters * cfg.schedule.global_batch_size
+    components, which, served = [], [], []
+    for prefix, count in zip(prefixes, blend_counts(weights, wanted)):
+        if count == 0:  # a blend's dataset whose weight gets none of the samples
+            continue
+        try:
+            samples = GPTSamples(prefix, seq, None, 1234 if seed is None else seed, split, "valid",
+                                 cfg.data.cache_dir, cfg.data.compat)
+        except BloomstackError as exc:
+            raise BloomstackError(f"data.valid_sets.{name}: {exc}") from None
+        chosen = spread_indices(samples, count)
+        which.append(np.full(len(chosen), len(components), dtype=np.int64))
+        components.append(samples)
+        served.append(chosen)
+    return ValidSamples(name, components, np.concatenate(which), np.concatenate(served))
+
+
+def build_valid_sets(cfg: TrainConfig) -> dict[str, ValidSamples]:
+    """Every named validation set of ``cfg`` (none when evaluation is off)."""
+    if not cfg.logging.eval_interval:
+        return {}
+    return {name: build_valid_set(cfg, name, vs) for name, vs in cfg.data.valid_sets.items()}
+
+
+def token_byte_lengths(tokenizer) -> np.ndarray:
+    """UTF-8 bytes that each token id of a byte-level BPE ``tokenizers.Tokenizer`` decodes to (int64 [vocab]).
+
+    A byte-level token is a string over a 256-character alphabet, one character per byte (GPT-2's
+    bytes_to_unicode), so its bytes are its characters; decoding a sequence concatenates the tokens' bytes,
+    so a sequence's bytes are the sum over its tokens, even where a sample's edge cuts a multi-byte
+    character. Special tokens (``</s>``, ``<pad>``, ...) are markers, not text, and count 0 bytes (what
+    ``decode(skip_special_tokens=True)`` gives); other added tokens count their content's UTF-8 bytes.
+    """
+    from tokenizers import pre_tokenizers  # noqa: PLC0415
+
+    decoder = json.loads(tokenizer.to_str()).get("decoder") or {}
+    kinds = [d.get("type") for d in decoder.get("decoders", [decoder])]
+    if "ByteLevel" not in kinds:
+        raise BloomstackError(f"data.tokenizer: decoder {kinds} is not byte-level; bits per byte need a byte-level "
+                              "BPE tokenizer (as `bloomdata train-tokenizer` writes)")
+    alphabet = set(pre_tokenizers.ByteLevel.alphabet())
+    added = tokenizer.get_added_tokens_decoder()
+    table = np.zeros(tokenizer.get_vocab_size(with_added_tokens=True), dtype=np.int64)
+    for token, i in tokenizer.get_vocab(with_added_tokens=True).items():
+        if i in added:
+            table[i] = 0 if added[i].special else len(added[i].content.encode("utf-8"))
+        elif set(token) <= alphabet:
+            table[i] = len(token)
+        else:
+            raise BloomstackError(f"data.tokenizer: token {token!r} (id {i}) is not over the byte-level alphabet; "
+                                  "use the tokenizer.json the datasets were built with")
+    return table

@@ -26,13 +26,14 @@ from bloomtrain.callbacks import (
     NanDrillCallback,
     StabilityCallback,
     StopRequestsCallback,
+    ValidSetCallback,
 )
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig
 from bloomtrain.console import setup_console
-from bloomtrain.data import build_datasets
+from bloomtrain.data import ValidSamples, build_datasets, build_valid_sets, token_byte_lengths
 from bloomtrain.engine import build_engine
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
 from bloomtrain.parallel.state import ParallelState
@@ -65,15 +66,24 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
 
 
-def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, world: int) -> list[Callback]:
+def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, world: int,
+                      valid_sets: Sequence[ValidSamples] = ()) -> list[Callback]:
     """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
-    evaluate, enforce the skip limit (save, raise), agree on stop requests, save on the interval; the
-    final save (end of the schedule, or a stop) is the checkpoint callback's ``post_train``."""
+    evaluate (the overall validation set, then each named one), enforce the skip limit (save, raise), agree on
+    stop requests, save on the interval; the final save (end of the schedule, or a stop) is the checkpoint
+    callback's ``post_train``."""
+    byte_lengths = None
+    if valid_sets:
+        from bloomdata.tokenizer.bpe import load_tokenizer  # noqa: PLC0415
+
+        byte_lengths = token_byte_lengths(load_tokenizer(cfg.data.tokenizer))
     return [
         NanDrillCallback(cfg.stability.inject_nan_at_iters),
         MetricsCallback(cfg, rank, world),
         EvaluationCallback(valid_data, interval=cfg.logging.eval_interval, eval_iters=cfg.logging.eval_iters,
                            micro_batch_size=cfg.schedule.micro_batch_size),
+        *(ValidSetCallback(s, interval=cfg.logging.eval_interval, micro_batch_size=cfg.schedule.micro_batch_size,
+                           byte_lengths=byte_lengths) for s in valid_sets),
         StabilityCallback(cfg.stability),
         StopRequestsCallback(cfg.checkpoint),
         CheckpointCallback(cfg.checkpoint.save_interval),
@@ -100,16 +110,18 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
     universal = needs_universal(cfg, state)
     engine = build_engine(pipeline, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0),
                           load_universal=universal)
-    module = TrainModule(engine)
+    module = TrainModule(engine, state)
     # Rank 0 builds (and caches) the sample indices first; the others then only read the cache.
     if rank == 0:
         train_data, valid_data = build_datasets(cfg)
+        valid_sets = build_valid_sets(cfg)
     dist.barrier()
     if rank != 0:
         train_data, valid_data = build_datasets(cfg)
+        valid_sets = build_valid_sets(cfg)
     checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
     return Trainer(cfg, module, state, train_data, checkpointer,
-                   [*default_callbacks(cfg, valid_data, rank, world), *callbacks])
+                   [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values())), *callbacks])
 
 
 def run(cfg: TrainConfig) -> TrainResult:

@@ -1,7 +1,8 @@
 """``TrainModule``: the model side of training. It owns the DeepSpeed pipeline engine.
 
 The trainer never touches the engine: it asks this module for one optimizer step over an iterator of
-micro-batches (``train_step``), for one evaluation batch (``eval_step``), to set the learning rate and the
+micro-batches (``train_step``), for one evaluation batch (``eval_step``) or the exact summed loss of a
+fixed set of micro-batches (``eval_nll``), to set the learning rate and the
 (ramped) global batch, and to save or load the engine's state under a checkpoint tag. Modelled on
 OLMo-core's TrainModule (train/train_module/train_module.py); here the parallelism (TP x PP x DP), the
 1F1B schedule, gradient reduction, clipping and the skip of a non-finite step all live inside DeepSpeed's
@@ -19,8 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
 from bloomtrain.checkpoint import engine_files
 from bloomtrain.data import MicroBatch
+from bloomtrain.parallel.state import ParallelState
 
 
 @dataclass(frozen=True)
@@ -36,8 +41,9 @@ class StepOutput:
 
 
 class TrainModule:
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, state: ParallelState | None = None) -> None:
         self.engine = engine
+        self.state = state or ParallelState.single()
         self.checkpoint_files = engine_files.install(engine)
 
     # --- hyper-parameters of the next step ------------------------------------------------------------
@@ -65,6 +71,38 @@ class TrainModule:
     def eval_step(self, batches: Iterator[MicroBatch]) -> float:
         """Mean loss of one global batch of ``batches``, without gradients."""
         return float(self.engine.eval_batch(batches))
+
+    def eval_nll(self, batches: Iterator[MicroBatch], num_micro_batches: int) -> float:
+        """Collective: the summed token NLL (nats) of every DP rank's ``num_micro_batches`` micro-batches from
+        ``batches``, without gradients; the same float on every rank.
+
+        The engine's ``eval_batch`` averages micro-batch means, which is exact only when every micro-batch
+        holds as many scored tokens. Here each micro-batch's mean (fp32, from the last stage's loss) is
+        weighted by its loss mask's sum, counted on the host as the engine reads it, and summed in float64;
+        then summed over DP and sent from the last pipeline stage to the others. A micro-batch with no
+        scored token (padding) adds nothing, though its mean is 0/0.
+        """
+        counts: list[float] = []
+
+        def counted() -> Iterator[MicroBatch]:
+            for batch in batches:
+                counts.append(float(batch[1][1].sum()))  # the loss mask; exact below 2**24 tokens
+                yield batch
+
+        losses = self.engine.eval_batch(counted(), reduce_output=None, bcast_loss=False,
+                                        num_micro_batches=num_micro_batches)
+        total = torch.zeros(1, dtype=torch.float64, device=self.engine.device)
+        st = self.state
+        if st.is_last_stage:
+            for loss, count in zip(losses, counts, strict=True):
+                if count:
+                    total += loss.detach().double().reshape(1) * count
+            if st.dp_size > 1:
+                dist.all_reduce(total, group=st.dp_group)
+        if st.pp_size > 1:
+            last = ParallelState.global_rank(st.tp_rank, st.pp_size - 1, st.dp_rank, st.tp_size, st.dp_size)
+            dist.broadcast(total, src=last, group=st.pp_group)
+        return float(total.item())
 
     @property
     def skipped_steps(self) -> int:

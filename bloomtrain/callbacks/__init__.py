@@ -4,6 +4,7 @@
 - ``nan_drill``: NaN loss masks at chosen iterations (exercises the skip path);
 - ``metrics``: the iteration record to JSONL, TensorBoard and the console;
 - ``evaluation``: validation loss every N iterations, on any number of named datasets;
+- ``valid_sets``: loss, perplexity and bits per byte of each named validation set (``data.valid_sets``);
 - ``stability``: skip reports, the consecutive-skip limit, loss spikes;
 - ``stop_requests``: signals, kill-switch file, time limit;
 - ``checkpointing``: save every N iterations and at the end.
@@ -18,6 +19,7 @@ from bloomtrain.callbacks.metrics import MetricsCallback
 from bloomtrain.callbacks.nan_drill import NanDrillCallback
 from bloomtrain.callbacks.stability import StabilityCallback
 from bloomtrain.callbacks.stop_requests import StopRequestsCallback
+from bloomtrain.callbacks.valid_sets import ValidSetCallback
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "MetricsCallback", "NanDrillCallback",
-           "StabilityCallback", "StopRequestsCallback"]
+           "StabilityCallback", "StopRequestsCallback", "ValidSetCallback"]
