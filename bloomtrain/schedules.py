@@ -3,7 +3,7 @@
 Counting in samples, not iterations, keeps both schedules meaningful while the global batch ramps up, and
 makes them trivially resumable: the checkpoint stores two integers, nothing else (no scheduler object with
 hidden state). Formulas follow Megatron's ``AnnealingLR`` and ``RampupBatchsizeNumMicroBatches``
-(reference bloom-training.md §2):
+(docs/bloom-training.md, "Learning rate and batch ramp-up"):
 
 - lr(n) = lr * n / warmup for n <= warmup (so the very first update uses lr 0, as in Megatron);
   then min_lr + (lr - min_lr) * 0.5 * (1 + cos(pi * (n - warmup) / (decay - warmup))) up to ``decay``;

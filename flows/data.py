@@ -8,8 +8,9 @@ transient failures, a stage marker (``flows.stages``) so a finished stage is ski
 Dask: ``dataset_flow`` runs ``bloomdata.build.run_build`` in the flow process, which places one task per
 shard on a fresh ``LocalCluster`` of ``config.workers`` processes, or on an existing cluster when
 ``config.scheduler`` (tcp://host:8786) is set. We do not use ``DaskTaskRunner``: a Prefect task per shard
-costs several API calls each and stalls at a few thousand shards (reference §5.2, §6.6), while the build
-already has per-shard retries-by-marker; the progress artifact follows the shard markers instead.
+costs several API calls each and stalls at a few thousand shards (docs/flows.md, "One Dask task per shard,
+not one Prefect task"), while the build already has per-shard retries-by-marker; the progress artifact
+follows the shard markers instead.
 """
 
 from __future__ import annotations

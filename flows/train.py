@@ -10,7 +10,7 @@ into a Prefect state:
 - a cancel request (the flow run going Cancelling) -> the job's process group is killed, the run Cancelled.
 
 The launcher is called directly in the flow, never ``.submit()``-ed: only the main thread can be
-interrupted by SIGTERM or a timeout while the job runs (reference §4.2).
+interrupted by SIGTERM or a timeout while the job runs (docs/flows.md, "Launch jobs in the flow's main thread").
 """
 
 from __future__ import annotations

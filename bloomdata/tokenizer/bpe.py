@@ -1,6 +1,6 @@
 """The BLOOM tokenizer: byte-level BPE configured exactly as BigScience's, trained on an alpha-weighted sample.
 
-Configuration (the published BLOOM ``tokenizer.json``; see the reference tokenizer report, Part A1):
+Configuration (the published BLOOM ``tokenizer.json``; docs/tokenizer.md, "Configuration"):
 
 - no normalizer (NFKC was rejected: it merges ``2²`` with ``22`` for <1% fertility gain);
 - pre-tokenizer ``Sequence[Split(BLOOM_SPLIT_PATTERN, Isolated), ByteLevel(add_prefix_space=False,

@@ -1,9 +1,9 @@
 """Scaled causal softmax with the ALiBi bias added inside: the PyTorch reference and the fused kernel.
 
 BLOOM pre-adds ALiBi with ``baddbmm`` in bf16 and then runs Megatron's causal softmax kernel
-(reference bloom-training.md sections 0.2 and 5). Adding ``slope_h * j`` inside the kernel in fp32
-saves the [b*np, 1, sk] bias tensor, its bf16 rounding (up to 4.0 at far keys) and one pass over
-the scores. The fused path supports the causal mask only; calls with a padding mask use the
+(docs/bloom-training.md, "Attention scaling and the fused softmax"). Adding ``slope_h * j`` inside the
+kernel in fp32 saves the [b*np, 1, sk] bias tensor, its bf16 rounding (up to 4.0 at far keys) and one
+pass over the scores. The fused path supports the causal mask only; calls with a padding mask use the
 reference (which handles fully masked rows: uniform attention over finfo.min entries).
 Masked keys are neither read nor exp'd: a causal square costs about half the full softmax.
 """

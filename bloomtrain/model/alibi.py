@@ -2,8 +2,9 @@
 
 For n heads with c = 2**floor(log2 n): the first c slopes are 2**(-8(i+1)/c); a non-power-of-two n
 takes the remaining n - c slopes from the even positions of the 2c-head set, i.e. 2**(-8(2i+1)/(2c))
-(Megatron-DeepSpeed transformer.py L591-619; reference bloom-training.md §1.3). The bias added to score
-(i, j) is slope_h * j: softmax is shift-invariant per row, so the key position alone is enough.
+(Megatron-DeepSpeed megatron/model/transformer.py, get_slopes; docs/bloom-training.md, "ALiBi slopes").
+The bias added to score (i, j) is slope_h * j: softmax is shift-invariant per row, so the key position
+alone is enough.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The BLOOM decoder as trained by BigScience, tensor-parallel through bloomtrain.parallel.
 
 Pieces (each a separate module with a plain forward, so the trainer can wrap them as pipeline LayerSpecs;
-their state_dict keys are the Megatron-DeepSpeed layer-file keys, reference bloom-training.md §6):
+their state_dict keys are the Megatron-DeepSpeed layer-file keys; docs/bloom-training.md, "Conversion to
+transformers"):
 
 - ``BloomEmbedding``: vocab-parallel word embedding -> embedding LayerNorm -> dropout. Keys
   ``word_embeddings.weight``, ``word_embeddings.norm.{weight,bias}``. It also owns the tied LM head

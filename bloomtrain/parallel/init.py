@@ -3,7 +3,7 @@
 Every parameter is drawn as if it were unsharded, from a generator seeded by (base seed, the parameter's
 global name), and each rank keeps its slice. The same base seed therefore gives the same model at any TP
 or PP degree, unlike Megatron's default GPU init (one independent draw per shard, seed + 2718 + tp_rank;
-reference bloom-training.md §3.3 and finding 7).
+docs/bloom-training.md, "Tensor-parallel initialisation").
 
 To avoid materialising a full 250880 x 14336 embedding on every rank, the unsharded tensor, viewed as
 ``[rows, cols]``, is generated in fixed blocks of rows, each from its own seed; the block size depends only

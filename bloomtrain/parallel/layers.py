@@ -4,7 +4,8 @@ Sharded parameters carry ``tensor_model_parallel = True`` (the attribute DeepSpe
 parameter once per TP slice in gradient norms) and ``partition_dim`` (the sharded dim, used by the init,
 the checkpoint merge and the tests). Parameters without ``partition_dim`` are TP-duplicated: every TP rank
 holds the full tensor and sees the same gradient (``sync_duplicated_grads`` averages it anyway, so fp
-rounding cannot make the copies drift as they did in BLOOM's run; reference finding 8).
+rounding cannot make the copies drift as they did in BLOOM's run; docs/bloom-training.md, "TP-duplicated
+parameters").
 
 Weights are created empty: the owner initialises them (bloomtrain.parallel.init) from global names.
 """

@@ -12,12 +12,12 @@ Spec list (the indices are the checkpoint's layer-file indices; bloomtrain.check
 
 Class names matter to DeepSpeed: ``type:transformer|embedding`` partitioning matches them by regex, and
 activation checkpointing is restricted to ``BloomTransformerLayerPipe`` (reentrant checkpointing of the
-embedding stage crashes: its input ids need no grad; reference bloom-training.md §7.2).
+embedding stage crashes: its input ids need no grad; docs/bloom-training.md, "DeepSpeed pipeline pitfalls").
 
 The embedding LayerNorm exists only on the first stage. The last stage's copy of the tied module is built
 without it, because an untrained duplicate would be saved and then overwrite the trained one in
-ds_to_universal (§7.2). Only ``word_embeddings.weight`` is tied (DeepSpeed all-reduces its gradient over
-the first and last stage and counts it once in the norm).
+ds_to_universal (same section). Only ``word_embeddings.weight`` is tied (DeepSpeed all-reduces its
+gradient over the first and last stage and counts it once in the norm).
 """
 
 from __future__ import annotations
@@ -144,8 +144,9 @@ def check_layout(config: ModelConfig, tp: int, pp: int, method: str) -> None:
     """Fail before DeepSpeed does if a stage or TP rank would own no sharded, non-tied parameter.
 
     DeepSpeed's BF16_Optimizer computes the norm of an empty list on such a rank and crashes with
-    ``stack expects a non-empty TensorList`` (reference §7.2). Every stage therefore needs a transformer
-    block (the first stage may instead own just the embedding); every block has TP-sharded weights.
+    ``stack expects a non-empty TensorList`` (docs/bloom-training.md, "DeepSpeed pipeline pitfalls").
+    Every stage therefore needs a transformer block (the first stage may instead own just the embedding);
+    every block has TP-sharded weights.
     """
     if tp > 1 and (config.num_heads % tp or config.padded_vocab_size(tp) % tp):
         raise BloomstackError(f"parallel.tp={tp} must divide num_heads={config.num_heads} and the padded vocab")

@@ -3,7 +3,7 @@
 The state is a frozen value passed explicitly to every layer that communicates; nothing in bloomtrain
 keeps process groups in module globals. Rank order follows DeepSpeed's PipeModelDataParallelTopology
 (axes pipe, data, model; row-major): ``global_rank = (pp * DP + dp) * TP + tp``, so TP ranks are
-adjacent (intra-node) and PP is the slowest axis (reference bloom-training.md §3.2).
+adjacent (intra-node) and PP is the slowest axis (docs/bloom-training.md, "Rank order").
 
 The ``get_*`` methods implement DeepSpeed's ``mpu`` protocol with the meaning of DeepSpeed's own
 ``PipelineParallelGrid``: "model parallel" is the TP x PP slice of one data-parallel replica (used to sum

@@ -26,8 +26,8 @@ from bloomdata.tokenizer.bpe import (
     train_tokenizer,
 )
 
-# Independent reference for the split (reference report A1): the 39 code points BLOOM's Oniguruma class
-# excludes, written out for Python's `re`; unmatched gaps are pieces of their own ("Isolated").
+# Independent check of the split (docs/tokenizer.md, "The split pattern"): the 39 code points BLOOM's
+# Oniguruma class excludes, written out for Python's `re`; unmatched gaps are pieces of their own ("Isolated").
 _EXCLUDED = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
              "!(),.?|\u2026\u3001\u3002\uff0c\u0964\u06d4\u060c")
 _PIECE = re.compile(f" ?[^{_EXCLUDED}]+")

@@ -55,7 +55,7 @@ def test_vocab_padding_rule():
 
 
 def test_presets_match_published_parameter_counts():
-    # bigscience/bloom-* model cards; 176B from l(12h^2+13h)+Vh+4h (reference §1.6).
+    # bigscience/bloom-* model cards; 176B from l(12h^2+13h)+Vh+4h (docs/bloom-training.md, "Model sizes").
     expected = {"bloom-560m": 559_214_592, "bloom-1b1": 1_065_314_304, "bloom-1b7": 1_722_408_960,
                 "bloom-3b": 3_002_557_440, "bloom-7b1": 7_069_016_064, "bloom-176b": 176_247_271_424}
     for name, count in expected.items():

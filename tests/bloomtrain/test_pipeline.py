@@ -103,7 +103,8 @@ def test_norm_counts_tp_duplicates_and_tied_copies_once():
 
 
 def test_flops_formula_reproduces_blooms_logged_tflops():
-    # reference §8: tr11 at 105.22 s/iteration on 384 A100 logged "TFLOPs: 149.02" (hardware FLOPs, f=4)
+    # docs/bloom-training.md, "FLOPs and MFU": tr11 at 105.22 s/iteration on 384 A100 logged "TFLOPs: 149.02"
+    # (hardware FLOPs, f=4)
     cfg = ModelConfig.bloom_176b()
     hw = flops_per_iteration(cfg, 2048, 4, recompute=True) / (105.22 * 384 * 1e12)
     model = flops_per_iteration(cfg, 2048, 4, recompute=False) / (105.22 * 384 * 1e12)
