@@ -1,5 +1,6 @@
-"""`bloomtrain slurm --config YAML --nodes N [...] [key=value ...]`: write a tr11-style sbatch script
-(``bloomtrain.slurm.render``; flags from ``SlurmConfig``), validated against the training config first."""
+"""`bloomtrain slurm --config YAML --nodes N [--exclude NODE ...] [key=value ...]`: write a tr11-style sbatch
+script that requeues itself until the run is over (``bloomtrain.slurm.render``; flags from ``SlurmConfig``),
+validated against the training config first."""
 
 from __future__ import annotations
 
