@@ -43,7 +43,8 @@ def char_repetition_ratio(cp: np.ndarray, n: int) -> float:
     for k in range(1, n):  # h[i] = sum_k cp[i + k] * P**(n - 1 - k) mod 2**64: one value per n-gram
         h *= _POLY
         h += cp[k:k + m]
-    counts = np.unique(h, return_counts=True)[1]
+    h.sort()  # then the run lengths of equal values: np.unique's work without its extra arrays
+    counts = np.diff(np.concatenate(([-1], np.flatnonzero(h[1:] != h[:-1]), [m - 1])))
     repeated = counts[counts > 1]
     top = min(int(np.sqrt(len(counts))), len(repeated))
     if top == 0:

@@ -30,6 +30,7 @@ import xxhash
 from bloomdata.clean.config import NearDedupConfig
 
 _COMBINE = np.uint64(0x9E3779B97F4A7C15)  # odd (2**64 / golden ratio): mixes the previous unit hash of a window
+CACHE_UNITS = 500_000  # distinct units whose hashes a MinHasher keeps (~100 bytes each)
 _CHUNK = 2048  # shingles per (shingles x hashes) product: 2048 x 100 x 8 bytes = 1.6 MB, in cache
 
 
@@ -52,10 +53,24 @@ class MinHasher:
         k = self.bands * self.rows
         self.a = rng.integers(0, 2**64, size=k, dtype=np.uint64, endpoint=False) | np.uint64(1)
         self.b = rng.integers(0, 2**64, size=k, dtype=np.uint64, endpoint=False)
+        self._cache: dict[str, int] = {}
+
+    def _unit_hashes(self, words: list[str]) -> list[int]:
+        """xxh3-64 of each unit, through a per-process cache: word frequencies are Zipfian, and a dict hit
+        (~40 ns) is ~4x cheaper than encoding and hashing again. Cleared when it reaches ``CACHE_UNITS``."""
+        cache = self._cache
+        values = list(map(cache.get, words))
+        if None in values:
+            if len(cache) > CACHE_UNITS:
+                cache.clear()
+            for i, value in enumerate(values):
+                if value is None:
+                    values[i] = cache[words[i]] = xxhash.xxh3_64_intdigest(words[i].encode())
+        return values
 
     def shingles(self, words: list[str]) -> np.ndarray:
         """uint64 hashes of the document's n-grams of word units (one shingle of all units when fewer)."""
-        h = np.fromiter((xxhash.xxh3_64_intdigest(w.encode()) for w in words), dtype=np.uint64, count=len(words))
+        h = np.array(self._unit_hashes(words), dtype=np.uint64)
         if len(h) <= self.n:
             if len(h) == 0:
                 return h

@@ -34,6 +34,7 @@ EMAIL = re.compile(
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
 IPV4 = re.compile(rf"(?<![0-9.]){_IPV4}(?![0-9]|\.[0-9])")
+_DIGIT_DOT = re.compile(r"[0-9]\.[0-9]")
 
 _H = r"[0-9A-Fa-f]{1,4}"
 _IPV6 = "|".join([  # the first alternative that matches wins: longer forms first
@@ -79,7 +80,7 @@ def redact(text: str, config: PiiConfig) -> tuple[str, int, int]:
 
             text = IPV6.sub(ipv6, text)
             ips += found
-        if "." in text:
+        if _DIGIT_DOT.search(text):  # a cheap scan first: the IPv4 pattern tries its look-behind everywhere
             text, n = IPV4.subn(config.ip_placeholder, text)
             ips += n
     return text, emails, ips

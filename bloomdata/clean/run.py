@@ -167,7 +167,7 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     if inside:
         raise BloomstackError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
                               "the outputs back as inputs: choose an --out outside the inputs")
-    settings = filter_settings(config, closed, flagged)
+    settings = durable.content_key(filter_settings(config, closed, flagged))
     keys = [durable.content_key(shard_key(s, settings)) for s in shards]
     fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
                                        config.near_dedup.enabled])

@@ -34,7 +34,7 @@ from bloomdata.build.config import output_name_of
 from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
 from bloomdata.clean.filters import QualityFilter
 from bloomdata.clean.minhash import MinHasher, exact_key
-from bloomdata.clean.parts import LinesWriter, abort, publish
+from bloomdata.clean.parts import LinesWriter, abort, publish, staged
 from bloomdata.clean.pii import redact
 from bloomdata.clean.summary import FilterManifest, LangCounts
 from bloomdata.clean.text import normalize, word_units
@@ -58,10 +58,11 @@ def marker_path(out_dir: str, shard: Shard) -> str:
     return os.path.join(filter_dir(out_dir), f"{shard.name}.done.json")
 
 
-def shard_key(shard: Shard, settings: dict[str, Any]) -> dict[str, Any]:
+def shard_key(shard: Shard, settings: str) -> dict[str, Any]:
     """Everything that determines a shard's stage-1 files; a marker is valid only for an equal key.
 
-    ``settings``: ``run.filter_settings`` (the steps' config, word lists, model identities)."""
+    ``settings``: the content key of ``run.filter_settings`` (the steps' config, word lists, model files),
+    computed once by the driver (the word lists are ~1,000 strings)."""
     try:
         st = os.stat(shard.path)
     except OSError as exc:
@@ -92,10 +93,6 @@ def strict_error(reject: Reject) -> BloomstackError:
                            "drop that row, or run without --strict to skip and count it")
 
 
-def _save(path: str, array: np.ndarray) -> None:
-    durable.write_with(path, lambda f: np.save(f, array, allow_pickle=False))
-
-
 class _Examples:
     """The first ``limit`` removed documents of each reason, in read order."""
 
@@ -117,7 +114,7 @@ class _Examples:
         self.lines.append(json.dumps(record, ensure_ascii=False))
 
 
-def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: dict[str, Any],
+def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
                  closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> FilterManifest:
     """Stage 1 of one shard (see the module docstring); idempotent: a valid marker is returned as is."""
     t_start, cpu_start = time.perf_counter(), time.process_time()
@@ -213,19 +210,21 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: dict
             band_keys.append(hasher.band_keys(batch))
         clock["minhash"] += time.perf_counter() - t5
         t6 = time.perf_counter()
-        publish(list(writers.values()))
+        n = len(lines)
+        arrays = {f"{name}.ids.npy": np.array(numbers, dtype=np.uint64) for name, numbers in ids.items()}
+        arrays["candidates.npy"] = np.array([lines, sizes], dtype=np.uint64).reshape(2, n)
+        arrays["exact.npy"] = _sorted_exact(exact)
+        arrays["minhash.npy"] = _sorted_bands(band_keys, n, config, hasher)
+        others = [staged(os.path.join(work, f), lambda out, a=a: np.save(out, a, allow_pickle=False))
+                  for f, a in arrays.items()]
+        text = "".join(f"{line}\n" for line in examples.lines).encode("utf-8")
+        others.append(staged(os.path.join(work, "removed.jsonl"), lambda out: out.write(text)))
+        publish(list(writers.values()), others)
+        clock["write"] += time.perf_counter() - t6
     except BaseException:
         abort(list(writers.values()))
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)  # and the staged temps in it
         raise
-    n = len(lines)
-    for name, numbers in ids.items():
-        _save(os.path.join(work, f"{name}.ids.npy"), np.array(numbers, dtype=np.uint64))
-    _save(os.path.join(work, "candidates.npy"), np.array([lines, sizes], dtype=np.uint64).reshape(2, n))
-    _save(os.path.join(work, "exact.npy"), _sorted_exact(exact))
-    _save(os.path.join(work, "minhash.npy"), _sorted_bands(band_keys, n, config, hasher))
-    durable.write_text(os.path.join(work, "removed.jsonl"), "".join(f"{line}\n" for line in examples.lines))
-    clock["write"] += time.perf_counter() - t6
     manifest = FilterManifest(
         shard=shard.name, identity=durable.to_jsonable(identity), candidates=n,
         languages=dict(sorted(counts.items())), rejects=dict(sorted(rejects.items())),

@@ -57,6 +57,7 @@ STRIP = (string.punctuation + string.digits + "\u00a1\u00a7\u00ab\u00b0\u00b7\u0
          "\u2018\u2019\u201a\u201c\u201d\u201e\u2022\u2026\u2039\u203a\u20ac\u2116"  # Latin-1 and typographic
          "\u3001\u3002" + "".join(map(chr, range(0x3008, 0x3012))) + "\uff01\uff08\uff09\uff0c\uff1a\uff1b\uff1f"  # CJK
          "\u060c\u061b\u061f\u066a\u06d4\u0964\u0965")  # Arabic, Urdu, Devanagari
+_ODD = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted({*_CONTROLS, *_SPACES, 0x0D, 0x2028, 0x2029})) + "]")
 _MULTI_SPACE = re.compile(r" {2,}")
 _LINE_EDGES = re.compile(r" ?\n ?")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
@@ -81,7 +82,8 @@ def normalize(text: str, config: NormalizeConfig) -> str:
         text = unicodedata.normalize(config.unicode_form, text)
     if config.whitespace and "\r" in text:
         text = text.replace("\r\n", "\n")
-    text = text.translate(_table(config.controls, config.whitespace))
+    if _ODD.search(text):  # most documents hold none: skip the per-character table lookups
+        text = text.translate(_table(config.controls, config.whitespace))
     if config.whitespace:
         if "  " in text:
             text = _MULTI_SPACE.sub(" ", text)

@@ -21,7 +21,7 @@ import numpy as np
 from bloomdata import durable
 from bloomdata.clean.config import DATA_DIR, MARKER_VERSION, WORK_DIR
 from bloomdata.clean.dedup import EXACT, SHARD_BITS
-from bloomdata.clean.parts import LinesWriter, abort, publish, read_lines
+from bloomdata.clean.parts import LinesWriter, abort, publish, read_lines, staged
 from bloomdata.clean.summary import FilterManifest, LangCounts, PartStats, WriteManifest
 from bloomdata.readers import Shard
 
@@ -110,15 +110,15 @@ def write_shard(shard: Shard, index: int, out_dir: str, filtered: FilterManifest
                 parts[name] = PartStats(file=target, documents=writer.lines, bytes=kept_bytes, file_bytes=0)
             else:
                 writer.abort()
-        publish(writers)
+        os.makedirs(os.path.join(write_dir(out_dir), shard.name), exist_ok=True)
+        text = "".join(f"{e}\n" for e in examples).encode("utf-8")
+        publish(writers, [staged(os.path.join(write_dir(out_dir), shard.name, "removed.jsonl"),
+                                 lambda out: out.write(text))])
     except BaseException:
         abort(writers)
         raise
     for part in parts.values():
         part.file_bytes = os.path.getsize(os.path.join(out_dir, part.file))
-    os.makedirs(os.path.join(write_dir(out_dir), shard.name), exist_ok=True)
-    durable.write_text(os.path.join(write_dir(out_dir), shard.name, "removed.jsonl"),
-                       "".join(f"{e}\n" for e in examples))
     manifest = WriteManifest(shard=shard.name, parts=parts, removed=dict(sorted(removed.items())),
                              examples=len(examples), seconds=round(time.perf_counter() - t0, 3))
     durable.write_marker(os.path.join(write_dir(out_dir), f"{shard.name}.done.json"), key,
