@@ -3,17 +3,21 @@
 Every file a later run trusts (build shards and summaries, cached index arrays, flow stage markers,
 checkpoint ``latest`` files, tokenizer and report files) is written through here, in one of two ways:
 
-- ``write_bytes`` / ``write_text`` / ``write_json`` / ``write_with``: the content goes to a temporary file
-  in the target's directory (``<name>.tmp-<pid>-<random>``), is flushed, fsynced when ``fsync`` is on, and
-  renamed over the target (``os.replace``, atomic on POSIX); then the directory entry is fsynced. A reader
-  sees the old file or the new one, never a torn one; a crash leaves at most a temp file, which
-  ``remove_temps`` deletes (callers do it under their own lock, so no live writer owns it). Files streamed
-  over a long time, or published as a group, use the same steps by hand: ``temp_path``, ``sync_file``,
-  ``publish`` (the Megatron dataset writer: ``.bin`` then ``.idx``, the ``.idx`` last).
+- ``write_bytes`` / ``write_text`` / ``write_json`` / ``write_with`` / ``write_with_path`` (for libraries
+  that write to a path): the content goes to a temporary file in the target's directory
+  (``<name>.tmp-<pid>-<random>``), is flushed, fsynced when ``fsync`` is on, and renamed over the target
+  (``os.replace``, atomic on POSIX); then the directory entry is fsynced. A reader sees the old file or
+  the new one, never a torn one; a crash leaves at most a temp file, which ``remove_temps`` deletes
+  (callers do it under their own lock, so no live writer owns it). Files streamed over a long time, or
+  published as a group, use the same steps by hand: ``temp_path``, ``sync_file``, ``publish`` (the
+  Megatron dataset writer: ``.bin`` then ``.idx``, the ``.idx`` last).
 - Completion markers: work is done when its marker exists and records the same *key*. The key is
   ``content_key(what determines the output)``: sha256 of canonical JSON (sorted keys, no whitespace,
   pydantic models dumped as JSON), so any change to an input is a different key, never a stale hit. The
   marker is written last, after every output it vouches for, so a marker never describes missing files.
+
+Logs and metric streams (``metrics.jsonl``, a launch's ``launch.log``) are not durable files: they are
+appended a line at a time on purpose, so a crash loses at most a torn last line, which their readers skip.
 
 ``fsync=False`` is for files that can be rebuilt and are verified on read (the index cache checks an xxh3
 digest of every array it loads): a power cut may then cost a rebuild, never a wrong result, and the
@@ -86,6 +90,23 @@ def write_with(path: PathLike, write: Callable[[IO[bytes]], None], *, fsync: boo
         with open(tmp, "wb") as f:
             write(f)
             sync_file(f, fsync=fsync)
+        publish([(tmp, path)], fsync=fsync)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_with_path(path: PathLike, write: Callable[[str], None], *, fsync: bool = True) -> None:
+    """Atomically replace ``path`` with the file ``write(temporary path)`` creates: for libraries that only
+    write to a path (safetensors' ``save_file``). Same steps and guarantees as ``write_with``."""
+    path = os.fspath(path)
+    tmp = temp_path(path)
+    try:
+        write(tmp)
+        if fsync:
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
         publish([(tmp, path)], fsync=fsync)
     except BaseException:
         if os.path.exists(tmp):

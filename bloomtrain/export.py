@@ -6,6 +6,10 @@ keeps HF -> import -> export bit-identical; row-parallel weights concatenated on
 dim 0), renames to transformers keys and writes ``config.json``, ``model.safetensors`` (the checkpoint's
 dtype unless ``--dtype``) and the tokenizer files found in the checkpoint directory or ``--tokenizer``.
 The embedding keeps all padded rows, as the released BLOOM checkpoints do (vocab_size 250880).
+
+Every file is written through bloomdata.durable (atomic, fsynced), ``config.json`` last and its old
+version removed first: a directory with a ``config.json`` holds a complete export, never new weights
+beside an old config or the reverse.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.config import ExportConfig
@@ -79,7 +84,9 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
     state = {k: v.to(dtype).contiguous() for k, v in state.items()}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    save_file(state, out_dir / "model.safetensors", metadata={"format": "pt"})
+    (out_dir / "config.json").unlink(missing_ok=True)  # the commit file: absent until every other file is new
+    durable.write_with_path(out_dir / "model.safetensors",
+                            lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
 
     source = tokenizer_dir or Path(ckpt_dir)
     copied = copy_tokenizer_files(source, out_dir)
@@ -87,7 +94,7 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
         raise BloomstackError(f"--tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there")
     rows = state["transformer.word_embeddings.weight"].shape[0]
     config_json = hf_config(config, rows, dtype, special_token_ids(source if copied else None))
-    (out_dir / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
+    durable.write_json(out_dir / "config.json", config_json, indent=2)
     return out_dir
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.checkpoint.tags import commit_tag
@@ -86,11 +87,13 @@ def sharded_states(hf_dir: Path, state: ParallelState) -> tuple[ModelConfig, dic
 
 
 def copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
+    """Copy the tokenizer files present in ``src`` to ``dst``, each atomically (bloomdata.durable)."""
     copied = []
     for name in TOKENIZER_FILES:
         if (Path(src) / name).is_file():
             Path(dst).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(Path(src) / name, Path(dst) / name)
+            with open(Path(src) / name, "rb") as source:
+                durable.write_with(Path(dst) / name, lambda f, source=source: shutil.copyfileobj(source, f))
             copied.append(name)
     return copied
 

@@ -65,7 +65,9 @@ class Metrics:
         if self.enabled and cfg.logging.dir:
             out = Path(cfg.logging.dir)
             out.mkdir(parents=True, exist_ok=True)
-            self._jsonl = open(out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115 - kept open for the run
+            # Appended line by line on purpose, not a durable file (bloomdata.durable): a crash loses at most a
+            # torn last line, which readers skip. Kept open for the run.
+            self._jsonl = open(out / "metrics.jsonl", "a", buffering=1)  # noqa: SIM115
             if cfg.logging.tensorboard:
                 try:
                     from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415

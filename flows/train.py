@@ -103,7 +103,7 @@ def write_run_config(cfg: TrainStageConfig, run_dir: Path) -> Path:
     tree["logging"]["dir"] = tree["logging"]["dir"] or str(run_dir / "logs")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "train.yaml"
-    path.write_text(yaml.safe_dump(tree, sort_keys=False))
+    durable.write_text(path, yaml.safe_dump(tree, sort_keys=False))
     return path
 
 

@@ -10,12 +10,12 @@ figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by t
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from bloomdata import durable
 from bloomdata.cli.options import ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.readers import SourceConfig
@@ -57,5 +57,5 @@ def main(argv: list[str]) -> int:
     print(to_markdown(rows, name, compare_name))
     if args.json:
         payload = {"tokenizer": config.tokenizer, "compare": config.compare, "rows": [r.to_dict() for r in rows]}
-        Path(args.json).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        durable.write_json(args.json, payload, indent=2)
     return 0
