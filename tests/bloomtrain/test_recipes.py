@@ -20,9 +20,11 @@ from bloomdata import cli as bloomdata_cli
 from bloomdata.cli.blend import parser as blend_parser
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
+from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.mixture.spec import load_blend_spec
 from bloomtrain.cli.slurm import main as slurm_main
 from bloomtrain.config import load_config
+from bloomtrain.data import build_valid_sets
 from tests.bloomdata.megatron_oracle import write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,21 +214,43 @@ def test_every_blend_exists_or_its_recipe_says_how_to_make_it(path):
     assert (made.seq_length, made.seed) == (cfg.model.seq_length, cfg.seed)
 
 
-def test_the_recipe_blend_command_makes_the_blend(tmp_path, monkeypatch, capsys):
-    """The 176B recipe's command, run as written (DATA = three built languages), writes the blend it names."""
+def test_the_recipe_blend_command_makes_the_blend_and_the_valid_sets(tmp_path, monkeypatch, capsys):
+    """The 176B recipe's command, run as written (DATA = three built languages), writes the blend it names, and
+    the recipe's valid_sets line gives the trainer tr11's per-language validation sets: each on the last 5% of
+    its dataset's documents."""
     data = tmp_path / "DATA"
     data.mkdir()
-    for k, name in enumerate(["en", "fr", "yo"]):
-        write_dataset(data / name, num_docs=80, seed=k, max_len=40)
+    for k, name in enumerate(["en", "fr", "yo"]):  # ~100k tokens each: a few 2049-token samples in the last 5%
+        write_dataset(data / name, num_docs=2000, seed=k, max_len=100)
     (tmp_path / "configs/data").mkdir(parents=True)
     (tmp_path / "configs/data/bloom-tr11-mixture.yaml").write_bytes(
         (ROOT / "configs/data/bloom-tr11-mixture.yaml").read_bytes())
     monkeypatch.chdir(tmp_path)  # the command's paths are relative to the repository root
-    argv = _blend_command(CONFIGS / "bloom-176b-tr11.yaml")
-    assert bloomdata_cli.main(["blend", *argv]) == 0
+    recipe = CONFIGS / "bloom-176b-tr11.yaml"
+    assert bloomdata_cli.main(["blend", *_blend_command(recipe)]) == 0
     spec = load_blend_spec("data/tr11/blend.yaml")
     assert [d.name for d in spec.datasets] == ["en", "fr", "yo"]
     assert (spec.train_range, spec.valid_range, spec.seed, spec.seq_length) == ("0:0.950", "0.950:1.0", 42, 2048)
     assert "warning: no dataset for" in capsys.readouterr().err
-    spec = spec.model_copy(update={"seq_length": 16})
-    assert len(blend_from_spec(spec, 50, "train", compat="bloom")) >= 50
+    assert len(blend_from_spec(spec, 10, "train", compat="bloom")) >= 10
+
+    valid_file = re.search(r'"data\.valid_sets=\$\(cat (\S+)\)"', recipe.read_text()).group(1)
+    cfg = load_config(recipe, [f"data.valid_sets={Path(valid_file).read_text()}", "data.tokenizer=tokenizer.json"])
+    assert {name: vs.path for name, vs in cfg.data.valid_sets.items()} == {d.name: d.prefix for d in spec.datasets}
+    sets = build_valid_sets(cfg)
+    assert list(sets) == ["en", "fr", "yo"]
+    for name, samples in sets.items():
+        # a sample is a stretch of the shuffled held-out documents: its 8-grams inside a document are held-out
+        # text, none is training text (random tokens: an 8-gram matches by chance with odds ~1e-24)
+        ds = IndexedDataset(data / name)
+        begin = round(0.95 * len(ds))  # tr11's 0.950:1.0 of the documents
+        train, held_out = _ngrams(ds[i] for i in range(begin)), _ngrams(ds[i] for i in range(begin, len(ds)))
+        assert len(samples) >= 1
+        for k in range(len(samples)):
+            grams = list(_ngrams([samples[k].astype(ds[0].dtype)]))
+            assert not train.intersection(grams), (name, k)
+            assert sum(g in held_out for g in grams) > len(grams) / 2, (name, k)  # the rest straddle documents
+
+
+def _ngrams(docs, n: int = 8) -> set[bytes]:
+    return {doc[i:i + n].tobytes() for doc in docs for i in range(len(doc) - n + 1)}
