@@ -214,6 +214,7 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
         written = _stage("write", step, items, config, client)
         t5 = time.perf_counter()
         outputs = _outputs(out_dir, written)
+        os.makedirs(os.path.join(out_dir, DATA_DIR), exist_ok=True)  # readable even when nothing was kept
         _remove_stale_parts(out_dir, outputs)
         _write_examples(out_dir, shards, config.max_removed_examples)
         summary = _summary(config, out_dir, shards, manifests, pending, written, outputs, len(tasks), fingerprint,

@@ -159,7 +159,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
                 name = names_of[lang] = output_name_of(lang)
                 counts[name] = LangCounts()
             c = counts[name]
-            nbytes = len(item.text.encode("utf-8"))
+            nbytes = len(item.text) if item.text.isascii() else len(item.text.encode("utf-8"))
             c.documents_in += 1
             c.bytes_in += nbytes
             text = normalize(item.text, config.normalize)

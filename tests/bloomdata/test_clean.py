@@ -263,6 +263,10 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
     config = tmp_path / "clean.yaml"
     config.write_text(f"sources: ['{good}']\nout_dir: {tmp_path / 'never'}\nquality:\n  languages:\n"
                       "    zh: {min_wrds: 3}\n")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"content": ["a", "b"]}), tmp_path / "no_text.parquet")
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     for args, needle in [
@@ -275,12 +279,27 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
         (["--config", config], "languages.zh.min_wrds"),
         (["--input", good, "--out", blocker / "sub", "--workers", "0"], "a_file"),
         (["--input", good, "--out", tmp_path, "--workers", "0"], "holds an input"),
+        (["--input", tmp_path / "no_text.parquet", "--out", tmp_path / "out", "--workers", "2"],  # in a Dask worker
+         "no_text.parquet: no column 'text'"),
     ]:
         proc = _cli(*args)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.splitlines() == [proc.stderr.strip()] and needle in proc.stderr, proc.stderr
         assert proc.stderr.startswith("bloomdata clean: error: ")
         assert not (tmp_path / "never").exists() and not (tmp_path / DATA_DIR).exists()
+        assert not list((tmp_path / "out").rglob("*.jsonl.zst"))
+
+
+def test_every_step_off_writes_the_input_back_unchanged(tmp_path):
+    rows = [row for lang in ("en", "zh", "ur") for row in _rows(CORPUS_DIR / f"{lang}.jsonl")]
+    _write(tmp_path / "in.jsonl", rows + rows[:50])
+    off = {"enabled": False}
+    summary = run_clean(_config([tmp_path / "in.jsonl"], tmp_path / "out", workers=0, normalize=off, quality=off,
+                                pii=off, exact_dedup=off, near_dedup=off))
+    assert summary.join_tasks == 0 and summary.documents_kept == summary.documents_in == len(rows) + 50
+    kept = _kept(tmp_path / "out")
+    assert [t for lang in ("en", "ur", "zh") for t in kept[lang]] == \
+        [r["text"] for lang in ("en", "ur", "zh") for r in rows + rows[:50] if r["lang"] == lang]
 
 
 def test_yaml_config_with_per_language_overrides_and_flags_on_top(tmp_path):

@@ -10,6 +10,7 @@ import collections
 import ipaddress
 import json
 import random
+import re
 import sys
 import types
 import unicodedata
@@ -33,6 +34,8 @@ from bloomdata.clean.pii import redact
 from bloomdata.clean.text import code_points, normalize, word_units
 from bloomdata.errors import BloomstackError
 from tests.data import CORPUS_DIR
+
+SENTENCE_SPLIT = re.compile(r"(?<=[.。])\s*|(?<=[ก-๙]) ")
 
 
 def _corpus(lang: str) -> list[str]:
@@ -110,6 +113,30 @@ def test_spam_and_boilerplate_fail_in_every_script(lang):
     for text in SPAM + ([KEYWORDS] if lang in CLOSED_CLASS_WORDS else []):
         assert quality.reason(normalize(text, NormalizeConfig()), word_units(text), lang) is not None, text
     assert quality.reason(KEYWORDS, word_units(KEYWORDS), "en") == "closed_class_words"
+
+
+# Scripts the shipped corpus lacks (two of them written without spaces): five plain sentences each.
+UNSEEN = {
+    "ja": "日本は東アジアに位置する島国です。東京は日本の首都であり、世界有数の大都市です。春になると各地で桜が咲き、"
+          "多くの人が花見を楽しみます。日本料理は季節の食材を大切にすることで知られています。新幹線は主要な都市を高速で結んでいます。",
+    "th": "ประเทศไทยตั้งอยู่ในเอเชียตะวันออกเฉียงใต้ กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย อาหารไทยมีชื่อเสียงไปทั่วโลก "
+          "ฤดูฝนเริ่มประมาณเดือนพฤษภาคม นักท่องเที่ยวจำนวนมากเดินทางมาเที่ยวทะเลทางภาคใต้",
+    "ko": "한국은 동아시아에 있는 나라입니다. 서울은 한국의 수도이며 가장 큰 도시입니다. 봄에는 많은 사람들이 꽃구경을 갑니다. "
+          "김치는 한국의 대표적인 음식입니다. 고속철도는 주요 도시를 빠르게 연결합니다.",
+    "ru": "Россия занимает большую часть Восточной Европы и Северной Азии. Москва является столицей и крупнейшим городом "
+          "страны. Зимой во многих регионах выпадает много снега. Волга считается самой длинной рекой Европы. Железные "
+          "дороги соединяют города от Калининграда до Владивостока.",
+}
+
+
+@pytest.mark.parametrize("lang", sorted(UNSEEN))
+def test_unseen_scripts_pass_the_defaults_and_their_spam_does_not(lang):
+    quality = QualityFilter(CleanConfig(sources=["x"], out_dir="y"), *load_word_lists(QualityConfig()))
+    text = UNSEEN[lang]
+    assert quality.reason(text, word_units(text), lang) is None
+    first = SENTENCE_SPLIT.split(text)[0]
+    spam = " ".join([first] * 8)
+    assert quality.reason(spam, word_units(spam), lang) in ("word_repetition", "char_repetition")
 
 
 def test_flagged_and_closed_class_lists_from_config_and_files(tmp_path):
