@@ -13,28 +13,37 @@ The model calls four operations through a ``KernelSet``:
   softmax, q/k/v ``[b, np, s, hd]``. The fused set computes it block-causally (only the lower triangle of
   the causal square is multiplied); the others over the full square (bloomtrain.kernels.attention).
 
-``get_kernels(kind)`` returns the set for ``kind`` in ``{"torch", "fused", "compile", "apex"}``. Fused
-paths fall back to the reference (with one log line saying why) when they cannot be built or do not
-support a shape.
+``get_kernels(kind)`` returns the set for ``kind`` in ``{"auto", "torch", "fused", "compile", "apex"}``:
+
+- ``auto`` (ModelConfig's default): each fused kernel where it passes a self-check against its reference on
+  first use per device type and dtype (bloomtrain.kernels.selfcheck), PyTorch where it fails or the extension
+  does not build, with one warning line naming the kernel and the reason.
+- ``fused``: the fused kernels, and a BloomstackError where the build or the self-check fails.
+- ``torch``: the PyTorch references (no build, no check); ``compile`` and ``apex``: bloomtrain.kernels.dispatch.
+
+Fused paths still run the reference, with one log line per reason, for calls they do not support (a padding
+mask, a KV-cache step, a device type or dtype the extension does not serve). ``selfcheck_report()`` lists the
+checks this process ran, as JSON-able dicts.
 """
 
 from __future__ import annotations
 
 from bloomtrain.kernels.reference import KernelSet, reference_kernels
+from bloomtrain.kernels.selfcheck import selfcheck_report
 
-KERNEL_KINDS = ("torch", "fused", "compile", "apex")
+KERNEL_KINDS = ("auto", "torch", "fused", "compile", "apex")
 
 
 def get_kernels(kind: str = "torch") -> KernelSet:
-    """The kernel set for ``kind``; see the module docstring for the three operations."""
+    """The kernel set for ``kind``; see the module docstring for the operations and the kinds."""
     if kind not in KERNEL_KINDS:
         raise ValueError(f"kernels must be one of {KERNEL_KINDS}, got {kind!r}")
     if kind == "torch":
         return reference_kernels()
-    # Fused, compiled and apex paths are provided by bloomtrain.kernels.dispatch once built.
+    # Auto, fused, compiled and apex paths are provided by bloomtrain.kernels.dispatch.
     from bloomtrain.kernels import dispatch  # noqa: PLC0415
 
     return dispatch.kernels_for(kind)
 
 
-__all__ = ["KERNEL_KINDS", "KernelSet", "get_kernels", "reference_kernels"]
+__all__ = ["KERNEL_KINDS", "KernelSet", "get_kernels", "reference_kernels", "selfcheck_report"]

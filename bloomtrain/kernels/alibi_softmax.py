@@ -78,7 +78,7 @@ def fused_alibi_softmax(
 ) -> torch.Tensor:
     """Same contract as ``alibi_softmax_reference``; runs the fused kernel when it supports the call."""
     problem = _problem(scores, slopes, mask)
-    ext = resolve("alibi_softmax", scores, problem)
+    ext = resolve("alibi_softmax", scores, problem, expected=mask is not None)
     if ext is not None and scores.is_cuda and scores.shape[-1] > ext.cuda_softmax_max_keys():
         resolve("alibi_softmax", scores, f"CUDA kernel supports at most {ext.cuda_softmax_max_keys()} keys")
         ext = None

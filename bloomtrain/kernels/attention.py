@@ -15,8 +15,8 @@ probabilities are saved for the backward, also ``(n + 1) / 2n`` of the square. T
 function: the skipped keys get probability exactly 0 in the reference too (tests compare them).
 
 The fused path needs sq == sk (training, or a prompt without a cache prefix), no padding mask and no attention
-dropout in training (BLOOM trained with none); other calls run the reference composition over the fused
-softmax, with one log line per reason.
+dropout in training (BLOOM trained with none); other calls run the reference composition over the kernel set's
+softmax (fused unless it failed its self-check), with one log line per reason.
 """
 
 from __future__ import annotations
@@ -93,12 +93,19 @@ def _block_problem(q, k, slopes, mask, dropout_p: float) -> str | None:
     return _problem(q, slopes, mask)  # the fused softmax's own checks (padding mask, slopes)
 
 
-def fused_causal_attention(q, k, v, slopes, scale: float, mask=None, dropout_p: float = 0.0) -> torch.Tensor:
-    """Same contract as ``attention_reference`` with the fused softmax; block-causal when it applies."""
+def fused_causal_attention(q, k, v, slopes, scale: float, mask=None, dropout_p: float = 0.0, *,
+                           softmax: Callable[..., torch.Tensor] = fused_alibi_softmax) -> torch.Tensor:
+    """Same contract as ``attention_reference``; block-causal when it applies, else the full square over ``softmax``.
+
+    ``softmax`` serves the calls the block path does not take (the "auto" set passes its own, which is the
+    reference where the fused softmax failed its self-check).
+    """
     op = "block-causal attention"
-    ext = resolve(op, q, _block_problem(q, k, slopes, mask, dropout_p))
+    # A KV-cache step or a padding mask is generation's normal case (INFO); dropout in training is worth a WARNING.
+    expected = q.shape[2] != k.shape[2] or (not dropout_p and mask is not None)
+    ext = resolve(op, q, _block_problem(q, k, slopes, mask, dropout_p), expected=expected)
     if ext is not None and q.is_cuda and k.shape[2] > ext.cuda_softmax_max_keys():
         ext = resolve(op, q, f"the CUDA softmax supports at most {ext.cuda_softmax_max_keys()} keys")
     if ext is None:
-        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=fused_alibi_softmax)
+        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=softmax)
     return BlockCausalAttentionFunction.apply(q, k, v, slopes, scale, ext)

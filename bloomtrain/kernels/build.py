@@ -28,6 +28,7 @@ logger = logging.getLogger("bloomtrain.kernels")
 
 CPU_SOURCES = ("layer_norm_cpu.cpp", "bias_gelu_cpu.cpp", "alibi_softmax_cpu.cpp", "cpu_avx2.cpp", "bindings.cpp")
 CUDA_SOURCES = ("layer_norm_cuda.cu", "bias_gelu_cuda.cu", "alibi_softmax_cuda.cu")
+DEVICE_TYPES = ("cpu", "cuda")  # the device types the extension serves
 HEADERS = ("cpu_common.h", "cpu_kernels.h", "cpu_kernels_decl.h", "cuda_kernels.h", "cuda_common.cuh")
 
 # -fno-trapping-math lets GCC turn the clamps and max-reductions of the CPU kernels into SIMD
@@ -142,7 +143,7 @@ def extension_for(device_type: str) -> tuple[ModuleType | None, str | None]:
         if not cuda_buildable():
             return None, "no CUDA toolkit (nvcc/CUDA_HOME) to build the CUDA kernels"
         return try_load(True)
-    if device_type != "cpu":
+    if device_type not in DEVICE_TYPES:
         return None, f"no fused kernels for device type {device_type!r}"
     # A CUDA build serves CPU tensors too; reuse it when this process has a GPU rather than building twice.
     return try_load(cuda_buildable())

@@ -1,8 +1,13 @@
-"""Kernel sets other than the plain PyTorch reference: "fused", "compile" and "apex".
+"""Kernel sets other than the plain PyTorch reference: "auto", "fused", "compile" and "apex".
 
-- fused: our extension (csrc/kernels), CPU or CUDA by the tensors' device. Every call checks
-  shape/dtype/device and falls back to the reference with one log line per reason. Its attention is
-  block-causal (bloomtrain.kernels.attention): the masked upper triangle is never multiplied.
+- auto (the default): per kernel, the fused kernel where it passed its first-use self-check on the tensors'
+  device type and dtype (bloomtrain.kernels.selfcheck), the PyTorch reference where it failed or the extension
+  did not build, with one warning line per reason.
+- fused: our extension (csrc/kernels), CPU or CUDA by the tensors' device, after the same self-check; a build
+  failure or a failed check is a BloomstackError (the run asked for fused kernels and would not get them). Every
+  call checks shape/dtype/device and falls back to the reference with one log line per reason (a padding mask,
+  a KV-cache step). Its attention is block-causal (bloomtrain.kernels.attention): the masked upper triangle is
+  never multiplied.
 - compile: the references under ``torch.compile`` (Inductor fuses each into one or two kernels);
   the comparison point the fused kernels must beat.
 - apex: NVIDIA apex's FusedLayerNorm and causal softmax where apex is importable and supports the
@@ -18,11 +23,12 @@ import logging
 import torch
 
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference, fused_alibi_softmax
-from bloomtrain.kernels.attention import fused_causal_attention
+from bloomtrain.kernels.attention import attention_reference, fused_causal_attention
 from bloomtrain.kernels.bias_gelu import bias_gelu_reference, fused_bias_gelu
 from bloomtrain.kernels.fallback import log_fallback
 from bloomtrain.kernels.layer_norm import fused_layer_norm, layer_norm_reference
 from bloomtrain.kernels.reference import KernelSet
+from bloomtrain.kernels.selfcheck import use_fused
 
 logger = logging.getLogger("bloomtrain.kernels")
 
@@ -31,13 +37,39 @@ _APEX_SOFTMAX_MAX_KEYS = 2048
 
 
 def kernels_for(kind: str) -> KernelSet:
-    if kind == "fused":
-        return KernelSet("fused", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax, fused_causal_attention)
+    if kind in ("auto", "fused"):
+        return _checked_kernels(strict=kind == "fused")
     if kind == "compile":
         return _compiled_kernels()
     if kind == "apex":
         return _apex_kernels()
-    raise ValueError(f"no dispatch for kernels={kind!r}; expected 'fused', 'compile' or 'apex'")
+    raise ValueError(f"no dispatch for kernels={kind!r}; expected 'auto', 'fused', 'compile' or 'apex'")
+
+
+@functools.cache
+def _checked_kernels(strict: bool) -> KernelSet:
+    """Each op asks the self-check (run on its first call per device type and dtype) whether its fused kernel serves."""
+
+    def layer_norm(x, weight, bias, eps):
+        if use_fused("layer_norm", x, strict=strict):
+            return fused_layer_norm(x, weight, bias, eps)
+        return layer_norm_reference(x, weight, bias, eps)
+
+    def bias_gelu(x, bias):
+        return fused_bias_gelu(x, bias) if use_fused("bias_gelu", x, strict=strict) else bias_gelu_reference(x, bias)
+
+    def alibi_softmax(scores, slopes, scale, mask=None):
+        if use_fused("alibi_softmax", scores, strict=strict):
+            return fused_alibi_softmax(scores, slopes, scale, mask)
+        return alibi_softmax_reference(scores, slopes, scale, mask)
+
+    def attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0):
+        # Calls outside the block path (a KV-cache step, a padding mask) use this set's softmax, fused or not.
+        if use_fused("attention", q, strict=strict):
+            return fused_causal_attention(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax)
+        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax)
+
+    return KernelSet("fused" if strict else "auto", layer_norm, bias_gelu, alibi_softmax, attention)
 
 
 @functools.cache

@@ -3,7 +3,9 @@
 Each fused op asks ``resolve(op, tensor, problem)``: ``problem`` is the op's own shape/dtype check
 (None when supported). The answer is the extension module to call, or None after logging the
 reason once per (op, reason) for the process; reasons carry no per-call numbers, so a training
-loop logs a fallback once, not once per step.
+loop logs a fallback once, not once per step. Calls the fused path leaves to the reference by design
+(padding masks and KV-cache steps at generation) log at INFO, since fused kernels are the default;
+the rest (an unsupported device type or dtype, a failed build) at WARNING.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @functools.cache
-def log_fallback(op: str, reason: str) -> None:
+def log_fallback(op: str, reason: str, level: int = logging.WARNING) -> None:
     """Log once per (op, reason); ``log_fallback.cache_clear()`` re-arms it (tests)."""
-    logger.warning("fused %s unavailable, using the PyTorch reference: %s", op, reason)
+    logger.log(level, "fused %s unavailable, using the PyTorch reference: %s", op, reason)
 
 
 def dtype_problem(t: torch.Tensor) -> str | None:
@@ -35,14 +37,25 @@ def dtype_problem(t: torch.Tensor) -> str | None:
     return None
 
 
-def resolve(op: str, t: torch.Tensor, problem: str | None) -> ModuleType | None:
-    """The extension to run ``op`` on ``t``'s device, or None (reason logged) to use the reference."""
+def unsupported(t: torch.Tensor) -> str | None:
+    """Why no fused kernel exists for ``t``'s device type and dtype, or None (the extension may still fail to build)."""
+    if t.device.type not in build.DEVICE_TYPES:
+        return f"no fused kernels for device type {t.device.type!r}"
+    return dtype_problem(t)
+
+
+def resolve(op: str, t: torch.Tensor, problem: str | None, *, expected: bool = False) -> ModuleType | None:
+    """The extension to run ``op`` on ``t``'s device, or None (reason logged) to use the reference.
+
+    ``expected``: ``problem`` is a call the fused path leaves to the reference by design (a padding mask, a KV-cache
+    step at generation), logged at INFO; every other reason is a WARNING.
+    """
     if problem is None:
-        problem = dtype_problem(t)
+        problem = unsupported(t)
     ext = None
     if problem is None:
         ext, problem = build.extension_for(t.device.type)
     if problem is not None:
-        log_fallback(op, problem)
+        log_fallback(op, problem, logging.INFO if expected else logging.WARNING)
         return None
     return ext

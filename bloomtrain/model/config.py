@@ -49,8 +49,11 @@ class ModelConfig(BaseModel):
     """Dropout after the embedding LN and on both residual branches (BLOOM trained with 0.1)."""
     attention_dropout: float = 0.0
     """Dropout on the attention probabilities (BLOOM trained with 0.1)."""
-    kernels: Literal["torch", "fused", "compile", "apex"] = "torch"
-    """Implementation of LayerNorm, bias+GeLU and the ALiBi softmax (bloomtrain.kernels.get_kernels)."""
+    kernels: Literal["auto", "torch", "fused", "compile", "apex"] = "auto"
+    """Implementation of LayerNorm, bias+GeLU, the ALiBi softmax and causal attention (bloomtrain.kernels).
+    auto: each fused kernel that passes a self-check against PyTorch on first use per device type and dtype,
+    PyTorch for the others (one warning each); fused: the fused kernels, an error where one fails to build or
+    check; torch: PyTorch only; compile: torch.compile of the PyTorch ops; apex: NVIDIA apex where it applies."""
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:

@@ -1,6 +1,9 @@
 """CUDA side of the fused kernels: an nvcc compile check that runs without a GPU, and gpu-marked
 parity tests against the PyTorch references.
 
+The self-check that "auto" and "fused" run on first use must pass on the GPU in every CUDA dtype (its tolerances are
+in bloomtrain/kernels/selfcheck.py).
+
 Tolerances on the GPU: fp32 rtol = atol = 2e-6 (the kernels use the fast-math intrinsics
 ``__expf``/``rsqrtf``, about 2 ulp, where the CPU kernels are within 1e-6); bf16 within 2 bf16 ulps
 (rtol 1.6e-2) + atol 1e-2 of the fp64 ground truth.
@@ -16,7 +19,7 @@ import subprocess
 import pytest
 import torch
 
-from bloomtrain.kernels import build, fallback, get_kernels
+from bloomtrain.kernels import build, fallback, get_kernels, selfcheck
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference
 from bloomtrain.kernels.bias_gelu import bias_gelu_reference
 from bloomtrain.model.alibi import alibi_slopes
@@ -132,3 +135,30 @@ def test_cuda_softmax_too_long_falls_back(cuda_ext, caplog):
     torch.testing.assert_close(out, alibi_softmax_reference(scores, slopes, 1.0))
     assert sum("at most" in r.getMessage() for r in caplog.records) == 1
     fallback.log_fallback.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_cuda_selfcheck_passes_and_auto_runs_the_fused_kernels(cuda_ext, dtype):
+    from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
+
+    selfcheck.reset()
+    try:
+        config = ModelConfig.tiny(num_heads=4, seq_length=136, kernels="auto")
+        ids = torch.randint(0, config.vocab_size, (2, 136), device="cuda")
+        logits = BloomModel(config, dtype=dtype, device="cuda")(ids)
+        results = selfcheck.check(torch.device("cuda"), dtype)
+        assert {k: r.reason for k, r in results.items() if not r.fused} == {}
+        assert all(r.device_name == torch.cuda.get_device_name() and r.tolerance_used <= 1 for r in results.values())
+        names, seen, stack = set(), set(), [logits.grad_fn]  # every autograd node: the kernels the forward ran
+        while stack:
+            fn = stack.pop()
+            if fn is not None and fn not in seen:
+                seen.add(fn)
+                names.add(fn.name())
+                stack.extend(f for f, _ in fn.next_functions)
+        assert {"FusedLayerNormFunctionBackward", "FusedBiasGeLUFunctionBackward",
+                "BlockCausalAttentionFunctionBackward"} <= names
+    finally:
+        selfcheck.reset()
