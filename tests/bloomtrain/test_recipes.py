@@ -39,6 +39,7 @@ COMMON = {
     "model.vocab_size": 250_680,
     "model.pad_vocab_size_to": 250_880,  # --pad-vocab-size-to 250880
     "model.layernorm_eps": 1e-5,  # Megatron's default --layernorm-epsilon, never overridden
+    "model.kernels": "auto",  # departure: --abort-on-unmet-fused-kernel-constraints would be "fused"
     "parallel.partition_method": "type:transformer|embedding",  # --pp-partition-method
     "optim.precision": "bf16",  # departure for the V100 sizes (fp16); tr11-176B: --bf16
     "optim.beta1": 0.9,
