@@ -5,7 +5,8 @@ frozen pydantic model, loaded by the project's one loader (``bloomdata.config.lo
 generated ``--section.field`` flags, then ``key.sub=value`` overrides (OLMo-core's dotlist merge). A field's
 docstring is its description, hence its ``--help`` text and the fix in an error message.
 DeepSpeed never reads a hand-written JSON: ``to_deepspeed_config`` generates it, so there is a single source
-of truth (BigScience's tr11 slurm script kept two, CLI flags and a heredoc ds_config; reference style.md §5).
+of truth (BigScience's tr11 slurm script kept two, CLI flags and a heredoc ds_config; docs/bloom-training.md,
+"Launcher").
 
 Units are explicit in names: ``*_samples`` count sequences of ``model.seq_length`` tokens, ``*_iters``
 count optimizer iterations (one global batch each).
@@ -270,9 +271,9 @@ class TrainConfig(_Frozen):
 
         bf16: DeepSpeed 0.19.8 builds BF16_Optimizer with fp32 gradient accumulation only for ZeRO stage 1
         plus ``data_types.grad_accum_dtype=fp32`` (stage 0 accumulates in bf16, stage 0 + fp32 raises;
-        reference bloom-training.md finding 4). fp32: stage 0 and DeepSpeed's clipping off, because its fp32
-        clip_grad_norm_ counts LayerNorms only on model-parallel rank 0 and tied weights twice; our
-        optimizer wrapper (bloomtrain.engine) clips on the correct global norm instead.
+        docs/bloom-training.md, "DeepSpeed BF16 optimizer"). fp32: stage 0 and DeepSpeed's clipping off,
+        because its fp32 clip_grad_norm_ counts LayerNorms only on model-parallel rank 0 and tied weights
+        twice; our optimizer wrapper (bloomtrain.engine) clips on the correct global norm instead.
         """
         dp = self.dp_size(world_size)
         batch = train_batch_size or self.schedule.global_batch_size

@@ -1,7 +1,8 @@
 """``bloomtrain slurm``: write an sbatch script for a multi-node run, in the manner of BigScience's tr11.
 
-The script follows train/tr11-176B-ml/tr11-176B-ml.slurm: one Slurm task per node, each running
-``torch.distributed.run`` with a c10d rendezvous on the first node and ``--tee 3`` logs;
+The script follows bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm
+(docs/bloom-training.md, "Launcher"): one Slurm task per node, each running ``torch.distributed.run``
+with a c10d rendezvous on the first node and ``--tee 3`` logs;
 ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` so a dead peer fails the job instead of hanging it. Unlike tr11, there
 is no DeepSpeed JSON heredoc: the trainer derives it from the same YAML, and the config is validated here
 (world size, degrees, batch divisibility, time budget) before anything is queued.

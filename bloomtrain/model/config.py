@@ -1,7 +1,7 @@
 """``ModelConfig``: the shape and numerics of a BLOOM model, with the published sizes as presets.
 
 One pydantic model holds everything the model code reads (no global args). Presets mirror the BigScience
-runs (reference bloom-training.md §1.6): every size uses init std 0.0048, eps 1e-5, ALiBi, the embedding
+runs (docs/bloom-training.md, "Model sizes"): every size uses init std 0.0048, eps 1e-5, ALiBi, the embedding
 LayerNorm and a vocabulary of 250680 tokens padded to 250880 rows, so the padded size does not depend on
 the tensor-parallel degree. Without ``pad_vocab_size_to`` the Megatron rule applies instead: pad to a
 multiple of ``make_vocab_size_divisible_by * tp_size`` (250752 at TP=1, 250880 at TP=2/4/8).
@@ -111,7 +111,7 @@ class ModelConfig(BaseModel):
         h, v = self.hidden_size, self.padded_vocab_size(tp_size)
         return self.num_layers * (12 * h * h + 13 * h) + v * h + 4 * h
 
-    # --- presets: the released BLOOM sizes (reference §1.6) and tiny test sizes -----------------------
+    # --- presets: the released BLOOM sizes (docs/bloom-training.md, "Model sizes") and tiny test sizes --
 
     @classmethod
     def bloom_560m(cls, **overrides) -> ModelConfig:
