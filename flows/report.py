@@ -18,6 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bloomdata import durable
+
 
 def read_metrics(path: str | Path) -> tuple[list[dict], list[dict]]:
     """(training records, evaluation records), each sorted by iteration, last write wins; [] if absent.
@@ -124,7 +126,7 @@ def plot_loss(train: list[dict], evals: list[dict], png: str | Path) -> Path:
     fig.tight_layout()
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png)
+    durable.write_with(png, lambda f: fig.savefig(f, format="png"))  # the artifact and the run dir show it whole
     plt.close(fig)
     return png
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from bloomdata import durable
 from bloomdata.cli.options import ConfigParser
 from bloomtrain.slurm import SlurmConfig, render
 
@@ -20,7 +21,7 @@ def main(argv: list[str]) -> int:
     job, _ = parser().parse(argv)
     script = render(job)
     if job.out:
-        Path(job.out).write_text(script)
+        durable.write_text(job.out, script)
         Path(job.out).chmod(0o755)
         print(f"wrote {job.out}: sbatch {job.out}", file=sys.stderr)
     else:
