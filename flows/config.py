@@ -15,8 +15,9 @@ pipeline wires each stage's outputs into the next stage's inputs (a user never t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from bloomdata.build import BuildConfig
 from bloomdata.config import complete
@@ -32,6 +33,7 @@ from bloomtrain.config import (
     ScheduleConfig,
     TrainConfig,
 )
+from bloomtrain.evaluation.config import EvaluateConfig, ModelSpec
 from bloomtrain.model.config import PRESETS
 from flows.launch_config import LaunchConfig
 
@@ -93,6 +95,44 @@ class ExportStageConfig(ExportConfig):
     seed: int = Field(0, description="torch seed before generating")
 
 
+class EvaluateStageConfig(EvaluateConfig):
+    """``EvaluateConfig`` (``bloomtrain evaluate``) with the demo's paths, scoring by default each blend dataset's
+    validation documents (``flows.heldout``) instead of ``sources``, plus reference models. In the pipeline,
+    ``models`` is the exported model (named ``exported``), ``blend``/``tokenizer``/``compat``/``out_dir`` are the
+    pipeline's, and a ``context`` left None is the training's sequence length."""
+
+    models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(path="runs/hf", name="exported")],
+                                    min_length=1, description="transformers model directories to evaluate")
+    reference_models: list[str] = Field(default_factory=list, description="[NAME=]DIR of reference transformers "
+                                        "causal LMs, scored after `models` on the same text")
+    sources: list[SourceConfig] = Field(default_factory=list, description="held-out documents to score instead "
+                                        "of the blend's validation documents (any input the build reads)")
+    blend: str = Field("runs/blend/blend.yaml", description="blend YAML whose datasets' validation documents are "
+                                                            "scored when `sources` is empty")
+    tokenizer: str = Field("runs/tokenizer", description="the datasets' tokenizer, to decode their documents")
+    compat: Literal["core", "bloom"] = Field("core", description="split arithmetic, as the trainer's data.compat")
+    max_docs_per_lang: int | None = Field(1000, ge=1, description="score the first N held-out documents of each "
+                                                                  "language, in document order (None: all)")
+    context: int | None = Field(None, ge=1, description="tokens per forward pass at most (None: 2048; in the "
+                                                        "pipeline, the training's seq_length)")
+    out_dir: str = Field("runs/eval", description="eval.json, eval.md, eval.png and heldout/<lang>.jsonl")
+    progress: bool = Field(False, description="tqdm progress bar on stderr (the flow logs instead)")
+
+    @model_validator(mode="after")
+    def _check(self) -> EvaluateStageConfig:  # replaces EvaluateConfig's: context may be None here
+        # EvaluateConfig's own checks (stride <= context, distinct model names) on what this stage scores with;
+        # which documents does not matter to them (the blend stands in for its validation documents)
+        self.scoring(self.sources or [SourceConfig(paths=[self.blend])])
+        return self
+
+    def scoring(self, sources: list[SourceConfig]) -> EvaluateConfig:
+        """The ``EvaluateConfig`` that scores ``sources`` with ``models`` then ``reference_models``."""
+        fields = self.model_dump(include=set(EvaluateConfig.model_fields) - {"models", "sources", "context"})
+        context = self.context or EvaluateConfig.model_fields["context"].default
+        models = [*self.models, *(ModelSpec.model_validate(m) for m in self.reference_models)]
+        return EvaluateConfig(**fields, models=models, sources=sources, context=context)
+
+
 def demo_tokenizer_config() -> TokenizerTrainConfig:
     return TokenizerTrainConfig(sources=demo_sources(), out_dir="runs/tokenizer", vocab_size=1000,
                                 byte_budget=4_000_000, min_frequency=2, show_progress=False)
@@ -104,13 +144,14 @@ def demo_build_config() -> BuildConfig:
 
 
 class PipelineConfig(BaseModel):
-    """Corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export, in one typed object.
+    """Corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export -> evaluation, in one typed
+    object.
 
     The pipeline wires the stages: ``corpus`` becomes the tokenizer's and the build's ``sources``; each
     stage's ``out_dir`` becomes ``out_dir/<stage>``; the build reads the new tokenizer; the trainer reads the
     blend, with the model's vocabulary set to the tokenizer's; the export reads the run's checkpoints and the
-    new tokenizer. Those fields of the stage configs are
-    therefore ignored here (they matter when a stage flow runs on its own).
+    new tokenizer; the evaluation scores the export on the blend's validation documents. Those fields of the
+    stage configs are therefore ignored here (they matter when a stage flow runs on its own).
     """
 
     out_dir: str = Field("runs/demo", description="root of every stage's outputs")
@@ -121,6 +162,7 @@ class PipelineConfig(BaseModel):
     blend: BlendStageConfig = Field(default_factory=BlendStageConfig)
     train: TrainStageConfig = Field(default_factory=TrainStageConfig)
     export: ExportStageConfig = Field(default_factory=ExportStageConfig)
+    evaluate: EvaluateStageConfig = Field(default_factory=EvaluateStageConfig)
 
     @field_validator("tokenizer", mode="before")
     @classmethod

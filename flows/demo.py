@@ -62,8 +62,11 @@ def _num(d: dict, key: str, spec: str) -> str:
     return "n/a" if d.get(key) is None else format(d[key], spec)
 
 
-def report(result: dict) -> str:
-    t, e = result["train"], result["export"]
+def report(result: dict, seconds: float | None = None) -> str:
+    """Where everything is, the headline numbers and samples, then the per-language bits-per-byte table last."""
+    from flows.evaluate import bpb_table  # noqa: PLC0415 - keep --help fast
+
+    t, e, ev = result["train"], result["export"], result["evaluate"]
     langs = ", ".join(f"{k} {v['tokens']:,}" for k, v in sorted(result["dataset"]["outputs"].items()))
     lines = [
         "",
@@ -74,12 +77,19 @@ def report(result: dict) -> str:
         f"  training     {Path(t['paths']['config']).parent}  (train.yaml, logs/metrics.jsonl, loss.png)",
         f"  checkpoints  {t['paths']['checkpoints']}",
         f"  HF model     {e['hf_dir']}  (BloomForCausalLM.from_pretrained)",
+        f"  evaluation   {ev['out_dir']}  (eval.json, eval.md, eval.png; held-out text in heldout/)",
         f"  final loss {_num(t, 'final_loss', '.4f')}  perplexity {_num(t, 'perplexity', '.2f')}  validation loss "
         f"{_num(t, 'valid_loss', '.4f')} (ppl {_num(t, 'valid_ppl', '.2f')})  {_num(t, 'tokens_per_s', ',.0f')} tokens/s",
         f"  exported model, same validation samples: loss {_num(e.get('evaluation') or {}, 'loss', '.4f')}",
         "  samples (greedy, from the exported model):",
     ]
     lines += [f"    {json.dumps(s, ensure_ascii=False)}" for s in e["samples"]]
+    if seconds is not None:
+        lines.append(f"  ({seconds:.0f} s)")
+    docs = sum(h["docs"] for h in ev["heldout"]) if ev["heldout"] else None
+    lines += ["", "Bits per byte on held-out text (lower is better; "
+              + (f"{docs} validation documents never trained on):" if docs is not None else "the stage's sources):"),
+              *("  " + row for row in bpb_table(ev["models"]).splitlines())]
     return "\n".join(lines)
 
 
@@ -111,8 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print("flows.demo: fix the cause and run the same command again: finished stages are skipped",
               file=sys.stderr)
         return 1
-    print(report(state.result()))
-    print(f"  ({time.monotonic() - t0:.0f} s)")
+    print(report(state.result(), time.monotonic() - t0))
     return 0
 
 

@@ -56,22 +56,22 @@ def evaluate_task(hf_dir: str, blend_yaml: str, split: str, n_samples: int, comp
     """Mean next-token loss of the exported model on the blend's first ``n_samples`` ``split`` samples.
 
     The trainer's evaluation reads the same samples in the same order, so in fp32 the two losses agree
-    closely: a check that the export is the trained model, not only a model that loads.
+    closely: a check that the export is the trained model, not only a model that loads. Scored by
+    ``bloomtrain.evaluation.score_sequences`` (every sample of seq_length + 1 tokens predicts its last
+    seq_length, as in training), the scorer ``bloomtrain evaluate`` uses.
     """
+    import numpy as np  # noqa: PLC0415
     import torch  # noqa: PLC0415
     from transformers import BloomForCausalLM  # noqa: PLC0415
 
     from bloomdata.megatron.blend import blend_from_spec  # noqa: PLC0415
     from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
+    from bloomtrain.evaluation import Scorer, score_sequences  # noqa: PLC0415
 
     samples = blend_from_spec(load_blend_spec(blend_yaml), n_samples, split, cache_dir, compat)
     model = BloomForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
-    total = 0.0
-    with torch.no_grad():
-        for i in range(n_samples):
-            ids = torch.as_tensor(samples[i], dtype=torch.long)[None]  # seq_length + 1 tokens
-            total += float(model(ids, labels=ids).loss)  # transformers shifts the labels itself
-    loss = total / n_samples
+    nll, tokens = score_sequences(Scorer(model), np.stack([samples[i] for i in range(n_samples)]))
+    loss = float(nll.sum() / tokens.sum())  # every sample scores seq_length tokens: the mean of sample means
     return {"loss": loss, "ppl": math.exp(min(loss, 700.0)), "samples": n_samples}
 
 

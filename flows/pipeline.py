@@ -1,4 +1,4 @@
-"""``bloom_pipeline``: corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export.
+"""``bloom_pipeline``: corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export -> evaluation.
 
 One typed ``PipelineConfig`` drives every stage (it is the deployment's parameter schema). The pipeline
 only wires outputs to inputs and chains the stage hashes: each stage is a subflow that skips itself
@@ -15,9 +15,11 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Cancelled, Failed
 
+from bloomtrain.evaluation.config import ModelSpec
 from flows.blend import blend_flow
 from flows.config import PipelineConfig, TrainStageConfig
 from flows.data import dataset_flow, tokenizer_flow
+from flows.evaluate import bpb_table, evaluate_flow
 from flows.export import export_flow
 from flows.report import training_markdown
 from flows.train import train_flow
@@ -48,13 +50,15 @@ def summary_markdown(result: dict[str, Any]) -> str:
         "blend": result["blend"]["blend_yaml"],
         **t["paths"],
         "HF export": e["hf_dir"],
+        "evaluation": result["evaluate"]["eval_json"],
     }
     md = training_markdown(t, paths=paths, png=t.get("loss_png"))
     md = md.replace("# Training summary", "# bloom_pipeline: training summary", 1)
     if e.get("evaluation"):
         md += (f"\nThe exported model (transformers) on the same validation samples: loss "
                f"{e['evaluation']['loss']:.4f}.\n")
-    return md + "\n## Samples (greedy, exported model)\n\n" + "\n".join(f"> {s}" for s in e["samples"]) + "\n"
+    md += "\n## Samples (greedy, exported model)\n\n" + "\n".join(f"> {s}" for s in e["samples"]) + "\n"
+    return md + "\n## Bits per byte on held-out text\n\n```\n" + bpb_table(result["evaluate"]["models"]) + "\n```\n"
 
 
 @flow(name="bloom-pipeline")
@@ -93,7 +97,17 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
                          eval_blend=blend["blend_yaml"] if t.logging.eval_interval else None,
                          eval_samples=t.logging.eval_iters * t.schedule.global_batch_size,  # the trainer's own
                          eval_compat=t.data.compat, eval_cache_dir=t.data.cache_dir, upstream=[train["hash"]])
+    # The export scored on each language's validation documents (beside any reference models), at the
+    # training's sequence length unless the stage sets a context.
+    eval_cfg = config.evaluate.model_copy(update={
+        "models": [ModelSpec(path=export["hf_dir"], name="exported")], "blend": blend["blend_yaml"],
+        "tokenizer": tok["tokenizer_dir"], "compat": t.data.compat,
+        "context": config.evaluate.context or t.model.seq_length, "out_dir": str(root / "eval")})
+    state = evaluate_flow(eval_cfg, upstream=[export["hash"]], return_state=True)
+    if not state.is_completed():
+        log.error("bloom_pipeline: evaluation ended %s; earlier stages are kept and a rerun resumes here", state.name)
+        return Failed(message=f"evaluate stage {state.name}: {state.message}")
     result = {"out_dir": str(root), "tokenizer": tok, "dataset": data, "blend": blend, "train": train,
-              "export": export}
+              "export": export, "evaluate": state.result()}
     create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")
     return result

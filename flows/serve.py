@@ -34,11 +34,12 @@ def deployments() -> list:
     """The RunnerDeployments of every flow; parameter defaults are the flows' own (the demo's)."""
     from flows.blend import blend_flow  # noqa: PLC0415 - keep `--help` fast
     from flows.data import dataset_flow, tokenizer_flow  # noqa: PLC0415
+    from flows.evaluate import evaluate_flow  # noqa: PLC0415
     from flows.export import export_flow  # noqa: PLC0415
     from flows.pipeline import bloom_pipeline  # noqa: PLC0415
     from flows.train import train_flow  # noqa: PLC0415
 
-    flows = (bloom_pipeline, tokenizer_flow, dataset_flow, blend_flow, train_flow, export_flow)
+    flows = (bloom_pipeline, tokenizer_flow, dataset_flow, blend_flow, train_flow, export_flow, evaluate_flow)
     return [f.to_deployment(name=DEPLOYMENT, tags=["bloomstack"], description=(f.description or "").split("\n")[0],
                             enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
             for f in flows]
