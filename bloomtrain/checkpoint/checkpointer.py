@@ -5,7 +5,8 @@ A save, on every rank, in this order::
     rank 0 removes a leftover <tag>/ of a crashed save; barrier
     DeepSpeed's engine files          layer files, mp_rank_*, optimizer shards (TrainModule.save: atomic, fsynced)
     rng/rank_RRRRR.pt                 this rank's RNG state (atomic, fsynced)
-    bloomtrain_model.json, bloomtrain_layout.json     rank 0 only (atomic, fsynced)
+    bloomtrain_model.json, bloomtrain_layout.json     rank 0 only (atomic, fsynced; the model json also
+                                      records the fused-kernel self-check)
     barrier                           every rank's files are on disk
     rank 0: commit_tag -> latest      atomic, fsynced; then prune old tags
     barrier
@@ -35,6 +36,7 @@ from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything
 from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest, tag_for
 from bloomtrain.checkpoint.universal import check_same_layout, ensure_universal, save_layout
 from bloomtrain.config import TrainConfig
+from bloomtrain.kernels import selfcheck_report
 from bloomtrain.parallel.pipeline import universal_checkpoint_info
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.train_module import TrainModule
@@ -85,7 +87,9 @@ class Checkpointer:
         self.module.save(self.dir, tag, client_state, after_file=lambda _path: self._fault("engine_file", tag))
         save_rng(self.dir, tag, self.rank)
         if self.rank == 0:
-            save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size)
+            # rank 0's fused-kernel self-check (bloomtrain.kernels: every rank checks its own device the same way)
+            save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size,
+                          extra={"kernel_selfcheck": selfcheck_report()})
             save_layout(self.dir, tag, self.state)
         self._fault("after_metadata", tag)
         dist.barrier()  # every rank's files are on disk before `latest` moves

@@ -144,11 +144,16 @@ def save_layer_states(ckpt_dir: Path, tag: str, tp_rank: int, states: dict[int, 
         durable.write_with(path, lambda f, tensors=tensors: torch.save(tensors, f))
 
 
-def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, pp_size: int) -> None:
-    """Write the model config next to the layer files (it does not move ``latest``: see tags.commit_tag)."""
+def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, pp_size: int,
+                  extra: dict | None = None) -> None:
+    """Write the model config next to the layer files (it does not move ``latest``: see tags.commit_tag).
+
+    ``extra``: more JSON facts about the run that wrote the tag (the trainer adds the fused-kernel
+    self-check, ``kernel_selfcheck``: which kernels ran fused, on which device and dtype, and why not)."""
     path = Path(ckpt_dir) / tag / METADATA_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"format_version": 1, "model": config.model_dump(), "tp_size": tp_size, "pp_size": pp_size}
+    meta = {"format_version": 1, "model": config.model_dump(), "tp_size": tp_size, "pp_size": pp_size,
+            **(extra or {})}
     durable.write_json(path, meta, indent=2)
 
 

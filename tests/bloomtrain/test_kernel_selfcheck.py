@@ -242,3 +242,21 @@ def test_auto_is_the_default_and_every_recipe_sets_it():
     for path in recipes:
         model = yaml.safe_load(path.read_text(encoding="utf-8"))["model"]
         assert model.get("kernels") == "auto", f"{path.name}: model.kernels is {model.get('kernels')!r}"
+
+
+def test_checkpoint_metadata_records_the_selfcheck(tmp_path):
+    """A run on kernels=auto saves the self-check it ran in bloomtrain_model.json (which kernels ran fused)."""
+    import json
+
+    from tests.bloomtrain.train_helpers import EXACT, train_rank
+    from tests.gloo_harness import run_distributed
+
+    ckpt = tmp_path / "ckpt"
+    out = run_distributed(train_rank, 1, [*EXACT, "schedule.train_iters=1", "model.kernels=auto",
+                                          f"checkpoint.dir={ckpt}"], timeout_s=300)[0]
+    assert out["error"] is None, out["error"]
+    meta = json.loads((ckpt / "global_step1" / "bloomtrain_model.json").read_text())
+    assert meta["model"]["kernels"] == "auto"
+    checks = {c["kernel"]: c for c in meta["kernel_selfcheck"] if c["dtype"] == "float32"}
+    assert set(checks) == {"layer_norm", "bias_gelu", "alibi_softmax", "attention"}, meta["kernel_selfcheck"]
+    assert all(c["fused"] and c["device"] == "cpu" for c in checks.values())
