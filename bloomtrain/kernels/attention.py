@@ -15,8 +15,10 @@ probabilities are saved for the backward, also ``(n + 1) / 2n`` of the square. T
 function: the skipped keys get probability exactly 0 in the reference too (tests compare them).
 
 The fused path needs sq == sk (training, or a prompt without a cache prefix), no padding mask and no attention
-dropout in training (BLOOM trained with none); other calls run the reference composition over the kernel set's
-softmax (fused unless it failed its self-check), with one log line per reason.
+dropout in training. BLOOM trained with attention dropout 0.1 (Megatron-DeepSpeed's default; the recipes keep
+it), so its recipes train on the full square; runs with ``model.attention_dropout=0`` take this path. Other
+calls run the reference composition over the kernel set's softmax (fused unless it failed its self-check),
+with one log line per reason.
 """
 
 from __future__ import annotations
