@@ -199,9 +199,10 @@ def datatrove_whole(path: Path, out: Path) -> int:
         [MinhashDedupCluster(str(out / "buckets"), str(out / "remove"), config=config)],
         [JsonlReader(str(out / "filtered")), MinhashDedupFilter(str(out / "remove")), JsonlWriter(str(out / "final"))],
     ]
-    for i, pipeline in enumerate(stages):
-        tasks = config.num_buckets if i == 2 else 1  # stage 2 runs one task per bucket, as in its example
-        with contextlib.redirect_stdout(sys.stderr):
+    out.mkdir(parents=True)
+    with open(out / "datatrove.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        for i, pipeline in enumerate(stages):  # its executor adds a loguru sink on stderr per task: kept in the log
+            tasks = config.num_buckets if i == 2 else 1  # stage 2 runs one task per bucket, as in its example
             LocalPipelineExecutor(pipeline, tasks=tasks, workers=1, logging_dir=str(out / f"logs{i}")).run()
     import gzip
 

@@ -120,7 +120,7 @@ def _up_to_date(out_dir: str, fingerprint: str) -> CleanSummary | None:
 
 
 def _stage(name: str, fn, items: list, config: CleanConfig, client, on_result=None) -> list:
-    """``run_shards`` with a progress bar named after the stage."""
+    """``run_shards`` on ``client`` (None: in this process, ``workers=0``), with a progress bar."""
     from tqdm import tqdm
 
     from bloomdata.build.executor import run_shards
@@ -134,8 +134,7 @@ def _stage(name: str, fn, items: list, config: CleanConfig, client, on_result=No
         bar.update(1)
 
     try:
-        return run_shards(fn, items, n_workers=config.workers, scheduler_address=config.scheduler, client=client,
-                          on_result=done)
+        return run_shards(fn, items, n_workers=0, client=client, on_result=done)
     finally:
         bar.close()
 
@@ -171,11 +170,16 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     keys = [durable.content_key(shard_key(s, settings)) for s in shards]
     fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
                                        config.near_dedup.enabled])
-    with _locked_out_dir(out_dir):
+    external = client is not None
+    with _locked_out_dir(out_dir), contextlib.ExitStack() as cluster:
         _remove_stray_temps(out_dir)
         previous = _up_to_date(out_dir, fingerprint)
         if previous is not None and not (config.strict and previous.rejects_total):
             return previous.model_copy(update={"up_to_date": True})
+        if client is None and (config.scheduler or config.workers > 0):  # one cluster for the three stages
+            from bloomdata.build.executor import dask_client
+
+            client = cluster.enter_context(dask_client(config.workers, config.scheduler))
         # stage 1: filter every shard not done yet
         t1 = time.perf_counter()
         manifests: list[FilterManifest | None] = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
@@ -218,7 +222,7 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
         _remove_stale_parts(out_dir, outputs)
         _write_examples(out_dir, shards, config.max_removed_examples)
         summary = _summary(config, out_dir, shards, manifests, pending, written, outputs, len(tasks), fingerprint,
-                           client, t0, {"filter": t2 - t1, "join": t3 - t2, "resolve": t4 - t3, "write": t5 - t4})
+                           external, t0, {"filter": t2 - t1, "join": t3 - t2, "resolve": t4 - t3, "write": t5 - t4})
         write_report(summary)
         summary.stage_seconds["report"] = round(time.perf_counter() - t5, 3)
         summary.wall_seconds = round(time.perf_counter() - t0, 3)
@@ -233,7 +237,10 @@ def _refuse_rejects(out_dir: str, shards: list[Shard], manifests: list[FilterMan
     for shard, m in zip(shards, manifests):
         if any(m.rejects.values()):
             with open(os.path.join(shard_dir(out_dir, shard), "removed.jsonl"), encoding="utf-8") as f:
-                first = next(json.loads(line) for line in f if json.loads(line)["reason"] in REJECT_REASONS)
+                first = next((r for r in map(json.loads, f) if r["reason"] in REJECT_REASONS), None)
+            if first is None:  # no examples kept (max_removed_examples 0): name the shard's first row
+                reason = next(r for r in REJECT_REASONS if m.rejects.get(r))
+                raise strict_error(Reject(reason, shard.path, shard.start + 1, "or later"))
             path, _, line = first["where"].rpartition(":")
             raise strict_error(Reject(first["reason"], path, int(line), first.get("detail", "")))
 
@@ -289,7 +296,7 @@ def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
 
 def _summary(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: list[FilterManifest],
              pending: list[int], written: list[WriteManifest], outputs: dict[str, OutputStats], join_tasks: int,
-             fingerprint: str, client, t0: float, stages: dict[str, float]) -> CleanSummary:
+             fingerprint: str, external: bool, t0: float, stages: dict[str, float]) -> CleanSummary:
     languages: dict[str, LangCounts] = {}
     rejects = dict.fromkeys(REJECT_REASONS, 0)
     for filtered, wrote in zip(manifests, written):
@@ -321,7 +328,7 @@ def _summary(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: 
         removed_file=os.path.join(out_dir, REMOVED_FILE), report_md=os.path.join(out_dir, REPORT_MD),
         report_png=os.path.join(out_dir, REPORT_PNG),
         shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),
-        join_tasks=join_tasks, workers=None if config.scheduler or client is not None else config.workers,
+        join_tasks=join_tasks, workers=None if config.scheduler or external else config.workers,
         scheduler=config.scheduler, wall_seconds=round(wall, 3),
         stage_seconds={k: round(v, 3) for k, v in stages.items()}, step_seconds=steps,
         throughput_mb_s=round(sum(sum(c.bytes_in for c in m.languages.values()) for m in built) / 1e6 / wall, 3),

@@ -249,8 +249,13 @@ def test_bad_rows_are_counted_like_the_build_and_strict_refuses_them(tmp_path, c
     from bloomdata.errors import BloomstackError
 
     with pytest.raises(BloomstackError, match=rf"^{bad}:2: malformed_json") as err:
-        run_clean(_config([tmp_path / "in"], tmp_path / "out", strict=True), client=client)  # reused shards too
+        run_clean(_config([tmp_path / "in"], tmp_path / "out", strict=True), client=client)
     assert "\n" not in str(err.value)
+    # --strict also refuses shards filtered (and kept) by a lenient run, even one that kept no examples
+    quiet = _config([bad], tmp_path / "quiet", workers=0, max_removed_examples=0, keep_work=True)
+    run_clean(quiet)
+    with pytest.raises(BloomstackError, match=rf"^{bad}:1: malformed_json \(or later\)"):
+        run_clean(quiet.model_copy(update={"strict": True}))
 
 
 def _cli(*args) -> subprocess.CompletedProcess:
