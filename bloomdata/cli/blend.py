@@ -3,17 +3,24 @@
     bloomdata blend --dataset en=data/en --dataset fr=data/fr ... --budget 350e9 --alpha 0.3 --out blend/
     bloomdata blend --datasets-dir data/ --budget 1e9 --floor 0.002 --cap 0.25 --override en=0.2 --out blend/
     bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --out data/tr11
+    bloomdata blend --datasets-dir data/ --budget 1e9 --eval before/eval.json --eval after/eval.json --out blend/
 
-A thin command line over ``bloomdata.mixture`` (flags generated from ``BlendConfig``): ``tune_blend`` counts
-each prefix's tokens (the train range only, when a split or range is given) and weighs them, by
-``tokens ** alpha`` or, with ``--mixture``, by the mixture's ratios over the groups the datasets cover (a
-dataset matches the group of its name: data/en.bin/.idx is group en; see ``bloomdata.mixture.mixture``).
+A thin command line over ``bloomdata.mixture`` (flags generated from ``BlendEvalConfig``: ``BlendConfig`` and
+the evaluation reports to show): ``tune_blend`` counts each prefix's tokens (the train range only, when a
+split or range is given) and weighs them, by ``tokens ** alpha`` or, with ``--mixture``, by the mixture's
+ratios over the groups the datasets cover (a dataset matches the group of its name: data/en.bin/.idx is
+group en; see ``bloomdata.mixture.mixture``).
 ``write_blend`` writes OUT/blend.md and OUT/blend.json (table: language, tokens, weight, tokens drawn,
 effective epochs; for a mixture, its missing groups), OUT/blend.png (weights and epochs per language) and
 OUT/blend.yaml (``BlendSpec``, read by the trainer and the flows), and, when the blend has a validation
 split, OUT/valid_sets.yaml (``NAME: PREFIX`` per dataset: the trainer's ``data.valid_sets``, per-language
 validation as tr11's). Prints the table, and warns on stderr about languages repeated more than
 --max-epochs and about mixture groups with no dataset.
+
+``--eval EVAL_JSON`` (``bloomdata.mixture.evaluation``) adds each language's bits per byte from an eval.json
+of ``bloomtrain evaluate`` or the flows' evaluate stage to the table, blend.json and blend.png (the dataset
+named like the evaluated language; ``--eval-model NAME``, else the report's first model); given twice
+(before, after), both and the change. blend.yaml does not change.
 """
 
 from __future__ import annotations
@@ -22,12 +29,13 @@ import sys
 
 from bloomdata.cli.options import ConfigParser
 from bloomdata.errors import BloomstackError
+from bloomdata.mixture.evaluation import BlendEvalConfig, blend_evaluation
 from bloomdata.mixture.report import markdown_table, over_repeated, write_blend
-from bloomdata.mixture.tune import BlendConfig, tune_blend
+from bloomdata.mixture.tune import tune_blend
 
 
-def parser() -> ConfigParser[BlendConfig]:
-    return ConfigParser(BlendConfig, "bloomdata blend", __doc__.split("\n\n")[0])
+def parser() -> ConfigParser[BlendEvalConfig]:
+    return ConfigParser(BlendEvalConfig, "bloomdata blend", __doc__.split("\n\n")[0])
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +44,8 @@ def main(argv: list[str]) -> int:
         raise BloomstackError("--alpha does not apply with --mixture: the mixture's ratios are the weights; drop "
                               "--alpha (or --mixture)")
     spec = tune_blend(config)
-    print(markdown_table(spec))
+    evaluation = blend_evaluation(spec, config.eval_reports, config.eval_model) if config.eval_reports else None
+    print(markdown_table(spec, evaluation))
     for d in over_repeated(spec, config.max_epochs):
         print(f"warning: {d.name} would be repeated {d.epochs:.2f} epochs (> --max-epochs {config.max_epochs:g}); "
               "lower its weight (--cap/--override), raise --alpha towards natural proportions, or add data",
@@ -45,6 +54,6 @@ def main(argv: list[str]) -> int:
         print(f"warning: no dataset for {len(spec.missing)} part(s) of {spec.mixture} ({', '.join(spec.missing)}); "
               "the others' ratios were renormalized. Add DATASETS_DIR/<group>.bin/.idx to include one",
               file=sys.stderr)
-    paths = write_blend(spec, config.out_dir, config.max_epochs)
+    paths = write_blend(spec, config.out_dir, config.max_epochs, evaluation)
     print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
     return 0

@@ -4,6 +4,7 @@ same BlendConfig -> tune_blend without a command line (the flows' path), and the
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -127,3 +128,108 @@ def test_water_fill_keeps_units_and_exact_bounds():
     # a floor lifts the small one; what it takes comes from the others in proportion
     w = water_fill({"x": 0.9, "y": 0.1}, 1.0, lo={"y": 0.25})
     assert w == pytest.approx({"x": 0.75, "y": 0.25})
+
+
+# --- bloomdata blend --eval: bits per byte beside the weights ----------------------------------------------
+
+
+def _eval_json(path, scores: dict[str, dict[str, tuple[int, float]]]):
+    """An eval.json written by bloomtrain's own report model: model -> language -> (bytes, summed NLL in nats)."""
+    from bloomtrain.evaluation.report import DataSummary, EvalReport, ModelResult, Score
+
+    models = {}
+    for name, langs in scores.items():
+        languages = {lang: Score.of(3, nbytes, nbytes // 2, nll) for lang, (nbytes, nll) in langs.items()}
+        overall = Score.of(3 * len(langs), sum(b for b, _ in langs.values()), sum(b // 2 for b, _ in langs.values()),
+                           sum(n for _, n in langs.values()))
+        models[name] = ModelResult(path=f"/models/{name}", start_token="</s>", start_id=2, languages=languages,
+                                   overall=overall)
+    data = DataSummary(sources=[], rows_read=0, documents=0, rejects={}, rejects_total=0)
+    path.write_text(EvalReport(models=models, data=data).model_dump_json(indent=1))
+    return str(path)
+
+
+def _bpb(nbytes: int, nll: float) -> float:
+    return nll / (math.log(2) * nbytes)
+
+
+def _blend_argv(data_dir, out) -> list[str]:
+    return ["blend", "--datasets-dir", str(data_dir), "--budget", "20000", "--split", "90,8,2", "--out", str(out)]
+
+
+def test_eval_adds_bits_per_byte_to_table_json_and_chart(data_dir, tmp_path, capsys):
+    report = _eval_json(tmp_path / "eval.json", {
+        "exported": {"en": (1000, 1500.0), "fr": (800, 1400.0), "de": (500, 600.0)},  # no yo; de is not in the blend
+        "bloom-560m": {"en": (1000, 700.0), "fr": (800, 650.0)}})
+    assert cli.main(_blend_argv(data_dir, tmp_path / "plain")) == 0
+    capsys.readouterr()
+    assert cli.main([*_blend_argv(data_dir, tmp_path / "b"), "--eval", report]) == 0
+    printed = capsys.readouterr().out
+    assert "| language | tokens | weight | tokens drawn | effective epochs | bits per byte |" in printed
+    rows = {line.split("|")[1].strip(): line for line in printed.splitlines() if line.startswith("| ")}
+    assert rows["en"].endswith(f"| {_bpb(1000, 1500.0):.4f} |") and rows["fr"].endswith(f"| {_bpb(800, 1400.0):.4f} |")
+    assert rows["yo"].endswith("| - |") and rows["**total**"].endswith("| - |")
+    assert f"exported in {report}" in printed and "Evaluated but not in the blend: de." in printed
+    assert (tmp_path / "b" / "blend.md").read_text() == printed  # the table printed is blend.md
+
+    table = json.loads((tmp_path / "b" / "blend.json").read_text())
+    bpb = {d["name"]: d["bpb"] for d in table["datasets"]}
+    assert bpb == {"en": pytest.approx(_bpb(1000, 1500.0), rel=1e-12), "fr": pytest.approx(_bpb(800, 1400.0), rel=1e-12),
+                   "yo": None}
+    assert table["evaluation"] == {"reports": [{"path": report, "model": "exported"}], "unmatched_languages": ["de"]}
+    # The blend itself does not depend on the report; the chart gains a bits-per-byte panel (a taller image).
+    assert (tmp_path / "b" / "blend.yaml").read_text() == (tmp_path / "plain" / "blend.yaml").read_text()
+    plain_json = json.loads((tmp_path / "plain" / "blend.json").read_text())
+    assert "evaluation" not in plain_json and "bpb" not in plain_json["datasets"][0]
+
+    def png_height(path) -> int:
+        return int.from_bytes(path.read_bytes()[20:24], "big")  # IHDR: width, then height
+
+    assert png_height(tmp_path / "b" / "blend.png") > png_height(tmp_path / "plain" / "blend.png")
+
+
+def test_two_reports_show_the_change_per_language(data_dir, tmp_path, capsys):
+    before = _eval_json(tmp_path / "before.json", {"exported": {"en": (1000, 1500.0), "fr": (800, 1400.0), "yo": (90, 300.0)},
+                                                  "ref": {"en": (1000, 1.0)}})
+    after = _eval_json(tmp_path / "after.json", {"exported": {"en": (1000, 1300.0), "fr": (800, 1450.0)},
+                                                "ref": {"en": (1000, 2.0)}})
+    assert cli.main([*_blend_argv(data_dir, tmp_path / "b"), "--eval", before, "--eval", after]) == 0
+    printed = capsys.readouterr().out
+    assert "| bits per byte before | bits per byte after | change |" in printed
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[6:9]] for line in printed.splitlines()
+            if line.startswith("| ")}
+    en_change = _bpb(1000, 1300.0) - _bpb(1000, 1500.0)
+    assert rows["en"] == [f"{_bpb(1000, 1500.0):.4f}", f"{_bpb(1000, 1300.0):.4f}", f"{en_change:+.4f}"]
+    assert rows["fr"][2] == f"{_bpb(800, 1450.0) - _bpb(800, 1400.0):+.4f}" and rows["fr"][2].startswith("+")
+    assert rows["yo"] == [f"{_bpb(90, 300.0):.4f}", "-", "-"]  # not evaluated after: no change to show
+    table = {d["name"]: d for d in json.loads((tmp_path / "b" / "blend.json").read_text())["datasets"]}
+    assert table["en"]["bpb"] == pytest.approx(_bpb(1000, 1300.0)) and table["en"]["bpb_before"] == pytest.approx(
+        _bpb(1000, 1500.0)) and table["en"]["bpb_change"] == pytest.approx(en_change)
+    assert table["yo"]["bpb"] is None and table["yo"]["bpb_change"] is None
+
+    # --eval-model picks another model of both reports
+    assert cli.main([*_blend_argv(data_dir, tmp_path / "r"), "--eval", before, "--eval", after, "--eval-model",
+                     "ref"]) == 0
+    table = {d["name"]: d for d in json.loads((tmp_path / "r" / "blend.json").read_text())["datasets"]}
+    assert table["en"]["bpb_change"] == pytest.approx(_bpb(1000, 1.0))  # (2 - 1) nats over 1000 bytes
+    assert table["fr"]["bpb"] is None
+
+
+def test_eval_errors_are_one_line(data_dir, tmp_path, capsys):
+    good = _eval_json(tmp_path / "eval.json", {"exported": {"en": (1000, 1500.0)}})
+    other = _eval_json(tmp_path / "other.json", {"exported": {"de": (1000, 1500.0)}})
+    (tmp_path / "bad.json").write_text('{"models": {"m": {"languages": {"en": {"docs": 1}}}}}')
+    (tmp_path / "text.json").write_text("not json")
+    cases = [
+        (["--eval", good, "--eval-model", "nope"], f"--eval-model nope: {good} has no such model (it has exported)"),
+        (["--eval", good, "--eval", good, "--eval", good], "--eval: give one eval.json, or two to compare"),
+        (["--eval", other], f"--eval {other}: none of its languages (de) is a dataset of the blend (en, fr, yo)"),
+        (["--eval", str(tmp_path / "bad.json")], "not an eval.json (models.m.languages.en.bytes: Field required)"),
+        (["--eval", str(tmp_path / "text.json")], "not a JSON file"),
+        (["--eval", str(tmp_path / "missing.json")], "no such file"),
+    ]
+    for extra, message in cases:
+        assert cli.main([*_blend_argv(data_dir, tmp_path / "o"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()  # nothing written when the report is wrong
