@@ -12,6 +12,7 @@ rejected for "having one word".
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -115,7 +116,11 @@ class QualityConfig(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = ".".join(map(str, err["loc"]))
-            raise ValueError(f"languages.{lang}.{key}: {err['msg']} (got {err.get('input')!r})") from None
+            hint = ""
+            if err["type"] == "extra_forbidden":
+                close = difflib.get_close_matches(key, list(Thresholds.model_fields), n=1)
+                hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(Thresholds.model_fields)}"
+            raise ValueError(f"languages.{lang}.{key}: {err['msg']} (got {err.get('input')!r}){hint}") from None
 
 
 class NormalizeConfig(BaseModel):

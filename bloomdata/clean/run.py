@@ -12,11 +12,12 @@ Design (datatrove's split between steps and executors, and its MinHash stages; t
    last: the run's marker, whose key (``fingerprint``) is the content key of every shard key and the
    output settings, so an unchanged rerun does nothing.
 
-Every task writes its files, then a completion marker keyed by everything that determines them
-(``bloomdata.durable``), so a killed run resumes where it stopped and produces the same bytes. Outputs depend
-only on the plan (global ids are plan positions; joins sort by them; parts are named by plan index), never
-on the number of workers or the order tasks finish. The work directory is removed at the end unless
-``keep_work``.
+Stages 2, 3 and 5 run on one Dask client: the caller's, or one ``dask_client`` (``bloomdata.build.executor``)
+opened for the whole run. Every task writes its files, then a completion marker keyed by everything that
+determines them (``bloomdata.durable``), so a killed run resumes where it stopped and produces the same
+bytes. Outputs depend only on the plan (global ids are plan positions; joins sort by them; parts are named
+by plan index), never on the number of workers or the order tasks finish. The work directory is removed
+at the end unless ``keep_work``.
 """
 
 from __future__ import annotations

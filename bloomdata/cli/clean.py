@@ -3,7 +3,8 @@
 A thin command line over ``bloomdata.clean.run_clean``: its flags are generated from ``CleanConfig``
 (``bloomdata.cli.options``), sections as dotted flags (``--near-dedup.bands 20``, ``--no-pii.enabled``,
 ``--quality.defaults.min-words 5``); ``--config YAML`` holds the same model (flags given with it go on top;
-``--input`` replaces its sources). Per-language thresholds (``quality.languages``) are set in the YAML file.
+``--input`` replaces its sources); ``KEY=VALUE`` overrides go on top of both, values as YAML, e.g. per-language
+thresholds ``quality.languages.zh.min_words=5`` or a check off ``quality.defaults.max_flagged=null``.
 
     bloomdata clean --input en=corpus/en.jsonl --input corpus/mixed/ --out clean/ --workers 4
     bloomdata build --input clean/data --tokenizer tok/ --out data/
@@ -23,7 +24,7 @@ from bloomdata.cli.options import ConfigParser
 
 
 def parser() -> ConfigParser[CleanConfig]:
-    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True)
+    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True, overrides=True)
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     return p
 

@@ -24,7 +24,7 @@ import zstandard
 from bloomdata.clean import DATA_DIR, REMOVED_FILE, SUMMARY_FILE, CleanConfig, run_clean
 from bloomdata.clean.config import NormalizeConfig, PiiConfig
 from bloomdata.clean.pii import redact
-from bloomdata.clean.text import normalize
+from bloomdata.clean.text import normalize, word_units
 from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
 from tests.data import CORPUS_DIR
 
@@ -295,16 +295,29 @@ def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
         assert not list((tmp_path / "out").rglob("*.jsonl.zst"))
 
 
-def test_every_step_off_writes_the_input_back_unchanged(tmp_path):
+def test_every_step_off_writes_every_input_format_back_unchanged(tmp_path):
+    """jsonl, .jsonl.gz, parquet and txt in (the formats the build reads); with every step off, the same
+    texts come out, in plan order, with their languages."""
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     rows = [row for lang in ("en", "zh", "ur") for row in _rows(CORPUS_DIR / f"{lang}.jsonl")]
-    _write(tmp_path / "in.jsonl", rows + rows[:50])
+    _write(tmp_path / "in" / "a.jsonl", rows + rows[:50])
+    (tmp_path / "in" / "b.jsonl.gz").write_bytes(gzip.compress((tmp_path / "in" / "a.jsonl").read_bytes()))
+    pq.write_table(pa.table({"text": [r["text"] for r in rows], "lang": [r["lang"] for r in rows]}),
+                   tmp_path / "in" / "c.parquet")
+    (tmp_path / "in" / "d.txt").write_text(rows[0]["text"], encoding="utf-8")
     off = {"enabled": False}
-    summary = run_clean(_config([tmp_path / "in.jsonl"], tmp_path / "out", workers=0, normalize=off, quality=off,
+    summary = run_clean(_config([tmp_path / "in"], tmp_path / "out", workers=0, normalize=off, quality=off,
                                 pii=off, exact_dedup=off, near_dedup=off))
-    assert summary.join_tasks == 0 and summary.documents_kept == summary.documents_in == len(rows) + 50
+    assert summary.join_tasks == 0 and summary.documents_kept == summary.documents_in == 3 * len(rows) + 101
     kept = _kept(tmp_path / "out")
-    assert [t for lang in ("en", "ur", "zh") for t in kept[lang]] == \
-        [r["text"] for lang in ("en", "ur", "zh") for r in rows + rows[:50] if r["lang"] == lang]
+    for lang in ("en", "ur", "zh"):
+        mine = [r["text"] for r in rows + rows[:50] if r["lang"] == lang]
+        assert kept[lang] == mine + mine + mine[:len(mine) - (50 if lang == "en" else 0)]
+    assert kept["und"] == [rows[0]["text"]]  # a txt file has no language field
 
 
 def test_yaml_config_with_per_language_overrides_and_flags_on_top(tmp_path):
@@ -312,12 +325,14 @@ def test_yaml_config_with_per_language_overrides_and_flags_on_top(tmp_path):
     config = tmp_path / "clean.yaml"
     config.write_text(f"sources: [{', '.join(repr(str(p)) for p in inputs)}]\nout_dir: {tmp_path / 'out'}\n"
                       "workers: 0\nquality:\n  languages:\n    zh: {min_words: 100000}\n")
-    proc = _cli("--config", config, "--output-format", "parquet", "--json")
+    proc = _cli("--config", config, "--output-format", "parquet", "--json", "quality.languages.en.max_words=80")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["languages"]["zh"]["removed"] == {"too_few_words": 146} and summary["output_format"] == "parquet"
+    long_en = sum(len(word_units(r["text"])) > 80 for r in _rows(CORPUS_DIR / "en.jsonl"))
+    assert summary["languages"]["en"]["removed"]["too_many_words"] == long_en > 20
     docs = list(iter_documents([SourceConfig(paths=[summary["data_dir"]])]))
-    assert len(docs) == summary["documents_kept"] == summary["languages"]["en"]["documents_kept"] > 150
+    assert len(docs) == summary["documents_kept"] == summary["languages"]["en"]["documents_kept"] > 50
     assert {d.lang for d in docs} == {"en"} and (tmp_path / "out" / "clean.md").is_file()
     assert (tmp_path / "out" / "clean.png").read_bytes()[:4] == b"\x89PNG"
 
