@@ -2,8 +2,9 @@
 
 The command is built here, Prefect-free, so a test can assert the exact argv and a user can copy it:
 
-- torchrun: ``python -m torch.distributed.run --standalone --nproc-per-node N -m bloomtrain.cli train --config X``
-  (single node; multi-node adds ``--nnodes/--node-rank/--rdzv-*`` through ``launcher_args``);
+- torchrun: ``python -m torch.distributed.run --standalone --nproc-per-node N --max-restarts R -m bloomtrain.cli
+  train --config X`` (single node; multi-node adds ``--nnodes/--node-rank/--rdzv-*`` through ``launcher_args``),
+  with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in its environment (``launch_env``);
 - deepspeed: ``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank --module bloomtrain.cli train ...``
   (``--no_local_rank``: our trainer reads LOCAL_RANK from the environment, not from argv);
 - sbatch: ``sbatch --wait [args] SCRIPT`` (an sbatch script, e.g. from ``bloomtrain slurm``); ``--wait``
@@ -12,6 +13,13 @@ The command is built here, Prefect-free, so a test can assert the exact argv and
 
 We launch through ``sys.executable -m`` rather than the ``torchrun``/``deepspeed`` scripts so the job runs in
 the same environment as the flow, whatever PATH says.
+
+Recovery has two layers. Inside one launch, torchrun restarts the worker group after a rank died
+(``max_restarts``, default 3; the trainer resumes from ``latest`` on every start): cheap, the same processes'
+environment, no new launch. When torchrun gives up (or another launcher fails), the flow launches the job
+again (``TrainStageConfig.retries``, after ``retry_delay_s``). The DeepSpeed launcher has no restarts of its
+own, so only the flow's relaunches apply to it; an sbatch job recovers inside Slurm (``bloomtrain slurm``).
+torchrun restarts on any failure, a config error (exit 2) included: it cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -37,6 +45,9 @@ class LaunchConfig(BaseModel):
     timeout_s: float | None = Field(None, description="kill the job after this many seconds (None: no limit)")
     grace_s: float = Field(30.0, description="seconds between SIGTERM and SIGKILL when stopping the job")
     tail_lines: int = Field(40, description="output lines quoted in a Failed state")
+    max_restarts: int = Field(3, ge=0, description="torchrun --max-restarts: worker-group restarts (each resuming "
+                                                   "from the last checkpoint) before the launch fails")
+    retry_delay_s: float = Field(5.0, ge=0, description="seconds before the flow relaunches a failed job")
 
 
 def build_command(launch: LaunchConfig, config_path: str | Path, overrides: list[str] = ()) -> list[str]:
@@ -44,11 +55,22 @@ def build_command(launch: LaunchConfig, config_path: str | Path, overrides: list
     program = [*launch.module_args, "--config", str(config_path), *overrides]
     if launch.launcher == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc-per-node={launch.nproc_per_node}", *launch.launcher_args,
-                "-m", launch.module, *program]
+                f"--nproc-per-node={launch.nproc_per_node}", f"--max-restarts={launch.max_restarts}",
+                *launch.launcher_args, "-m", launch.module, *program]
     if launch.launcher == "deepspeed":
         return [sys.executable, "-m", "deepspeed.launcher.runner", f"--num_gpus={launch.nproc_per_node}",
                 "--no_local_rank", *launch.launcher_args, "--module", launch.module, *program]
     if not launch.sbatch_script:
         raise ValueError("launch.launcher=sbatch needs launch.sbatch_script=PATH (write one with `bloomtrain slurm`)")
     return ["sbatch", "--wait", *launch.launcher_args, launch.sbatch_script]
+
+
+def launch_env(launch: LaunchConfig) -> dict[str, str]:
+    """The job's extra environment: ``launch.env``, under torchrun over one that lets a restart reconnect.
+
+    torchrun shares its rendezvous store with the workers by default, and a restarted worker group can then
+    read the addresses the failed group left there and fail to connect (pytorch/pytorch#135712; seen with
+    gloo on torch 2.13). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` gives every worker group a fresh store.
+    """
+    base = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"} if launch.launcher == "torchrun" else {}
+    return {**base, **launch.env}

@@ -6,8 +6,15 @@ into a Prefect state:
 
 - exit 0 -> Completed, a Markdown summary (loss, perplexity, tokens/s, MFU, paths) with a loss-curve PNG;
 - non-zero exit or timeout -> Failed, the message quoting the job's last lines. A non-zero exit other than 2
-  (the CLIs' "bad input" code) is retried ``retries`` times; a retry resumes from the last checkpoint;
+  (the CLIs' "bad input" code) is relaunched up to ``retries`` times; a relaunch resumes from the last
+  checkpoint;
 - a cancel request (the flow run going Cancelling) -> the job's process group is killed, the run Cancelled.
+
+Restarts: under torchrun a failed worker group is first restarted inside the launch (``launch.max_restarts``);
+the flow relaunches when the launch itself failed. The relaunch loop is the flow's own, not Prefect's task
+retries, so that it can read ``latest`` before each relaunch and keep one record of every restart (when,
+why, from which checkpoint: flows.restarts), published as the ``training-restarts`` artifact while the run
+goes on and kept in the stage's summary. Each launch is its own ``launch-training`` task run.
 
 The launcher is called directly in the flow, never ``.submit()``-ed: only the main thread can be
 interrupted by SIGTERM or a timeout while the job runs (docs/flows.md, "Launch jobs in the flow's main thread").
@@ -16,19 +23,24 @@ interrupted by SIGTERM or a timeout while the job runs (docs/flows.md, "Launch j
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
-from prefect.states import Cancelled, Failed
+from prefect.states import Cancelled, Failed, State
 
 from bloomdata import durable
+from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint.tags import read_latest
+from bloomtrain.config import load_config
 from flows.config import TrainStageConfig
-from flows.launch import LaunchError, run_process
-from flows.launch_config import SBATCH_JOB_ID, build_command
+from flows.launch import LaunchError, LaunchResult, WorkerFailure, run_process
+from flows.launch_config import SBATCH_JOB_ID, build_command, launch_env
 from flows.report import plot_loss, read_metrics, summarize, training_markdown
+from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restarts
 from flows.stages import completed, config_hash, read_marker, write_marker
 
 
@@ -51,22 +63,35 @@ def _cancel_requested() -> bool:
     return any(s is not None and (s.is_cancelling() or s.is_cancelled()) for s in states)
 
 
-def _retry_transient(task_, task_run, state) -> bool:
-    """Retry real crashes only: not cancellations, timeouts, or exit code 2 (a config error: retrying won't help)."""
-    exc = state.result(raise_on_failure=False)
-    if not isinstance(exc, LaunchError) or isinstance(exc, LaunchCancelled):
-        return False
-    return exc.result.reason == "exited" and exc.result.job_exitcode != 2
+def _not_relaunched(result: LaunchResult) -> str | None:
+    """Why a failed launch is not relaunched, or None: relaunch real crashes only, not timeouts or exit code 2
+    (a config or input error: relaunching won't help)."""
+    if result.reason == "timeout":
+        return "it timed out (launch.timeout_s), which a relaunch would repeat"
+    if result.job_exitcode == 2:
+        return "exit code 2 is a config or input error, which a relaunch would repeat"
+    return None
 
 
-@task(name="launch-training", retry_condition_fn=_retry_transient, retry_delay_seconds=5)
+def _publish_restarts(restarts: list[Restart], note: str = "") -> None:
+    if restarts:
+        create_markdown_artifact(restarts_markdown(restarts, note), key="training-restarts",
+                                 description="every restart of the run: when, why, from which checkpoint")
+
+
+@task(name="launch-training")
 def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_iters: int | None,
-                    timeout_s: float | None, grace_s: float, tail_lines: int) -> dict[str, Any]:
+                    timeout_s: float | None, grace_s: float, tail_lines: int,
+                    earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    """One launch of the job; ``earlier`` is the run's restart record so far (dicts of ``Restart``), which the
+    ``training-restarts`` artifact extends while torchrun restarts worker groups."""
     log = get_run_logger()
     run = Path(run_dir)
     metrics = run / "logs" / "metrics.jsonl"
     progress = create_progress_artifact(0.0, key="training-progress", description=f"training in {run_dir}")
     slurm_job: list[str] = []
+    failures: list[WorkerFailure] = []  # torchrun's, filled by run_process as its lines arrive
+    published = [0]
 
     def on_line(line: str) -> None:
         log.info(line)
@@ -74,16 +99,21 @@ def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_ite
             slurm_job.append(m.group(1))
 
     def should_stop() -> bool:
-        # Runs every few seconds in the main thread: refresh progress, then ask the API about cancellation.
+        # Runs every few seconds in the main thread: refresh progress and the restart record, then ask the
+        # API about cancellation.
         if total_iters:
             train, _ = read_metrics(metrics)
             if train:
                 update_progress_artifact(progress, min(100.0, 100.0 * train[-1]["iteration"] / total_iters))
+        if len(failures) > published[0]:  # every failure so far was followed by a restart, as the job runs on
+            published[0] = len(failures)
+            _publish_restarts([*(Restart(**r) for r in earlier),
+                               *(Restart(f.seen_at, "torchrun", f.describe(), f.resumed_from) for f in failures)])
         return _cancel_requested()
 
     log.info("launching: %s", " ".join(cmd))
     result = run_process(cmd, env=env, cwd=os.getcwd(), on_line=on_line, should_stop=should_stop,
-                         timeout_s=timeout_s, grace_s=grace_s, tail_lines=tail_lines,
+                         timeout_s=timeout_s, grace_s=grace_s, tail_lines=tail_lines, failures=failures,
                          log_file=run / "launch.log", on_start=lambda pid: log.info("job process group %d", pid))
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
@@ -93,7 +123,8 @@ def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_ite
     if not result.ok:
         raise LaunchError(result.describe(), result)
     update_progress_artifact(progress, 100.0)
-    return {"returncode": result.returncode, "seconds": result.seconds}
+    return {"returncode": result.returncode, "seconds": result.seconds,
+            "restarts": [r.as_dict() for r in torchrun_restarts(result)]}
 
 
 def write_run_config(cfg: TrainStageConfig, run_dir: Path) -> Path:
@@ -154,16 +185,17 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
         return marker.summary
     retire_stale_run(run_dir, digest, log)
     cfg_path = write_run_config(config, run_dir)
+    try:  # the trainer's own parse, here first: torchrun would restart a rejected override max_restarts times
+        load_config(cfg_path, config.overrides)
+    except BloomstackError as exc:
+        return Failed(message=f"the trainer would reject its config (exit code 2); nothing was launched: {exc}")
     cmd = build_command(config.launch, cfg_path, config.overrides)
     s = config.train.schedule
     total_iters = s.train_iters or s.train_samples // s.global_batch_size  # approximate under a batch ramp-up
-    try:
-        launch_training.with_options(retries=config.retries)(
-            cmd, config.launch.env, str(run_dir), total_iters,
-            config.launch.timeout_s, config.launch.grace_s, config.launch.tail_lines)
-    except LaunchCancelled as exc:
-        return Cancelled(message=str(exc))
     ckpt = yaml.safe_load(cfg_path.read_text())["checkpoint"]["dir"]
+    outcome = _launch_until_done(config, cmd, run_dir, Path(ckpt), total_iters, log)
+    if not isinstance(outcome, list):
+        return outcome  # Failed or Cancelled
     paths = {"config": str(cfg_path), "checkpoints": ckpt, "metrics": str(run_dir / "logs" / "metrics.jsonl")}
     if config.launch.launcher != "sbatch" and not read_metrics(paths["metrics"])[0]:
         # Exit 0 without one logged iteration is not a training run (e.g. a module without a __main__
@@ -171,7 +203,48 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
         return Failed(message=f"the job exited 0 but logged no training iteration to {paths['metrics']}; "
                               f"check launch.module ({config.launch.module} {' '.join(config.launch.module_args)}) "
                               "and logging.log_interval (<= the training length)")
-    summary = {**_publish(run_dir, paths), "paths": paths, "hash": digest}
+    summary = {**_publish(run_dir, paths), "paths": paths, "hash": digest,
+               "restarts": [r.as_dict() for r in outcome]}
     write_marker(run_dir, stage="train", digest=digest, outputs={"config": cfg_path, "checkpoints": ckpt},
                  summary=summary, config=config)
     return summary
+
+
+def _launch_until_done(config: TrainStageConfig, cmd: list[str], run_dir: Path, ckpt: Path,
+                       total_iters: int | None, log) -> list[Restart] | State:
+    """Launch, and relaunch after a crash up to ``config.retries`` times; return the restart record, or the
+    Failed / Cancelled state to end the flow with."""
+    launch = config.launch
+    restarts: list[Restart] = []
+    launches = config.retries + 1
+    note = f"Limits: launch.max_restarts={launch.max_restarts} per launch (torchrun), train.retries={config.retries}."
+    for n in range(1, launches + 1):
+        try:
+            out = launch_training(cmd, launch_env(launch), str(run_dir), total_iters, launch.timeout_s,
+                                  launch.grace_s, launch.tail_lines, [r.as_dict() for r in restarts])
+        except LaunchCancelled as exc:
+            restarts += torchrun_restarts(exc.result)
+            _publish_restarts(restarts, note)
+            return Cancelled(message=str(exc))
+        except LaunchError as exc:
+            restarts += torchrun_restarts(exc.result)
+            why_not = _not_relaunched(exc.result) or (f"train.retries={config.retries} relaunches used up"
+                                                       if n == launches else None)
+            if why_not is not None:
+                _publish_restarts(restarts, note)
+                by_torchrun = sum(r.by == "torchrun" for r in restarts)
+                return Failed(message=f"training failed after {n} launch{'es' if n > 1 else ''} and {by_torchrun} "
+                                      f"torchrun restart{'s' if by_torchrun != 1 else ''} (see the training-restarts "
+                                      f"artifact); not relaunched: {why_not}. {exc}")
+            restarts.append(relaunch(exc.result, read_latest(ckpt)))
+            _publish_restarts(restarts, note)
+            log.warning("train: launch %d of %d failed (%s); relaunching in %g s from %s", n, launches,
+                        exc.result.headline(), launch.retry_delay_s, restarts[-1].resumed_from)
+            time.sleep(launch.retry_delay_s)
+            if _cancel_requested():
+                return Cancelled(message=f"cancelled before relaunch {n} of {config.retries}")
+            continue
+        restarts += [Restart(**r) for r in out["restarts"]]
+        _publish_restarts(restarts, note)
+        return restarts
+    raise AssertionError("unreachable: the last launch either returned or failed")

@@ -21,13 +21,22 @@ from bloomtrain.callbacks.base import Callback
 from bloomtrain.config import CheckpointConfig
 
 
+def launch_time() -> float:
+    """When this run was launched (Unix time): this process's start, or under torchrun its agent's (our
+    parent's), so that a worker group torchrun restarted does not get a fresh time budget and outlive the
+    job's time limit without a save."""
+    me = psutil.Process()
+    parent = me.parent() if "TORCHELASTIC_RESTART_COUNT" in os.environ else None
+    return (parent or me).create_time()
+
+
 class StopRequests:
     """Signals, a kill-switch file and a wall-clock budget, agreed on by all ranks once per iteration."""
 
     def __init__(self, cfg: CheckpointConfig) -> None:
         self.cfg = cfg
         # Megatron counts exit_duration_in_mins from launch, so start-up and checkpoint loading count too.
-        self.start = psutil.Process().create_time()
+        self.start = launch_time()
         self.received: str | None = None
         self._previous: dict[int, Any] = {}
 

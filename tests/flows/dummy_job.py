@@ -5,7 +5,10 @@ Run directly (``python tests/flows/dummy_job.py --pidfile F ...``) or as the tra
 environment variables, since the launcher owns argv. The pids of this process, its parent when launched
 (the torchrun agent) and its grandchildren go to the pidfile (``.RANK`` appended under torchrun) once they
 all run, so a test can check that none survives. With ``--config``, rank 0 writes a metrics.jsonl and a
-checkpoint directory where the YAML says, like the trainer.
+checkpoint directory where the YAML says, like the trainer, with ``latest`` naming global_step<LINES>.
+``DUMMY_JOB_FAIL_STARTS=N`` (with ``DUMMY_JOB_COUNTER=FILE``, where starts are counted across torchrun's
+restarts and the flow's relaunches) makes rank 1 exit with code 3 on its first N starts, once rank 0 wrote
+its checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ def main() -> int:
     ap.add_argument("--config", default=None, help="trainer YAML: write metrics and a checkpoint dir there")
     args, _overrides = ap.parse_known_args()
     rank = os.environ.get("RANK")
+    fail_starts = int(_env("FAIL_STARTS", "0"))
+    if fail_starts and rank == "1":
+        counter = Path(_env("COUNTER", ""))
+        starts = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(starts))
+        if starts <= fail_starts:
+            args.exit_code = 3
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # Grandchildren ignore SIGTERM too when asked, and inherit our stdout (so they hold the pipe open).
@@ -47,6 +57,7 @@ def main() -> int:
 
         cfg = yaml.safe_load(Path(args.config).read_text())
         Path(cfg["checkpoint"]["dir"]).mkdir(parents=True, exist_ok=True)
+        (Path(cfg["checkpoint"]["dir"]) / "latest").write_text(f"global_step{args.lines}")
         logs = Path(cfg["logging"]["dir"])
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / "metrics.jsonl", "a") as f:
@@ -65,9 +76,21 @@ def main() -> int:
     if args.hang:
         while True:
             time.sleep(1)
+    if args.exit_code and fail_starts and args.config:
+        latest = Path(yaml_dir(args.config)) / "latest"
+        deadline = time.monotonic() + 30
+        while not latest.exists() and time.monotonic() < deadline:  # fail after rank 0 saved, as in a real run
+            time.sleep(0.05)
     if args.exit_code:
         print(f"RuntimeError: rank {rank or 0} diverged (exit {args.exit_code})", file=sys.stderr, flush=True)
     return args.exit_code
+
+
+def yaml_dir(config: str) -> str:
+    """The checkpoint directory a trainer YAML names."""
+    import yaml  # noqa: PLC0415
+
+    return yaml.safe_load(Path(config).read_text())["checkpoint"]["dir"]
 
 
 if __name__ == "__main__":

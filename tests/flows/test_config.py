@@ -14,7 +14,7 @@ from bloomdata.errors import BloomstackError
 from bloomdata.mixture.tune import BlendConfig
 from bloomtrain.config import ExportConfig
 from flows.config import BlendStageConfig, ExportStageConfig, PipelineConfig, TrainStageConfig
-from flows.launch_config import LaunchConfig, build_command
+from flows.launch_config import LaunchConfig, build_command, launch_env
 from flows.report import read_metrics, summarize, training_markdown
 
 
@@ -66,7 +66,9 @@ def test_parameter_schema_is_json_and_demo_is_distributed():
 def test_launch_commands():
     torchrun = build_command(LaunchConfig(nproc_per_node=4, launcher_args=["--nnodes=2"]), "t.yaml", ["a.b=1"])
     assert torchrun == [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-                        "--nnodes=2", "-m", "bloomtrain.cli", "train", "--config", "t.yaml", "a.b=1"]
+                        "--max-restarts=3", "--nnodes=2", "-m", "bloomtrain.cli", "train", "--config", "t.yaml", "a.b=1"]
+    assert launch_env(LaunchConfig(env={"A": "1"})) == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "A": "1"}
+    assert launch_env(LaunchConfig(launcher="deepspeed", env={"A": "1"})) == {"A": "1"}
     ds = build_command(LaunchConfig(launcher="deepspeed", nproc_per_node=8), "t.yaml")
     assert ds[1:5] == ["-m", "deepspeed.launcher.runner", "--num_gpus=8", "--no_local_rank"]
     assert ds[-5:] == ["--module", "bloomtrain.cli", "train", "--config", "t.yaml"]

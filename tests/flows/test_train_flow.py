@@ -3,7 +3,10 @@
 The dummy (tests/flows/dummy_job.py) stands in for ``bloomtrain train``: it prints loss lines, forks
 grandchildren, and writes metrics.jsonl. So these tests exercise the real launch path (torchrun agent,
 ranks, process group) in seconds: a run that completes with its summary, one that is skipped on rerun,
-one that fails and quotes the job's last lines, and one cancelled through the API leaving no process.
+one that fails and quotes the job's last lines, one cancelled through the API leaving no process, and
+restarts: a rank that fails at first is restarted by torchrun, then the job is relaunched by the flow from
+its checkpoint and completes; a rank that keeps failing ends the run after every restart, with the count
+and the root cause. The real trainer's restarts are in tests/bloomtrain/test_recovery.py.
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ from pathlib import Path
 import pytest
 
 from flows.config import TrainStageConfig
-from flows.launch_config import LaunchConfig
+from flows.launch_config import LaunchConfig, build_command
 from flows.train import train_flow
 from tests.flows.prefect_api import alive, artifact, run_logs
 
 HERE = Path(__file__).parent
 
 
-def _config(tmp_path: Path, **env: str) -> TrainStageConfig:
+def _config(tmp_path: Path, max_restarts: int = 0, retries: int = 0, **env: str) -> TrainStageConfig:
     launch = LaunchConfig(module="dummy_job", module_args=[], nproc_per_node=2, grace_s=5, tail_lines=6,
+                          max_restarts=max_restarts, retry_delay_s=0,
                           env={"PYTHONPATH": str(HERE), "DUMMY_JOB_PIDFILE": str(tmp_path / "pids"), **env})
-    return TrainStageConfig(launch=launch, retries=0, out_dir=str(tmp_path / "run"))
+    return TrainStageConfig(launch=launch, retries=retries, out_dir=str(tmp_path / "run"))
 
 
 def _all_pids(tmp_path: Path) -> list[int]:
@@ -77,6 +81,14 @@ def test_exit_zero_without_training_is_a_failure(prefect_harness, tmp_path):
     state = train_flow(_config(tmp_path, DUMMY_JOB_LINES="0"), return_state=True)  # logs no iteration
     assert state.is_failed() and "logged no training iteration" in state.message
     assert not (tmp_path / "run" / "_stage.json").exists()
+
+
+def test_a_config_the_trainer_would_reject_is_not_launched(prefect_harness, tmp_path):
+    cfg = _config(tmp_path, max_restarts=3, retries=3)
+    cfg.overrides = ["schedule.train_iters=oops"]  # torchrun would restart the trainer's exit 2 three times
+    state = train_flow(cfg, return_state=True)
+    assert state.is_failed() and "nothing was launched: override schedule.train_iters=oops" in state.message
+    assert not (tmp_path / "run" / "launch.log").exists() and not list(tmp_path.glob("pids*"))
 
 
 def test_cancelled_training_leaves_no_process(prefect_harness, tmp_path):
@@ -136,3 +148,46 @@ def test_sbatch_job_is_scancelled_when_the_run_times_out(prefect_harness, tmp_pa
         os.environ["PATH"] = old_path
     assert state.is_failed() and "timed out" in state.message and "Submitted batch job 4242" in state.message
     assert (tmp_path / "scancelled").read_text().strip() == "4242"
+
+
+def _restart_rows(run_id) -> list[list[str]]:
+    """The training-restarts artifact's table: [#, when, by, why, resumed from] per restart."""
+    md = artifact("training-restarts", run_id)
+    assert md is not None
+    rows = [line for line in md.data.splitlines() if line.startswith("| ") and not line.startswith("| #")]
+    return [[cell.strip() for cell in row.strip("|").split(" | ")] for row in rows]
+
+
+def test_failed_ranks_are_restarted_by_torchrun_then_relaunched_from_the_checkpoint(prefect_harness, tmp_path):
+    # rank 1 fails its first 2 starts: torchrun restarts it once, gives up, and the flow's relaunch completes
+    cfg = _config(tmp_path, max_restarts=1, retries=2, DUMMY_JOB_LINES="4", DUMMY_JOB_FAIL_STARTS="2",
+                  DUMMY_JOB_COUNTER=str(tmp_path / "starts"))
+    state = train_flow(cfg, return_state=True)
+    assert state.is_completed(), state.message
+    assert (tmp_path / "starts").read_text() == "3"
+    summary = state.result()
+    assert [(r["by"], r["cause"]) for r in summary["restarts"]] == [
+        ("torchrun", "local rank 1 exited with code 3"),
+        ("flow", "`" + " ".join(build_command(cfg.launch, "x")[:3]) + " ...` exited with code 1 after 1 torchrun "
+                 "restart; root cause: rank 1 exited with code 3")]
+    assert summary["restarts"][1]["resumed_from"] == "global_step4"  # `latest` when the flow relaunched
+    assert "RuntimeError: rank 1 diverged (exit 3)" in summary["restarts"][1]["last_lines"]
+    rows = _restart_rows(state.state_details.flow_run_id)
+    assert [(r[0], r[2], r[4]) for r in rows] == [("1", "torchrun", "not reported"), ("2", "flow", "global_step4")]
+    assert (tmp_path / "run" / "_stage.json").exists()
+
+
+def test_a_rank_that_keeps_failing_ends_the_run_after_every_restart(prefect_harness, tmp_path):
+    cfg = _config(tmp_path, max_restarts=1, retries=1, DUMMY_JOB_LINES="2", DUMMY_JOB_FAIL_STARTS="100",
+                  DUMMY_JOB_COUNTER=str(tmp_path / "starts"))
+    state = train_flow(cfg, return_state=True)
+    assert state.is_failed()
+    assert (tmp_path / "starts").read_text() == "4"  # 2 launches x (1 start + 1 torchrun restart)
+    head = state.message.splitlines()[0]
+    assert head.startswith("training failed after 2 launches and 2 torchrun restarts (see the training-restarts "
+                           "artifact); not relaunched: train.retries=1 relaunches used up. `")
+    assert "exited with code 1 after 1 torchrun restart; root cause: rank 1 exited with code 3. Last" in head
+    assert "[torchrun root cause] rank      : 1 (local_rank: 1) | exitcode  : 3" in state.message
+    rows = _restart_rows(state.state_details.flow_run_id)
+    assert [r[2] for r in rows] == ["torchrun", "flow", "torchrun"]
+    assert not (tmp_path / "run" / "_stage.json").exists()

@@ -1,0 +1,69 @@
+"""``bloomtrain train`` with one injected fault: a rank SIGKILLs itself (tests/bloomtrain/test_recovery.py).
+
+Run under torchrun from the repository root, exactly like the real trainer (``-m tests.bloomtrain.fault_job
+--config X key=value ...``): this module adds one callback to the trainer's defaults and then runs the
+``bloomtrain train`` CLI unchanged. The fault comes from the environment, since torchrun owns argv:
+
+- ``FAULT_RANK``: the global rank that dies (no fault when unset);
+- ``FAULT_AFTER``: an iteration number: the rank dies right after that iteration's checkpoint (the
+  callback runs after the checkpoint callback, whose save ends with a barrier once ``latest`` moved);
+  ``start``: it dies as soon as the trainer resumed, on every start; ``launch``: it dies as soon as it is
+  launched, before it imports torch, on every start (a rank that keeps dying, within a second);
+- ``FAULT_MARKER``: a file; when given, the fault happens once: the file is created just before the kill,
+  and a rank that finds it does not die again (the restarted worker group runs on).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def die(rank: int, where: str, marker: Path | None) -> None:
+    """SIGKILL this process if it is global rank ``rank`` (and, with a marker, only the first time)."""
+    if int(os.environ["RANK"]) != rank or (marker is not None and marker.exists()):
+        return
+    if marker is not None:
+        marker.touch()
+    print(f"fault_job: rank {rank} kills itself {where} (SIGKILL)", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_rank_callback(rank: int, after: str, marker: Path | None):
+    """The callback that kills ``rank`` after the checkpoint of iteration ``after``, or at the start."""
+    from bloomtrain.callbacks.base import Callback  # noqa: PLC0415 - bloomtrain.callbacks imports torch
+
+    class KillRank(Callback):
+        def pre_train(self, trainer) -> None:
+            if after == "start":
+                die(rank, "at the start", marker)
+
+        def post_step(self, trainer, step) -> None:
+            if after != "start" and step.iteration == int(after):
+                die(rank, f"after the checkpoint of iteration {step.iteration}", marker)
+
+    return KillRank()
+
+
+def main(argv: list[str]) -> int:
+    fault = None
+    if "FAULT_RANK" in os.environ:
+        rank, after = int(os.environ["FAULT_RANK"]), os.environ["FAULT_AFTER"]
+        marker = Path(os.environ["FAULT_MARKER"]) if os.environ.get("FAULT_MARKER") else None
+        if after == "launch":
+            die(rank, "at launch", marker)  # before any import of torch: a second per death
+        else:
+            fault = kill_rank_callback(rank, after, marker)
+    import bloomtrain.train  # noqa: PLC0415
+    from bloomtrain.cli import main as bloomtrain_main  # noqa: PLC0415
+
+    if fault is not None:
+        defaults = bloomtrain.train.default_callbacks
+        bloomtrain.train.default_callbacks = lambda *args, **kwargs: [*defaults(*args, **kwargs), fault]
+    return bloomtrain_main(["train", *argv])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
