@@ -255,7 +255,9 @@ def run_process(
         cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         text=True, errors="replace", bufsize=1, start_new_session=True,
     )
-    log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in the finally below
+    # An append-only log, not a durable file (bloomdata.durable): each line goes out as it arrives, so a
+    # killed flow keeps everything up to its last line. Closed in the finally below.
+    log = open(log_file, "a", encoding="utf-8") if log_file else None
     lines: queue.Queue = queue.Queue()
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
     reader.start()
