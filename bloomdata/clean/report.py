@@ -46,6 +46,13 @@ def markdown(summary: CleanSummary) -> str:
     lines += ["", f"Unreadable rows (not counted above): {s.rejects_total:,}"
               + (" (" + ", ".join(f"{k}: {v:,}" for k, v in rejected.items()) + ")" if rejected else "") + ".",
               f"Examples of every reason: `{os.path.basename(s.removed_file)}`.", ""]
+    cpu = sum(s.step_seconds.values())
+    if cpu:
+        lines += ["## Time", "", f"Wall {s.wall_seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in s.stage_seconds.items())});"
+                  f" {s.shards.built} of {s.shards.total} shards filtered in this run, their steps' seconds on every "
+                  "worker together:", "", "| step | seconds | share |", "|---|---:|---:|"]
+        lines += [f"| {step} | {sec:.2f} | {sec / cpu:.0%} |" for step, sec in s.step_seconds.items()]
+        lines.append("")
     return "\n".join(lines)
 
 
