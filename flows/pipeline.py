@@ -4,6 +4,9 @@ One typed ``PipelineConfig`` drives every stage (it is the deployment's paramete
 only wires outputs to inputs and chains the stage hashes: each stage is a subflow that skips itself
 when its marker matches (``flows.stages``), so re-running a failed pipeline resumes at the failed stage,
 and changing one stage's config re-runs that stage and everything downstream of it, nothing upstream.
+The training stage also gets one named validation set per language (each language dataset's validation
+split, ``language_valid_sets``) and the tokenizer, so the run logs every language's loss, perplexity and
+bits per byte at each evaluation, and its summary shows them.
 """
 
 from __future__ import annotations
@@ -11,10 +14,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Cancelled, Failed
 
+from bloomdata.megatron.indexed import IndexedDataset
+from bloomdata.megatron.splits import split_range
+from bloomdata.mixture.spec import load_blend_spec
+from bloomtrain.config import VALID_SET_NAME
 from bloomtrain.evaluation.config import ModelSpec
 from flows.blend import blend_flow
 from flows.config import PipelineConfig, TrainStageConfig
@@ -32,12 +40,40 @@ def training_tokens(train: TrainStageConfig) -> int:
     return samples * train.train.model.seq_length
 
 
-def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out_dir: Path) -> TrainStageConfig:
-    """The training stage reading this pipeline's blend, with the model's vocabulary = the tokenizer's."""
+def language_valid_sets(blend_yaml: str, seq_length: int, compat: str) -> tuple[dict[str, str], list[str]]:
+    """One validation set per dataset of the blend (a language here): ``{name: prefix}`` for those whose
+    validation split (the blend's ``split``/``valid_range``, with the trainer's ``compat`` arithmetic) holds at
+    least one sample of ``seq_length + 1`` tokens, and the names left out (too little held-out text)."""
+    spec = load_blend_spec(blend_yaml)
+    split = spec.split if spec.split is not None else spec.valid_range
+    sets: dict[str, str] = {}
+    left_out: list[str] = []
+    for d in spec.datasets:
+        tokens = 0
+        if split is not None and VALID_SET_NAME.fullmatch(d.name):
+            ds = IndexedDataset(d.prefix)
+            begin, end = split_range(split, "valid", len(ds), compat)
+            tokens = int(ds.sizes[begin:end].sum(dtype=np.int64))
+        if tokens > seq_length:
+            sets[d.name] = d.prefix
+        else:
+            left_out.append(d.name)
+    return sets, left_out
+
+
+def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out_dir: Path, *,
+                  tokenizer: str | None = None, valid_sets: dict[str, str] | None = None) -> TrainStageConfig:
+    """The training stage reading this pipeline's blend, with the model's vocabulary = the tokenizer's, the
+    tokenizer (bits per byte) and ``valid_sets`` (one per language) beside any sets the config names itself
+    (which win on a name clash)."""
     tree = train.train.model_dump()
     # Megatron padding (multiple of 128 x tp) instead of BLOOM's fixed 250880 rows.
     tree["model"].update(vocab_size=vocab_size, pad_vocab_size_to=None)
     tree["data"].update(kind="blend", blend=blend_yaml)
+    if tokenizer is not None:
+        tree["data"]["tokenizer"] = tokenizer
+    if valid_sets:
+        tree["data"]["valid_sets"] = {**valid_sets, **tree["data"]["valid_sets"]}
     return train.model_copy(update={"train": type(train.train).model_validate(tree), "out_dir": str(out_dir)})
 
 
@@ -81,7 +117,15 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
         "out_dir": str(root / "blend")})
     blend = blend_flow(prefixes, blend_cfg, upstream=[data["hash"]])
 
-    train_cfg = wire_training(config.train, tok["vocab_size"], blend["blend_yaml"], root / "train")
+    # One validation set per language (its dataset's validation split): valid/<lang>/loss, ppl, bpb.
+    t0 = config.train.train
+    sets, left_out = language_valid_sets(blend["blend_yaml"], t0.model.seq_length, t0.data.compat) \
+        if t0.logging.eval_interval else ({}, [])
+    if left_out:
+        log.warning("bloom_pipeline: no per-language validation for %s: the validation split holds less than one "
+                    "sample of %d tokens", ", ".join(left_out), t0.model.seq_length + 1)
+    train_cfg = wire_training(config.train, tok["vocab_size"], blend["blend_yaml"], root / "train",
+                              tokenizer=tok["tokenizer_dir"], valid_sets=sets)
     state = train_flow(train_cfg, upstream=[blend["hash"]], return_state=True)
     if not state.is_completed():
         log.error("bloom_pipeline: training ended %s; earlier stages are kept and a rerun resumes here", state.name)

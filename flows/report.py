@@ -102,7 +102,8 @@ def plot_loss(train: list[dict], evals: list[dict], png: str | Path) -> Path:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     curves = set_curves(evals)
-    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6, 3.5), dpi=100, squeeze=False)
+    fig, axes = plt.subplots(1, 2 if curves else 1, figsize=(11 if curves else 6, 3.5), dpi=100, squeeze=False,
+                             sharex=True)
     ax = axes[0][0]
     ax.plot([r["iteration"] for r in train], [r["loss"] for r in train], label="train loss")
     overall = [r for r in evals if "valid_loss" in r]

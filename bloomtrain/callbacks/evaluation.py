@@ -8,6 +8,8 @@ run the same evaluations.
 The run's validation set (``name=None``) logs ``valid_loss`` / ``valid_ppl`` and fills
 ``TrainResult.eval_losses``. Another named dataset is one more instance: ``name="fr"`` logs
 ``valid/fr/loss`` and ``valid/fr/ppl``; a subclass can override ``report`` to log something else.
+The configured named sets (``data.valid_sets``: fixed samples spread over a split, exact sums, bits per
+byte) are ``bloomtrain.callbacks.valid_sets``.
 """
 
 from __future__ import annotations
