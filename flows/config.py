@@ -64,7 +64,9 @@ class TrainStageConfig(BaseModel):
     train: TrainConfig = Field(default_factory=demo_train_config, description="the trainer's own config")
     launch: LaunchConfig = Field(default_factory=LaunchConfig, description="how the job is started")
     overrides: list[str] = Field(default_factory=list, description="extra key=value trainer overrides")
-    retries: int = Field(1, ge=0, description="relaunches after a crash (each resumes from the last checkpoint)")
+    retries: int = Field(3, ge=0, description="relaunches of the job after a failed launch, each resuming from the "
+                                              "last checkpoint (torchrun first restarts a failed worker group "
+                                              "launch.max_restarts times inside a launch)")
     out_dir: str = Field("runs/train", description="run directory: train.yaml, checkpoints/, logs/, loss.png")
 
     @field_validator("train", mode="before")
