@@ -142,7 +142,7 @@ def _datatrove_filters(words):
                                 min_stop_words=None, language=words)]
 
 
-def datatrove_steps(docs: list[dict]) -> dict:
+def datatrove_steps(docs: list[dict], work: Path) -> dict:
     from datatrove.data import Document
     from datatrove.pipeline.dedup.minhash import MinhashConfig, MinhashDedupSignature
     from datatrove.pipeline.formatters import PIIFormatter
@@ -151,7 +151,7 @@ def datatrove_steps(docs: list[dict]) -> dict:
     documents = [Document(text=d["text"], id=str(i)) for i, d in enumerate(docs)]
     filters = _datatrove_filters(words)
     pii = PIIFormatter()
-    signature = MinhashDedupSignature(tempfile.mkdtemp(prefix="bench-clean-dt-"), config=MinhashConfig(), language=words)
+    signature = MinhashDedupSignature(str(work / "datatrove-steps"), config=MinhashConfig(), language=words)
 
     def minhash():
         for d in documents:
@@ -229,7 +229,7 @@ def main() -> int:
     rows: dict[str, dict] = {}
     sides = {"bloomdata": ours_steps(docs)}
     if not args.no_datatrove:
-        sides["datatrove"] = datatrove_steps(docs)
+        sides["datatrove"] = datatrove_steps(docs, work)
     for step in ("normalize", "quality", "pii", "exact_hash", "minhash"):
         for side, steps in sides.items():
             if step in steps:
