@@ -78,15 +78,15 @@ export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
 export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1  # a restarted worker group must not read the failed one's addresses
 export OMP_NUM_THREADS=1
 {extra_env}
-LAUNCHER="{python} -u -m torch.distributed.run \\
-    --nproc_per_node {gpus_per_node} \\
-    --nnodes $SLURM_NNODES \\
-    --rdzv_endpoint $MASTER_ADDR:$MASTER_PORT \\
-    --rdzv_backend c10d \\
-    --max_restarts {max_restarts} \\
-    --tee 3"
-
-PROGRAM="-m bloomtrain.cli train --config {config} {overrides}"
+# Arrays, one word per element: an override holding quotes, spaces or $(...) reaches the trainer as written.
+LAUNCHER=({python} -u -m torch.distributed.run
+    --nproc_per_node {gpus_per_node}
+    --nnodes "$SLURM_NNODES"
+    --rdzv_endpoint "$MASTER_ADDR:$MASTER_PORT"
+    --rdzv_backend c10d
+    --max_restarts {max_restarts}
+    --tee 3)
+PROGRAM=(-m bloomtrain.cli train --config {config} {overrides})
 
 LATEST={latest}
 KILL_SWITCH={kill_switch}
@@ -97,9 +97,12 @@ say() {{ echo "bloomtrain slurm: job $SLURM_JOB_ID: $*"; }}
 before=$(cat "$LATEST" 2>/dev/null || echo none)
 say "attempt $((REQUEUES + 1)) of at most $((MAX_REQUEUES + 1)) on $SLURM_JOB_NODELIST; latest checkpoint: $before"
 
-# `bash -c` so that $SLURM_PROCID is expanded on each node, not here.
+# `bash -c` so that $SLURM_PROCID is expanded on each node, not here. The words travel as arguments (the
+# launcher's count first), never through a second round of shell parsing.
 rc=0
-srun --jobid $SLURM_JOB_ID --kill-on-bad-exit=1 bash -c "$LAUNCHER --node_rank \\$SLURM_PROCID $PROGRAM" || rc=$?
+srun --jobid "$SLURM_JOB_ID" --kill-on-bad-exit=1 \\
+    bash -c 'n=$1; shift; exec "${{@:1:n}}" --node_rank "$SLURM_PROCID" "${{@:n+1}}"' \\
+    bloomtrain-node "${{#LAUNCHER[@]}}" "${{LAUNCHER[@]}}" "${{PROGRAM[@]}}" || rc=$?
 after=$(cat "$LATEST" 2>/dev/null || echo none)
 
 requeue() {{
@@ -182,6 +185,14 @@ class SlurmConfig(BaseModel):
         return nodes
 
 
+def _export(assignment: str) -> str:
+    """``export NAME=value`` with the value quoted as one word."""
+    name, eq, value = assignment.partition("=")
+    if not eq or not name.isidentifier():
+        raise BloomstackError(f"--env {assignment!r}: expected NAME=VALUE with NAME a shell variable name")
+    return f"export {name}={shlex.quote(value)}"
+
+
 def render(job: SlurmConfig) -> str:
     cfg = load_config(job.config, job.overrides)
     world = job.nodes * job.gpus_per_node
@@ -213,15 +224,15 @@ def render(job: SlurmConfig) -> str:
         cpus_per_task=job.cpus_per_task,
         time=job.time,
         sbatch_lines="\n".join(sbatch_lines),
-        config=job.config,
+        config=shlex.quote(job.config),
         world=world,
         tp=cfg.parallel.tp,
         pp=cfg.parallel.pp,
         dp=dp,
         workdir=shlex.quote(str(Path(job.workdir).resolve())),
         master_port=job.master_port,
-        extra_env="\n".join(f"export {kv}" for kv in job.env),
-        python=job.python,
+        extra_env="\n".join(_export(kv) for kv in job.env),
+        python=shlex.quote(job.python),
         overrides=" ".join(shlex.quote(o) for o in overrides),
         max_restarts=job.max_restarts,
         max_requeues=job.max_requeues,

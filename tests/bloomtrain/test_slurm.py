@@ -26,9 +26,9 @@ def test_tr11_script(tmp_path, capsys):
     script = out.read_text()
     for needle in ["#SBATCH --nodes=48", "#SBATCH --ntasks-per-node=1", "#SBATCH --gres=gpu:8",
                    "#SBATCH --partition=gpu_p5", "(TP 4 x PP 12 x DP 8)", "--rdzv_backend c10d",
-                   "--nproc_per_node 8", "--node_rank \\$SLURM_PROCID", "-m bloomtrain.cli train --config",
+                   "--nproc_per_node 8", "--node_rank \"$SLURM_PROCID\"", "-m bloomtrain.cli train --config",
                    "optim.lr=5e-5", "#SBATCH --requeue ", "#SBATCH --open-mode=append",
-                   "#SBATCH --exclude=jean-zay-iam34,jean-zay-iam[35-36]\n", "--max_restarts 3 ",
+                   "#SBATCH --exclude=jean-zay-iam34,jean-zay-iam[35-36]\n", "--max_restarts 3\n",
                    "export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", "LATEST=checkpoints/tr11-176B-ml/latest\n",
                    "KILL_SWITCH=checkpoints/tr11-176B-ml/kill-switch-tr11-176B-exp1\n",
                    "BUDGET_S=359400 ", "MAX_REQUEUES=10\n"]:
@@ -142,3 +142,30 @@ def test_config_error_and_kill_switch_stop(job):
     assert (rc, requeued) == (2, []) and "rejected its config or input (exit 2)" in out
     rc, out, requeued = job(rc=0, kill_switch=True)
     assert (rc, requeued) == (0, []) and "stopped by the kill switch" in out
+
+
+def test_overrides_reach_the_trainer_as_written(tmp_path):
+    """Quotes, spaces and $(...) in an override are one argument of the trainer, never shell code; the node
+    rank is this node's $SLURM_PROCID. srun here runs its command; `python` prints the argv it got."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do [[ "$1" == --jobid ]] && shift; shift; done\nexec "$@"\n')
+    (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
+    (bin_dir / "python").write_text('#!/bin/bash\nprintf "%s\\n" "$@" > "$FAKE/argv"\n')
+    for name in ("srun", "scontrol", "python"):
+        (bin_dir / name).chmod(0o755)
+    nasty = f"checkpoint.kill_switch_path={tmp_path}/it's a \"stop\" $(touch {tmp_path}/PWNED) `id`"
+    script = tmp_path / "job.slurm"
+    main(["--config", str(TINY), "--nodes", "2", "--gpus-per-node", "1", "--workdir", str(tmp_path),
+          "--python", "python", "--max-requeues", "0", "--env", "GREETING=hello world", "--out", str(script),
+          "schedule.micro_batch_size=1", nasty])
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE": str(tmp_path), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "node[1-2]", "SLURM_NNODES": "2", "SLURM_PROCID": "1"}
+    out = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[argv.index("--node_rank") + 1] == "1" and argv[argv.index("--nnodes") + 1] == "2"
+    assert argv[argv.index("train"):] == ["train", "--config", str(TINY), "schedule.micro_batch_size=1", nasty,
+                                         argv[-1]] and argv[-1].startswith("checkpoint.exit_duration_in_mins=")
+    assert not (tmp_path / "PWNED").exists()
+    assert "export GREETING='hello world'" in script.read_text()
