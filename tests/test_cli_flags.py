@@ -21,6 +21,7 @@ COMMANDS = {
     "bloomdata inspect": "bloomdata.cli.inspect",
     "bloomdata blend": "bloomdata.cli.blend",
     "bloomdata demo": "bloomdata.cli.demo",
+    "bloomdata clean": "bloomdata.cli.clean",
     "bloomtrain train": "bloomtrain.cli.train",
     "bloomtrain export": "bloomtrain.cli.export",
     "bloomtrain import": "bloomtrain.cli.import_hf",
