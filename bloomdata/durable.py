@@ -27,15 +27,18 @@ build does not wait on the disk. Bulk contents are digested with xxh3-128 (``dig
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import xxhash
 from pydantic import BaseModel
+
+from bloomdata.errors import BloomstackError
 
 TEMP_INFIX = ".tmp-"  # in every temporary name, so stray temps of dead writers can be found and removed
 KEY_LENGTH = 32  # hex digits of sha256 kept in content keys (128 bits)
@@ -193,6 +196,30 @@ def read_marker(path: PathLike, key: str) -> dict[str, Any] | None:
     if not isinstance(record, dict) or record.get("key") != key:
         return None
     return record
+
+
+@contextlib.contextmanager
+def owned_directory(path: PathLike, lock_name: str, writer: str, flag: str = "--out") -> Iterator[str]:
+    """Create ``path`` and hold its lock file ``lock_name`` for the block: one writer (a build, a clean run)
+    owns the directory at a time, so temps found there belong to dead writers. The lock is an flock: it dies
+    with its process. Yields the path; a second writer fails at once with one line naming ``flag``."""
+    import filelock
+
+    path = os.fspath(path)
+    try:
+        os.makedirs(path, exist_ok=True)
+        lock = filelock.FileLock(os.path.join(path, lock_name))
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise BloomstackError(f"{path}: another {writer} is writing there ({lock_name} is locked); wait for it "
+                              f"or choose another {flag}") from None
+    except OSError as exc:
+        raise BloomstackError(f"{path}: cannot create or write the output directory ({exc.strerror or exc}); "
+                              f"choose a writable {flag}") from None
+    try:
+        yield path
+    finally:
+        lock.release()
 
 
 def remove_temps(directory: PathLike) -> int:

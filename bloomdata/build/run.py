@@ -34,7 +34,6 @@ Design (datatrove's split between steps and executors; Megatron's "tokenize shar
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -43,7 +42,6 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 
 import numpy as np
 from pydantic import ValidationError
@@ -141,28 +139,6 @@ def empty_reject_counts() -> dict[str, int]:
 # The whole build: plan -> tokenize shards in parallel -> merge in plan order -> summary
 
 
-@contextlib.contextmanager
-def _locked_out_dir(out_dir: str) -> Iterator[None]:
-    """Create OUT_DIR and hold its lock: two builds never write the same directory at once, and stray
-    temp files found under the lock belong to dead builds. The lock dies with its process (flock)."""
-    import filelock
-
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        lock = filelock.FileLock(os.path.join(out_dir, LOCK_FILE))
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise BloomstackError(f"{out_dir}: another build is writing there ({LOCK_FILE} is locked); wait for it "
-                             "or choose another --out") from None
-    except OSError as exc:
-        raise BloomstackError(f"{out_dir}: cannot create or write the output directory "
-                             f"({exc.strerror or exc}); choose a writable --out") from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
 def _remove_stray_temps(out_dir: str) -> None:
     """Temp files of killed builds or workers (outputs, summary, markers, shard parts). Called under the
     lock, so no live build owns them (an orphaned task on an external cluster may; it redoes its shard)."""
@@ -254,7 +230,7 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
                   for s in shards]
     keys = [durable.content_key(identity) for identity in identities]
     fingerprint = durable.content_key([keys, sorted(names), config.max_reject_examples])
-    with _locked_out_dir(out_dir):
+    with durable.owned_directory(out_dir, LOCK_FILE, "build"):
         _remove_stray_temps(out_dir)
         _sweep_other_plans(out_dir, shards)
         previous = _up_to_date(out_dir, fingerprint)

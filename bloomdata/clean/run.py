@@ -29,7 +29,6 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -77,27 +76,6 @@ def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: 
         "near_dedup": config.near_dedup.model_dump(exclude={"docs_per_task"}),
         "examples": [config.max_removed_examples, config.max_example_chars],
     }
-
-
-@contextlib.contextmanager
-def _locked_out_dir(out_dir: str) -> Iterator[None]:
-    """Create OUT and hold its lock (flock: it dies with the process); temps found under it are stray."""
-    import filelock
-
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        lock = filelock.FileLock(os.path.join(out_dir, LOCK_FILE))
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
-        raise BloomstackError(f"{out_dir}: another clean run is writing there ({LOCK_FILE} is locked); wait for "
-                              "it or choose another --out") from None
-    except OSError as exc:
-        raise BloomstackError(f"{out_dir}: cannot create or write the output directory "
-                              f"({exc.strerror or exc}); choose a writable --out") from None
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def _remove_stray_temps(out_dir: str) -> None:
@@ -172,7 +150,7 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
                                        config.near_dedup.enabled])
     external = client is not None
-    with _locked_out_dir(out_dir), contextlib.ExitStack() as cluster:
+    with durable.owned_directory(out_dir, LOCK_FILE, "clean run"), contextlib.ExitStack() as cluster:
         _remove_stray_temps(out_dir)
         previous = _up_to_date(out_dir, fingerprint)
         if previous is not None and not (config.strict and previous.rejects_total):
