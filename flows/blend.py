@@ -33,12 +33,14 @@ def tune_blend_task(config: BlendConfig) -> dict[str, Any]:
 
 
 def blend_artifacts(spec: dict[str, Any], png: Path) -> None:
-    table = [{"language": d["name"], "tokens": d["tokens"], "weight": round(d["weight"], 5),
-              "tokens drawn": d["tokens_drawn"], "epochs": round(d["epochs"], 3)} for d in spec["datasets"]]
-    create_table_artifact(table, key="blend-weights",
-                          description=f"alpha={spec.get('alpha')}, budget {spec.get('token_budget'):,} tokens")
-    md = [f"# Blend for {spec.get('token_budget'):,} tokens (alpha = {spec.get('alpha')})", "",
-          f"`{png.parent / 'blend.yaml'}`", ""]
+    # A mixture blend may have no token budget: no tokens drawn or epochs then (blend.json leaves them out).
+    table = [{"language": d["name"], "tokens": d.get("tokens"), "weight": round(d["weight"], 5),
+              "tokens drawn": d.get("tokens_drawn"),
+              "epochs": None if d.get("epochs") is None else round(d["epochs"], 3)} for d in spec["datasets"]]
+    weighed = f"the ratios of {spec['mixture']}" if spec.get("mixture") else f"alpha = {spec.get('alpha')}"
+    budget = f"{spec['token_budget']:,} tokens" if spec.get("token_budget") else "no token budget"
+    create_table_artifact(table, key="blend-weights", description=f"{weighed}, {budget}")
+    md = [f"# Blend for {budget} ({weighed})", "", f"`{png.parent / 'blend.yaml'}`", ""]
     if png.exists():
         md.append(f"![blend](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})")
     create_markdown_artifact("\n".join(md), key="blend-chart", description="natural vs blended shares, epochs")
@@ -51,7 +53,8 @@ def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageCo
     name order) for ``config.token_budget`` tokens."""
     log = get_run_logger()
     out = Path(config.out_dir).resolve()
-    digest = config_hash([config, prefixes], upstream=upstream or [])
+    # the mixture file too (size and mtime): editing its ratios re-runs the stage
+    digest = config_hash([config, prefixes], upstream=upstream or [], inputs=[config.mixture] if config.mixture else [])
     if marker := completed(out, digest):
         log.info("blend: skipped, %s already holds blend %s", out, digest)
         blend_artifacts(marker.summary["spec"], out / "blend.png")

@@ -1,5 +1,5 @@
 """Deployments: prefect.yaml registers through `prefect deploy --all`, `python -m flows.serve` serves the
-same seven, a run started through the API with JSON parameters reaches Completed, and a served training run
+same eight, a run started through the API with JSON parameters reaches Completed, and a served training run
 cancelled through the API ends Cancelled with none of its processes left.
 
 Both subprocesses get the shared test server's URL explicitly: the harness keeps it in a context variable
@@ -41,11 +41,11 @@ def _yaml_names() -> list[str]:
 
 
 def test_prefect_yaml_matches_serve():
-    """The same seven flows either way; distinct deployment names ("pool" vs "local"), so serving never
+    """The same eight flows either way; distinct deployment names ("pool" vs "local"), so serving never
     overwrites a pool deployment (a served copy of one inherits its pull steps and cannot load)."""
     from flows.serve import deployment_names
 
-    flows = {"bloom-pipeline", "tokenizer", "dataset", "blend", "train", "export", "evaluate"}
+    flows = {"bloom-pipeline", "tokenizer", "dataset", "blend", "train", "export", "evaluate", "bloom-rehearsal"}
     assert sorted(_yaml_names()) == sorted(f"{f}/pool" for f in flows)
     assert sorted(deployment_names()) == sorted(f"{f}/local" for f in flows)
 
@@ -76,7 +76,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         with get_client(sync_client=True) as client:
             while time.monotonic() < deadline:
                 try:
-                    served = client.read_deployment_by_name("evaluate/local")  # the last one registered
+                    served = client.read_deployment_by_name("bloom-rehearsal/local")  # the last one registered
                     break
                 except ObjectNotFound:
                     assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]

@@ -1,0 +1,143 @@
+"""The rehearsal (flows.rehearsal) without its 10-minute run: the training config it runs is the tr11 recipe with
+exactly the overrides its report lists, the mixture blend of the demo languages is tr11's ratios, and a mixture
+blend without a token budget publishes its artifacts.
+
+The override list is checked against the two configs themselves (the recipe as loaded, the run's train.yaml as
+the train stage writes it after the pipeline's wiring), so an override the rehearsal makes without declaring it
+fails here, and so does a declared one that no longer differs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from bloomdata.errors import BloomstackError
+from bloomdata.megatron.indexed import IndexedDatasetWriter
+from bloomdata.mixture.report import write_blend
+from bloomdata.mixture.spec import load_blend_spec
+from bloomdata.mixture.tune import tune_blend
+from bloomtrain.config import load_config
+from flows.config import DEMO_LANGS
+from flows.pipeline import language_valid_sets, wire_training
+from flows.rehearsal import RehearsalConfig, pipeline_config
+from flows.rehearsal_config import MIXTURE, RECIPE, override_rows, overrides_markdown, recipe_config
+from flows.train import write_run_config
+
+# Every key the rehearsal changes, and nothing else: a change here is a deliberate change of the rehearsal.
+SIZES = {
+    "model.num_layers": 4, "model.hidden_size": 224, "model.num_heads": 14, "model.seq_length": 128,
+    "model.vocab_size": 4000, "model.pad_vocab_size_to": None,
+    "parallel.tp": 2, "parallel.pp": 2,
+    "schedule.global_batch_size": 16, "schedule.rampup_batch_size": [4, 2, 800], "schedule.train_samples": 3200,
+    "schedule.warmup_samples": 320, "schedule.decay_samples": 2909,
+    "logging.eval_interval": 50,
+}
+# paths, and what the pipeline wires in (values checked in the test)
+WIRED = {"checkpoint.dir", "checkpoint.kill_switch_path", "logging.dir", "data.blend", "data.valid_sets",
+         "data.tokenizer"}
+
+def _write(prefix, docs: int, tokens: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    with IndexedDatasetWriter(prefix, dtype=np.uint16) as w:
+        for _ in range(docs):
+            w.add_document(rng.integers(4, 300, size=tokens))
+
+
+@pytest.fixture()
+def demo_datasets(tmp_path):
+    """One dataset per demo language, named as the pipeline's build names them (40 documents of 300 tokens)."""
+    out = tmp_path / "data"
+    out.mkdir()
+    for i, lang in enumerate(DEMO_LANGS):
+        _write(out / lang, 40, 300, i)
+    return {lang: str(out / lang) for lang in DEMO_LANGS}
+
+
+def _ran(tmp_path, blend_yaml: str, sets: dict[str, str]):
+    """The train.yaml the rehearsal's train stage writes, loaded as the trainer loads it."""
+    pipeline = pipeline_config(RehearsalConfig(out_dir=str(tmp_path / "rehearsal")))
+    wired = wire_training(pipeline.train, 4000, blend_yaml, tmp_path / "rehearsal" / "train",
+                          tokenizer=str(tmp_path / "rehearsal" / "tokenizer"), valid_sets=sets)
+    return load_config(write_run_config(wired, tmp_path / "rehearsal" / "train"))
+
+
+def test_the_overrides_are_exactly_the_differences_from_the_recipe(tmp_path):
+    sets = {"en": "/d/en", "yo": "/d/yo"}
+    ran = _ran(tmp_path, "/b/blend.yaml", sets)
+    rows = override_rows(recipe_config(), ran)
+    assert {r.key for r in rows} == set(SIZES) | WIRED
+    got = {r.key: r.rehearsal for r in rows}
+    assert {k: got[k] for k in SIZES} == SIZES
+    run = tmp_path / "rehearsal" / "train"
+    assert got["checkpoint.dir"] == str(run / "checkpoints") and got["logging.dir"] == str(run / "logs")
+    assert got["data.blend"] == "/b/blend.yaml" and got["data.valid_sets"] == {k: {"path": v, "split": None,
+                                                                                     "samples": None}
+                                                                                for k, v in sets.items()}
+    recipe = yaml.safe_load(RECIPE.read_text())  # the recipe's text, not its loaded form: values it names itself
+    assert {r.key: r.tr11 for r in rows if r.key.startswith("schedule.")} == {
+        f"schedule.{k}": (list(v) if isinstance(v, list) else v) for k, v in recipe["schedule"].items()
+        if f"schedule.{k}" in SIZES}
+    # The recipe's path, unchanged: precision, kernels, index rules, dropout, the optimizer, activation checkpoints.
+    assert (ran.optim, ran.data.compat, ran.model.kernels) == (recipe_config().optim, "bloom", "auto")
+    assert ran.optim.precision == "bf16" and ran.model.hidden_dropout == ran.model.attention_dropout == 0.1
+    assert ran.parallel.activation_checkpointing and ran.schedule.micro_batch_size == 2
+    ds = ran.to_deepspeed_config(4)
+    assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"] == {"enabled": True}
+    md = overrides_markdown(rows, 4000, tmp_path / "rehearsal")
+    assert md.count("\n| `") == len(rows) == len(SIZES) + len(WIRED) and "`vocab_size` 250,680 -> 4,000" in md
+    assert "| `schedule.rampup_batch_size` | `[192, 16, 9765625]` | `[4, 2, 800]` |" in md
+
+
+def test_an_undeclared_override_is_an_error(tmp_path):
+    ran = _ran(tmp_path, "/b/blend.yaml", {})
+    changed = ran.model_copy(update={"optim": ran.optim.model_copy(update={"lr": 3e-4})})
+    with pytest.raises(BloomstackError, match=r"optim.lr \(6e-05 -> 0.0003\), which is not a declared override"):
+        override_rows(recipe_config(), changed)
+
+
+def _expected_weights() -> dict[str, float]:
+    """tr11's ratios for the demo languages, from the mixture file's text: zh is zh-Hans; sw and yo are the
+    Niger-Congo group's ratio split by their model-card shares; renormalized over the ten."""
+    groups = yaml.safe_load(MIXTURE.read_text())["groups"]
+    nic = groups["nic"]
+    ratios = {lang: groups["zh-Hans" if lang == "zh" else lang]["ratio"] for lang in DEMO_LANGS
+              if lang not in ("sw", "yo")}
+    ratios |= {lang: nic["ratio"] * nic["languages"][lang] / math.fsum(nic["languages"].values())
+               for lang in ("sw", "yo")}
+    total = math.fsum(ratios.values())
+    return {lang: r / total for lang, r in ratios.items()}
+
+
+def test_the_mixture_blend_of_the_demo_languages(tmp_path, demo_datasets):
+    stage = pipeline_config(RehearsalConfig(out_dir=str(tmp_path / "rehearsal"))).blend
+    run = stage.model_copy(update={"datasets": demo_datasets, "out_dir": str(tmp_path / "blend"), "seq_length": 128})
+    spec = tune_blend(run)
+    expected = _expected_weights()
+    assert {d.name: d.weight for d in spec.datasets} == pytest.approx(expected, rel=1e-12)
+    assert (spec.train_range, spec.valid_range, spec.seed, spec.split) == ("0:0.950", "0.950:1.0", 42, None)
+    assert {"en-oscar", "zh-oscar", "code", "nic/wo"} <= set(spec.missing) and "nic" not in spec.missing
+    # tr11's per-language validation sets: every language's held-out 5% (2 of 40 documents) holds a sample
+    write_blend(spec, run.out_dir, run.max_epochs)
+    sets, left_out = language_valid_sets(str(tmp_path / "blend" / "blend.yaml"), 128, "bloom")
+    assert sorted(sets) == sorted(DEMO_LANGS) and left_out == []
+    assert load_blend_spec(str(tmp_path / "blend" / "blend.yaml")).mixture == str(MIXTURE)
+
+
+def test_a_mixture_blend_without_a_budget_publishes_its_artifacts(prefect_harness, tmp_path, demo_datasets):
+    from flows.blend import blend_flow
+    from tests.flows.prefect_api import artifact
+
+    stage = pipeline_config(RehearsalConfig(out_dir=str(tmp_path / "rehearsal"))).blend
+    assert stage.token_budget is None  # as the recipe's `bloomdata blend --mixture` command
+    result = blend_flow(demo_datasets, stage.model_copy(update={"out_dir": str(tmp_path / "blend")}))
+    table = {r["language"]: r for r in json.loads(artifact("blend-weights").data)}
+    assert set(table) == set(DEMO_LANGS)
+    assert table["yo"]["tokens drawn"] is None and table["yo"]["epochs"] is None
+    assert table["en"]["weight"] == round(_expected_weights()["en"], 5)
+    assert "no token budget" in artifact("blend-chart").data
+    assert result["spec"]["mixture"] == str(MIXTURE)
