@@ -135,21 +135,26 @@ def summary_markdown(result: dict[str, Any], seconds: float, stages: list[tuple[
              "| stage | seconds |", "|---|---:|"]
     lines += [f"| {name} | {'skipped (done before)' if s is None else f'{s:.0f}'} |" for name, s in stages]
     weights = ", ".join(f"{d.name} {d.weight:.4%}" for d in spec.datasets)
-    lines += ["", "## The recipe's path, as it ran", "",
-              f"- mixture: `{MIXTURE.name}` over {len(spec.datasets)} languages ({weights}); "
-              f"train range {spec.train_range}, valid range {spec.valid_range}, seed {spec.seed}",
-              f"- layout: TP {ran.parallel.tp} x PP {ran.parallel.pp} x DP 1, gloo; activation checkpointing "
-              f"{ran.parallel.activation_checkpointing}",
-              f"- precision: {ran.optim.precision} (DeepSpeed ZeRO stage {ds['zero_optimization']['stage']}, "
-              f"gradient accumulation in {ds.get('data_types', {}).get('grad_accum_dtype', 'fp32')})",
-              f"- batch ramp-up: {ramp_text(t['paths']['metrics'])}",
-              f"- kernels {ran.model.kernels}: {kernels_text(t['paths']['checkpoints'])}",
-              f"- index rules: data.compat={ran.data.compat}; dropout {ran.model.hidden_dropout} / "
-              f"{ran.model.attention_dropout}; lr {ran.optim.lr:g} -> {ran.optim.min_lr:g}",
-              f"- training: {t.get('iterations')} iterations, final loss {t.get('final_loss', float('nan')):.4f}, "
-              f"validation loss {t.get('valid_loss', float('nan')):.4f}",
-              "", "## Bits per byte of the export on each language's held-out documents", "", "```",
-              bpb_table(result["evaluate"]["models"]), "```", ""]
+    lines += ["", "## The recipe's path, as it ran", ""]
+    if clean := (result.get("clean") or {}).get("summary"):  # the pipeline's clean stage, as ROOTS was cleaned
+        lines.append(f"- clean: {clean.get('documents_kept', 0):,} of {clean.get('documents_in', 0):,} documents kept")
+    lines += [
+        f"- mixture: `{MIXTURE.name}` over {len(spec.datasets)} languages ({weights}); "
+        f"train range {spec.train_range}, valid range {spec.valid_range}, seed {spec.seed}",
+        f"- layout: TP {ran.parallel.tp} x PP {ran.parallel.pp} x DP 1, gloo; activation checkpointing "
+        f"{'on' if ran.parallel.activation_checkpointing else 'off'}",
+        f"- precision: {ran.optim.precision} (DeepSpeed ZeRO stage {ds['zero_optimization']['stage']}, "
+        f"gradient accumulation in {ds.get('data_types', {}).get('grad_accum_dtype', 'fp32')})",
+        f"- batch ramp-up: {ramp_text(t['paths']['metrics'])}",
+        f"- kernels {ran.model.kernels}, self-check: {kernels_text(t['paths']['checkpoints'])}"
+        + ("; with attention dropout on (tr11's 0.1), attention runs over the full causal square with the "
+           "ALiBi softmax kernel, not the block-causal path" if ran.model.attention_dropout else ""),
+        f"- kept: data.compat={ran.data.compat} (BLOOM's index rules); dropout {ran.model.hidden_dropout} / "
+        f"{ran.model.attention_dropout}; lr {ran.optim.lr:g} -> {ran.optim.min_lr:g}",
+        f"- training: {t.get('iterations')} iterations, final loss {t.get('final_loss', float('nan')):.4f}, "
+        f"validation loss {t.get('valid_loss', float('nan')):.4f}",
+        "", "## Bits per byte of the export on each language's held-out documents", "", "```",
+        bpb_table(result["evaluate"]["models"]), "```", ""]
     return "\n".join(lines)
 
 
@@ -165,7 +170,7 @@ def rehearsal_flow(config: RehearsalConfig = RehearsalConfig()) -> dict[str, Any
     result = state.result()
     root = Path(result["out_dir"])
     try:  # the config the trainer read, against the recipe
-        rows = override_rows(recipe_config(), load_config(result["train"]["paths"]["config"]))
+        rows = override_rows(recipe_config(), load_config(result["train"]["paths"]["config"]), config.scale)
     except BloomstackError as exc:
         return Failed(message=str(exc))
     seconds = time.time() - started

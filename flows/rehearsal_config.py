@@ -70,26 +70,36 @@ class RehearsalScale(BaseModel):
         return self
 
 
-# Why each size differs from tr11's, by the trainer key it sets (the scale's field of the same last name).
-SCALE_WHY = {
-    "model.num_layers": "model size: a 176B model does not fit a CPU box; 2 blocks per pipeline stage",
-    "model.hidden_size": "model size",
-    "model.num_heads": "model size; 112 / 8, not a power of two as 112, so the ALiBi slopes take the same rule; "
-                       "7 per TP rank",
-    "model.seq_length": "model size: 2048 / 16, for a 0.7 MB demo corpus",
-    "schedule.micro_batch_size": "batch",
-    "schedule.global_batch_size": "batch: 8 micro-batches through the 2-stage pipeline per step (tr11: 128 per "
-                                  "DP rank)",
-    "schedule.rampup_batch_size": "batch: the ramp-up stays on, 6 increments over the first quarter of the run "
-                                  "(tr11: 116 over its first 4%), so each batch size runs a few steps",
-    "schedule.train_samples": "step count: a run of about 250 iterations",
-    "schedule.warmup_samples": "step count: tr11's 0.08% of the run would be under one step here; 10%",
-    "schedule.decay_samples": "step count: tr11's proportion, decay ends at 200/220 of the run",
-    "checkpoint.save_interval": "step count",
-    "logging.log_interval": "step count",
-    "logging.eval_interval": "step count: a few validations of every language in the run",
-    "logging.eval_iters": "step count",
-}
+def scale_why(scale: RehearsalScale) -> dict[str, str]:
+    """Why each size differs from tr11's, by the trainer key it sets (the scale's field of the same last name)."""
+    start, increment, ramp = scale.rampup_batch_size
+    steps = (scale.global_batch_size - start) // increment
+    return {
+        "model.num_layers": f"model size: a 176B model does not fit a CPU box; {scale.num_layers // PP} blocks per "
+                            "pipeline stage",
+        "model.hidden_size": "model size",
+        "model.num_heads": f"model size; {scale.num_heads // TP} per TP rank" + (
+            ", and not a power of two, as 112 is not: the ALiBi slopes take the same rule"
+            if scale.num_heads & (scale.num_heads - 1) else ""),
+        "model.seq_length": "model size, for a 0.7 MB demo corpus",
+        "schedule.micro_batch_size": "batch",
+        "schedule.global_batch_size": f"batch: {scale.global_batch_size // scale.micro_batch_size} micro-batches "
+                                      "through the 2-stage pipeline per step (tr11: 128 per DP rank)",
+        "schedule.rampup_batch_size": f"batch: the ramp-up stays on, {steps} increments over the first "
+                                      f"{ramp / scale.train_samples:.0%} of the samples (tr11: 116 over the first "
+                                      "4.4%), so that every batch size runs for a few steps",
+        "schedule.train_samples": f"step count: {scale.train_samples * scale.seq_length:,} tokens (tr11: 450B)",
+        "schedule.warmup_samples": f"step count: {scale.warmup_samples / scale.train_samples:.0%} of the run (tr11's "
+                                   "0.08% would be under one step here)",
+        "schedule.decay_samples": f"step count: the decay ends at {scale.decay_samples / scale.train_samples:.0%} of "
+                                  "the run (tr11: 91%)",
+        "checkpoint.save_interval": "step count",
+        "logging.log_interval": "step count",
+        "logging.eval_interval": "step count: a few validations of every language during the run",
+        "logging.eval_iters": "step count",
+    }
+
+
 LOCAL_WHY = {
     "parallel.tp": f"layout: 4 processes over gloo on one CPU box, TP {TP} x PP {PP} x DP 1 (tr11: TP 4 x PP 12 x "
                    "DP 8 on 384 GPUs)",
@@ -116,7 +126,7 @@ SECTIONS = tuple(f for f, info in TrainConfig.model_fields.items() if isinstance
 def scale_values(scale: RehearsalScale) -> dict[str, Any]:
     """The trainer keys the scale sets, with their values."""
     fields = scale.model_dump()
-    return {key: fields[key.split(".")[1]] for key in SCALE_WHY}
+    return {key: fields[key.split(".")[1]] for key in scale_why(scale)}
 
 
 def local_values(run_dir: str | Path) -> dict[str, Any]:
@@ -155,10 +165,10 @@ class OverrideRow:
     why: str
 
 
-def override_rows(recipe: TrainConfig, run: TrainConfig) -> list[OverrideRow]:
+def override_rows(recipe: TrainConfig, run: TrainConfig, scale: RehearsalScale) -> list[OverrideRow]:
     """Every key whose value in ``run`` differs from the recipe's, with its reason; a BloomstackError when a
     difference has no declared reason (the rehearsal changed something it must not)."""
-    why = {**SCALE_WHY, **LOCAL_WHY, **WIRED_WHY}
+    why = {**scale_why(scale), **LOCAL_WHY, **WIRED_WHY}
     a, b = flat(recipe), flat(run)
     changed = [k for k in a if a[k] != b[k]]
     undeclared = [k for k in changed if k not in why]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +26,14 @@ from bloomtrain.config import load_config
 from flows.config import DEMO_LANGS
 from flows.pipeline import language_valid_sets, wire_training
 from flows.rehearsal import RehearsalConfig, pipeline_config
-from flows.rehearsal_config import MIXTURE, RECIPE, override_rows, overrides_markdown, recipe_config
+from flows.rehearsal_config import (
+    MIXTURE,
+    RECIPE,
+    RehearsalScale,
+    override_rows,
+    overrides_markdown,
+    recipe_config,
+)
 from flows.train import write_run_config
 
 # Every key the rehearsal changes, and nothing else: a change here is a deliberate change of the rehearsal.
@@ -69,7 +77,7 @@ def _ran(tmp_path, blend_yaml: str, sets: dict[str, str]):
 def test_the_overrides_are_exactly_the_differences_from_the_recipe(tmp_path):
     sets = {"en": "/d/en", "yo": "/d/yo"}
     ran = _ran(tmp_path, "/b/blend.yaml", sets)
-    rows = override_rows(recipe_config(), ran)
+    rows = override_rows(recipe_config(), ran, RehearsalScale())
     assert {r.key for r in rows} == set(SIZES) | WIRED
     got = {r.key: r.rehearsal for r in rows}
     assert {k: got[k] for k in SIZES} == SIZES
@@ -97,7 +105,7 @@ def test_an_undeclared_override_is_an_error(tmp_path):
     ran = _ran(tmp_path, "/b/blend.yaml", {})
     changed = ran.model_copy(update={"optim": ran.optim.model_copy(update={"lr": 3e-4})})
     with pytest.raises(BloomstackError, match=r"optim.lr \(6e-05 -> 0.0003\), which is not a declared override"):
-        override_rows(recipe_config(), changed)
+        override_rows(recipe_config(), changed, RehearsalScale())
 
 
 def _expected_weights() -> dict[str, float]:
@@ -141,3 +149,38 @@ def test_a_mixture_blend_without_a_budget_publishes_its_artifacts(prefect_harnes
     assert table["en"]["weight"] == round(_expected_weights()["en"], 5)
     assert "no token budget" in artifact("blend-chart").data
     assert result["spec"]["mixture"] == str(MIXTURE)
+
+
+# The whole flow in about a minute: the same code path and model, fewer steps (10 iterations, the ramp-up in 4).
+SMOKE = RehearsalScale(train_samples=96, rampup_batch_size=(4, 2, 24), warmup_samples=8, decay_samples=87,
+                       save_interval=5, eval_interval=5)
+
+
+def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
+    from flows.rehearsal import rehearsal_flow
+    from flows.report import read_metrics
+    from tests.flows.prefect_api import artifact
+
+    config = RehearsalConfig(out_dir=str(tmp_path / "rehearsal"), scale=SMOKE)
+    result = rehearsal_flow(config)
+    assert {r["key"] for r in result["overrides"]} == set(SIZES) | WIRED | {"checkpoint.save_interval"}
+    assert artifact("rehearsal-overrides").data == result["overrides_markdown"]
+    assert artifact("rehearsal-summary").data == result["summary_markdown"]
+    assert [s for s, _ in result["stage_seconds"]] == ["tokenizer", "dataset", "blend", "train", "export", "evaluate"]
+    # the ramp-up ran: the global batch grew from 4 to 16 in steps
+    train, _ = read_metrics(result["train"]["paths"]["metrics"])
+    batches = list(dict.fromkeys(row["global_batch"] for row in train))
+    assert batches[0] == 4 and batches[-1] == 16 and len(batches) >= 4 and batches == sorted(batches)
+    # TP 2 x PP 2 checkpoints with the fused-kernel self-check in bf16, exported and loaded by transformers
+    ckpt = Path(result["train"]["paths"]["checkpoints"])
+    meta = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "bloomtrain_model.json").read_text())
+    assert (meta["tp_size"], meta["pp_size"]) == (2, 2)
+    assert {c["dtype"] for c in meta["kernel_selfcheck"]} == {"bfloat16"}
+    assert len(result["export"]["samples"]) == 3
+    # every language evaluated on its held-out documents, in training (valid/<lang>) and after the export
+    assert set(result["evaluate"]["models"]["exported"]["languages"]) == set(DEMO_LANGS)
+    assert set(load_config(result["train"]["paths"]["config"]).data.valid_sets) == set(DEMO_LANGS)
+
+    again = rehearsal_flow(config)  # every stage done: skipped
+    assert [s for _, s in again["stage_seconds"]] == [None] * 6
+    assert again["overrides"] == result["overrides"]
