@@ -31,6 +31,7 @@ COMMANDS = {
     "bloomtrain build-kernels": "bloomtrain.cli.build_kernels",
     "python -m flows.demo": "flows.demo",
     "python -m flows.serve": "flows.serve",
+    "python -m flows.rehearsal": "flows.rehearsal",
 }
 TINY = Path(__file__).resolve().parents[1] / "configs" / "train" / "tiny-cpu.yaml"
 

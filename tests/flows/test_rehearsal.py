@@ -151,6 +151,17 @@ def test_a_mixture_blend_without_a_budget_publishes_its_artifacts(prefect_harnes
     assert result["spec"]["mixture"] == str(MIXTURE)
 
 
+def test_the_command_line_sets_the_sizes():
+    from flows.rehearsal import parser
+
+    cfg, _ = parser().parse(["--out", "runs/r", "--scale.train-samples", "96", "--scale.rampup-batch-size", "4", "2",
+                             "24", "--workers", "1"])
+    assert cfg == RehearsalConfig(out_dir="runs/r", workers=1,
+                                  scale=RehearsalScale(train_samples=96, rampup_batch_size=(4, 2, 24)))
+    with pytest.raises(BloomstackError, match="scale: .*num_heads 12 must divide hidden_size 224"):
+        parser().parse(["--scale.num-heads", "12"])
+
+
 # The whole flow in about a minute: the same code path and model, fewer steps (10 iterations, the ramp-up in 4).
 SMOKE = RehearsalScale(train_samples=96, rampup_batch_size=(4, 2, 24), warmup_samples=8, decay_samples=87,
                        save_interval=5, eval_interval=5)
