@@ -19,6 +19,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from bloomdata.mixture.report import over_repeated, write_blend
 from bloomdata.mixture.tune import BlendConfig, tune_blend
 from flows.config import BlendStageConfig
+from flows.failures import user_errors
 from flows.stages import completed, config_hash, write_marker
 
 
@@ -47,6 +48,7 @@ def blend_artifacts(spec: dict[str, Any], png: Path) -> None:
 
 
 @flow(name="blend")
+@user_errors
 def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageConfig(),
                upstream: list[str] | None = None) -> dict[str, Any]:
     """Weights per language (``prefixes``: name -> Megatron prefix, added to ``config.datasets``; blended in

@@ -4,8 +4,8 @@ These models are the deployments' parameter schemas (Prefect derives the OpenAPI
 hints), so every field has a default that runs the embedded demo on a 2-core CPU box, and a description
 the UI shows. Library configs are embedded as they are, not re-declared, so a field added to the trainer
 is a flow parameter at once: ``TokenizerTrainConfig``, ``BuildConfig`` and ``TrainConfig`` directly, the
-blend and export stages as subclasses of ``BlendConfig`` and ``ExportConfig`` that only change defaults
-(and add the export's samples). A partial dict from the UI or a deployment is completed from the demo's
+clean, blend and export stages as subclasses of ``CleanConfig``, ``BlendConfig`` and ``ExportConfig`` that
+only change defaults (and add the export's samples). A partial dict from the UI or a deployment is completed from the demo's
 defaults by the loader's own merge (``bloomdata.config.complete``), as a YAML file is under a command.
 
 Paths: each stage writes under its own ``out_dir``; ``PipelineConfig.out_dir`` places them all and the
@@ -20,6 +20,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from bloomdata.build import BuildConfig
+from bloomdata.clean import CleanConfig
 from bloomdata.config import complete
 from bloomdata.mixture.tune import BlendConfig
 from bloomdata.readers import SourceConfig
@@ -58,6 +59,18 @@ def demo_train_config() -> TrainConfig:
         checkpoint=CheckpointConfig(save_interval=200, keep_last=1),
         logging=LoggingConfig(log_interval=10, eval_interval=200, eval_iters=2, tensorboard=False),
     )
+
+
+class CleanStageConfig(CleanConfig):
+    """``CleanConfig`` (``bloomdata clean``) with the demo's inputs and output directory, no progress bars. In the
+    pipeline, ``sources`` are the corpus and ``out_dir`` is ``PipelineConfig.out_dir/clean``; the tokenizer and
+    the build then read the cleaned shards (``out_dir/data/<lang>``)."""
+
+    sources: list[SourceConfig] = Field(default_factory=demo_sources, min_length=1,
+                                        description="documents to clean (any input the build reads)")
+    out_dir: str = Field("runs/clean", description="data/<lang>/*.jsonl.zst, clean_summary.json, removed.jsonl.zst, "
+                                                   "clean.md, clean.png")
+    progress: bool = Field(False, description="tqdm progress bars on stderr (the flow logs instead)")
 
 
 class TrainStageConfig(BaseModel):
@@ -146,10 +159,11 @@ def demo_build_config() -> BuildConfig:
 
 
 class PipelineConfig(BaseModel):
-    """Corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export -> evaluation, in one typed
-    object.
+    """Corpus -> clean -> tokenizer -> per-language datasets -> blend -> training -> HF export -> evaluation, in one
+    typed object.
 
-    The pipeline wires the stages: ``corpus`` becomes the tokenizer's and the build's ``sources``; each
+    The pipeline wires the stages: ``corpus`` is cleaned, and the cleaned shards become the tokenizer's and the
+    build's ``sources`` (``corpus`` itself when ``clean`` is null); each
     stage's ``out_dir`` becomes ``out_dir/<stage>``; the build reads the new tokenizer; the trainer reads the
     blend, with the model's vocabulary set to the tokenizer's; the export reads the run's checkpoints and the
     new tokenizer; the evaluation scores the export on the blend's validation documents. Those fields of the
@@ -158,6 +172,10 @@ class PipelineConfig(BaseModel):
 
     out_dir: str = Field("runs/demo", description="root of every stage's outputs")
     corpus: list[SourceConfig] = Field(default_factory=demo_sources, description="input documents")
+    clean: CleanStageConfig | None = Field(default_factory=CleanStageConfig,
+                                           description="filters, deduplication and PII redaction before the "
+                                                       "tokenizer; null: the tokenizer and the build read the corpus "
+                                                       "as it is")
     tokenizer: TokenizerTrainConfig = Field(default_factory=demo_tokenizer_config)
     fertility_docs_per_lang: int = Field(200, ge=1, description="documents per language in the fertility table")
     dataset: BuildConfig = Field(default_factory=demo_build_config)

@@ -2,8 +2,9 @@
 
 Each flow takes the library's own pydantic config (``TokenizerTrainConfig``, ``BuildConfig``), so the
 deployment parameters are exactly the CLI's options. The flow adds what Prefect is for: retries of
-transient failures, a stage marker (``flows.stages``) so a finished stage is skipped, and artifacts
-(fertility per language; tokens per language; a progress bar while the build runs).
+transient failures (not of user errors, which end the run Failed with their one line: ``flows.failures``), a
+stage marker (``flows.stages``) so a finished stage is skipped, and artifacts (fertility per language; tokens
+per language; a progress bar while the build runs).
 
 Dask: ``dataset_flow`` runs ``bloomdata.build.run_build`` in the flow process, which places one task per
 shard on a fresh ``LocalCluster`` of ``config.workers`` processes, or on an existing cluster when
@@ -29,6 +30,7 @@ from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig, load_tokenizer, train_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table
 from flows.config import demo_build_config, demo_tokenizer_config
+from flows.failures import transient, user_errors
 from flows.stages import completed, config_hash, write_marker
 
 
@@ -40,7 +42,7 @@ def source_files(sources: list[SourceConfig]) -> list[str]:
 # --- tokenizer ------------------------------------------------------------------------------------------
 
 
-@task(name="train-tokenizer", retries=1, retry_delay_seconds=2)
+@task(name="train-tokenizer", retries=1, retry_delay_seconds=2, retry_condition_fn=transient)
 def train_tokenizer_task(config: TokenizerTrainConfig) -> dict[str, Any]:
     return train_tokenizer(config)
 
@@ -60,6 +62,7 @@ def fertility_artifact(rows: list[dict]) -> None:
 
 
 @flow(name="tokenizer")
+@user_errors
 def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), fertility_docs_per_lang: int = 200,
                    upstream: list[str] | None = None) -> dict[str, Any]:
     """Train a BLOOM byte-level BPE tokenizer and report its fertility per language (skipped when done)."""
@@ -97,7 +100,7 @@ def _follow_shards(out_dir: Path, total: int, stop: threading.Event, every_s: fl
     update_progress_artifact(progress, 100.0)
 
 
-@task(name="build-dataset", retries=2, retry_delay_seconds=[2, 10])
+@task(name="build-dataset", retries=2, retry_delay_seconds=[2, 10], retry_condition_fn=transient)
 def build_task(config: BuildConfig) -> BuildSummary:
     """One build; a retry reuses every shard already marked done (the build's own markers)."""
     out = Path(config.out_dir)
@@ -123,6 +126,7 @@ def tokens_artifact(outputs: dict[str, dict]) -> None:
 
 
 @flow(name="dataset")
+@user_errors
 def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] | None = None) -> dict[str, Any]:
     """Tokenize the corpus into per-language Megatron .bin/.idx datasets on Dask (skipped when done)."""
     log = get_run_logger()

@@ -2,11 +2,12 @@
 
 Runs ``bloom_pipeline`` on its embedded defaults: the 10-language corpus shipped in flows/demo_corpus (or
 ``--corpus``: a jsonl[.gz|.zst], parquet, arrow or txt file, a directory of them, or an HF ``save_to_disk``
-directory, with the language in a per-row field), a local Dask cluster for the build, and a tiny BLOOM
-trained on CPU by torchrun with gloo over 2 processes, tensor-parallel over both. Prefect is local: with no
-``PREFECT_API_URL`` set, Prefect starts a temporary server for the run (runs, logs and artifacts are
-visible while it runs; ``prefect server start`` first to keep them, see docs/flows.md). A second run with
-the same arguments finds every stage done and only prints the summary.
+directory, with the language in a per-row field), cleaned with ``bloomdata clean``'s defaults, a local Dask
+cluster for the clean and the build, and a tiny BLOOM trained on CPU by torchrun with gloo over 2 processes,
+tensor-parallel over both. Prefect is local: with no ``PREFECT_API_URL`` set, Prefect starts a temporary
+server for the run (runs, logs and artifacts are visible while it runs; ``prefect server start`` first to keep
+them, see docs/flows.md). A second run with the same arguments finds every stage done and only prints the
+summary.
 """
 
 from __future__ import annotations
@@ -68,9 +69,14 @@ def report(result: dict, seconds: float | None = None) -> str:
 
     t, e, ev = result["train"], result["export"], result["evaluate"]
     langs = ", ".join(f"{k} {v['tokens']:,}" for k, v in sorted(result["dataset"]["outputs"].items()))
-    lines = [
-        "",
-        "bloom_pipeline finished. Everything is under " + result["out_dir"],
+    lines = ["", "bloom_pipeline finished. Everything is under " + result["out_dir"]]
+    if clean := result.get("clean"):
+        c = clean["summary"]
+        removed = ", ".join(f"{k} {v}" for k, v in c["removed"].items() if v) or "none"
+        lines.append(f"  cleaned      {clean['data_dir']}  ({c['documents_kept']:,} of {c['documents_in']:,} documents "
+                     f"kept; removed: {removed}; {c['emails_redacted']} e-mail and {c['ips_redacted']} IP addresses "
+                     "redacted; clean.md, clean.png)")
+    lines += [
         f"  tokenizer    {result['tokenizer']['tokenizer_dir']}  ({result['tokenizer']['vocab_size']} tokens)",
         f"  datasets     {result['dataset']['out_dir']}  ({langs})",
         f"  blend        {result['blend']['blend_yaml']}  (+ blend.md, blend.png)",
@@ -103,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.corpus:
             config.corpus = corpus_sources(args.corpus)
         config.dataset = config.dataset.model_copy(update={"workers": args.workers, "scheduler": args.scheduler})
+        config.clean = config.clean.model_copy(update={"workers": args.workers, "scheduler": args.scheduler})
         if args.train_iters:
             tree = config.train.train.model_dump()
             samples = args.train_iters * tree["schedule"]["global_batch_size"]

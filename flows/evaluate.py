@@ -10,7 +10,7 @@ The flow adds the stage marker (skip when done; the key folds the export's key i
 model directories, blend, datasets and tokenizer files as inputs), a table artifact (bits per byte, loss
 and perplexity per language and model) and a Markdown artifact with the chart. A user error
 (``BloomstackError``: a model that does not load, a blend without a validation split, ...) ends the run
-Failed with that one line as its message, not a traceback.
+Failed with that one line as its message, not a traceback (``flows.failures.user_errors``, as every flow).
 """
 
 from __future__ import annotations
@@ -21,15 +21,14 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from prefect.states import Failed
 
-from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.readers import SourceConfig
 from bloomtrain.evaluation.config import ModelSpec
 from flows.config import EvaluateStageConfig
 from flows.data import source_files
+from flows.failures import user_errors
 from flows.heldout import heldout_documents, write_heldout
 from flows.stages import completed, config_hash, write_marker
 
@@ -111,29 +110,26 @@ def input_files(config: EvaluateStageConfig) -> list[str]:
 
 
 @flow(name="evaluate")
+@user_errors
 def evaluate_flow(config: EvaluateStageConfig = EvaluateStageConfig(), upstream: list[str] | None = None):
     """Score the models (and reference models) on held-out text per language: by default each blend dataset's
     validation documents (skipped when done)."""
     log = get_run_logger()
     out = Path(config.out_dir).resolve()
     run = config.model_copy(update={"out_dir": str(out)})
-    try:
-        digest = config_hash(run.model_dump(exclude={"progress"}), upstream=upstream or [], inputs=input_files(run))
-        if marker := completed(out, digest):
-            log.info("evaluate: skipped, %s already holds evaluation %s", out, digest)
-            evaluate_artifacts(marker.summary["models"], out, marker.summary["heldout"])
-            return marker.summary
-        if run.sources:
-            heldout, sources = [], run.sources
-        else:
-            heldout = heldout_task(run, str(out))
-            sources = [SourceConfig(paths=[h["path"]], lang=h["name"]) for h in heldout]
-            log.info("evaluate: %d held-out documents from the validation ranges of %s",
-                     sum(h["docs"] for h in heldout), run.blend)
-        report = evaluate_task(run, sources)
-    except BloomstackError as exc:
-        log.error("evaluate: %s", exc)
-        return Failed(message=str(exc))
+    digest = config_hash(run.model_dump(exclude={"progress"}), upstream=upstream or [], inputs=input_files(run))
+    if marker := completed(out, digest):
+        log.info("evaluate: skipped, %s already holds evaluation %s", out, digest)
+        evaluate_artifacts(marker.summary["models"], out, marker.summary["heldout"])
+        return marker.summary
+    if run.sources:
+        heldout, sources = [], run.sources
+    else:
+        heldout = heldout_task(run, str(out))
+        sources = [SourceConfig(paths=[h["path"]], lang=h["name"]) for h in heldout]
+        log.info("evaluate: %d held-out documents from the validation ranges of %s",
+                 sum(h["docs"] for h in heldout), run.blend)
+    report = evaluate_task(run, sources)
     evaluate_artifacts(report["models"], out, heldout)
     log.info("evaluate: bits per byte per language\n%s", bpb_table(report["models"]))
     # eval.json's per-model scores (small: languages x models), for the pipeline's summary and the demo

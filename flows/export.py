@@ -17,10 +17,11 @@ from prefect.artifacts import create_markdown_artifact
 
 from bloomtrain.config import ExportConfig
 from flows.config import ExportStageConfig
+from flows.failures import transient, user_errors
 from flows.stages import completed, config_hash, write_marker
 
 
-@task(name="export-hf", retries=1, retry_delay_seconds=2)
+@task(name="export-hf", retries=1, retry_delay_seconds=2, retry_condition_fn=transient)
 def export_task(config: ExportConfig) -> str:
     from bloomtrain.export import run_export  # noqa: PLC0415 - torch is paid only when exporting
 
@@ -76,6 +77,7 @@ def evaluate_task(hf_dir: str, blend_yaml: str, split: str, n_samples: int, comp
 
 
 @flow(name="export")
+@user_errors
 def export_flow(config: ExportStageConfig = ExportStageConfig(), eval_blend: str | None = None,
                 eval_samples: int = 16, eval_compat: str = "core", eval_cache_dir: str | None = None,
                 upstream: list[str] | None = None) -> dict[str, Any]:

@@ -1,9 +1,13 @@
-"""``bloom_pipeline``: corpus -> tokenizer -> per-language datasets -> blend -> training -> HF export -> evaluation.
+"""``bloom_pipeline``: corpus -> clean -> tokenizer -> per-language datasets -> blend -> training -> HF export ->
+evaluation.
 
 One typed ``PipelineConfig`` drives every stage (it is the deployment's parameter schema). The pipeline
 only wires outputs to inputs and chains the stage hashes: each stage is a subflow that skips itself
 when its marker matches (``flows.stages``), so re-running a failed pipeline resumes at the failed stage,
 and changing one stage's config re-runs that stage and everything downstream of it, nothing upstream.
+The clean stage (on unless ``config.clean`` is None) writes the cleaned shards the tokenizer and the build
+read instead of the corpus; their keys fold in its key. A stage that does not complete ends the pipeline
+Failed (Cancelled for a cancelled training) with "<stage> stage <state>: <its message>" (``flows.failures``).
 The training stage also gets one named validation set per language (each language dataset's validation
 split, ``language_valid_sets``) and the tokenizer, so the run logs every language's loss, perplexity and
 bits per byte at each evaluation, and its summary shows them.
@@ -17,18 +21,20 @@ from typing import Any
 import numpy as np
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.states import Cancelled, Failed
 
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import split_range
 from bloomdata.mixture.spec import load_blend_spec
+from bloomdata.readers import SourceConfig
 from bloomtrain.config import VALID_SET_NAME
 from bloomtrain.evaluation.config import ModelSpec
 from flows.blend import blend_flow
+from flows.clean import clean_flow, cleaned_sources
 from flows.config import PipelineConfig, TrainStageConfig
 from flows.data import dataset_flow, tokenizer_flow
 from flows.evaluate import bpb_table, evaluate_flow
 from flows.export import export_flow
+from flows.failures import stage_result, user_errors
 from flows.report import training_markdown
 from flows.train import train_flow
 
@@ -80,7 +86,10 @@ def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out
 def summary_markdown(result: dict[str, Any]) -> str:
     """The run's front page: the training summary (numbers, loss curve) with every stage's output path."""
     t, e = result["train"], result["export"]
+    clean = result.get("clean")
     paths = {
+        **({"cleaned corpus": f"{clean['data_dir']} ({clean['summary']['documents_kept']:,} of "
+                              f"{clean['summary']['documents_in']:,} documents kept)"} if clean else {}),
         "tokenizer": f"{result['tokenizer']['tokenizer_dir']} ({result['tokenizer']['vocab_size']} tokens)",
         "datasets": f"{result['dataset']['out_dir']} ({result['dataset']['tokens']:,} tokens)",
         "blend": result["blend"]["blend_yaml"],
@@ -97,17 +106,32 @@ def summary_markdown(result: dict[str, Any]) -> str:
     return md + "\n## Bits per byte on held-out text\n\n```\n" + bpb_table(result["evaluate"]["models"]) + "\n```\n"
 
 
+def corpus_stage(config: PipelineConfig, root: Path) -> tuple[list[SourceConfig], list[str], dict[str, Any] | None]:
+    """The clean stage when it is on: the sources the tokenizer and the build read (the cleaned shards, else the
+    corpus), the stage keys they fold in, and the stage's result (None when off)."""
+    if config.clean is None:
+        return config.corpus, [], None
+    clean_cfg = config.clean.model_copy(update={"sources": config.corpus, "out_dir": str(root / "clean")})
+    clean = stage_result("clean", clean_flow(clean_cfg, return_state=True))
+    return cleaned_sources(clean), [clean["hash"]], clean
+
+
 @flow(name="bloom-pipeline")
+@user_errors
 def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
     """Run every stage, skipping the ones already done with the same config; returns where everything is."""
     log = get_run_logger()
     root = Path(config.out_dir).resolve()
-    tok_cfg = config.tokenizer.model_copy(update={"sources": config.corpus, "out_dir": str(root / "tokenizer")})
-    tok = tokenizer_flow(tok_cfg, fertility_docs_per_lang=config.fertility_docs_per_lang)
+    # A stage that does not complete ends the pipeline in the same kind of state, its message naming the stage
+    # (stage_result raises StageEnded; user_errors turns it into the state): a rerun resumes there.
+    sources, cleaned, clean = corpus_stage(config, root)
+    tok_cfg = config.tokenizer.model_copy(update={"sources": sources, "out_dir": str(root / "tokenizer")})
+    tok = stage_result("tokenizer", tokenizer_flow(tok_cfg, fertility_docs_per_lang=config.fertility_docs_per_lang,
+                                                   upstream=cleaned, return_state=True))
 
-    build_cfg = config.dataset.model_copy(update={"sources": config.corpus, "tokenizer": tok["tokenizer_dir"],
+    build_cfg = config.dataset.model_copy(update={"sources": sources, "tokenizer": tok["tokenizer_dir"],
                                                   "out_dir": str(root / "data")})
-    data = dataset_flow(build_cfg, upstream=[tok["hash"]])
+    data = stage_result("dataset", dataset_flow(build_cfg, upstream=[tok["hash"], *cleaned], return_state=True))
 
     prefixes = {name: o["prefix"] for name, o in data["outputs"].items() if o["tokens"] > 0}
     blend_cfg = config.blend.model_copy(update={
@@ -115,7 +139,7 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
         "seq_length": config.blend.seq_length or config.train.train.model.seq_length,
         "seed": config.blend.seed if config.blend.seed is not None else config.train.train.data.seed,
         "out_dir": str(root / "blend")})
-    blend = blend_flow(prefixes, blend_cfg, upstream=[data["hash"]])
+    blend = stage_result("blend", blend_flow(prefixes, blend_cfg, upstream=[data["hash"]], return_state=True))
 
     # One validation set per language (its dataset's validation split): valid/<lang>/loss, ppl, bpb.
     t0 = config.train.train
@@ -126,32 +150,24 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> dict[str, Any]:
                     "sample of %d tokens", ", ".join(left_out), t0.model.seq_length + 1)
     train_cfg = wire_training(config.train, tok["vocab_size"], blend["blend_yaml"], root / "train",
                               tokenizer=tok["tokenizer_dir"], valid_sets=sets)
-    state = train_flow(train_cfg, upstream=[blend["hash"]], return_state=True)
-    if not state.is_completed():
-        log.error("bloom_pipeline: training ended %s; earlier stages are kept and a rerun resumes here", state.name)
-        # The pipeline ends in the same state (Failed/Cancelled), its message quoting the job's last lines.
-        ending = Cancelled if state.is_cancelled() else Failed
-        return ending(message=f"train stage {state.name}: {state.message}")
-    train = state.result()
+    # Failed or Cancelled, the message quoting the job's last lines
+    train = stage_result("train", train_flow(train_cfg, upstream=[blend["hash"]], return_state=True))
 
     t = train_cfg.train
     export_cfg = config.export.model_copy(update={"checkpoint": train["paths"]["checkpoints"],
                                                   "tokenizer": tok["tokenizer_dir"], "out_dir": str(root / "hf")})
-    export = export_flow(export_cfg,
-                         eval_blend=blend["blend_yaml"] if t.logging.eval_interval else None,
-                         eval_samples=t.logging.eval_iters * t.schedule.global_batch_size,  # the trainer's own
-                         eval_compat=t.data.compat, eval_cache_dir=t.data.cache_dir, upstream=[train["hash"]])
+    export = stage_result("export", export_flow(
+        export_cfg, eval_blend=blend["blend_yaml"] if t.logging.eval_interval else None,
+        eval_samples=t.logging.eval_iters * t.schedule.global_batch_size,  # the trainer's own
+        eval_compat=t.data.compat, eval_cache_dir=t.data.cache_dir, upstream=[train["hash"]], return_state=True))
     # The export scored on each language's validation documents (beside any reference models), at the
     # training's sequence length unless the stage sets a context.
     eval_cfg = config.evaluate.model_copy(update={
         "models": [ModelSpec(path=export["hf_dir"], name="exported")], "blend": blend["blend_yaml"],
         "tokenizer": tok["tokenizer_dir"], "compat": t.data.compat,
         "context": config.evaluate.context or t.model.seq_length, "out_dir": str(root / "eval")})
-    state = evaluate_flow(eval_cfg, upstream=[export["hash"]], return_state=True)
-    if not state.is_completed():
-        log.error("bloom_pipeline: evaluation ended %s; earlier stages are kept and a rerun resumes here", state.name)
-        return Failed(message=f"evaluate stage {state.name}: {state.message}")
-    result = {"out_dir": str(root), "tokenizer": tok, "dataset": data, "blend": blend, "train": train,
-              "export": export, "evaluate": state.result()}
+    evaluation = stage_result("evaluate", evaluate_flow(eval_cfg, upstream=[export["hash"]], return_state=True))
+    result = {"out_dir": str(root), "clean": clean, "tokenizer": tok, "dataset": data, "blend": blend,
+              "train": train, "export": export, "evaluate": evaluation}
     create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")
     return result

@@ -33,6 +33,7 @@ PARTIAL_PARAMETERS = frozenset({"bloom-pipeline", "train"})
 def deployments() -> list:
     """The RunnerDeployments of every flow; parameter defaults are the flows' own (the demo's)."""
     from flows.blend import blend_flow  # noqa: PLC0415 - keep `--help` fast
+    from flows.clean import clean_flow  # noqa: PLC0415
     from flows.data import dataset_flow, tokenizer_flow  # noqa: PLC0415
     from flows.evaluate import evaluate_flow  # noqa: PLC0415
     from flows.export import export_flow  # noqa: PLC0415
@@ -40,8 +41,8 @@ def deployments() -> list:
     from flows.rehearsal import rehearsal_flow  # noqa: PLC0415
     from flows.train import train_flow  # noqa: PLC0415
 
-    flows = (bloom_pipeline, tokenizer_flow, dataset_flow, blend_flow, train_flow, export_flow, evaluate_flow,
-             rehearsal_flow)
+    flows = (bloom_pipeline, clean_flow, tokenizer_flow, dataset_flow, blend_flow, train_flow, export_flow,
+             evaluate_flow, rehearsal_flow)
     return [f.to_deployment(name=DEPLOYMENT, tags=["bloomstack"], description=(f.description or "").split("\n")[0],
                             enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
             for f in flows]

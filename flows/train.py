@@ -4,6 +4,8 @@ Thin by design: the trainer is ``bloomtrain`` run by a launcher in a subprocess 
 writes the run's YAML, launches, follows ``metrics.jsonl`` for a progress artifact, and turns the outcome
 into a Prefect state:
 
+- a config the trainer would reject (``BloomstackError``) -> Failed with its one line, nothing launched
+  (``flows.failures``);
 - exit 0 -> Completed, a Markdown summary (loss, perplexity, tokens/s, MFU, paths) with a loss-curve PNG;
 - non-zero exit or timeout -> Failed, the message quoting the job's last lines. A non-zero exit other than 2
   (the CLIs' "bad input" code) is relaunched up to ``retries`` times; a relaunch resumes from the last
@@ -37,6 +39,7 @@ from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import load_config
 from flows.config import TrainStageConfig
+from flows.failures import user_errors
 from flows.launch import LaunchError, LaunchResult, WorkerFailure, run_process
 from flows.launch_config import SBATCH_JOB_ID, build_command, launch_env
 from flows.report import plot_loss, read_metrics, summarize, training_markdown
@@ -173,6 +176,7 @@ def _publish(run_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
 
 
 @flow(name="train")
+@user_errors
 def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str] | None = None) -> dict[str, Any]:
     """Train (or resume) with the configured launcher; skip when this exact run already finished."""
     log = get_run_logger()
@@ -188,7 +192,8 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
     try:  # the trainer's own parse, here first: torchrun would restart a rejected override max_restarts times
         load_config(cfg_path, config.overrides)
     except BloomstackError as exc:
-        return Failed(message=f"the trainer would reject its config (exit code 2); nothing was launched: {exc}")
+        raise BloomstackError(f"the trainer would reject its config (exit code 2); nothing was launched: {exc}") \
+            from None
     cmd = build_command(config.launch, cfg_path, config.overrides)
     s = config.train.schedule
     total_iters = s.train_iters or s.train_samples // s.global_batch_size  # approximate under a batch ramp-up

@@ -1,7 +1,8 @@
-"""bloom_pipeline end to end on a 3-language slice of the demo corpus: real tokenizer, Dask build (a
-LocalCluster of one worker process; test_data_flows covers an existing cluster's address), blend,
-torchrun training (2 processes, tp=2, gloo) of a tiny BLOOM, HF export and a sample from transformers,
-and the evaluation of the export on each language's validation documents.
+"""bloom_pipeline end to end on a 3-language slice of the demo corpus: the clean stage (in-process), real
+tokenizer, Dask build (a LocalCluster of one worker process; test_data_flows covers an existing cluster's
+address), blend, torchrun training (2 processes, tp=2, gloo) of a tiny BLOOM, HF export and a sample from
+transformers, and the evaluation of the export on each language's validation documents. The corpus is a copy
+with an exact duplicate planted: the tokenizer and the build must read the cleaned shards, without it.
 
 The first run fails in the training stage (a bad trainer override); the rerun with the fix must resume
 there: the tokenizer, datasets and blend are not rebuilt. It then fails in the evaluation (a reference
@@ -10,26 +11,49 @@ model that does not exist), with the one-line error as its message; the rerun re
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import split_range
 from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.bpe import load_tokenizer
 from bloomtrain.evaluation import read_documents
 from bloomtrain.model.config import PRESETS
+from flows.clean import cleaned_sources
 from flows.config import DEMO_CORPUS, PipelineConfig, demo_train_config
 from flows.demo import report
 from flows.pipeline import bloom_pipeline
-from flows.stages import MARKER
+from flows.stages import MARKER, read_marker
 from tests.flows.prefect_api import artifact
 
+LANGS = ("en", "fr", "yo")
+EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 
-def _config(out: Path) -> PipelineConfig:
-    cfg = PipelineConfig(out_dir=str(out), fertility_docs_per_lang=20)
-    cfg.corpus = [c for c in cfg.corpus if c.lang in ("en", "fr", "yo")]
+
+def _corpus(tmp_path: Path) -> tuple[list[SourceConfig], str]:
+    """The demo's en, fr and yo files, en with a copy of its 8th document planted at the end; and that text."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for lang in LANGS:
+        shutil.copy(DEMO_CORPUS / f"{lang}.jsonl.gz", corpus)
+    with gzip.open(corpus / "en.jsonl.gz", "rt", encoding="utf-8") as f:
+        lines = f.readlines()
+    with gzip.open(corpus / "en.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.writelines([*lines, lines[7]])
+    return [SourceConfig(paths=[str(corpus / f"{lang}.jsonl.gz")], lang=lang) for lang in LANGS], \
+        json.loads(lines[7])["text"]
+
+
+def _config(out: Path, corpus: list[SourceConfig]) -> PipelineConfig:
+    cfg = PipelineConfig(out_dir=str(out), fertility_docs_per_lang=20, corpus=corpus)
+    cfg.clean = cfg.clean.model_copy(update={"workers": 0})  # in the flow process: its 311 documents take about a second
     cfg.tokenizer = cfg.tokenizer.model_copy(update={"vocab_size": 320, "byte_budget": 120_000})
     cfg.dataset = cfg.dataset.model_copy(update={"workers": 1})  # the default path: a fresh LocalCluster
     tree = demo_train_config().model_dump()
@@ -45,13 +69,13 @@ def _config(out: Path) -> PipelineConfig:
 
 
 def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path):
-    assert DEMO_CORPUS.is_dir()
-    cfg = _config(tmp_path / "run")
+    corpus, planted = _corpus(tmp_path)
+    cfg = _config(tmp_path / "run", corpus)
     cfg.train.overrides = ["schedule.train_iters=oops"]  # the trainer rejects it: exit code 2
     state = bloom_pipeline(cfg, return_state=True)
     assert state.is_failed() and "train stage Failed" in state.message
     assert "train_iters" in state.message  # the trainer's own error, quoted from its last lines
-    stamps = {s: (tmp_path / "run" / s / MARKER).stat().st_mtime_ns for s in ("tokenizer", "data", "blend")}
+    stamps = {s: (tmp_path / "run" / s / MARKER).stat().st_mtime_ns for s in ("clean", "tokenizer", "data", "blend")}
     assert not (tmp_path / "run" / "train" / MARKER).exists()
 
     cfg.train.overrides = []
@@ -66,6 +90,23 @@ def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path
     cfg.evaluate.reference_models = [f"again={tmp_path / 'run' / 'hf'}"]  # the export itself, as a reference
     result = bloom_pipeline(cfg)
     assert {s: (tmp_path / "run" / s / MARKER).stat().st_mtime_ns for s in stamps} == stamps  # not rebuilt
+
+    # The clean stage ran first, and the tokenizer and the build read its shards: the planted copy is gone,
+    # the e-mail addresses of the demo's en documents are redacted.
+    clean = result["clean"]["summary"]
+    assert clean["languages"]["en"]["removed"] == {"exact_duplicate": 1} and clean["emails_redacted"] >= 3
+    sources = cleaned_sources(result["clean"])
+    assert [s.paths for s in sources] == [[str(tmp_path / "run" / "clean" / "data" / lang)] for lang in LANGS]
+    assert read_marker(tmp_path / "run" / "tokenizer").config["sources"] == [s.model_dump() for s in sources]
+    cleaned = read_documents(sources).texts
+    tokenizer = load_tokenizer(result["tokenizer"]["tokenizer_dir"])
+    en = IndexedDataset(result["dataset"]["outputs"]["en"]["prefix"])
+    built = [tokenizer.decode(en[i][:-1].tolist()) for i in range(len(en))]  # each document, its </s> dropped
+    assert built == cleaned["en"] and len(built) == 160 and built.count(planted) == 1
+    assert not any(EMAIL.search(text) for text in built) and sum("PI:EMAIL" in text for text in built) == 3
+    rows = {r["language"]: r for r in json.loads(artifact("clean-report").data)}
+    assert rows["en"]["documents in"] == 161 and rows["en"]["kept"] == 160 and rows["en"]["removed: exact_duplicate"] == 1
+    assert "data:image/png;base64," in artifact("clean-chart").data
     train = result["train"]
     assert train["iterations"] == 6 and 0 < train["final_loss"] < 8 and "valid_loss" in train
     metrics = [json.loads(x) for x in Path(train["paths"]["metrics"]).read_text().splitlines()]
@@ -82,6 +123,7 @@ def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path
     front = artifact("pipeline-summary").data  # numbers, loss curve and every stage's output
     assert f"| HF export | `{hf}` |" in front and f"| final training loss | {train['final_loss']:.4f} |" in front
     assert "data:image/png;base64," in front
+    assert f"| cleaned corpus | `{tmp_path / 'run' / 'clean' / 'data'} (310 of 311 documents kept)` |" in front
     # One validation set per language in training (its dataset's validation split), with the tokenizer for
     # bits per byte: logged at the evaluation and tabulated in the training summary.
     run_cfg = yaml.safe_load(Path(train["paths"]["config"]).read_text())
@@ -98,11 +140,10 @@ def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path
     # validation range, in order) scored by the export and by the reference, which is the same model here.
     scores = json.loads((tmp_path / "run" / "eval" / "eval.json").read_text())["models"]
     assert list(scores) == ["exported", "again"] and scores["exported"] == scores["again"]
-    for lang in ("en", "fr", "yo"):
-        corpus = read_documents([SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang)]).texts[lang]
-        begin, end = split_range("90,10,0", "valid", len(corpus), "core")
+    for lang in LANGS:
+        begin, end = split_range("90,10,0", "valid", len(cleaned[lang]), "core")
         heldout = (tmp_path / "run" / "eval" / "heldout" / f"{lang}.jsonl").read_text(encoding="utf-8")
-        assert [json.loads(line)["text"] for line in heldout.splitlines()] == corpus[begin:end]
+        assert [json.loads(line)["text"] for line in heldout.splitlines()] == cleaned[lang][begin:end]
         assert scores["exported"]["languages"][lang]["docs"] == end - begin > 0
         assert 0 < scores["exported"]["languages"][lang]["bpb"] < 8  # 6 iterations: poor, but under 8 bits a byte
     assert result["evaluate"]["models"] == scores

@@ -177,7 +177,8 @@ def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
     assert {r["key"] for r in result["overrides"]} == set(SIZES) | WIRED | {"checkpoint.save_interval"}
     assert artifact("rehearsal-overrides").data == result["overrides_markdown"]
     assert artifact("rehearsal-summary").data == result["summary_markdown"]
-    assert [s for s, _ in result["stage_seconds"]] == ["tokenizer", "dataset", "blend", "train", "export", "evaluate"]
+    assert [s for s, _ in result["stage_seconds"]] == ["clean", "tokenizer", "dataset", "blend", "train", "export",
+                                                       "evaluate"]
     # the ramp-up ran: the global batch grew from 4 to 16 in steps
     train, _ = read_metrics(result["train"]["paths"]["metrics"])
     batches = list(dict.fromkeys(row["global_batch"] for row in train))
@@ -193,5 +194,5 @@ def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
     assert set(load_config(result["train"]["paths"]["config"]).data.valid_sets) == set(DEMO_LANGS)
 
     again = rehearsal_flow(config)  # every stage done: skipped
-    assert [s for _, s in again["stage_seconds"]] == [None] * 6
+    assert [s for _, s in again["stage_seconds"]] == [None] * 7
     assert again["overrides"] == result["overrides"]

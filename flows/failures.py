@@ -1,0 +1,80 @@
+"""How the flows end on a user error: a Failed state whose message is the error's one line, no traceback.
+
+A ``BloomstackError`` is the user's to fix (a missing corpus, a bad value), and says how in one line; the CLIs
+print it and exit 2, and the flows end Failed with that line as the state's message, so the UI and a
+``run_deployment`` caller read the fix directly. Any other exception is a bug: it is not caught here, and
+Prefect keeps its traceback in the run's logs and state.
+
+- ``user_errors``: the decorator under ``@flow`` of every flow (one place, not a try/except per flow).
+- ``transient``: the ``retry_condition_fn`` of tasks with retries: a user error is not retried, since the
+  same input fails the same way (retries are for a worker lost or a file system hiccup).
+- ``stage_result``: the pipeline's view of a stage it ran as a subflow (``return_state=True``): its result, or
+  ``StageEnded`` naming the stage, which ``user_errors`` on the pipeline turns into the pipeline's own final
+  state, "<stage> stage Failed: <the stage's one line>". A stage that failed on a bug re-raises it with its
+  traceback instead.
+
+The trade-off: Prefect's task engine still logs a failed task's traceback (a user error raised inside a task
+reaches the flow through it); the state message, which is what people read first, is the one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
+
+from prefect import get_run_logger
+from prefect.states import Cancelled, Failed, State
+
+from bloomdata.errors import BloomstackError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class StageEnded(BloomstackError):
+    """A pipeline stage ended without completing (a user error, a failed launch, a cancel): the pipeline ends
+    in the same kind of state, its message naming the stage."""
+
+    def __init__(self, stage: str, state: State):
+        self.stage, self.state = stage, state
+        super().__init__(f"{stage} stage {state.name}: {state.message}")
+
+
+def user_errors(fn: Callable[P, R]) -> Callable[P, R | State]:
+    """Decorate a flow's function (under ``@flow``): a ``BloomstackError`` ends the run Failed with its one line
+    as the message (Cancelled for a cancelled pipeline stage); everything else propagates."""
+
+    @functools.wraps(fn)  # keeps the signature, name and module: Prefect's parameter schema and entrypoint
+    def run(*args: P.args, **kwargs: P.kwargs) -> R | State:
+        try:
+            return fn(*args, **kwargs)
+        except StageEnded as exc:
+            get_run_logger().error("%s; earlier stages are kept and a rerun resumes there", exc)
+            return (Cancelled if exc.state.is_cancelled() else Failed)(message=str(exc))
+        except BloomstackError as exc:
+            get_run_logger().error("%s", exc)
+            return Failed(message=str(exc))
+
+    # Prefect validates parameters against the signature, resolving string annotations (``from __future__ import
+    # annotations``) in the *wrapper's* module: give it the flow's signature with its types already resolved.
+    run.__signature__ = inspect.signature(fn, eval_str=True)  # type: ignore[attr-defined]
+    return run
+
+
+def transient(task: Any, task_run: Any, state: State) -> bool:
+    """``retry_condition_fn``: retry a failed task unless it failed on a user error."""
+    return not isinstance(state.data, BloomstackError)
+
+
+def stage_result(stage: str, state: State) -> Any:
+    """The result of a stage's subflow run; ``StageEnded`` when it did not complete. A stage that raised
+    something other than a ``BloomstackError`` (a bug) re-raises it here, traceback and all."""
+    if state.is_completed():
+        return state.result()
+    if state.is_failed():
+        error = state.result(raise_on_failure=False)
+        if isinstance(error, BaseException) and not isinstance(error, BloomstackError):
+            raise error
+    raise StageEnded(stage, state)
