@@ -1,13 +1,14 @@
 """``python -m flows.rehearsal [--out DIR]``: BLOOM-176B's training path (tr11), scaled down to a 2-core CPU box.
 
 The rehearsal is ``bloom_pipeline`` run on a config built from BigScience's own: the embedded 10-language
-corpus, cleaned by the pipeline's clean stage (its defaults), a tokenizer with BLOOM's settings (a small vocabulary), per-language datasets, a blend weighted by
-the tr11 mixture (``configs/data/bloom-tr11-mixture.yaml``, the recipe's ``bloomdata blend --mixture`` with
-its 95% / 5% train / valid ranges and seed 42), the 176B recipe (``configs/train/bloom-176b-tr11.yaml``)
-with only its sizes shrunk (``flows.rehearsal_config``), trained by torchrun over 4 processes, TP 2 x PP 2 on
-gloo, in bf16 with fused kernels ``auto``, BLOOM's index rules and the batch ramp-up; then the export and
-the evaluation of every language on its held-out documents. Every stage is the pipeline's own flow, so
-what the rehearsal proves is what a real run executes; a later stage added to the pipeline joins it.
+corpus, cleaned by the pipeline's clean stage (its defaults), a tokenizer with BLOOM's settings (a small
+vocabulary), per-language datasets, a blend weighted by the tr11 mixture
+(``configs/data/bloom-tr11-mixture.yaml``, the recipe's ``bloomdata blend --mixture`` with its 95% / 5% train
+/ valid ranges and seed 42), the 176B recipe (``configs/train/bloom-176b-tr11.yaml``) with only its sizes
+shrunk (``flows.rehearsal_config``), trained by torchrun over 4 processes, TP 2 x PP 2 on gloo, in bf16 with
+fused kernels ``auto``, BLOOM's index rules and the batch ramp-up; then the export and the evaluation of every
+language on its held-out documents. Every stage is the pipeline's own flow, so what the rehearsal proves is
+what a real run executes; a later stage added to the pipeline joins it.
 
 Languages: every corpus language is a tr11 group by name (``zh`` is zh-Hans by its alias) except ``sw`` and
 ``yo``, which tr11 merged into the Niger-Congo group ``nic``. The rehearsal keeps them as two datasets, each
