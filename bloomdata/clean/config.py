@@ -130,6 +130,9 @@ class NormalizeConfig(BaseModel):
 
     enabled: bool = Field(default=True, description="normalize the text")
     controls: bool = Field(default=True, description="drop control characters (tab and newline kept) and U+FEFF")
+    c1_as_cp1252: bool = Field(
+        default=True, description="with controls: a C1 control that has a cp1252 meaning (U+0092 for ’, U+009C "
+                                  "for œ: text decoded as Latin-1 instead of cp1252) becomes that character")
     whitespace: bool = Field(
         default=True, description="odd spaces (NBSP, U+3000, ...) become ' ', runs of spaces one, CRLF LF, "
                                   "3+ newlines two, lines and the document stripped")

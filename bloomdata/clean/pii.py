@@ -4,9 +4,10 @@ ROOTS (github.com/bigscience-workshop/data-preparation, preprocessing/training/0
 bigscience_pii_detect_redact.py) replaced them with ``PI:EMAIL`` and ``PI:IP_ADDRESS``; so do we by default.
 The patterns are ours, written so that the text around a match never changes:
 
-- an e-mail is an RFC 5322 local part (ASCII "atext" and dots) ``@`` a dotted domain ending in a letter
-  (or punycode ``xn--``) TLD, all ASCII, so that in "联系abc@example.com获取" only the address goes (a Unicode \\w would take the
-  Han characters around it); a trailing full stop stays;
+- an e-mail is a local part (RFC 5322 ASCII "atext" and dots, plus RFC 6531's Unicode letters of
+  spaced scripts: "prénom.nom@eigsi.fr" goes whole) ``@`` a dotted ASCII domain ending in a letter (or
+  punycode ``xn--``) TLD; letters of unspaced scripts are not local-part characters, so that in
+  "联系abc@example.com获取" only the address goes; a trailing full stop stays;
 - an IPv4 address is four dotted decimal octets 0-255, not part of a longer dotted number (a version
   1.2.3.4.5 is left alone);
 - an IPv6 address is any of the eight RFC 4291 text forms (full, ``::``-compressed, IPv4-embedded,
@@ -23,10 +24,14 @@ from __future__ import annotations
 import re
 
 from bloomdata.clean.config import PiiConfig
+from bloomdata.clean.text import UNSPACED
 
+# A local-part character: ASCII atext, or (RFC 6531) a letter of a spaced script, so "prénom@x.fr"
+# goes whole; letters of scripts without spaces are left out, so "联系abc@example.com获取" loses only the address.
+_LOCAL = rf"(?:[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]|[^\W\d_{UNSPACED}])"
 EMAIL = re.compile(
-    r"(?<![A-Za-z0-9!#$%&'*+/=?^_`{|}~.-])"  # not the tail of a longer local part
-    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    rf"(?<!{_LOCAL})(?<!\.)"  # not the tail of a longer local part
+    rf"{_LOCAL}+(?:\.{_LOCAL}+)*"
     r"@(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+(?:[A-Za-z]{2,63}|xn--[A-Za-z0-9-]{1,59})"
     r"(?![A-Za-z0-9-])"
 )

@@ -2,9 +2,11 @@
 
 ``normalize`` touches whitespace and control characters only (no Unicode normalization unless asked, as in
 BLOOM's tokenizer, whose byte-level BPE has no normalizer): C0/C1 controls other than tab and newline and a
-stray U+FEFF are dropped, CRLF and CR become LF, U+2028/U+2029 become LF, odd spaces (NBSP, U+2000-U+200A,
-U+202F, U+205F, U+3000) become a space, runs of spaces become one, lines are stripped, 3+ newlines become
-two. Zero-width joiners and non-joiners (U+200C/D), which Indic and Arabic-script spelling needs, are kept.
+stray U+FEFF are dropped, except that a C1 control with a cp1252 meaning becomes that character
+(``c1_as_cp1252``: web text decoded as Latin-1 instead of cp1252 carries U+0092 for ’, U+009C for œ...;
+dropping them would join words, "l\u0092eau" -> "leau"), CRLF and CR become LF, U+2028/U+2029 become
+LF, odd spaces (NBSP, U+2000-U+200A, U+202F, U+205F, U+3000) become a space, runs of spaces become one,
+lines are stripped, 3+ newlines become two. Zero-width joiners and non-joiners (U+200C/D), which Indic and Arabic-script spelling needs, are kept.
 
 ``word_units`` gives the "words" of the quality measures and the MinHash shingles. Splitting on whitespace
 works for spaced scripts only: a Chinese, Japanese or Thai document is one "word" per sentence. So the rule
@@ -63,11 +65,24 @@ _LINE_EDGES = re.compile(r" ?\n ?")
 _MANY_NEWLINES = re.compile(r"\n{3,}")
 
 
+def _cp1252_of_c1() -> dict[int, str]:
+    """The C1 controls (U+0080-U+009F) that stand for a cp1252 character (27 of 32; 5 are undefined there)."""
+    out = {}
+    for c in range(0x80, 0xA0):
+        try:
+            out[c] = bytes([c]).decode("cp1252")
+        except UnicodeDecodeError:
+            continue
+    return out
+
+
 @functools.lru_cache(maxsize=8)
-def _table(controls: bool, whitespace: bool) -> dict[int, str | None]:
+def _table(controls: bool, whitespace: bool, c1_as_cp1252: bool = True) -> dict[int, str | None]:
     table: dict[int, str | None] = {}
     if controls:
         table.update(dict.fromkeys(_CONTROLS))
+        if c1_as_cp1252:
+            table.update(_cp1252_of_c1())
     if whitespace:
         table.update({c: " " for c in _SPACES})
         table.update({0x0D: "\n", 0x2028: "\n", 0x2029: "\n"})
@@ -83,7 +98,7 @@ def normalize(text: str, config: NormalizeConfig) -> str:
     if config.whitespace and "\r" in text:
         text = text.replace("\r\n", "\n")
     if _ODD.search(text):  # most documents hold none: skip the per-character table lookups
-        text = text.translate(_table(config.controls, config.whitespace))
+        text = text.translate(_table(config.controls, config.whitespace, config.c1_as_cp1252))
     if config.whitespace:
         if "  " in text:
             text = _MULTI_SPACE.sub(" ", text)

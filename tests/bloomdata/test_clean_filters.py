@@ -90,6 +90,9 @@ def test_normalization_touches_whitespace_and_controls_only():
     assert normalize(kept, config) == kept  # no Unicode normalization by default (BLOOM's tokenizer has none)
     assert normalize("ﬁ ２ e\u0301", config.model_copy(update={"unicode_form": "NFKC"})) == "fi 2 é"
     assert normalize("a  b", config.model_copy(update={"enabled": False})) == "a  b"
+    # text decoded as Latin-1 instead of cp1252: its C1 controls are the cp1252 characters, the 5 undefined dropped
+    assert normalize("l\x92eau, c\x9cur \x93ok\x94 \x80 5\x81\x8d\x8f\x90\x9d", config) == "l’eau, cœur “ok” € 5"
+    assert normalize("l\x92eau", config.model_copy(update={"c1_as_cp1252": False})) == "leau"
 
 
 def test_word_units_per_script():
@@ -213,6 +216,15 @@ def test_every_email_and_ip_address_is_redacted_and_nothing_else_changes(lang):
         joiner = "" if lang == "zh" else " "
         original, wanted = joiner.join(pieces), joiner.join(expected)
         assert redact(original, config) == (wanted, emails, ips), original
+
+
+def test_unicode_local_parts_go_whole_and_unspaced_neighbours_stay():
+    config = PiiConfig()
+    for text, wanted in [("écrire à prénom.nom.promo12@eigsi.fr.", "écrire à PI:EMAIL."),
+                         ("Müller@beispiel.de schreibt", "PI:EMAIL schreibt"),
+                         ("联系abc@example.com获取", "联系PI:EMAIL获取"),
+                         ("メールはtaro.yamada@example.jpまで", "メールはPI:EMAILまで")]:
+        assert redact(text, config) == (wanted, 1, 0), text
 
 
 def test_things_that_look_like_addresses_are_left_alone():
