@@ -30,7 +30,7 @@ from bloomdata.clean.filters import (
 )
 from bloomdata.clean.minhash import MinHasher
 from bloomdata.clean.models import check_models
-from bloomdata.clean.pii import redact
+from bloomdata.clean.pii import EMAIL, redact
 from bloomdata.clean.text import code_points, normalize, word_units
 from bloomdata.errors import BloomstackError
 from tests.data import CORPUS_DIR
@@ -225,6 +225,24 @@ def test_unicode_local_parts_go_whole_and_unspaced_neighbours_stay():
                          ("联系abc@example.com获取", "联系PI:EMAIL获取"),
                          ("メールはtaro.yamada@example.jpまで", "メールはPI:EMAILまで")]:
         assert redact(text, config) == (wanted, 1, 0), text
+
+
+def test_email_scan_from_each_at_sign_equals_the_whole_pattern():
+    # redact starts from each "@" instead of running EMAIL everywhere: on random strings of the characters that
+    # decide where an address starts and ends, the two must replace exactly the same spans
+    rng = random.Random(5)
+    alphabet = ["a", "b", "Z", "é", "ß", "联", "メ", "1", "_", "-", "+", ".", "..", "@", "@", " ", "x.com", "xn--p1ai",
+                "co", ".fr", "\n", "!", "'"]
+    config = PiiConfig(ip_addresses=False)
+    with_address = 0
+    for _ in range(20000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14)))
+        wanted = EMAIL.subn("PI:EMAIL", text)
+        assert redact(text, config)[:2] == wanted, repr(text)
+        with_address += wanted[1] > 0
+    assert with_address > 250  # the strings do hold addresses (325 with this seed)
+    long_local = "a" * 300 + "@example.com"  # past _LOCAL_MAX: left alone (RFC 5321 allows 64 characters)
+    assert redact(long_local, config)[1] == 0 and redact(long_local[-80:], config)[1] == 1
 
 
 def test_things_that_look_like_addresses_are_left_alone():
