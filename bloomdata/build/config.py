@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from bloomdata.config import cli_option
-from bloomdata.readers import SourceConfig
+from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.units import parse_bytes
 
 MARKER_VERSION = 2  # bump when the shard output format changes: every old marker becomes invalid
@@ -25,10 +25,7 @@ class BuildConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceConfig] = Field(
-        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
-        description="inputs: file, directory or glob; LANG= sets the language of all its documents, else each "
-                    "row's lang field does (repeatable)")
+    sources: list[SourceConfig] = sources_field()
     tokenizer: str = Field(description="tokenizer.json or a directory holding one")
     out_dir: str = Field(description="output directory: OUT_DIR/<name>.bin/.idx, summary, rejects",
                          json_schema_extra=cli_option("--out", metavar="DIR"))

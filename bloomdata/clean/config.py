@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bloomdata.config import cli_option
-from bloomdata.readers import SourceConfig
+from bloomdata.readers import SourceConfig, sources_field
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
 SUMMARY_FILE = "clean_summary.json"
@@ -202,10 +202,7 @@ class CleanConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceConfig] = Field(
-        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
-        description="inputs: file, directory or glob; LANG= sets the language of all its documents, else each "
-                    "row's lang field does (repeatable)")
+    sources: list[SourceConfig] = sources_field()
     out_dir: str = Field(description="output directory: OUT/data/<lang>/part-*, summary, removed examples, report",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
     output_format: Literal["jsonl.zst", "parquet"] = Field(default="jsonl.zst",

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bloomdata import durable
 from bloomdata.cli.options import ConfigParser
 from bloomdata.config import cli_option
-from bloomdata.readers import SourceConfig
+from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.tokenizer.bpe import load_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table, to_markdown
 
@@ -32,10 +32,7 @@ class FertilityConfig(BaseModel):
     tokenizer: str = Field(description="tokenizer directory or tokenizer.json")
     compare: str | None = Field(default=None, description="a second tokenizer to show beside the first",
                                 json_schema_extra=cli_option(metavar="DIR"))
-    sources: list[SourceConfig] = Field(
-        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
-        description="documents: file, directory or glob; LANG= sets the language of all of them, else each "
-                    "row's lang field does (repeatable)")
+    sources: list[SourceConfig] = sources_field(what="documents")
     max_docs: int | None = Field(default=None, ge=1, description="documents per language at most")
 
 

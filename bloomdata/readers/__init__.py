@@ -19,9 +19,17 @@ from bloomdata.readers.shards import (
     read_shard,
     shard_plan,
 )
-from bloomdata.readers.sources import Format, SourceConfig, format_of, resolve_files, source_from_spec
+from bloomdata.readers.sources import (
+    Format,
+    SourceConfig,
+    format_of,
+    resolve_files,
+    source_from_spec,
+    sources_field,
+)
 
 __all__ = [
     "REJECT_REASONS", "Document", "Format", "Reject", "Shard", "ShardPlan", "SourceConfig", "count_rows", "file_line",
-    "format_of", "iter_documents", "plan_shards", "read_shard", "resolve_files", "shard_plan", "source_from_spec", "validate_row",
+    "format_of", "iter_documents", "plan_shards", "read_shard", "resolve_files", "shard_plan", "source_from_spec",
+    "sources_field", "validate_row",
 ]

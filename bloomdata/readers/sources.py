@@ -57,6 +57,14 @@ class SourceConfig(BaseModel):
 
 
 
+def sources_field(flag: str = "--input", what: str = "inputs") -> Any:
+    """The ``sources`` field of every model that reads documents (build, tokenizer, clean, fertility, evaluate):
+    one repeatable ``FLAG [LANG=]PATH`` option, at least one."""
+    return Field(min_length=1, json_schema_extra=cli_option(flag, metavar="[LANG=]PATH"),
+                 description=f"{what}: file, directory or glob, in any format the build reads; LANG= sets the "
+                             "language of all its documents, else each row's lang field does (repeatable)")
+
+
 def format_of(path: str) -> str | None:
     """The concrete format implied by a file name, or None when the suffix is unknown."""
     name = path.lower()

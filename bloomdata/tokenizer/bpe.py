@@ -33,7 +33,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 from bloomdata import durable
 from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import SourceConfig
+from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.units import parse_bytes
 
 BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
@@ -49,10 +49,7 @@ class TokenizerTrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceConfig] = Field(
-        min_length=1, json_schema_extra=cli_option("--input", metavar="[LANG=]PATH"),
-        description="inputs: file, directory or glob; LANG= sets the language of all its documents, else each "
-                    "row's lang field does (repeatable)")
+    sources: list[SourceConfig] = sources_field()
     out_dir: str = Field(description="directory to write tokenizer.json and friends into",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
     vocab_size: int = Field(default=BLOOM_VOCAB_SIZE, ge=len(SPECIAL_TOKENS) + 256,

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bloomdata.config import cli_option
-from bloomdata.readers import SourceConfig
+from bloomdata.readers import SourceConfig, sources_field
 from bloomtrain.config import Dtype
 
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})=(.+)$")
@@ -55,10 +55,7 @@ class EvaluateConfig(BaseModel):
         min_length=1, json_schema_extra=cli_option("--model", metavar="[NAME=]DIR"),
         description="a transformers causal-LM directory (ours from `bloomtrain export`, or a reference model); "
                     "NAME= names it in the report (repeatable)")
-    sources: list[SourceConfig] = Field(
-        min_length=1, json_schema_extra=cli_option("--data", metavar="[LANG=]PATH"),
-        description="documents to score: file, directory or glob in any format `bloomdata build` reads; LANG= sets "
-                    "the language of all its documents, else each row's lang field does (repeatable)")
+    sources: list[SourceConfig] = sources_field("--data", "documents to score")
     out_dir: str = Field(description="writes DIR/eval.json, DIR/eval.md and DIR/eval.png",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
     max_docs_per_lang: int | None = Field(default=None, ge=1, json_schema_extra=cli_option(metavar="N"),
