@@ -33,7 +33,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import xxhash
 from pydantic import BaseModel
@@ -44,6 +44,7 @@ TEMP_INFIX = ".tmp-"  # in every temporary name, so stray temps of dead writers 
 KEY_LENGTH = 32  # hex digits of sha256 kept in content keys (128 bits)
 
 PathLike = str | os.PathLike
+M = TypeVar("M", bound=BaseModel)  # a pydantic manifest model
 
 
 def fsync_dir(path: PathLike) -> None:
@@ -196,6 +197,18 @@ def read_marker(path: PathLike, key: str) -> dict[str, Any] | None:
     if not isinstance(record, dict) or record.get("key") != key:
         return None
     return record
+
+
+def read_manifest(path: PathLike, key: str, model: type[M]) -> M | None:
+    """``read_marker``'s record as the typed manifest ``model``; None also when it does not validate (a marker
+    written by another format version: the work is redone)."""
+    record = read_marker(path, key)
+    if record is None:
+        return None
+    try:
+        return model.model_validate(record)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return None
 
 
 @contextlib.contextmanager

@@ -44,7 +44,6 @@ import time
 from collections import Counter
 
 import numpy as np
-from pydantic import ValidationError
 
 from bloomdata import durable
 from bloomdata.build.config import (
@@ -178,12 +177,8 @@ def _sweep_unmarked(out_dir: str) -> None:
 
 def _up_to_date(out_dir: str, fingerprint: str) -> BuildSummary | None:
     """The previous summary when it was written for the same fingerprint and its outputs are intact."""
-    record = durable.read_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint)
-    if record is None:
-        return None
-    try:
-        summary = BuildSummary.model_validate(record)
-    except ValidationError:  # a summary of another format: build again
+    summary = durable.read_manifest(os.path.join(out_dir, SUMMARY_FILE), fingerprint, BuildSummary)
+    if summary is None:  # none, another fingerprint, or a summary of another format: build again
         return None
     if all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values()):
         return summary

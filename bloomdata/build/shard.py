@@ -20,7 +20,6 @@ from collections import Counter
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from bloomdata import durable
 from bloomdata.build.config import MARKER_VERSION, SHARDS_DIR, output_name_of
@@ -67,12 +66,8 @@ def parts_intact(prefix: str, bin_bytes: int, idx_bytes: int) -> bool:
 def load_marker(out_dir: str, shard: Shard, key: str) -> ShardManifest | None:
     """The shard's manifest when its marker is valid for ``key`` (``durable.content_key(shard_key(...))``)
     and its parts are intact, else None."""
-    record = durable.read_marker(marker_path(out_dir, shard), key)
-    if record is None:
-        return None
-    try:
-        manifest = ShardManifest.model_validate(record)
-    except ValidationError:  # a marker of another format version: redo the shard
+    manifest = durable.read_manifest(marker_path(out_dir, shard), key, ShardManifest)
+    if manifest is None:
         return None
     for name, part in manifest.outputs.items():
         if not parts_intact(part_prefix(out_dir, shard, name), part.bin_bytes, part.idx_bytes):

@@ -81,9 +81,9 @@ def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str) -> JoinM
     t0 = time.perf_counter()
     marker = os.path.join(join_dir(out_dir), f"{task.name}.done.json")
     path = os.path.join(join_dir(out_dir), f"{task.name}.npy")
-    record = durable.read_marker(marker, key)
-    if record is not None and os.path.isfile(path):
-        return JoinManifest.model_validate(record).model_copy(update={"reused": True})
+    done = durable.read_manifest(marker, key, JoinManifest)
+    if done is not None and os.path.isfile(path):
+        return done.model_copy(update={"reused": True})
     lo, hi = task.bounds()
     columns: list[list[np.ndarray]] = [[], [], []]  # key (high), key (low; exact only), global id
     for s, directory in enumerate(shard_dirs):

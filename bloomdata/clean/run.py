@@ -32,7 +32,6 @@ import time
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from bloomdata import durable
 from bloomdata.clean import dedup, write
@@ -84,12 +83,8 @@ def _remove_stray_temps(out_dir: str) -> None:
 
 
 def _up_to_date(out_dir: str, fingerprint: str) -> CleanSummary | None:
-    record = durable.read_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint)
-    if record is None:
-        return None
-    try:
-        summary = CleanSummary.model_validate(record)
-    except ValidationError:
+    summary = durable.read_manifest(os.path.join(out_dir, SUMMARY_FILE), fingerprint, CleanSummary)
+    if summary is None:
         return None
     for output in summary.outputs.values():
         paths = [os.path.join(out_dir, f) for f in output.files]

@@ -73,12 +73,8 @@ def shard_key(shard: Shard, settings: str) -> dict[str, Any]:
 
 def load_marker(out_dir: str, shard: Shard, key: str) -> FilterManifest | None:
     """The shard's manifest when its marker is valid for ``key`` and its files are there."""
-    record = durable.read_marker(marker_path(out_dir, shard), key)
-    if record is None:
-        return None
-    try:
-        manifest = FilterManifest.model_validate(record)
-    except ValueError:  # a marker of another format version: redo the shard
+    manifest = durable.read_manifest(marker_path(out_dir, shard), key, FilterManifest)
+    if manifest is None:
         return None
     files = ["candidates.npy", "exact.npy", "minhash.npy", "removed.jsonl"]
     files += [f"{name}{ext}" for name in manifest.languages for ext in (".jsonl.zst", ".ids.npy")]

@@ -49,12 +49,8 @@ def write_key(filter_key: str, removals_digest: str, index: int, output_format: 
 
 
 def load_marker(out_dir: str, shard: Shard, key: str) -> WriteManifest | None:
-    record = durable.read_marker(os.path.join(write_dir(out_dir), f"{shard.name}.done.json"), key)
-    if record is None:
-        return None
-    try:
-        manifest = WriteManifest.model_validate(record)
-    except ValueError:
+    manifest = durable.read_manifest(os.path.join(write_dir(out_dir), f"{shard.name}.done.json"), key, WriteManifest)
+    if manifest is None:
         return None
     for part in manifest.parts.values():
         path = os.path.join(out_dir, part.file)
