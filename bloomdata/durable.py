@@ -32,7 +32,6 @@ import json
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import xxhash
@@ -238,13 +237,19 @@ def owned_directory(path: PathLike, lock_name: str, writer: str, flag: str = "--
 def remove_temps(directory: PathLike) -> int:
     """Delete temporary files of dead writers in ``directory`` (not recursive); returns how many.
 
-    Call it only where no live writer can own them (under the directory's lock)."""
+    Call it only where no live writer can own them (under the directory's lock). A writer that is still
+    finishing anyway (a cancelled Dask task runs to its end after a failed build) may publish or remove its
+    temp, or its directory, while this runs: that is not an error here."""
     removed = 0
-    directory = Path(directory)
-    if not directory.is_dir():
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
         return 0
-    for entry in os.scandir(directory):
+    for entry in entries:
         if TEMP_INFIX in entry.name and entry.is_file():
-            os.unlink(entry.path)
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                continue
             removed += 1
     return removed

@@ -53,3 +53,22 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temp(tmp_path, how):
 def test_write_json_is_utf8_with_a_final_newline(tmp_path):
     durable.write_json(tmp_path / "a.json", {"lang": "español", "n": 1}, indent=2)
     assert (tmp_path / "a.json").read_bytes() == '{\n  "lang": "español",\n  "n": 1\n}\n'.encode()
+
+
+def test_remove_temps_lets_a_writer_that_is_still_finishing_publish_its_temp(tmp_path, monkeypatch):
+    # after a failed Dask build, cancelled tasks run to their end while the driver sweeps their temps
+    late, dead = tmp_path / f"part.bin{durable.TEMP_INFIX}1-a", tmp_path / f"part.idx{durable.TEMP_INFIX}2-b"
+    late.write_text("late")
+    dead.write_text("dead")
+    real_scandir = os.scandir
+
+    def scandir_then_publish(path):
+        entries = list(real_scandir(path))
+        late.rename(tmp_path / "part.bin")  # its writer publishes it between the listing and the unlink
+        return iter(entries)
+
+    monkeypatch.setattr(durable.os, "scandir", scandir_then_publish)
+    assert durable.remove_temps(tmp_path) == 1
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part.bin"]
+    assert durable.remove_temps(tmp_path / "removed meanwhile") == 0
