@@ -101,6 +101,7 @@ def report(result: dict, seconds: float | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from flows.config import PipelineConfig  # noqa: PLC0415 - keep --help fast
+    from flows.failures import ended_unfinished  # noqa: PLC0415
     from flows.pipeline import bloom_pipeline  # noqa: PLC0415
 
     try:
@@ -123,10 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.monotonic()
     state = bloom_pipeline(config, return_state=True)
-    if not state.is_completed():
-        print(f"flows.demo: the pipeline ended {state.name}: {state.message}", file=sys.stderr)
-        print("flows.demo: fix the cause and run the same command again: finished stages are skipped",
-              file=sys.stderr)
+    if ended_unfinished("flows.demo", state, "the pipeline"):
         return 1
     print(report(state.result(), time.monotonic() - t0))
     return 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -78,3 +79,13 @@ def stage_result(stage: str, state: State) -> Any:
         if isinstance(error, BaseException) and not isinstance(error, BloomstackError):
             raise error
     raise StageEnded(stage, state)
+
+
+def ended_unfinished(prog: str, state: State, what: str = "the run") -> bool:
+    """For a command's ``main``: when the flow run did not complete, say how it ended and what to do on stderr
+    (two lines) and return True (the command then exits 1)."""
+    if state.is_completed():
+        return False
+    print(f"{prog}: {what} ended {state.name}: {state.message}", file=sys.stderr)
+    print(f"{prog}: fix the cause and run the same command again: finished stages are skipped", file=sys.stderr)
+    return True

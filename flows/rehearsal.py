@@ -44,6 +44,7 @@ from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import load_config
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
+from flows.failures import ended_unfinished
 from flows.launch_config import LaunchConfig
 from flows.pipeline import bloom_pipeline
 from flows.rehearsal_config import (
@@ -200,10 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.monotonic()
     state = rehearsal_flow(config, return_state=True)
-    if not state.is_completed():
-        print(f"flows.rehearsal: ended {state.name}: {state.message}", file=sys.stderr)
-        print("flows.rehearsal: fix the cause and run the same command again: finished stages are skipped",
-              file=sys.stderr)
+    if ended_unfinished("flows.rehearsal", state, "the rehearsal"):
         return 1
     result = state.result()
     print(result["summary_markdown"])

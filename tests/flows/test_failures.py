@@ -12,7 +12,7 @@ from flows.blend import blend_flow
 from flows.clean import clean_flow
 from flows.config import BlendStageConfig, CleanStageConfig, PipelineConfig
 from flows.data import dataset_flow
-from flows.failures import stage_result
+from flows.failures import ended_unfinished, stage_result
 from flows.pipeline import bloom_pipeline
 
 
@@ -61,3 +61,14 @@ def test_a_bug_keeps_its_exception(prefect_harness, tmp_path, monkeypatch):
     with pytest.raises(ZeroDivisionError, match="a bug in the blend") as raised:  # what the pipeline does with it
         stage_result("blend", state)
     assert any(entry.name == "broken" for entry in raised.traceback)  # raised where the bug is
+
+
+def test_commands_say_how_an_unfinished_run_ended_and_what_to_do(capsys):
+    from prefect.states import Completed, Failed
+
+    assert not ended_unfinished("flows.demo", Completed(), "the pipeline")
+    assert capsys.readouterr().err == ""
+    assert ended_unfinished("flows.demo", Failed(message="tokenizer stage Failed: x.jsonl:3: bad row"), "the pipeline")
+    assert capsys.readouterr().err.splitlines() == [
+        "flows.demo: the pipeline ended Failed: tokenizer stage Failed: x.jsonl:3: bad row",
+        "flows.demo: fix the cause and run the same command again: finished stages are skipped"]
