@@ -9,7 +9,6 @@ a Markdown artifact with the chart.
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from bloomdata.mixture.report import over_repeated, write_blend
 from bloomdata.mixture.tune import BlendConfig, tune_blend
 from flows.config import BlendStageConfig
 from flows.failures import user_errors
+from flows.report import png_markdown
 from flows.stages import completed, config_hash, write_marker
 
 
@@ -43,7 +43,7 @@ def blend_artifacts(spec: dict[str, Any], png: Path) -> None:
     create_table_artifact(table, key="blend-weights", description=f"{weighed}, {budget}")
     md = [f"# Blend for {budget} ({weighed})", "", f"`{png.parent / 'blend.yaml'}`", ""]
     if png.exists():
-        md.append(f"![blend](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})")
+        md.append(png_markdown(png, "blend"))
     create_markdown_artifact("\n".join(md), key="blend-chart", description="natural vs blended shares, epochs")
 
 

@@ -15,7 +15,6 @@ its chart. ``cleaned_sources`` turns the stage's result into the next stages' so
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from bloomdata.readers import SourceConfig
 from flows.config import CleanStageConfig
 from flows.data import source_files
 from flows.failures import transient, user_errors
+from flows.report import png_markdown
 from flows.stages import completed, config_hash, write_marker
 
 
@@ -64,7 +64,7 @@ def clean_artifacts(summary: dict[str, Any]) -> None:
           f"Cleaned data: `{summary['data_dir']}`; report `{summary['report_md']}`; examples of every removal "
           f"reason: `{summary['removed_file']}`.", ""]
     if png.exists():
-        md.append(f"![clean](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})")
+        md.append(png_markdown(png, "clean"))
     create_markdown_artifact("\n".join(md), key="clean-chart",
                              description="share of documents and bytes kept and removed by each step, per language")
 

@@ -15,7 +15,6 @@ Failed with that one line as its message, not a traceback (``flows.failures.user
 
 from __future__ import annotations
 
-import base64
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from flows.config import EvaluateStageConfig
 from flows.data import source_files
 from flows.failures import user_errors
 from flows.heldout import heldout_documents, write_heldout
+from flows.report import png_markdown
 from flows.stages import completed, config_hash, write_marker
 
 OVERALL = "overall"  # the report's row over every document
@@ -94,7 +94,7 @@ def evaluate_artifacts(models: dict[str, Any], out: Path, heldout: list[dict[str
     md += ["Bits per byte (lower is better):", "", "```", bpb_table(models), "```", ""]
     png = out / "eval.png"
     if png.exists():
-        md.append(f"![bits per byte](data:image/png;base64,{base64.b64encode(png.read_bytes()).decode()})")
+        md.append(png_markdown(png, "bits per byte"))
     create_markdown_artifact("\n".join(md), key="evaluation-chart", description="bits per byte per language")
 
 

@@ -132,6 +132,11 @@ def plot_loss(train: list[dict], evals: list[dict], png: str | Path) -> Path:
     return png
 
 
+def png_markdown(png: str | Path, alt: str) -> str:
+    """A Markdown image holding the PNG inline (base64), so an artifact shows it without a file server."""
+    return f"![{alt}](data:image/png;base64,{base64.b64encode(Path(png).read_bytes()).decode()})"
+
+
 def _fmt(value: Any, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -163,6 +168,5 @@ def training_markdown(summary: dict[str, Any], *, paths: dict[str, str], png: st
         what = "Loss curve (right: each set's validation bits per byte)" if sets else "Loss curve"
         lines += ["", f"{what}: `{png}`", ""]
         if embed_png:  # inline, so the artifact shows the plot without a file server (~20 KB)
-            data = base64.b64encode(Path(png).read_bytes()).decode()
-            lines.append(f"![loss curve](data:image/png;base64,{data})")
+            lines.append(png_markdown(png, "loss curve"))
     return "\n".join(lines) + "\n"
