@@ -51,6 +51,7 @@ class LaunchError(RuntimeError):
 # multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 8311) of binary: /usr/bin/python".
 _WORKER_FAILED = re.compile(r"\] failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
 # bloomtrain.cli.train, rank 0 of a restarted worker group (its exact words are that module's).
+STARTED_OVER = "(none: started over)"  # where a restart resumed when there was no checkpoint yet
 _TRAINER_RESTART = re.compile(r"bloomtrain: torchrun restart \d+ of \d+.*?(?:resuming from (\S+)|starting over)")
 
 
@@ -72,7 +73,7 @@ def watch_torchrun(line: str, failures: list[WorkerFailure]) -> None:
     if m := _WORKER_FAILED.search(line):
         failures.append(WorkerFailure(time.time(), int(m.group(2)), int(m.group(1))))
     elif failures and (m := _TRAINER_RESTART.search(line)):
-        failures[-1].resumed_from = m.group(1) or "(none: started over)"
+        failures[-1].resumed_from = m.group(1) or STARTED_OVER
 
 
 @dataclass
@@ -90,7 +91,7 @@ class LaunchResult:
     @property
     def torchrun_gave_up(self) -> bool:
         """torchrun ended with its failure report (its restarts, if any, were used up)."""
-        return any("ChildFailedError" in line for line in self.tail)
+        return _torchrun_report(self.tail)
 
     @property
     def torchrun_restarts(self) -> int:
@@ -102,7 +103,7 @@ class LaunchResult:
         """(global rank, exit code) of the first failure in torchrun's final report; None without one."""
         if not self.torchrun_gave_up:
             return None
-        root = next((i for i, line in enumerate(self.tail) if line.startswith("Root Cause")), None)
+        root = _root_cause_at(self.tail)
         block = "\n".join(self.tail[root:]) if root is not None else ""
         rank, code = re.search(r"rank\s*:\s*(\d+)", block), re.search(r"exitcode\s*:\s*(-?\d+)", block)
         return (int(rank.group(1)), int(code.group(1))) if rank and code else None
@@ -144,19 +145,29 @@ class LaunchResult:
 _ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/elastic/")
 
 
+def _torchrun_report(lines: list[str]) -> bool:
+    """torchrun's final failure report is among ``lines`` (it raises ChildFailedError when it gives up)."""
+    return any("ChildFailedError" in line for line in lines)
+
+
+def _root_cause_at(lines: list[str]) -> int | None:
+    """Where the report's "Root Cause" block starts in ``lines``."""
+    return next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
+
+
 def failure_excerpt(lines: list[str], n: int) -> list[str]:
     """The last ``n`` lines worth quoting. Under torchrun, the ranks' own last lines (the agent's traceback
     and report come after them and would crowd them out) plus the agent's root-cause rank and exit code.
     The ranks' lines end where the agent's final run of log lines starts: after a restart, earlier agent
     lines sit among the ranks' output of the failed groups."""
-    if not any("ChildFailedError" in line for line in lines):
+    if not _torchrun_report(lines):
         return lines[-n:]
     agent = [i for i, line in enumerate(lines) if _ELASTIC_LOG.match(line)]
     first_agent = agent[-1] if agent else len(lines)
     while first_agent - 1 in agent:
         first_agent -= 1
     ranks = lines[:first_agent][-n:]
-    root = next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
+    root = _root_cause_at(lines)
     cause = [line.strip() for line in lines[root:] if line.strip().startswith(("rank", "exitcode"))] if root else []
     return ranks + ([f"[torchrun root cause] {' | '.join(cause)}"] if cause else [])
 

@@ -13,9 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flows.launch import LaunchResult, failure_excerpt
-
-STARTED_OVER = "(none: started over)"
+from flows.launch import STARTED_OVER, LaunchResult, WorkerFailure, failure_excerpt
 
 
 @dataclass
@@ -35,10 +33,14 @@ class Restart:
         return asdict(self)
 
 
+def torchrun_restart(failure: WorkerFailure) -> Restart:
+    """The restart torchrun made after a worker group failed."""
+    return Restart(failure.seen_at, "torchrun", failure.describe(), failure.resumed_from)
+
+
 def torchrun_restarts(result: LaunchResult) -> list[Restart]:
     """The worker groups torchrun started again during one launch (its final failure, if any, is no restart)."""
-    return [Restart(f.seen_at, "torchrun", f.describe(), f.resumed_from)
-            for f in result.worker_failures[:result.torchrun_restarts]]
+    return [torchrun_restart(f) for f in result.worker_failures[:result.torchrun_restarts]]
 
 
 def relaunch(result: LaunchResult, resumed_from: str | None, lines: int = 12) -> Restart:

@@ -43,7 +43,7 @@ from flows.failures import user_errors
 from flows.launch import LaunchError, LaunchResult, WorkerFailure, run_process
 from flows.launch_config import SBATCH_JOB_ID, build_command, launch_env
 from flows.report import plot_loss, read_metrics, summarize, training_markdown
-from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restarts
+from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restart, torchrun_restarts
 from flows.stages import completed, config_hash, read_marker, write_marker
 
 
@@ -110,8 +110,7 @@ def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_ite
                 update_progress_artifact(progress, min(100.0, 100.0 * train[-1]["iteration"] / total_iters))
         if len(failures) > published[0]:  # every failure so far was followed by a restart, as the job runs on
             published[0] = len(failures)
-            _publish_restarts([*(Restart(**r) for r in earlier),
-                               *(Restart(f.seen_at, "torchrun", f.describe(), f.resumed_from) for f in failures)])
+            _publish_restarts([*(Restart(**r) for r in earlier), *map(torchrun_restart, failures)])
         return _cancel_requested()
 
     log.info("launching: %s", " ".join(cmd))
