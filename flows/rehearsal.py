@@ -31,7 +31,6 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.states import Failed
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata import durable
@@ -44,7 +43,7 @@ from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import load_config
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
-from flows.failures import ended_unfinished
+from flows.failures import ended_unfinished, stage_result, user_errors
 from flows.launch_config import LaunchConfig
 from flows.pipeline import bloom_pipeline
 from flows.rehearsal_config import (
@@ -161,20 +160,17 @@ def summary_markdown(result: dict[str, Any], seconds: float, stages: list[tuple[
 
 
 @flow(name="bloom-rehearsal")
+@user_errors
 def rehearsal_flow(config: RehearsalConfig = RehearsalConfig()) -> dict[str, Any]:
     """BLOOM-176B's tr11 path scaled down: mixture, BLOOM tokenizer, datasets, blend, the tr11 recipe (TP 2 x PP 2),
     export and per-language evaluation, with every override of the recipe listed (stages done are skipped)."""
     log = get_run_logger()
     started = time.time()
-    state = bloom_pipeline(pipeline_config(config), return_state=True)
-    if not state.is_completed():
-        return Failed(message=f"bloom_pipeline {state.name}: {state.message}")
-    result = state.result()
+    # the pipeline ending Failed or Cancelled ends the rehearsal the same way, "pipeline stage ...: <its message>"
+    result = stage_result("pipeline", bloom_pipeline(pipeline_config(config), return_state=True))
     root = Path(result["out_dir"])
-    try:  # the config the trainer read, against the recipe
-        rows = override_rows(recipe_config(), load_config(result["train"]["paths"]["config"]), config.scale)
-    except BloomstackError as exc:
-        return Failed(message=str(exc))
+    # the config the trainer read, against the recipe (an undeclared override: Failed with its one line)
+    rows = override_rows(recipe_config(), load_config(result["train"]["paths"]["config"]), config.scale)
     seconds = time.time() - started
     stages = stage_seconds(root, started)
     overrides_md = overrides_markdown(rows, result["tokenizer"]["vocab_size"], root)
