@@ -248,6 +248,12 @@ def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[
     return f"{where}: {dotted}: {msg}{got}{more}; fix: {fix}"
 
 
+def close_name_hint(name: str, known: Sequence[str]) -> str:
+    """For a key nobody knows: the known key closest to ``name``, else all of them."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]}?" if close else f"known keys here: {', '.join(known)}"
+
+
 def _short(value: Any, width: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -256,9 +262,7 @@ def _short(value: Any, width: int = 60) -> str:
 def _fix(kind: str, key: Key, info: Any, siblings: Sequence[str], flag_of) -> str:
     dotted = ".".join(map(str, key))
     if kind == "extra_forbidden":
-        close = difflib.get_close_matches(str(key[-1]), siblings, n=1)
-        hint = f"did you mean {close[0]}?" if close else f"known keys here: {', '.join(siblings)}"
-        return f"remove {dotted} or correct its name ({hint})"
+        return f"remove {dotted} or correct its name ({close_name_hint(str(key[-1]), siblings)})"
     flag = flag_of(key) if flag_of and key else None
     setter = f"{flag} (or {dotted} in the config file)" if flag else dotted or "the config"
     about = getattr(info, "description", None)

@@ -12,12 +12,11 @@ rejected for "having one word".
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bloomdata.config import cli_option
+from bloomdata.config import cli_option, close_name_hint
 from bloomdata.readers import SourceConfig, sources_field
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
@@ -116,10 +115,7 @@ class QualityConfig(BaseModel):
         except ValidationError as exc:
             err = exc.errors()[0]
             key = ".".join(map(str, err["loc"]))
-            hint = ""
-            if err["type"] == "extra_forbidden":
-                close = difflib.get_close_matches(key, list(Thresholds.model_fields), n=1)
-                hint = f"; did you mean {close[0]}?" if close else f"; known: {', '.join(Thresholds.model_fields)}"
+            hint = f"; {close_name_hint(key, list(Thresholds.model_fields))}" if err["type"] == "extra_forbidden" else ""
             raise ValueError(f"languages.{lang}.{key}: {err['msg']} (got {err.get('input')!r}){hint}") from None
 
 
