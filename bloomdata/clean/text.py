@@ -6,7 +6,8 @@ stray U+FEFF are dropped, except that a C1 control with a cp1252 meaning becomes
 (``c1_as_cp1252``: web text decoded as Latin-1 instead of cp1252 carries U+0092 for ’, U+009C for œ...;
 dropping them would join words, "l\u0092eau" -> "leau"), CRLF and CR become LF, U+2028/U+2029 become
 LF, odd spaces (NBSP, U+2000-U+200A, U+202F, U+205F, U+3000) become a space, runs of spaces become one,
-lines are stripped, 3+ newlines become two. Zero-width joiners and non-joiners (U+200C/D), which Indic and Arabic-script spelling needs, are kept.
+lines are stripped, 3+ newlines become two. Zero-width joiners and non-joiners (U+200C/D), which Indic and
+Arabic-script spelling needs, are kept.
 
 ``word_units`` gives the "words" of the quality measures and the MinHash shingles. Splitting on whitespace
 works for spaced scripts only: a Chinese, Japanese or Thai document is one "word" per sentence. So the rule
