@@ -12,9 +12,10 @@ rejected for "having one word".
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bloomdata.config import cli_option, close_name_hint
 from bloomdata.readers import SourceConfig, sources_field
@@ -27,6 +28,8 @@ REPORT_PNG = "clean.png"
 DATA_DIR = "data"  # OUT/data/<lang>/part-*.jsonl.zst: what `bloomdata build --input OUT/data` reads
 WORK_DIR = "work"  # per-shard candidates, hashes, signatures and markers (removed at the end)
 LOCK_FILE = ".bloomdata-clean.lock"
+# Shipped config files (``bloomdata clean --preset NAME``; configs/clean/NAME.yaml links to them).
+PRESETS = {name: str(Path(__file__).with_name("presets") / f"{name}.yaml") for name in ("default", "roots")}
 
 # Why a document was removed, in the order the checks run (stable keys: summaries and reports use them).
 FILTER_REASONS = (
@@ -36,6 +39,11 @@ FILTER_REASONS = (
     "lang_id", "perplexity",
 )
 DEDUP_REASONS = ("exact_duplicate", "near_duplicate")
+# The quality steps in the order the default preset runs them (cheapest first); the roots preset runs ROOTS's.
+DEFAULT_STEPS = ("words", "chars", "special_characters", "closed_class_words", "flagged_words", "word_repetition",
+                 "char_repetition", "lang_id", "perplexity")
+ROOTS_STEPS = ("words", "char_repetition", "word_repetition", "special_characters", "closed_class_words",
+               "flagged_words", "lang_id", "perplexity")
 REASONS = FILTER_REASONS + DEDUP_REASONS
 
 
@@ -69,6 +77,48 @@ class Thresholds(BaseModel):
     min_lang_id_score: float | None = Field(
         default=0.7, ge=0, le=1, description="least fastText probability of the document's own language")
     max_perplexity: float | None = Field(default=10_000, gt=0, description="highest KenLM perplexity")
+    # ROOTS's per-language text handling (off by default; the roots preset sets them as ROOTS did)
+    remove_words_containing: list[str] | None = Field(
+        default=None, description="drop from the text every word (space-separated, stripped) holding one of "
+                                  "these substrings, e.g. [http, www, .com, href, //] (ROOTS); lines, tabs and "
+                                  "spaces are re-joined as ROOTS did")
+    max_word_length: int | None = Field(
+        default=None, ge=1, description="drop from the text words longer than this (also after stripping) (ROOTS)")
+    sentencepiece_words: bool = Field(
+        default=False, description="words are the pieces of the language's sentencepiece model (ROOTS zh); "
+                                   "without a model, one word per character")
+    word_augmentation: list[int] = Field(
+        default_factory=list, description="also match closed-class and flagged words against runs of this many "
+                                          "words (ROOTS vi and zh: [2])")
+    augmentation_join: str = Field(default="", description="what joins the words of an augmentation run")
+
+
+def not_in_key(*flags: str, **cli: Any) -> dict[str, Any]:
+    """``json_schema_extra`` of a field that does not change what a shard's filter stage writes (where and how
+    the run goes, or a value the key holds in another form): ``shard_settings`` leaves it out. Every other
+    field is in the key, so a new setting can never reuse stale shards."""
+    return {**cli_option(*flags, **cli), "shard_key": False}
+
+
+MODEL_FILES = "model_files"  # a field of model paths: the key holds each file's path, size and mtime
+
+
+def shard_settings(model: BaseModel, file_identity) -> dict[str, Any]:
+    """``model`` as the shard key sees it: every field but those marked ``not_in_key``, nested sections
+    recursively, model paths as ``file_identity(path)``."""
+    out: dict[str, Any] = {}
+    for name, info in type(model).model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if extra.get("shard_key") is False:
+            continue
+        value = getattr(model, name)
+        if extra.get(MODEL_FILES):
+            paths = value if isinstance(value, dict) else {"": value}
+            value = {k: file_identity(v) if v else None for k, v in sorted(paths.items())}
+        elif isinstance(value, BaseModel):
+            value = shard_settings(value, file_identity)
+        out[name] = value
+    return out
 
 
 def _check_lang_key(lang: str) -> str:
@@ -83,19 +133,45 @@ class QualityConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="run the quality filters")
+    steps: list[str] = Field(default_factory=lambda: list(DEFAULT_STEPS),
+                             description="the filter steps, in the order they run (names of "
+                                         "bloomdata.clean.steps.FILTERS); the first that fails names the reason")
+    words: Literal["units", "roots"] = Field(
+        default="units", description="how words are found: units (a word, or a character of an unspaced script, "
+                                     "lower-cased, stripped of punctuation, symbols and digits) or roots (ROOTS: "
+                                     "split on space, tab and newline, stripped of ROOTS's special characters)")
+    special_characters: Literal["categories", "roots"] = Field(
+        default="categories", description="special characters: Unicode categories P, S, N, Z and controls, or "
+                                          "ROOTS's special_characters_default set")
+    word_lists: Literal["bloomstack", "roots"] = Field(
+        default="bloomstack", description="shipped word lists: bloomstack (short closed-class lists, no flagged "
+                                          "words) or roots (ROOTS's stopwords and flagged words for its 13 "
+                                          "languages, the bloomstack closed-class lists for the others)")
     defaults: Thresholds = Field(default_factory=Thresholds, description="thresholds of every language")
     languages: dict[str, dict[str, Any]] = Field(
         default_factory=dict, json_schema_extra=cli_option(skip=True),
         description="per-language overrides of some thresholds, e.g. {zh: {min_words: 5}, en: {min_closed_class: 0.2}}")
     closed_class_words: dict[str, list[str] | str] = Field(
-        default_factory=dict, json_schema_extra=cli_option(metavar="LANG=FILE"),
+        default_factory=dict, json_schema_extra=not_in_key(metavar="LANG=FILE"),  # the key holds the lists read
         description="closed-class (function) words per language: a list, or a file with one per line; replaces "
                     "the built-in list of that language")
     builtin_closed_class_words: bool = Field(
         default=True, description="use the shipped closed-class lists (bloomdata.clean.closed_class)")
     flagged_words: dict[str, list[str] | str] = Field(
-        default_factory=dict, json_schema_extra=cli_option(metavar="LANG=FILE"),
+        default_factory=dict, json_schema_extra=not_in_key(metavar="LANG=FILE"),  # the key holds the lists read
         description="flagged words per language: a list, or a file with one per line (none are shipped)")
+
+    @field_validator("steps")
+    @classmethod
+    def _known_steps(cls, steps: list[str]) -> list[str]:
+        from bloomdata.clean.steps import FILTERS  # the registry imports this module
+
+        for name in steps:
+            if name not in FILTERS:
+                raise ValueError(f"unknown filter step {name!r}; {close_name_hint(name, list(FILTERS))}")
+        if len(set(steps)) != len(steps):
+            raise ValueError(f"a filter step is listed twice in {steps}")
+        return steps
 
     @model_validator(mode="after")
     def _overrides_are_thresholds(self) -> QualityConfig:
@@ -133,6 +209,11 @@ class NormalizeConfig(BaseModel):
         default=True, description="odd spaces (NBSP, U+3000, ...) become ' ', runs of spaces one, CRLF LF, "
                                   "3+ newlines two, lines and the document stripped")
     unicode_form: Literal["none", "NFC", "NFKC"] = Field(default="none", description="Unicode normalization form")
+    roots_whitespace: bool = Field(
+        default=False, description="ROOTS's document modification: strip the document, then its 12 odd "
+                                   "whitespace characters (NBSP, U+2002-U+200A, U+3000, U+FFFC, ...) become ' '")
+    roots_punctuation: bool = Field(
+        default=False, description="ROOTS's unicode punctuation replacement (，-> , 。-> . « -> \" ...)")
 
 
 class LangIdConfig(BaseModel):
@@ -140,7 +221,7 @@ class LangIdConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(default=None, json_schema_extra=cli_option(metavar="FILE"),
+    model: str | None = Field(default=None, json_schema_extra={**cli_option(metavar="FILE"), MODEL_FILES: True},
                               description="fastText language-id model; the step is off without one")
     label_format: str = Field(default="__label__{lang}",
                               description="the model's label of a language, from the document's lang")
@@ -153,9 +234,21 @@ class PerplexityConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    models: dict[str, str] = Field(default_factory=dict, json_schema_extra=cli_option(metavar="LANG=FILE"),
+    models: dict[str, str] = Field(default_factory=dict,
+                                   json_schema_extra={**cli_option(metavar="LANG=FILE"), MODEL_FILES: True},
                                    description="KenLM model (.arpa or .bin) per language, scored on the "
                                                "whitespace-split words of each line")
+
+
+class SentencePieceConfig(BaseModel):
+    """sentencepiece models you supply per language (ROOTS's ``<lang>.sp.model``): they tokenise text before
+    KenLM scoring and give the words of languages whose settings say ``sentencepiece_words``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, str] = Field(default_factory=dict,
+                                   json_schema_extra={**cli_option(metavar="LANG=FILE"), MODEL_FILES: True},
+                                   description="sentencepiece model per language")
 
 
 class PiiConfig(BaseModel):
@@ -189,8 +282,15 @@ class NearDedupConfig(BaseModel):
     bands: int = Field(default=20, ge=1, description="LSH bands; more catch lower similarity")
     rows: int = Field(default=5, ge=1, description="hashes per band; more demand higher similarity")
     seed: int = Field(default=1, description="seed of the hash permutations (same for every shard)")
-    docs_per_task: int = Field(default=4_000_000, ge=1, description="documents per band-join task (its memory: "
+    docs_per_task: int = Field(default=4_000_000, ge=1, json_schema_extra=not_in_key(), description="documents per band-join task (its memory: "
                                                                     "~40 bytes each)")
+
+
+def _sources_field() -> Any:
+    """``sources_field()``, not in the settings key: each shard's own key names its file, format, fields and lang."""
+    field = sources_field()
+    return Field(min_length=1, description=field.description,
+                 json_schema_extra={**field.json_schema_extra, "shard_key": False})
 
 
 class CleanConfig(BaseModel):
@@ -198,25 +298,27 @@ class CleanConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceConfig] = sources_field()
+    sources: list[SourceConfig] = _sources_field()
     out_dir: str = Field(description="output directory: OUT/data/<lang>/part-*, summary, removed examples, report",
-                         json_schema_extra=cli_option("--out", metavar="DIR"))
-    output_format: Literal["jsonl.zst", "parquet"] = Field(default="jsonl.zst",
+                         json_schema_extra=not_in_key("--out", metavar="DIR"))
+    output_format: Literal["jsonl.zst", "parquet"] = Field(default="jsonl.zst", json_schema_extra=not_in_key(),
                                                            description="format of the cleaned shards")
-    workers: int = Field(default=2, ge=0, description="LocalCluster worker processes (0: run in-process)")
+    workers: int = Field(default=2, ge=0, json_schema_extra=not_in_key(), description="LocalCluster worker processes (0: run in-process)")
     scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
-                                  json_schema_extra=cli_option(metavar="ADDR"))
-    max_rows_per_shard: int | None = Field(default=100_000, ge=1,
+                                  json_schema_extra=not_in_key(metavar="ADDR"))
+    max_rows_per_shard: int | None = Field(default=100_000, ge=1, json_schema_extra=not_in_key(),  # in the plan
                                            description="split larger files into row ranges (bounds a task's memory)")
-    strict: bool = Field(default=False, description="the first unreadable row is an error naming file:line")
+    strict: bool = Field(default=False, json_schema_extra=not_in_key(), description="the first unreadable row is an error naming file:line")
     max_removed_examples: int = Field(default=20, ge=0, description="examples per reason in removed.jsonl.zst")
     max_example_chars: int = Field(default=2000, ge=0, description="characters of text kept per example")
-    keep_work: bool = Field(default=False, description="keep OUT/work (candidates, hashes, signatures) at the end")
-    progress: bool = Field(default=True, description="tqdm progress bars on stderr")
+    keep_work: bool = Field(default=False, json_schema_extra=not_in_key(), description="keep OUT/work (candidates, hashes, signatures) at the end")
+    progress: bool = Field(default=True, json_schema_extra=not_in_key(), description="tqdm progress bars on stderr")
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig, description="normalization")
     quality: QualityConfig = Field(default_factory=QualityConfig, description="quality filters")
     lang_id: LangIdConfig = Field(default_factory=LangIdConfig, description="language-identification filter")
     perplexity: PerplexityConfig = Field(default_factory=PerplexityConfig, description="perplexity filter")
+    sentencepiece: SentencePieceConfig = Field(default_factory=SentencePieceConfig,
+                                               description="sentencepiece models (words, perplexity)")
     pii: PiiConfig = Field(default_factory=PiiConfig, description="PII redaction")
     exact_dedup: ExactDedupConfig = Field(default_factory=ExactDedupConfig, description="exact deduplication")
     near_dedup: NearDedupConfig = Field(default_factory=NearDedupConfig, description="near-duplicate removal")

@@ -1,72 +1,50 @@
-"""ROOTS-style quality filters: the measures, and the per-language check that names why a document goes.
+"""The quality filters of a clean run: each language's settings resolved once, and the steps run in order.
 
-The measures follow BigScience's ROOTS filtering (github.com/bigscience-workshop/data-preparation,
-preprocessing/training/01b_oscar_cleaning_and_filtering/filtering.py), on word units
-(``bloomdata.clean.text``) so that scripts without spaces are measured per character:
+``QualityFilter.document(text, lang)`` applies the document modifications (``normalize``, then ROOTS's
+per-language word removals when set) and returns a ``Doc``; ``QualityFilter.reason(doc)`` runs the
+language's steps (``bloomdata.clean.steps``) in ``quality.steps`` order and returns the first reason to
+remove it, or None. Two ways of finding words (``quality.words``):
 
-- character repetition: of the document's character n-grams, the share covered by its ``int(sqrt(#distinct))``
-  most frequent ones that occur more than once (ROOTS's ``compute_character_repetition_ratio``);
-- word repetition: the share of word n-grams that occur more than once;
-- special characters: the share of characters that are punctuation, symbols, numbers or spaces (Unicode
-  categories P, S, N, Z; ROOTS listed them by hand);
-- closed-class and flagged words: the share of words in the language's list.
+- ``units`` (the default preset): word units (``bloomdata.clean.text.word_units``: a word, or one character of
+  an unspaced script, lower-cased, stripped of punctuation and digits), so one set of thresholds fits every
+  script; special characters are Unicode categories (P, S, N, Z, controls);
+- ``roots`` (the roots preset): ROOTS's rule, value by value: pieces between spaces, tabs and newlines,
+  lower-cased, stripped of ROOTS's ``special_characters_default`` (which, unlike a category rule, holds
+  Devanagari and Bengali vowel signs such as U+093E, U+09BE, U+0940, U+094D, U+0947, and the emoji);
+  languages with ``sentencepiece_words`` (zh) take the pieces of their sentencepiece model when one is
+  given, else one word per character. Its word count is ROOTS's: stripped but not lower-cased.
 
-Checks run cheapest first and stop at the first failure, whose name is the reason (``FILTER_REASONS``).
 Why not datatrove's filters: its Gopher/C4/FineWeb filters measure different things (no ROOTS ratios), and
 their word tokenizers come from spaCy (not installed, and per language: Chinese needs jieba) or fall back to
-whitespace, which makes a Chinese document one word. Character n-grams are counted with numpy (a rolling
-64-bit polynomial hash of the code points and ``np.unique``): ~4x faster than a Counter of substrings.
+whitespace, which makes a Chinese document one word.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
+from bloomdata.clean import roots
 from bloomdata.clean.closed_class import CLOSED_CLASS_WORDS
 from bloomdata.clean.config import CleanConfig, QualityConfig, Thresholds
-from bloomdata.clean.models import LangId, perplexity, perplexity_model
-from bloomdata.clean.text import code_points, special_table
+from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_ratio, word_repetition_ratio
+from bloomdata.clean.models import LangId, perplexity_model, sentencepiece_model
+from bloomdata.clean.steps import FILTERS, Doc, Filter
+from bloomdata.clean.text import (
+    CASE_SENSITIVE,
+    normalize,
+    roots_remove_words,
+    roots_special_table,
+    roots_words,
+    special_table,
+    word_units,
+)
 from bloomdata.errors import BloomstackError
 
-_POLY = np.uint64(0x100000001B3)  # FNV-1 64-bit prime: odd, so every step is a bijection mod 2**64
-
-
-def char_repetition_ratio(cp: np.ndarray, n: int) -> float:
-    """ROOTS's character repetition ratio of a document given as uint32 code points."""
-    m = len(cp) - n + 1
-    if m <= 0:
-        return 0.0
-    h = cp[:m].astype(np.uint64)
-    for k in range(1, n):  # h[i] = sum_k cp[i + k] * P**(n - 1 - k) mod 2**64: one value per n-gram
-        h *= _POLY
-        h += cp[k:k + m]
-    h.sort()  # then the run lengths of equal values: np.unique's work without its extra arrays
-    counts = np.diff(np.concatenate(([-1], np.flatnonzero(h[1:] != h[:-1]), [m - 1])))
-    repeated = counts[counts > 1]
-    top = min(int(np.sqrt(len(counts))), len(repeated))
-    if top == 0:
-        return 0.0
-    return float(np.partition(repeated, len(repeated) - top)[-top:].sum()) / m
-
-
-def word_repetition_ratio(words: list[str], n: int) -> float:
-    """Share of word n-grams that occur more than once (ROOTS's word repetition ratio)."""
-    if len(words) < n:
-        return 0.0
-    counts = collections.Counter(zip(*(words[k:] for k in range(n))))
-    repeated = sum(c for c in counts.values() if c > 1)
-    return repeated / (len(words) - n + 1)
-
-
-def special_ratio(cp: np.ndarray) -> float:
-    return float(np.count_nonzero(special_table()[cp])) / len(cp) if len(cp) else 0.0
-
-
-def word_ratio(words: list[str], vocabulary: frozenset[str]) -> float:
-    return sum(map(vocabulary.__contains__, words)) / len(words) if words else 0.0
+__all__ = ["Doc", "Language", "QualityFilter", "char_repetition_ratio", "load_word_lists", "special_ratio",
+           "word_ratio", "word_repetition_ratio"]
 
 
 def base_lang(lang: str | None) -> str:
@@ -74,72 +52,95 @@ def base_lang(lang: str | None) -> str:
     return (lang or "").replace("_", "-").split("-")[0]
 
 
-class _Language:
-    """One language's thresholds, word lists and models, resolved once per shard."""
+def _lookup(table: dict[str, str], lang: str | None) -> str | None:
+    return table.get(lang or "") or table.get(base_lang(lang))
+
+
+class Language:
+    """One language's settings, word lists, models and word rule, resolved once per process."""
 
     def __init__(self, lang: str | None, config: CleanConfig, closed: dict[str, list[str]],
                  flagged: dict[str, list[str]], lang_id: LangId | None):
         self.lang = lang
         self.t: Thresholds = config.quality.thresholds_for(lang)
-        self.closed = _lookup(closed, lang)
-        self.flagged = _lookup(flagged, lang)
+        self.closed = _word_set(closed, lang)
+        self.flagged = _word_set(flagged, lang)
         self.lang_id = lang_id if lang else None
-        model = config.perplexity.models.get(lang or "") or config.perplexity.models.get(base_lang(lang))
+        model = _lookup(config.perplexity.models, lang)
         self.kenlm = perplexity_model(model) if model else None
+        sp = _lookup(config.sentencepiece.models, lang)
+        self.sentencepiece = sentencepiece_model(sp) if sp else None
+        self.roots = config.quality.words == "roots"
+        self.special: np.ndarray = roots_special_table() if config.quality.special_characters == "roots" \
+            else special_table()
+        self.augmentation = tuple(self.t.word_augmentation)
+        self.words: Callable[[Doc], list[str]] = self._word_rule()
+        self.remove = bool(self.t.remove_words_containing) or self.t.max_word_length is not None
+        self.steps: list[Filter] = [s for s in (FILTERS[name].build(self) for name in config.quality.steps
+                                                if config.quality.enabled or name in ("lang_id", "perplexity"))
+                                    if s is not None]
+
+    def _word_rule(self) -> Callable[[Doc], list[str]]:
+        if not self.roots:
+            return lambda doc: word_units(doc.text)
+        if self.t.sentencepiece_words and self.sentencepiece is not None:
+            from bloomdata.clean.models import sentencepiece_words
+
+            return lambda doc: sentencepiece_words(self.sentencepiece, doc.text)
+        per_character = self.t.sentencepiece_words
+        return lambda doc: roots_words(doc.text, per_character, flags=doc.flags)
+
+    def word_count(self, doc: Doc) -> int:
+        """ROOTS counts words stripped but not lower-cased; that differs from ``len(words)`` only for a
+        document holding a character whose lower case strips differently."""
+        if not self.roots or (self.t.sentencepiece_words and self.sentencepiece is not None) \
+                or not doc.flags & CASE_SENSITIVE:
+            return len(doc.words)
+        return len(roots_words(doc.text, per_character=self.t.sentencepiece_words, lower=False, flags=doc.flags))
+
+    def word_list_ratio(self, words: list[str], vocabulary: frozenset[str]) -> float:
+        return word_ratio(words, vocabulary, self.augmentation, self.t.augmentation_join)
+
+    def modify(self, text: str) -> str:
+        """ROOTS's per-language word removals (long words, words with URL parts), when set."""
+        if not self.remove or not text:
+            return text
+        return roots_remove_words(text, self.t.remove_words_containing, self.t.max_word_length)
 
 
-def _lookup(lists: dict[str, list[str]], lang: str | None) -> frozenset[str] | None:
+def _word_set(lists: dict[str, list[str]], lang: str | None) -> frozenset[str] | None:
     words = lists.get(lang or "") or lists.get(base_lang(lang))
     return frozenset(words) if words else None
 
 
 class QualityFilter:
-    """``reason(text, words, lang)``: the first failed check, or None when the document is kept."""
+    """``document(text, lang)``: the modified document; ``reason(doc)``: the first failed step, or None."""
 
     def __init__(self, config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]):
         self.config = config
         self.closed, self.flagged = closed, flagged
         self.lang_id = LangId(config.lang_id) if config.lang_id.model else None
-        self.quality = config.quality.enabled
-        self._language = functools.lru_cache(maxsize=256)(self._resolve)
+        self.language = functools.lru_cache(maxsize=256)(self._resolve)
 
-    def _resolve(self, lang: str | None) -> _Language:
-        return _Language(lang, self.config, self.closed, self.flagged, self.lang_id)
+    def _resolve(self, lang: str | None) -> Language:
+        return Language(lang, self.config, self.closed, self.flagged, self.lang_id)
 
-    def reason(self, text: str, words: list[str], lang: str | None) -> str | None:
-        if not text:
+    def document(self, text: str, lang: str | None) -> Doc:
+        """The document after normalization and its language's word removals."""
+        language = self.language(lang)
+        return Doc(language.modify(normalize(text, self.config.normalize)), lang, language)
+
+    def check(self, text: str, lang: str | None) -> str | None:
+        """The reason to remove ``text`` (as read), or None."""
+        return self.reason(self.document(text, lang))
+
+    def reason(self, doc: Doc) -> str | None:
+        if not doc.text:
             return "empty"
-        language = self._language(lang)
-        t = language.t
-        if self.quality:
-            if t.min_words is not None and len(words) < t.min_words:
-                return "too_few_words"
-            if t.max_words is not None and len(words) > t.max_words:
-                return "too_many_words"
-            if t.min_chars is not None and len(text) < t.min_chars:
-                return "too_few_chars"
-            if t.max_chars is not None and len(text) > t.max_chars:
-                return "too_many_chars"
-            cp = code_points(text)
-            if t.max_special_chars is not None and special_ratio(cp) > t.max_special_chars:
-                return "special_characters"
-            if language.closed and t.min_closed_class is not None and \
-                    word_ratio(words, language.closed) < t.min_closed_class:
-                return "closed_class_words"
-            if language.flagged and t.max_flagged is not None and word_ratio(words, language.flagged) > t.max_flagged:
-                return "flagged_words"
-            if t.max_word_repetition is not None and \
-                    word_repetition_ratio(words, t.word_repetition_n) > t.max_word_repetition:
-                return "word_repetition"
-            if t.max_char_repetition is not None and \
-                    char_repetition_ratio(cp, t.char_repetition_n) > t.max_char_repetition:
-                return "char_repetition"
-        if language.lang_id is not None and t.min_lang_id_score is not None and \
-                language.lang_id.score(text, lang) < t.min_lang_id_score:
-            return "lang_id"
-        if language.kenlm is not None and t.max_perplexity is not None and \
-                perplexity(language.kenlm, text) > t.max_perplexity:
-            return "perplexity"
+        for step in doc.language.steps:
+            verdict = step.keep(doc)
+            if verdict is not True:
+                return verdict if isinstance(verdict, str) else step.reasons[0]
         return None
 
 
@@ -156,10 +157,16 @@ def _words(value: list[str] | str, setting: str) -> list[str]:
 
 
 def load_word_lists(quality: QualityConfig) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """(closed-class, flagged) word lists per language: the shipped closed-class lists unless switched off,
-    replaced per language by the configured ones; flagged words only as configured."""
-    closed = {lang: sorted(words) for lang, words in CLOSED_CLASS_WORDS.items()} \
-        if quality.builtin_closed_class_words else {}
+    """(closed-class, flagged) word lists per language: the shipped lists of ``quality.word_lists`` unless
+    ``builtin_closed_class_words`` is off, replaced per language by the configured ones. ROOTS's lists are
+    taken as published (not lower-cased, spaced entries kept: they match augmentation runs)."""
+    closed: dict[str, list[str]] = {}
+    flagged: dict[str, list[str]] = {}
+    if quality.builtin_closed_class_words:
+        closed = {lang: sorted(words) for lang, words in CLOSED_CLASS_WORDS.items()}
+        if quality.word_lists == "roots":
+            closed.update({lang: sorted(set(words)) for lang, words in roots.stopwords().items()})
+            flagged = {lang: sorted(set(words)) for lang, words in roots.flagged_words().items()}
     closed.update({lang: _words(v, f"quality.closed_class_words.{lang}") for lang, v in quality.closed_class_words.items()})
-    flagged = {lang: _words(v, f"quality.flagged_words.{lang}") for lang, v in quality.flagged_words.items()}
+    flagged.update({lang: _words(v, f"quality.flagged_words.{lang}") for lang, v in quality.flagged_words.items()})
     return closed, flagged

@@ -21,12 +21,15 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import re
 from types import ModuleType
 
 from bloomdata.clean.config import CleanConfig, LangIdConfig
+from bloomdata.clean.text import roots_strip_words, roots_tables
 from bloomdata.errors import BloomstackError
 
-INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install kenlm"}
+INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install kenlm",
+                "sentencepiece": "pip install sentencepiece"}
 
 
 def require_package(name: str, setting: str) -> ModuleType:
@@ -58,6 +61,11 @@ def check_models(config: CleanConfig) -> CleanConfig:
                   for lang, path in config.perplexity.models.items()}
         require_package("kenlm", "perplexity.models")
         update["perplexity"] = config.perplexity.model_copy(update={"models": models})
+    if config.sentencepiece.models:
+        models = {lang: require_file(path, f"sentencepiece.models.{lang}", "sentencepiece model")
+                  for lang, path in config.sentencepiece.models.items()}
+        require_package("sentencepiece", "sentencepiece.models")
+        update["sentencepiece"] = config.sentencepiece.model_copy(update={"models": models})
     return config.model_copy(update=update)
 
 
@@ -100,10 +108,51 @@ def perplexity_model(path: str):
     return _kenlm(path, identity["size"], identity["mtime_ns"])
 
 
-def perplexity(model, text: str) -> float:
-    """KenLM perplexity of a document, line by line (ROOTS's formula)."""
+@functools.lru_cache(maxsize=64)
+def _sentencepiece(path: str, size: int, mtime_ns: int):
+    processor = require_package("sentencepiece", "sentencepiece.models").SentencePieceProcessor()
+    processor.load(path)
+    return processor
+
+
+def sentencepiece_model(path: str):
+    identity = model_identity(path)
+    return _sentencepiece(path, identity["size"], identity["mtime_ns"])
+
+
+_NON_PRINTING = re.compile("[" + "".join(map(chr, [*range(0, 32), *range(127, 160)])) + "]")
+_DIGIT = re.compile(r"\d")
+
+
+def roots_normalization(text: str, lower: bool) -> str:
+    """ROOTS's normalization before sentencepiece (filtering.py ``ModifyingDocuments.normalization`` with
+    non-printing characters removed, the text stripped, whitespace made uniform, digits made 0 and unicode
+    punctuation replaced; lower-cased for words, not for perplexity)."""
+    text = _NON_PRINTING.sub("", text).strip()
+    if not text:
+        return text
+    if lower:
+        text = text.lower()
+    whitespace, punctuation = roots_tables()
+    return _DIGIT.sub("0", text.translate(whitespace)).translate(punctuation)
+
+
+def sentencepiece_words(model, text: str) -> list[str]:
+    """ROOTS's words with a sentencepiece model (zh): the pieces of the normalized lower-cased text,
+    stripped of ROOTS's special characters."""
+    pieces = model.encode_as_pieces(roots_normalization(text, lower=True))
+    return roots_strip_words([p.lower() for p in pieces])
+
+
+def perplexity(model, text: str, sentencepiece=None) -> float:
+    """KenLM perplexity of a document, line by line (ROOTS's formula). With the language's sentencepiece
+    model, as ROOTS scored: the normalized text (digits 0, punctuation replaced) as space-joined pieces,
+    and the score rounded to 0.1."""
+    if sentencepiece is not None:
+        text = " ".join(sentencepiece.encode_as_pieces(roots_normalization(text, lower=False)))
     log10, length = 0.0, 0
     for line in text.split("\n"):
         log10 += model.score(line, bos=True, eos=True)
         length += len(line.split()) + 1
-    return 10.0 ** (-log10 / length)
+    score = 10.0 ** (-log10 / length)
+    return round(score, 1) if sentencepiece is not None else score

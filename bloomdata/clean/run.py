@@ -45,6 +45,7 @@ from bloomdata.clean.config import (
     SUMMARY_FILE,
     WORK_DIR,
     CleanConfig,
+    shard_settings,
 )
 from bloomdata.clean.filters import load_word_lists
 from bloomdata.clean.models import check_models, model_identity
@@ -63,18 +64,10 @@ from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_shards
 
 
 def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> dict[str, Any]:
-    """What, besides the shard, determines its stage-1 files (part of every shard key)."""
-    return {
-        "normalize": config.normalize,
-        "quality": config.quality.model_dump(exclude={"closed_class_words", "flagged_words"}),
-        "closed_class_words": closed, "flagged_words": flagged,
-        "lang_id": {**config.lang_id.model_dump(), "model": model_identity(config.lang_id.model)}
-        if config.lang_id.model else None,
-        "perplexity": {lang: model_identity(path) for lang, path in sorted(config.perplexity.models.items())},
-        "pii": config.pii, "exact_dedup": config.exact_dedup,
-        "near_dedup": config.near_dedup.model_dump(exclude={"docs_per_task"}),
-        "examples": [config.max_removed_examples, config.max_example_chars],
-    }
+    """What, besides the shard, determines its stage-1 files (part of every shard key): the whole config but
+    the fields marked ``not_in_key`` (opt-out, so a new section is in the key the day it is added), model
+    files by identity, and the word lists as read."""
+    return {**shard_settings(config, model_identity), "closed_class_words": closed, "flagged_words": flagged}
 
 
 def _remove_stray_temps(out_dir: str) -> None:

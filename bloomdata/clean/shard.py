@@ -37,7 +37,7 @@ from bloomdata.clean.minhash import MinHasher, exact_key
 from bloomdata.clean.parts import LinesWriter, abort, publish, staged
 from bloomdata.clean.pii import redact
 from bloomdata.clean.summary import FilterManifest, LangCounts
-from bloomdata.clean.text import normalize, word_units
+from bloomdata.clean.text import word_units
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import Reject, Shard, read_shard
 
@@ -158,10 +158,10 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
             nbytes = len(item.text) if item.text.isascii() else len(item.text.encode("utf-8"))
             c.documents_in += 1
             c.bytes_in += nbytes
-            text = normalize(item.text, config.normalize)
+            doc = quality.document(item.text, lang)
+            text = doc.text
             t2 = time.perf_counter()
-            words = word_units(text)
-            reason = quality.reason(text, words, lang)
+            reason = quality.reason(doc)
             t3 = time.perf_counter()
             clock["normalize"] += t2 - t1
             clock["filter"] += t3 - t2
@@ -174,13 +174,14 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
             if emails or ips:
                 c.emails_redacted += emails
                 c.ips_redacted += ips
-                words = word_units(text)
             t4 = time.perf_counter()
             if config.exact_dedup.enabled:
                 exact.append(exact_key(text, config.exact_dedup.casefold))
             t5 = time.perf_counter()
             if hasher is not None:
-                batch.append(hasher.shingles(words))
+                # the filters' word units serve when they are units of this text (default words, no PII)
+                same = not (emails or ips or doc.language.roots)
+                batch.append(hasher.shingles(doc.words if same else word_units(text)))
                 if len(batch) == BATCH:
                     band_keys.append(hasher.band_keys(batch))
                     batch.clear()

@@ -7,6 +7,7 @@ A thin command line over ``bloomdata.clean.run_clean``: its flags are generated 
 thresholds ``quality.languages.zh.min_words=5`` or a check off ``quality.defaults.max_flagged=null``.
 
     bloomdata clean --input en=corpus/en.jsonl --input corpus/mixed/ --out clean/ --workers 4
+    bloomdata clean --preset roots --input oscar/ --out clean/   # BigScience's ROOTS filters, value by value
     bloomdata build --input clean/data --tokenizer tok/ --out data/
 
 writes ``clean/data/<lang>/*.jsonl.zst``, ``clean/clean_summary.json``, ``clean/removed.jsonl.zst`` (examples
@@ -19,12 +20,12 @@ from __future__ import annotations
 import json
 import sys
 
-from bloomdata.clean import CleanConfig, format_summary, run_clean
+from bloomdata.clean import PRESETS, CleanConfig, format_summary, run_clean
 from bloomdata.cli.options import ConfigParser
 
 
 def parser() -> ConfigParser[CleanConfig]:
-    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True, overrides=True)
+    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True, overrides=True, presets=PRESETS)
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     return p
 

@@ -41,7 +41,7 @@ from bloomdata.errors import BloomstackError
 
 M = TypeVar("M", bound=BaseModel)
 
-HAND_DECLARED = frozenset({"-h", "--help", "--config", "--json"})
+HAND_DECLARED = frozenset({"-h", "--help", "--config", "--preset", "--json"})
 
 
 @dataclass
@@ -242,7 +242,7 @@ class ConfigParser(Generic[M]):
 
     def __init__(self, model: type[M], prog: str, description: str | None = None, *, config_file: bool = True,
                  config_required: bool = False, overrides: bool = False, nested: bool = False,
-                 defaults: BaseModel | None = None):
+                 defaults: BaseModel | None = None, presets: dict[str, Any] | None = None):
         self.model, self.defaults = model, defaults
         self.parser = argparse.ArgumentParser(prog=prog, description=(description or "").replace("``", "`"),
                                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -251,6 +251,11 @@ class ConfigParser(Generic[M]):
         if config_file:
             self.add_argument("--config", metavar="FILE", required=config_required,
                               help=f"YAML file holding a {model.__name__} (flags and overrides go on top of it)")
+        self.presets = presets or {}
+        if self.presets:
+            self.add_argument("--preset", choices=sorted(self.presets),
+                              help="a shipped config file by name, in place of --config (" + ", ".join(
+                                  f"{name}: {path}" for name, path in sorted(self.presets.items())) + ")")
         self.overrides = overrides
         if overrides:
             self.parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -272,7 +277,13 @@ class ConfigParser(Generic[M]):
     def parse(self, argv: Sequence[str]) -> tuple[M, argparse.Namespace]:
         args = self.parser.parse_args(list(argv))
         values, flags = values_from(args, self.options)
-        config = load_config(self.model, getattr(args, "config", None), defaults=self.defaults, values=values,
+        path = getattr(args, "config", None)
+        preset = getattr(args, "preset", None)
+        if preset is not None:
+            if path is not None:
+                raise BloomstackError(f"--preset {preset} and --config {path}: give one (a preset is a config file)")
+            path = self.presets[preset]
+        config = load_config(self.model, path, defaults=self.defaults, values=values,
                              flags=flags, overrides=getattr(args, "overrides", None) or (),
                              origin="command line", flag_of=self.flag_of)
         return config, args

@@ -114,8 +114,8 @@ KEYWORDS = ("cheap watches, cheap rolex, discount watches, best watches, cheap w
 def test_spam_and_boilerplate_fail_in_every_script(lang):
     quality = QualityFilter(CleanConfig(sources=["x"], out_dir="y"), *load_word_lists(QualityConfig()))
     for text in SPAM + ([KEYWORDS] if lang in CLOSED_CLASS_WORDS else []):
-        assert quality.reason(normalize(text, NormalizeConfig()), word_units(text), lang) is not None, text
-    assert quality.reason(KEYWORDS, word_units(KEYWORDS), "en") == "closed_class_words"
+        assert quality.check(text, lang) is not None, text
+    assert quality.check(KEYWORDS, "en") == "closed_class_words"
 
 
 # Scripts the shipped corpus lacks (two of them written without spaces): five plain sentences each.
@@ -136,10 +136,10 @@ UNSEEN = {
 def test_unseen_scripts_pass_the_defaults_and_their_spam_does_not(lang):
     quality = QualityFilter(CleanConfig(sources=["x"], out_dir="y"), *load_word_lists(QualityConfig()))
     text = UNSEEN[lang]
-    assert quality.reason(text, word_units(text), lang) is None
+    assert quality.check(text, lang) is None
     first = SENTENCE_SPLIT.split(text)[0]
     spam = " ".join([first] * 8)
-    assert quality.reason(spam, word_units(spam), lang) in ("word_repetition", "char_repetition")
+    assert quality.check(spam, lang) in ("word_repetition", "char_repetition")
 
 
 def test_flagged_and_closed_class_lists_from_config_and_files(tmp_path):
@@ -152,12 +152,12 @@ def test_flagged_and_closed_class_lists_from_config_and_files(tmp_path):
     config = CleanConfig(sources=["x"], out_dir="y", quality=quality)
     f = QualityFilter(config, closed, flagged)
     text = _corpus("en")[0]
-    assert f.reason(text, word_units(text), "en") is None
+    assert f.check(text, "en") is None
     dirty = text + " spamword badword spamword"
-    assert f.reason(dirty, word_units(dirty), "en") == "flagged_words"
-    assert f.reason(dirty, word_units(dirty), "tn") is None  # the list is English only (and tn has no closed list)
-    assert f.reason(text, word_units(text), "fr") == "closed_class_words"  # English is not French
-    assert f.reason("le la " + "mot " * 40, word_units("le la " + "mot " * 40), "xx") == "closed_class_words"
+    assert f.check(dirty, "en") == "flagged_words"
+    assert f.check(dirty, "tn") is None  # the list is English only (and tn has no closed list)
+    assert f.check(text, "fr") == "closed_class_words"  # English is not French
+    assert f.check("le la " + "mot " * 40, "xx") == "closed_class_words"
     with pytest.raises(BloomstackError, match=r"missing.txt: cannot read the word list of quality.flagged_words.en"):
         load_word_lists(QualityConfig(flagged_words={"en": str(tmp_path / "missing.txt")}))
 
@@ -344,8 +344,8 @@ def test_lang_id_and_perplexity_wiring_with_stand_in_models(tmp_path, monkeypatc
                                       perplexity={"models": {"en": str(model)}},
                                       quality={"enabled": False, "defaults": {"max_perplexity": 100}}))
     f = QualityFilter(config, {}, {})
-    assert f.reason("Some English\nText", [], "en") is None and seen["lid"] == "some english text"
-    assert f.reason("some text", [], "en") == "lang_id"  # probability 0.4 < 0.7
-    assert f.reason("english words", [], "fr") == "lang_id"  # top label en is not fr
-    assert f.reason("english rare words", [], "en") == "perplexity"  # 10**3 > 100; 10**1 passed above
-    assert f.reason("anything", [], None) is None  # no language: no language check, no model for it
+    assert f.check("Some English\nText", "en") is None and seen["lid"] == "some english text"
+    assert f.check("some text", "en") == "lang_id"  # probability 0.4 < 0.7
+    assert f.check("english words", "fr") == "lang_id"  # top label en is not fr
+    assert f.check("english rare words", "en") == "perplexity"  # 10**3 > 100; 10**1 passed above
+    assert f.check("anything", None) is None  # no language: no language check, no model for it
