@@ -102,7 +102,7 @@ def ours_steps(docs: list[dict]) -> dict:
 
     return {
         "normalize": lambda: [normalize(t, norm) for t in texts],
-        "quality": lambda: [quality.reason(t, word_units(t), lang) for t, lang in zip(texts, langs)],
+        "quality": lambda: [quality.check(t, lang) for t, lang in zip(texts, langs)],
         "pii": lambda: [redact(t, pii) for t in texts],
         "exact_hash": lambda: [exact_key(t, True) for t in texts],
         "minhash": minhash,
