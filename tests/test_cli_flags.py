@@ -29,6 +29,7 @@ COMMANDS = {
     "bloomtrain evaluate": "bloomtrain.cli.evaluate",
     "bloomtrain slurm": "bloomtrain.cli.slurm",
     "bloomtrain build-kernels": "bloomtrain.cli.build_kernels",
+    "bloomtrain mixture-search": "bloomtrain.cli.mixture_search",
     "python -m flows.demo": "flows.demo",
     "python -m flows.serve": "flows.serve",
     "python -m flows.rehearsal": "flows.rehearsal",
@@ -175,6 +176,23 @@ def test_slurm_and_build_kernels_flags():
     for argv, cuda, verbose in [(["--cpu-only", "--verbose"], False, True), (["--cuda"], True, False), ([], None, False)]:
         cfg, _ = _parse("bloomtrain build-kernels", argv)
         assert (cfg.cuda, cfg.verbose) == (cuda, verbose)
+
+
+def test_mixture_search_flags():
+    cfg, _ = _parse("bloomtrain mixture-search", [
+        "--datasets-dir", "d", "--dataset", "x=p/x", "--tokenizer", "t", "--out", "o", "--prior-alpha", "1",
+        "--proxies", "8", "--proxy-tokens", "2e5", "--seed", "3", "--objective", "weighted", "--objective-weight",
+        "sw=2", "--floor", "0.01", "--cap", "en=0.5", "--budget", "1e9", "--max-epochs", "3", "--concentration", "2",
+        "40", "--validate", "--validate-seeds", "3", "--workers", "4", "--scheduler", "tcp://h:1", "--no-progress"])
+    assert (cfg.datasets, cfg.datasets_dir, cfg.tokenizer, cfg.out_dir) == ({"x": "p/x"}, "d", "t", "o")
+    assert (cfg.prior_alpha, cfg.proxies, cfg.proxy_tokens, cfg.seed) == (1.0, 8, 200_000, 3)
+    assert (cfg.objective, cfg.objective_weights, cfg.floor, cfg.cap) == ("weighted", {"sw": 2.0}, 0.01, {"en": 0.5})
+    assert (cfg.token_budget, cfg.max_epochs, cfg.concentration) == (10**9, 3.0, (2.0, 40.0))
+    assert (cfg.validate_proposal, cfg.validate_seeds, cfg.workers, cfg.scheduler, cfg.progress) == \
+        (True, 3, 4, "tcp://h:1", False)
+    cfg, _ = _parse("bloomtrain mixture-search", ["--datasets-dir", "d", "--tokenizer", "t", "--out", "o",
+                                                  "--valid-range", "0.95:1"])
+    assert (cfg.split, cfg.valid_range, cfg.proxies, cfg.prior_alpha) == (None, "0.95:1", 16, 0.3)
 
 
 def test_flows_demo_and_serve_flags():

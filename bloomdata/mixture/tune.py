@@ -97,8 +97,9 @@ def _train_tokens(prefix: str, split: str | None, train_range: str | None, compa
     return int(ds.sizes[begin:end].sum(dtype="int64"))
 
 
-def _rows(datasets: dict[str, str], weights: dict[str, float], tokens: dict[str, int],
-          budget: int | None) -> list[BlendDataset]:
+def blend_rows(datasets: dict[str, str], weights: dict[str, float], tokens: dict[str, int],
+               budget: int | None) -> list[BlendDataset]:
+    """The blend's rows: each weighted dataset with its tokens and, for a ``budget``, tokens drawn and epochs."""
     rows = []
     for name, w in weights.items():
         if w <= 0:
@@ -120,7 +121,7 @@ def tune_blend(config: BlendConfig) -> BlendSpec:
     weights = constrain(alpha_weights(tokens, config.alpha), config.floor, config.cap, config.overrides)
     return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
                      alpha=config.alpha, split=config.split, train_range=config.train_range,
-                     valid_range=config.valid_range, datasets=_rows(datasets, weights, tokens, config.token_budget))
+                     valid_range=config.valid_range, datasets=blend_rows(datasets, weights, tokens, config.token_budget))
 
 
 def _mixture_blend(config: BlendConfig) -> BlendSpec:
@@ -144,4 +145,4 @@ def _mixture_blend(config: BlendConfig) -> BlendSpec:
     return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
                      split=config.split, train_range=train_range, valid_range=valid_range, mixture=config.mixture,
                      missing=selection.missing or None, unmatched=selection.unmatched or None,
-                     datasets=_rows(datasets, weights, tokens, config.token_budget))
+                     datasets=blend_rows(datasets, weights, tokens, config.token_budget))

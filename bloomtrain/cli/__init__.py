@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "build-kernels": ("bloomtrain.cli.build_kernels", "build the fused C++/CUDA kernels ahead of time"),
     "train": ("bloomtrain.cli.train", "train (under torchrun or the DeepSpeed launcher)"),
     "slurm": ("bloomtrain.cli.slurm", "write an sbatch script for a multi-node run"),
+    "mixture-search": ("bloomtrain.cli.mixture_search", "find blend weights with proxy models (RegMix)"),
 }
 
 

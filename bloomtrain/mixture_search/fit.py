@@ -1,0 +1,137 @@
+"""Regressions from a mixture's weights to each dataset's validation bits per byte, and their held-out scores.
+
+Two regressors, fitted per dataset (one target each; the objective is a weighted sum of the predictions):
+
+- ``lightgbm``: gradient-boosted trees on the raw weights, as RegMix (sail-sg/regmix, regression.ipynb). RegMix
+  fits 512+ proxies with LightGBM's defaults; a search of 16 has a few per leaf at most, so the trees here are
+  small (4 leaves, 2 samples per leaf) and shrunk (learning rate 0.05, 300 rounds).
+- ``linear``: ridge regression on ``log(w + LOG_EPS)`` (the "linear model on log-weights" baseline; a
+  language's loss falls roughly linearly in the log of its share), standardized, with the ridge strength of
+  each target chosen by its exact leave-one-out error over a fixed grid (closed form through the SVD).
+
+Held-out scores: every proxy is predicted by a fit that did not see it (leave-one-out up to ``MAX_FOLDS``
+proxies, ``MAX_FOLDS``-fold beyond), and the predicted objectives are compared with the measured ones:
+Spearman rank correlation (does the fit order mixtures right: what picking the best needs) and mean absolute
+error (in bits per byte).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel
+
+REGRESSORS = ("lightgbm", "linear")
+LOG_EPS = 1e-3  # weights of 0 (a dataset not drawn) stay finite on the log scale
+RIDGE_GRID = np.logspace(-3, 3, 13)  # ridge strengths tried, relative to the number of proxies
+MAX_FOLDS = 20
+LIGHTGBM_PARAMS = {"objective": "regression", "num_leaves": 4, "min_data_in_leaf": 2, "min_data_in_bin": 1,
+                   "min_sum_hessian_in_leaf": 0.0, "learning_rate": 0.05, "num_iterations": 300,
+                   "deterministic": True, "force_row_wise": True, "num_threads": 1, "verbose": -1}
+
+Predictor = Callable[[np.ndarray], np.ndarray]  # weights [n, d] -> bits per byte [n, t]
+
+
+class HeldOut(BaseModel):
+    """One regressor's held-out scores: per proxy (search order), the predicted and measured objective."""
+
+    spearman: float
+    mae: float
+    predicted: list[float]
+    measured: list[float]
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties); 0 when either side is constant."""
+    from scipy.stats import spearmanr  # noqa: PLC0415
+
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return 0.0
+    return float(spearmanr(a, b).statistic)
+
+
+def _ridge_column(z: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Coefficients [d] of ridge regression of centred ``y`` [n] on standardized ``z`` [n, d], the strength
+    chosen by exact leave-one-out error: residual_i / (1 - h_ii), h the hat matrix."""
+    u, s, vt = np.linalg.svd(z, full_matrices=False)
+    uty = u.T @ y
+    best, best_err = None, np.inf
+    for lam in RIDGE_GRID * len(y):
+        shrink = s**2 / (s**2 + lam)
+        fitted = u @ (shrink * uty)
+        hat = (u**2) @ shrink + 1.0 / len(y)  # + the intercept's share of the hat matrix
+        err = float(np.mean(((y - fitted) / np.maximum(1.0 - hat, 1e-9)) ** 2))
+        if err < best_err:
+            best, best_err = vt.T @ (s / (s**2 + lam) * uty), err
+    return best
+
+
+def fit_linear(w: np.ndarray, y: np.ndarray, seed: int = 0) -> Predictor:
+    """Ridge on log-weights, one target per column of ``y`` [n, t]."""
+    x = np.log(w + LOG_EPS)
+    mean, std = x.mean(0), x.std(0)
+    std = np.where(std > 0, std, 1.0)
+    z = (x - mean) / std
+    y_mean = y.mean(0)
+    coef = np.stack([_ridge_column(z, y[:, j] - y_mean[j]) for j in range(y.shape[1])], axis=1)  # [d, t]
+
+    def predict(weights: np.ndarray) -> np.ndarray:
+        return ((np.log(weights + LOG_EPS) - mean) / std) @ coef + y_mean
+
+    return predict
+
+
+def fit_lightgbm(w: np.ndarray, y: np.ndarray, seed: int = 0) -> Predictor:
+    """LightGBM, one booster per column of ``y`` [n, t]."""
+    import lightgbm as lgb  # noqa: PLC0415
+
+    boosters = [lgb.train({**LIGHTGBM_PARAMS, "seed": seed}, lgb.Dataset(w, y[:, j], params={"verbose": -1}))
+                for j in range(y.shape[1])]
+
+    def predict(weights: np.ndarray) -> np.ndarray:
+        return np.stack([b.predict(weights) for b in boosters], axis=1)
+
+    return predict
+
+
+FITS: dict[str, Callable[..., Predictor]] = {"lightgbm": fit_lightgbm, "linear": fit_linear}
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """A regressor fitted on every proxy, with its held-out scores."""
+
+    name: str
+    predict: Predictor
+    held_out: HeldOut
+
+
+def folds(n: int) -> list[np.ndarray]:
+    """Held-out index sets: leave-one-out up to ``MAX_FOLDS`` proxies, then ``MAX_FOLDS`` interleaved folds."""
+    k = min(n, MAX_FOLDS)
+    return [np.arange(i, n, k) for i in range(k)]
+
+
+def held_out(name: str, w: np.ndarray, y: np.ndarray, objective: np.ndarray, seed: int) -> HeldOut:
+    """Predict each proxy's objective with a fit that did not see it; score against the measured ones."""
+    predicted = np.empty(len(w))
+    for test in folds(len(w)):
+        train = np.setdiff1d(np.arange(len(w)), test)
+        predicted[test] = FITS[name](w[train], y[train], seed)(w[test]) @ objective
+    measured = y @ objective
+    return HeldOut(spearman=spearman(predicted, measured), mae=float(np.mean(np.abs(predicted - measured))),
+                   predicted=predicted.tolist(), measured=measured.tolist())
+
+
+def fit_all(w: np.ndarray, y: np.ndarray, objective: np.ndarray, seed: int) -> dict[str, Fitted]:
+    """Both regressors: held-out scores, then the fit on every proxy."""
+    return {name: Fitted(name, FITS[name](w, y, seed), held_out(name, w, y, objective, seed)) for name in REGRESSORS}
+
+
+def choose(fits: dict[str, Fitted], regressor: str) -> Fitted:
+    """The fit that picks the proposal: the one asked for, or (auto) the better held-out Spearman, then MAE."""
+    if regressor != "auto":
+        return fits[regressor]
+    return min(fits.values(), key=lambda f: (-f.held_out.spearman, f.held_out.mae))

@@ -1,0 +1,215 @@
+"""``run_search``: the composition root of ``bloomtrain mixture-search`` (the flow calls it too).
+
+    datasets + prior + bounds (space) -> K mixtures (prior first) -> proxies (durable jobs, in parallel)
+      -> regressions with held-out scores (fit) -> the best predicted mixture within the bounds (proposal)
+      -> [--validate: proxies on the proposal and the prior, same tokens and seeds] -> files (report)
+
+The output directory is held by one search at a time (a lock file); proxies live in ``OUT/proxies/<key>/``
+and are reused by any later search that needs the same job (a rerun, more proxies, another objective, the
+validation of the prior, whose first seed is the search's own prior proxy).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bloomdata import durable
+from bloomdata.errors import BloomstackError
+from bloomdata.mixture.spec import BlendSpec
+from bloomdata.mixture.tune import blend_rows
+from bloomtrain.config import TrainConfig
+from bloomtrain.mixture_search.config import MixtureSearchConfig
+from bloomtrain.mixture_search.fit import Fitted, choose, fit_all
+from bloomtrain.mixture_search.plan import (
+    check_datasets,
+    input_fingerprints,
+    proxy_job,
+    proxy_train_config,
+    vocab_size,
+    write_valid_sets,
+)
+from bloomtrain.mixture_search.proxy import ProxyResult, write_job
+from bloomtrain.mixture_search.report import write_search
+from bloomtrain.mixture_search.result import (
+    DatasetEntry,
+    Measured,
+    Prediction,
+    Proposal,
+    ProxyEntry,
+    SearchResult,
+    Validation,
+)
+from bloomtrain.mixture_search.runner import ProxyTrainer, run_proxies
+from bloomtrain.mixture_search.space import (
+    SearchSpace,
+    candidate_mixtures,
+    proxy_mixtures,
+    search_space,
+    within_bounds,
+)
+
+LOCK = ".search.lock"
+OnProxy = Callable[[int, int, ProxyEntry], None]  # finished so far, total, the proxy
+
+
+@dataclass(frozen=True)
+class Search:
+    """What every step of one search shares."""
+
+    config: MixtureSearchConfig
+    space: SearchSpace
+    train: TrainConfig  # the proxies' training config (seed and blend set per job)
+    inputs: dict[str, str]  # fingerprints of what the proxies read
+    objective: np.ndarray  # [d]: each dataset's share of the objective, sum 1
+    proxies_dir: Path
+
+
+def objective_weights(space: SearchSpace, config: MixtureSearchConfig) -> np.ndarray:
+    """[d] weights of the datasets' bits per byte in the objective (sum 1)."""
+    unknown = sorted(set(config.objective_weights) - set(space.names))
+    if unknown:
+        raise BloomstackError(f"--objective-weight: no dataset {', '.join(unknown)} (datasets: "
+                              f"{', '.join(space.names)})")
+    raw = np.array([config.objective_weights.get(n, 1.0) for n in space.names])
+    if raw.sum() <= 0:
+        raise BloomstackError("--objective-weight: every dataset weighs 0; give at least one a positive weight")
+    return raw / raw.sum()
+
+
+def prepare(config: MixtureSearchConfig, out: Path) -> Search:
+    """The space, the proxies' training config and the validation sets; every input checked first."""
+    space = search_space(config)
+    seq = config.proxy_recipe().model.seq_length
+    check_datasets(space, config, seq)
+    valid_sets = write_valid_sets(space, config, seq, out / "valid")
+    train = proxy_train_config(config, vocab_size(config.tokenizer), valid_sets, out / "cache")
+    return Search(config, space, train, input_fingerprints(space, config.tokenizer),
+                  objective_weights(space, config), out / "proxies")
+
+
+def _progress(total: int, config: MixtureSearchConfig, on_proxy: OnProxy | None, what: str):
+    """The callback counting finished proxies: a tqdm bar (``config.progress``) and ``on_proxy``."""
+    bar = None
+    if config.progress:
+        from tqdm import tqdm  # noqa: PLC0415
+
+        bar = tqdm(total=total, desc=what, unit="proxy", file=sys.stderr)
+    count = [0]
+
+    def report(entry: ProxyEntry) -> None:
+        count[0] += 1
+        if bar is not None:
+            bar.set_postfix_str(f"{entry.name} {entry.objective:.4f}")
+            bar.update(1)
+            if count[0] == total:
+                bar.close()
+        if on_proxy is not None:
+            on_proxy(count[0], total, entry)
+
+    return report
+
+
+def train_mixtures(search: Search, mixtures: np.ndarray, seeds: list[int], names: list[str],
+                   trainer: ProxyTrainer | None, report: Callable[[ProxyEntry], None]) -> list[ProxyEntry]:
+    """One proxy per row of ``mixtures`` (with its seed and name), trained unless finished; in order."""
+    jobs = [proxy_job(search.space, search.config, search.train, search.inputs, w, s) for w, s in zip(mixtures, seeds)]
+    dirs = [write_job(search.proxies_dir, job) for job in jobs]
+
+    def entry(i: int, result: ProxyResult) -> ProxyEntry:
+        return ProxyEntry(name=names[i], key=jobs[i].key, weights=result.weights, bpb=result.bpb,
+                          objective=float(search.space.vector(result.bpb) @ search.objective), seconds=result.seconds)
+
+    results = run_proxies(dirs, search.config, trainer, lambda i, r: report(entry(i, r)))
+    return [entry(i, r) for i, r in enumerate(results)]
+
+
+def propose(search: Search, fitted: Fitted, tried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(weights [d], predicted bits per byte [d]): the mean of the ``top_k`` candidates (the proxies' mixtures
+    among them) with the lowest predicted objective, RegMix's rule; a mean of mixtures within the bounds is
+    within them (the set is convex)."""
+    c = search.config
+    candidates = np.vstack([tried, candidate_mixtures(search.space, c.candidates, c.seed, c.concentration)])
+    predicted = fitted.predict(candidates) @ search.objective
+    best = np.argsort(predicted, kind="stable")[: c.top_k]
+    weights = within_bounds(candidates[best].mean(0, keepdims=True), search.space.lo, search.space.hi)[0]
+    return weights, fitted.predict(weights[None, :])[0]
+
+
+def _measured(entries: list[ProxyEntry], names: list[str]) -> Measured:
+    objectives = [e.objective for e in entries]
+    bpb = {n: float(np.mean([e.bpb[n] for e in entries])) for n in names}
+    return Measured(objective=float(np.mean(objectives)), bpb=bpb, objectives=objectives,
+                    spread=float(np.ptp(objectives)))
+
+
+def validate(search: Search, proposal: np.ndarray, trainer: ProxyTrainer | None, on_proxy: OnProxy | None) -> Validation:
+    """Proxies on the prior and on the proposal, seeds ``seed, seed + 1, ...``, the same tokens."""
+    seeds = [search.config.seed + i for i in range(search.config.validate_seeds)]
+    mixtures = np.vstack([np.tile(search.space.prior, (len(seeds), 1)), np.tile(proposal, (len(seeds), 1))])
+    names = [f"validate-{what}-seed{s}" for what in ("prior", "proposal") for s in seeds]
+    report = _progress(len(names), search.config, on_proxy, "validation proxies")
+    entries = train_mixtures(search, mixtures, seeds + seeds, names, trainer, report)
+    prior, proposed = _measured(entries[: len(seeds)], search.space.names), _measured(entries[len(seeds):],
+                                                                                      search.space.names)
+    return Validation(seeds=seeds, prior=prior, proposal=proposed, improvement=prior.objective - proposed.objective)
+
+
+def proposal_blend(search: Search, weights: np.ndarray) -> BlendSpec:
+    """The proposal as a blend for ``bloomtrain train``: the search's split, tokens drawn at the budget."""
+    c, space = search.config, search.space
+    rows = blend_rows(space.prefixes, space.weights(weights), space.tokens, c.token_budget)
+    return BlendSpec(token_budget=c.token_budget, split=c.split, train_range=c.train_range,
+                     valid_range=c.valid_range, mixture=c.prior_mixture, datasets=rows)
+
+
+def _datasets(space: SearchSpace) -> list[DatasetEntry]:
+    return [DatasetEntry(name=n, prefix=space.prefixes[n], tokens=space.tokens[n], prior=float(p), lo=float(lo),
+                         hi=float(hi)) for n, p, lo, hi in zip(space.names, space.prior, space.lo, space.hi)]
+
+
+def run_search(config: MixtureSearchConfig, *, trainer: ProxyTrainer | None = None,
+               on_proxy: OnProxy | None = None) -> SearchResult:
+    """Search (see the module docstring); writes OUT's files and returns ``search.json``'s content.
+
+    ``trainer`` replaces ``proxy.run_proxy`` (a proxy directory -> its result; tests use stubs);
+    ``on_proxy(done, total, proxy)`` is called as proxies finish (the flow logs them)."""
+    out = Path(config.out_dir).resolve()
+    config = config.model_copy(update={"out_dir": str(out)})
+    with durable.owned_directory(out, LOCK, "mixture search"):
+        search = prepare(config, out)
+        space, seconds = search.space, {}
+        start = time.perf_counter()
+        mixtures = proxy_mixtures(space, config.proxies, config.seed, config.concentration)
+        names = ["prior", *(f"p{i:02d}" for i in range(1, config.proxies))]
+        proxies = train_mixtures(search, mixtures, [config.seed] * len(names), names, trainer,
+                                 _progress(len(names), config, on_proxy, "proxies"))
+        seconds["proxies"] = time.perf_counter() - start
+        start = time.perf_counter()
+        measured = np.array([space.vector(p.bpb) for p in proxies])
+        fits = fit_all(mixtures, measured, search.objective, config.seed)
+        chosen = choose(fits, config.regressor)
+        weights, predicted = propose(search, chosen, mixtures)
+        seconds["fit"] = time.perf_counter() - start
+        proposal = Proposal(weights=space.weights(weights), regressor=chosen.name,
+                            predicted=Prediction(objective=float(predicted @ search.objective),
+                                                 bpb=space.weights(predicted)),
+                            epochs=None if config.token_budget is None else space.weights(
+                                space.epochs(weights, config.token_budget)))
+        validation = None
+        if config.validate_proposal:
+            start = time.perf_counter()
+            validation = validate(search, weights, trainer, on_proxy)
+            seconds["validation"] = time.perf_counter() - start
+        result = SearchResult(out_dir=str(out), blend_yaml=str(out / "blend.yaml"), prior_source=space.prior_source,
+                              token_budget=config.token_budget, datasets=_datasets(space),
+                              objective_weights=space.weights(search.objective), proxies=proxies,
+                              fit={name: f.held_out for name, f in fits.items()}, selected=chosen.name,
+                              proposal=proposal, validation=validation, seconds=seconds)
+        write_search(result, proposal_blend(search, weights), config.max_epochs)
+        return result
