@@ -3,6 +3,7 @@
     python benchmarks/bench_clean.py                 # ~20 MB, 3 rounds, best of each
     python benchmarks/bench_clean.py --quick         # ~4 MB, 1 round
     python benchmarks/bench_clean.py --mb 100 --json results.json
+    python benchmarks/bench_clean.py --no-datatrove --presets default roots   # the two presets side by side
 
 Text: the sentences of tests/data/corpus (27 languages, zh without spaces) regrouped at random into 5-sentence
 documents, round after round with new draws until --mb MB, then 10% exact copies (re-spaced) and 10% copies
@@ -32,6 +33,10 @@ example: (1) read -> Gopher filters -> PIIFormatter -> JsonlWriter, (2) read -> 
 (3) MinhashDedupBuckets, (4) MinhashDedupCluster, (5) read -> MinhashDedupFilter -> JsonlWriter. Its filters
 are loosened (min_doc_words 10, no stop-word or word-length rule) so that it keeps about as many documents
 as ours does; both counts are printed. Goal: at least datatrove's throughput per core.
+
+Presets (``--presets default roots``, the default): the quality row and the whole stage run once per preset;
+``roots`` is ``bloomdata clean --preset roots`` (BigScience's ROOTS filters value by value, its PII categories,
+dedup_document and SimHash). Goal: the roots preset's CPU per document within 1.5x of the default preset's.
 """
 
 from __future__ import annotations
@@ -84,15 +89,21 @@ def best(fn, repeat: int) -> tuple[float, float]:
     return min(runs, key=lambda r: r[1])
 
 
-def ours_steps(docs: list[dict]) -> dict:
-    from bloomdata.clean.config import CleanConfig, NearDedupConfig, NormalizeConfig, PiiConfig, QualityConfig
+def preset_config(name: str, **values):
+    from bloomdata.clean import PRESETS, CleanConfig
+    from bloomdata.config import load_config
+
+    return load_config(CleanConfig, PRESETS[name], values={"sources": ["x"], "out_dir": "y", **values})
+
+
+def ours_steps(docs: list[dict], presets: list[str]) -> dict:
+    from bloomdata.clean.config import NearDedupConfig, NormalizeConfig, PiiConfig
     from bloomdata.clean.filters import QualityFilter, load_word_lists
     from bloomdata.clean.minhash import MinHasher, exact_key
     from bloomdata.clean.pii import redact
     from bloomdata.clean.text import normalize, word_units
 
     texts, langs = [d["text"] for d in docs], [d["lang"] for d in docs]
-    quality = QualityFilter(CleanConfig(sources=["x"], out_dir="y"), *load_word_lists(QualityConfig()))
     norm, pii = NormalizeConfig(), PiiConfig()
 
     def minhash():
@@ -100,13 +111,27 @@ def ours_steps(docs: list[dict]) -> dict:
         for i in range(0, len(texts), 1024):
             hasher.band_keys([hasher.shingles(word_units(t)) for t in texts[i:i + 1024]])
 
-    return {
+    def quality_of(name: str):
+        config = preset_config(name)
+        quality = QualityFilter(config, *load_word_lists(config.quality))
+        return lambda: [quality.check(t, lang) for t, lang in zip(texts, langs)]
+
+    steps = {
         "normalize": lambda: [normalize(t, norm) for t in texts],
-        "quality": lambda: [quality.check(t, lang) for t, lang in zip(texts, langs)],
+        "quality": quality_of("default"),
         "pii": lambda: [redact(t, pii) for t in texts],
         "exact_hash": lambda: [exact_key(t, True) for t in texts],
         "minhash": minhash,
     }
+    if "roots" in presets:
+        from bloomdata.clean.simhash import SimHasher
+
+        roots = preset_config("roots")
+        simhasher = SimHasher(roots.simhash)
+        steps["quality (roots)"] = quality_of("roots")
+        steps["pii (roots)"] = lambda: [redact(t, roots.pii) for t in texts]
+        steps["simhash (roots)"] = lambda: [simhasher.fingerprint(t, lang) for t, lang in zip(texts, langs)]
+    return steps
 
 
 def _datatrove_setup():
@@ -166,12 +191,14 @@ def datatrove_steps(docs: list[dict], work: Path) -> dict:
     }
 
 
-def ours_whole(path: Path, out: Path) -> tuple[int, dict]:
-    from bloomdata.clean import CleanConfig, run_clean
+def ours_whole(path: Path, out: Path, preset: str = "default") -> tuple[int, dict]:
+    from bloomdata.clean import run_clean
 
     shutil.rmtree(out, ignore_errors=True)
-    summary = run_clean(CleanConfig(sources=[str(path)], out_dir=str(out), workers=0, progress=False,
-                                    near_dedup={"n_grams": 5, "bands": 14, "rows": 8}))
+    values = {"sources": [str(path)], "out_dir": str(out), "workers": 0, "progress": False}
+    if preset == "default":
+        values["near_dedup"] = {"n_grams": 5, "bands": 14, "rows": 8}
+    summary = run_clean(preset_config(preset, **values))
     return summary.documents_kept, summary.step_seconds
 
 
@@ -216,6 +243,8 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3, help="rounds per row; the fastest (by CPU) counts")
     p.add_argument("--corpus", default=str(REPO / "tests" / "data" / "corpus"))
     p.add_argument("--no-datatrove", action="store_true", help="our rows only")
+    p.add_argument("--presets", nargs="+", default=["default", "roots"], choices=["default", "roots"],
+                   help="bloomdata clean presets to run (the quality row and the whole stage per preset)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args()
     mb, repeat = (4.0, 1) if args.quick else (args.mb, args.repeat)
@@ -227,30 +256,37 @@ def main() -> int:
     path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
     print(f"{size:.1f} MB, {len(docs):,} documents, {len(set(d['lang'] for d in docs))} languages; best of {repeat}")
     rows: dict[str, dict] = {}
-    sides = {"bloomdata": ours_steps(docs)}
+    sides = {"bloomdata": ours_steps(docs, args.presets)}
     if not args.no_datatrove:
         sides["datatrove"] = datatrove_steps(docs, work)
-    for step in ("normalize", "quality", "pii", "exact_hash", "minhash"):
+    for step in sides["bloomdata"]:
         for side, steps in sides.items():
             if step in steps:
                 wall, cpu = best(steps[step], repeat)
                 rows.setdefault(step, {})[side] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                                                    "mb_per_cpu_s": round(size / cpu, 2)}
     kept = {}
-    wall, cpu = best(lambda: kept.update(bloomdata=ours_whole(path, work / "ours")[0]), repeat)
-    rows["whole stage"] = {"bloomdata": {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
-                                         "mb_per_cpu_s": round(size / cpu, 2), "documents_kept": kept["bloomdata"]}}
+    for preset in args.presets:
+        row = "whole stage" if preset == "default" else f"whole stage ({preset})"
+        wall, cpu = best(lambda p=preset: kept.update({p: ours_whole(path, work / f"ours-{p}", p)[0]}), repeat)
+        rows[row] = {"bloomdata": {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "mb_per_cpu_s": round(size / cpu, 2),
+                                   "us_per_doc": round(cpu / len(docs) * 1e6, 1), "documents_kept": kept[preset]}}
     if not args.no_datatrove:
         wall, cpu = best(lambda: kept.update(datatrove=datatrove_whole(path, work / "datatrove")), repeat)
         rows["whole stage"]["datatrove"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                                             "mb_per_cpu_s": round(size / cpu, 2), "documents_kept": kept["datatrove"]}
-    print(f"\n{'step':<12} {'bloomdata MB/s/core':>20} {'datatrove MB/s/core':>20} {'ratio':>7}   (CPU s: ours / datatrove)")
+    print(f"\n{'step':<20} {'bloomdata MB/s/core':>20} {'datatrove MB/s/core':>20} {'ratio':>7}   (CPU s: ours / datatrove)")
     for step, sides_ in rows.items():
         ours, theirs = sides_["bloomdata"], sides_.get("datatrove")
         ratio = f"{ours['mb_per_cpu_s'] / theirs['mb_per_cpu_s']:.2f}x" if theirs else "-"
-        print(f"{step:<12} {ours['mb_per_cpu_s']:>20.2f} {theirs['mb_per_cpu_s'] if theirs else '-':>20} {ratio:>7}   "
+        print(f"{step:<20} {ours['mb_per_cpu_s']:>20.2f} {theirs['mb_per_cpu_s'] if theirs else '-':>20} {ratio:>7}   "
               f"({ours['cpu_s']:.2f} / {theirs['cpu_s'] if theirs else '-'})")
     print(f"documents kept of {len(docs):,}: " + ", ".join(f"{k} {v:,}" for k, v in kept.items()))
+    if "whole stage (roots)" in rows and "whole stage" in rows:
+        ratios = {step: rows[f"{step} (roots)"]["bloomdata"]["cpu_s"] / rows[step]["bloomdata"]["cpu_s"]
+                  for step in ("quality", "whole stage") if f"{step} (roots)" in rows}
+        print("roots preset CPU per document / default preset's: " +
+              ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items()) + " (goal: whole stage <= 1.5x)")
     if args.json:
         Path(args.json).write_text(json.dumps({"mb": size, "documents": len(docs), "rows": rows}, indent=1) + "\n")
     shutil.rmtree(work, ignore_errors=True)

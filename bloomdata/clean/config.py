@@ -34,7 +34,7 @@ PRESETS = {name: str(Path(__file__).with_name("presets") / f"{name}.yaml") for n
 # Why a document was removed, in the order the checks run (stable keys: summaries and reports use them).
 FILTER_REASONS = (
     "empty",  # nothing left after normalization
-    "too_few_words", "too_many_words", "too_few_chars", "too_many_chars",
+    "too_few_words", "too_many_words", "too_few_chars", "too_many_chars", "too_few_bytes", "too_few_space_words",
     "special_characters", "closed_class_words", "flagged_words", "word_repetition", "char_repetition",
     "lang_id", "perplexity",
 )
@@ -91,6 +91,11 @@ class Thresholds(BaseModel):
         default_factory=list, description="also match closed-class and flagged words against runs of this many "
                                           "words (ROOTS vi and zh: [2])")
     augmentation_join: str = Field(default="", description="what joins the words of an augmentation run")
+    # ROOTS catalogue's small-document filters (01a_catalogue_cleaning_and_filtering, filter_small_docs*)
+    min_bytes: int | None = Field(default=None, ge=1, description="fewest UTF-8 bytes (catalogue: 300 or 1024)")
+    min_space_words: int | None = Field(
+        default=None, ge=1, description="fewest pieces of the text split on ' ' (catalogue's filter_small_docs: 15; "
+                                        "runs of spaces count their empty pieces, as there)")
 
 
 def not_in_key(*flags: str, **cli: Any) -> dict[str, Any]:
@@ -252,15 +257,21 @@ class SentencePieceConfig(BaseModel):
 
 
 class PiiConfig(BaseModel):
-    """PII redaction as in ROOTS: e-mail and IP addresses replaced by placeholders."""
+    """PII redaction as in ROOTS: its high-risk categories (EMAIL, IP_ADDRESS; KEY and USER optional) replaced
+    by placeholders, each match at its own span."""
 
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="redact personal information")
     emails: bool = Field(default=True, description="replace e-mail addresses")
     ip_addresses: bool = Field(default=True, description="replace IPv4 and IPv6 addresses")
+    keys: bool = Field(default=False, description="replace keys: API tokens, hex digests, payment card numbers "
+                                                  "(ROOTS's KEY)")
+    users: bool = Field(default=False, description="replace @user names (ROOTS's USER)")
     email_placeholder: str = Field(default="PI:EMAIL", description="what an e-mail address becomes (ROOTS')")
     ip_placeholder: str = Field(default="PI:IP_ADDRESS", description="what an IP address becomes (ROOTS')")
+    key_placeholder: str = Field(default="PI:KEY", description="what a key becomes (ROOTS')")
+    user_placeholder: str = Field(default="PI:USER", description="what a user name becomes (ROOTS')")
 
 
 class ExactDedupConfig(BaseModel):
@@ -269,7 +280,11 @@ class ExactDedupConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="remove exact duplicates (the first in plan order stays)")
-    casefold: bool = Field(default=True, description="compare case-folded text (whitespace runs always count as one)")
+    key: Literal["text", "roots_document"] = Field(
+        default="text", description="what is compared: text (xxh3-128 of the text, whitespace runs as one) or "
+                                    "roots_document (ROOTS catalogue's dedup_document: md5 of the text without "
+                                    "whitespace, digits and ASCII punctuation)")
+    casefold: bool = Field(default=True, description="key text: compare case-folded text")
 
 
 class NearDedupConfig(BaseModel):
@@ -291,6 +306,27 @@ def _sources_field() -> Any:
     field = sources_field()
     return Field(min_length=1, description=field.description,
                  json_schema_extra={**field.json_schema_extra, "shard_key": False})
+
+
+class SimHashConfig(BaseModel):
+    """Near-duplicate removal with SimHash as ROOTS ran it on OSCAR: 64-bit fingerprints of character windows,
+    near duplicates within ``hamming_distance`` bits (all pairs, then clusters: the first in plan order stays)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="remove SimHash near duplicates (beside or instead of MinHash)")
+    window: int = Field(default=6, ge=1, description="characters (or space tokens) per window (ROOTS: 6)")
+    space_languages: list[str] = Field(
+        default_factory=lambda: ["en"], description="languages windowed by space-separated tokens instead of "
+                                                    "characters (ROOTS: en)")
+    hamming_distance: int = Field(default=4, ge=0, le=16, description="most differing bits of near duplicates")
+    blocks: int = Field(default=6, ge=2, le=16, description="blocks of the 64 bits; more than hamming_distance")
+
+    @model_validator(mode="after")
+    def _blocks_above_distance(self) -> SimHashConfig:
+        if self.blocks <= self.hamming_distance:
+            raise ValueError(f"blocks ({self.blocks}) must be more than hamming_distance ({self.hamming_distance})")
+        return self
 
 
 class CleanConfig(BaseModel):
@@ -322,3 +358,4 @@ class CleanConfig(BaseModel):
     pii: PiiConfig = Field(default_factory=PiiConfig, description="PII redaction")
     exact_dedup: ExactDedupConfig = Field(default_factory=ExactDedupConfig, description="exact deduplication")
     near_dedup: NearDedupConfig = Field(default_factory=NearDedupConfig, description="near-duplicate removal")
+    simhash: SimHashConfig = Field(default_factory=SimHashConfig, description="SimHash near-duplicate removal")

@@ -26,6 +26,7 @@ import numpy as np
 
 from bloomdata import durable
 from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
+from bloomdata.clean.simhash import SimHasher
 from bloomdata.clean.summary import JoinManifest
 
 EXACT, NEAR = 0, 1  # removal reason codes in the resolve files
@@ -39,10 +40,11 @@ class JoinTask:
     band: int  # -1: the exact-duplicate keys
     part: int
     parts: int
+    kind: str = "minhash"  # exact, minhash or simhash (whose pairs are checked by Hamming distance)
 
     @property
     def name(self) -> str:
-        what = "exact" if self.band < 0 else f"band{self.band:03d}"
+        what = "exact" if self.kind == "exact" else f"{'sim' if self.kind == 'simhash' else ''}band{self.band:03d}"
         return f"{what}-{self.part:04d}-of-{self.parts:04d}"
 
     def bounds(self) -> tuple[int, int | None]:
@@ -51,11 +53,13 @@ class JoinTask:
 
 
 def plan_joins(config: CleanConfig, candidates: int) -> list[JoinTask]:
-    """Every join task, in a fixed order: exact ranges, then each band's ranges."""
+    """Every join task, in a fixed order: exact ranges, then each MinHash band's ranges, then each SimHash
+    band's."""
     parts = max(1, -(-candidates // config.near_dedup.docs_per_task))
-    bands = ([-1] if config.exact_dedup.enabled else []) + \
-        (list(range(config.near_dedup.bands)) if config.near_dedup.enabled else [])
-    return [JoinTask(band, part, parts) for band in bands for part in range(parts)]
+    bands = ([(-1, "exact")] if config.exact_dedup.enabled else []) + \
+        ([(b, "minhash") for b in range(config.near_dedup.bands)] if config.near_dedup.enabled else []) + \
+        ([(b, "simhash") for b in range(len(SimHasher(config.simhash).bands))] if config.simhash.enabled else [])
+    return [JoinTask(band, part, parts, kind) for band, kind in bands for part in range(parts)]
 
 
 def join_dir(out_dir: str) -> str:
@@ -76,33 +80,9 @@ def _slice(keys: np.ndarray, lo: int, hi: int | None) -> tuple[int, int]:
     return start, stop
 
 
-def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str) -> JoinManifest:
-    """Stage 2 for one task: ``OUT/work/join/<task>.npy`` holds uint64[k, 2] (duplicate, first) pairs."""
-    t0 = time.perf_counter()
-    marker = os.path.join(join_dir(out_dir), f"{task.name}.done.json")
-    path = os.path.join(join_dir(out_dir), f"{task.name}.npy")
-    done = durable.read_manifest(marker, key, JoinManifest)
-    if done is not None and os.path.isfile(path):
-        return done.model_copy(update={"reused": True})
-    lo, hi = task.bounds()
-    columns: list[list[np.ndarray]] = [[], [], []]  # key (high), key (low; exact only), global id
-    for s, directory in enumerate(shard_dirs):
-        if task.band < 0:
-            table = _load(os.path.join(directory, "exact.npy"))
-            start, stop = _slice(table[0], lo, hi)
-            parts = (table[0, start:stop], table[1, start:stop], table[2, start:stop])
-        else:
-            table = _load(os.path.join(directory, "minhash.npy"))[task.band]
-            start, stop = _slice(table[0], lo, hi)
-            parts = (table[0, start:stop], None, table[1, start:stop])
-        columns[0].append(np.array(parts[0]))
-        if parts[1] is not None:
-            columns[1].append(np.array(parts[1]))
-        columns[2].append(np.array(parts[2]) | np.uint64(s << SHARD_BITS))
-    high = np.concatenate(columns[0]) if columns[0] else np.zeros(0, np.uint64)
-    gid = np.concatenate(columns[2]) if columns[2] else np.zeros(0, np.uint64)
-    if task.band < 0:
-        low = np.concatenate(columns[1])
+def _equal_key_pairs(high: np.ndarray, low: np.ndarray | None, gid: np.ndarray) -> np.ndarray:
+    """(later, first) for every run of equal keys (high, and low when given), by global id."""
+    if low is not None:
         order = np.lexsort((gid, low, high))
         high, low, gid = high[order], low[order], gid[order]
         same = (high[1:] == high[:-1]) & (low[1:] == low[:-1])
@@ -113,7 +93,55 @@ def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str) -> JoinM
     starts = np.concatenate([[True], ~same])
     first = np.maximum.accumulate(np.where(starts, np.arange(len(gid)), 0))  # index of each run's first entry
     later = ~starts
-    pairs = np.stack([gid[later], gid[first[later]]], axis=1) if len(gid) else np.zeros((0, 2), np.uint64)
+    return np.stack([gid[later], gid[first[later]]], axis=1) if len(gid) else np.zeros((0, 2), np.uint64)
+
+
+def _simhash_pairs(keys: np.ndarray, fingerprints: np.ndarray, gid: np.ndarray, distance: int) -> np.ndarray:
+    """(later, earlier) for every two entries of a run of equal band keys whose fingerprints differ in at most
+    ``distance`` bits: all such pairs, so the clusters are the components of the whole near-duplicate graph.
+    Equal fingerprints first link to the first of them (exact duplicates make long runs), then the distinct
+    ones of a run are compared at every offset d (runs of distinct fingerprints are short)."""
+    same_fp = _equal_key_pairs(keys, fingerprints, gid)
+    keep = ~np.isin(gid, same_fp[:, 0]) if len(same_fp) else np.ones(len(gid), bool)
+    keys, fingerprints, gid = keys[keep], fingerprints[keep], gid[keep]
+    order = np.lexsort((gid, keys))
+    keys, fingerprints, gid = keys[order], fingerprints[order], gid[order]
+    found = [same_fp]
+    for d in range(1, len(gid)):
+        same = keys[d:] == keys[:-d]
+        if not same.any():
+            break
+        close = same & (np.bitwise_count(fingerprints[d:] ^ fingerprints[:-d]) <= distance)
+        found.append(np.stack([gid[d:][close], gid[:-d][close]], axis=1))
+    return np.concatenate(found).astype(np.uint64)
+
+
+def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str, hamming_distance: int = 0) -> JoinManifest:
+    """Stage 2 for one task: ``OUT/work/join/<task>.npy`` holds uint64[k, 2] (duplicate, first) pairs."""
+    t0 = time.perf_counter()
+    marker = os.path.join(join_dir(out_dir), f"{task.name}.done.json")
+    path = os.path.join(join_dir(out_dir), f"{task.name}.npy")
+    done = durable.read_manifest(marker, key, JoinManifest)
+    if done is not None and os.path.isfile(path):
+        return done.model_copy(update={"reused": True})
+    lo, hi = task.bounds()
+    columns: list[list[np.ndarray]] = [[], [], []]  # key (high), key (low) or fingerprint, global id
+    file, rows = {"exact": ("exact.npy", (0, 1, 2)), "minhash": ("minhash.npy", (0, None, 1)),
+                  "simhash": ("simhash.npy", (0, 2, 1))}[task.kind]
+    for s, directory in enumerate(shard_dirs):
+        table = _load(os.path.join(directory, file))
+        if task.kind != "exact":
+            table = table[task.band]
+        start, stop = _slice(table[0], lo, hi)
+        for column, row in zip(columns, rows):
+            if row is not None:
+                column.append(np.array(table[row, start:stop]))
+        columns[2][-1] |= np.uint64(s << SHARD_BITS)
+    high, low, gid = (np.concatenate(c) if c else np.zeros(0, np.uint64) for c in columns)
+    if task.kind == "simhash":
+        pairs = _simhash_pairs(high, low, gid, hamming_distance)
+    else:
+        pairs = _equal_key_pairs(high, low if task.kind == "exact" else None, gid)
     os.makedirs(join_dir(out_dir), exist_ok=True)
     durable.write_with(path, lambda f: np.save(f, pairs.astype(np.uint64), allow_pickle=False))
     manifest = JoinManifest(task=task.name, entries=len(gid), pairs=len(pairs), seconds=round(time.perf_counter() - t0, 3))
@@ -150,7 +178,7 @@ def resolve(out_dir: str, tasks: list[JoinTask], shards: int) -> list[np.ndarray
     exact, near = [], []
     for task in tasks:
         pairs = np.load(os.path.join(join_dir(out_dir), f"{task.name}.npy"))
-        (exact if task.band < 0 else near).append(pairs)
+        (exact if task.kind == "exact" else near).append(pairs)
     exact_pairs = np.concatenate(exact) if exact else np.zeros((0, 2), np.uint64)
     every = np.concatenate([exact_pairs, *near]) if near or exact else np.zeros((0, 2), np.uint64)
     nodes, roots = components(every)

@@ -24,10 +24,14 @@ join per band) and not its code; rensa would add a compiled dependency for no sp
 
 from __future__ import annotations
 
+import hashlib
+import re
+import string
+
 import numpy as np
 import xxhash
 
-from bloomdata.clean.config import NearDedupConfig
+from bloomdata.clean.config import ExactDedupConfig, NearDedupConfig
 
 _COMBINE = np.uint64(0x9E3779B97F4A7C15)  # odd (2**64 / golden ratio): mixes the previous unit hash of a window
 CACHE_UNITS = 500_000  # distinct units whose hashes a MinHasher keeps (~100 bytes each)
@@ -117,6 +121,19 @@ class MinHasher:
             key ^= grouped[:, :, r]
             _mix(key)
         return key
+
+
+_ROOTS_DOCUMENT_DROP = re.compile(r"[\s\d" + re.escape(string.punctuation) + "]+")
+
+
+def document_key(text: str, config: ExactDedupConfig) -> tuple[int, int]:
+    """The exact-duplicate key of ``exact_dedup.key``: ``exact_key``, or ROOTS catalogue's dedup_document
+    key (the md5 of the text without whitespace, digits and ASCII punctuation; deduplication.py there) as
+    (high, low) 64-bit halves."""
+    if config.key == "text":
+        return exact_key(text, config.casefold)
+    value = int.from_bytes(hashlib.md5(_ROOTS_DOCUMENT_DROP.sub("", text).encode("utf-8")).digest(), "big")
+    return value >> 64, value & 0xFFFF_FFFF_FFFF_FFFF
 
 
 def exact_key(text: str, casefold: bool) -> tuple[int, int]:

@@ -106,8 +106,8 @@ def _stage(name: str, fn, items: list, config: CleanConfig, client, on_result=No
         bar.close()
 
 
-def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[str]):
-    return dedup.join(item[0], out_dir, shard_dirs, item[1])
+def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[str], hamming_distance: int):
+    return dedup.join(item[0], out_dir, shard_dirs, item[1], hamming_distance)
 
 
 def _write_item(item: tuple[Shard, int, FilterManifest, str], **kw) -> WriteManifest:
@@ -136,7 +136,7 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     settings = durable.content_key(filter_settings(config, closed, flagged))
     keys = [durable.content_key(shard_key(s, settings)) for s in shards]
     fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
-                                       config.near_dedup.enabled])
+                                       config.near_dedup.enabled, config.simhash.enabled])
     external = client is not None
     with durable.owned_directory(out_dir, LOCK_FILE, "clean run"), contextlib.ExitStack() as cluster:
         _remove_stray_temps(out_dir)
@@ -165,7 +165,9 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
         tasks = dedup.plan_joins(config, sum(m.candidates for m in manifests))
         shard_dirs = [shard_dir(out_dir, s) for s in shards]
         items = [(task, dedup.join_key(task, keys)) for task in tasks]
-        _stage("join", functools.partial(_join_item, out_dir=out_dir, shard_dirs=shard_dirs), items, config, client)
+        join = functools.partial(_join_item, out_dir=out_dir, shard_dirs=shard_dirs,
+                                 hamming_distance=config.simhash.hamming_distance)
+        _stage("join", join, items, config, client)
         # stage 3: which copies go
         t3 = time.perf_counter()
         removals = dedup.resolve(out_dir, tasks, len(shards))
@@ -292,6 +294,8 @@ def _summary(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: 
         removed=removed, rejects=rejects, rejects_total=sum(rejects.values()),
         emails_redacted=sum(c.emails_redacted for c in languages.values()),
         ips_redacted=sum(c.ips_redacted for c in languages.values()),
+        keys_redacted=sum(c.keys_redacted for c in languages.values()),
+        users_redacted=sum(c.users_redacted for c in languages.values()),
         removed_file=os.path.join(out_dir, REMOVED_FILE), report_md=os.path.join(out_dir, REPORT_MD),
         report_png=os.path.join(out_dir, REPORT_PNG),
         shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),

@@ -9,6 +9,8 @@ one shard and writes, under ``OUT/work/filter/<shard name>/``:
 - ``exact.npy``: uint64[3, n], (high, low, candidate) of the exact-duplicate keys, sorted;
 - ``minhash.npy``: uint64[bands, 2, m], per band the (band key, candidate) pairs sorted by key (candidates
   without word units have no signature and are left out);
+- ``simhash.npy``: uint64[bands, 3, m], per SimHash band the (band key, candidate, fingerprint) triples sorted
+  by key (candidates too short for a window have no fingerprint and are left out);
 - ``removed.jsonl``: the first ``max_removed_examples`` documents of each reason;
 
 then its marker ``OUT/work/filter/<shard name>.done.json`` (a ``FilterManifest``), last, under a key that
@@ -33,9 +35,10 @@ from bloomdata import durable
 from bloomdata.build.config import output_name_of
 from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
 from bloomdata.clean.filters import QualityFilter
-from bloomdata.clean.minhash import MinHasher, exact_key
+from bloomdata.clean.minhash import MinHasher, document_key
 from bloomdata.clean.parts import LinesWriter, abort, publish, staged
 from bloomdata.clean.pii import redact
+from bloomdata.clean.simhash import SimHasher
 from bloomdata.clean.summary import FilterManifest, LangCounts
 from bloomdata.clean.text import word_units
 from bloomdata.errors import BloomstackError
@@ -76,7 +79,7 @@ def load_marker(out_dir: str, shard: Shard, key: str) -> FilterManifest | None:
     manifest = durable.read_manifest(marker_path(out_dir, shard), key, FilterManifest)
     if manifest is None:
         return None
-    files = ["candidates.npy", "exact.npy", "minhash.npy", "removed.jsonl"]
+    files = ["candidates.npy", "exact.npy", "minhash.npy", "simhash.npy", "removed.jsonl"]
     files += [f"{name}{ext}" for name in manifest.languages for ext in (".jsonl.zst", ".ids.npy")]
     work = shard_dir(out_dir, shard)
     if not all(os.path.isfile(os.path.join(work, f)) for f in files):
@@ -125,6 +128,8 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
 
     quality = QualityFilter(config, closed, flagged)
     hasher = MinHasher(config.near_dedup) if config.near_dedup.enabled else None
+    simhasher = SimHasher(config.simhash) if config.simhash.enabled else None
+    fingerprints: list[int] = []
     counts: dict[str, LangCounts] = {}
     rejects: Counter[str] = Counter()
     examples = _Examples(config.max_removed_examples, config.max_example_chars)
@@ -170,21 +175,24 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
                 examples.add(reason, f"{item.path}:{item.line}", lang, item.text)
                 t0 = time.perf_counter()
                 continue
-            text, emails, ips = redact(text, config.pii)
-            if emails or ips:
-                c.emails_redacted += emails
-                c.ips_redacted += ips
+            redaction = redact(text, config.pii)
+            text = redaction.text
+            redacted = any(redaction[1:])
+            if redacted:
+                c.redacted(redaction)
             t4 = time.perf_counter()
             if config.exact_dedup.enabled:
-                exact.append(exact_key(text, config.exact_dedup.casefold))
+                exact.append(document_key(text, config.exact_dedup))
             t5 = time.perf_counter()
             if hasher is not None:
                 # the filters' word units serve when they are units of this text (default words, no PII)
-                same = not (emails or ips or doc.language.roots)
+                same = not (redacted or doc.language.roots)
                 batch.append(hasher.shingles(doc.words if same else word_units(text)))
                 if len(batch) == BATCH:
                     band_keys.append(hasher.band_keys(batch))
                     batch.clear()
+            if simhasher is not None:
+                fingerprints.append(simhasher.fingerprint(text, lang))
             t6 = time.perf_counter()
             line = json.dumps({"text": text, "lang": lang}, ensure_ascii=False).encode("utf-8") + b"\n"
             writer = writers.get(name)
@@ -212,6 +220,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
         arrays["candidates.npy"] = np.array([lines, sizes], dtype=np.uint64).reshape(2, n)
         arrays["exact.npy"] = _sorted_exact(exact)
         arrays["minhash.npy"] = _sorted_bands(band_keys, n, config, hasher)
+        arrays["simhash.npy"] = _sorted_simhash(fingerprints, simhasher)
         others = [staged(os.path.join(work, f), lambda out, a=a: np.save(out, a, allow_pickle=False))
                   for f, a in arrays.items()]
         text = "".join(f"{line}\n" for line in examples.lines).encode("utf-8")
@@ -238,6 +247,22 @@ def _sorted_exact(keys: list[tuple[int, int]]) -> np.ndarray:
     candidates = np.arange(len(table), dtype=np.uint64)
     order = np.lexsort((candidates, table[:, 1], table[:, 0]))
     return np.stack([table[order, 0], table[order, 1], candidates[order]])
+
+
+def _sorted_simhash(fingerprints: list[int], simhasher: SimHasher | None) -> np.ndarray:
+    """uint64[bands, 3, m]: per SimHash band, (key, candidate, fingerprint) sorted by key then candidate;
+    candidates without a fingerprint (0: no window) left out."""
+    if simhasher is None:
+        return np.zeros((0, 3, 0), dtype=np.uint64)
+    fp = np.array(fingerprints, dtype=np.uint64)
+    have = np.flatnonzero(fp).astype(np.uint64)
+    fp = fp[have]
+    keys = simhasher.band_keys(fp)
+    out = np.empty((len(simhasher.bands), 3, len(have)), dtype=np.uint64)
+    for b in range(len(simhasher.bands)):
+        order = np.argsort(keys[:, b], kind="stable")
+        out[b] = keys[order, b], have[order], fp[order]
+    return out
 
 
 def _sorted_bands(band_keys: list[np.ndarray], n: int, config: CleanConfig, hasher: MinHasher | None) -> np.ndarray:

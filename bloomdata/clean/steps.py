@@ -131,6 +131,35 @@ class Chars(Filter):
 
 
 @register
+class Bytes(Filter):
+    name = "bytes"
+    measures = "the UTF-8 size of the text (min_bytes; ROOTS catalogue's filter_small_docs_bytes)"
+    reasons = ("too_few_bytes",)
+
+    @classmethod
+    def build(cls, language: Language) -> Filter | None:
+        return None if language.t.min_bytes is None else cls(language)
+
+    def keep(self, doc: Doc) -> bool | str:
+        size = len(doc.text) if doc.text.isascii() else len(doc.text.encode("utf-8"))
+        return size >= self.t.min_bytes or self.reasons[0]
+
+
+@register
+class SpaceWords(Filter):
+    name = "space_words"
+    measures = "the pieces of the text split on single spaces (min_space_words; ROOTS catalogue's filter_small_docs)"
+    reasons = ("too_few_space_words",)
+
+    @classmethod
+    def build(cls, language: Language) -> Filter | None:
+        return None if language.t.min_space_words is None else cls(language)
+
+    def keep(self, doc: Doc) -> bool | str:
+        return doc.text.count(" ") + 1 >= self.t.min_space_words or self.reasons[0]
+
+
+@register
 class SpecialCharacters(Filter):
     name = "special_characters"
     measures = "the share of characters that are special characters (max_special_chars)"

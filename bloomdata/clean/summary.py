@@ -27,13 +27,23 @@ class LangCounts(BaseModel):
     removed_bytes: dict[str, int] = Field(default_factory=dict)  # reason -> bytes as read
     emails_redacted: int = 0
     ips_redacted: int = 0
+    keys_redacted: int = 0
+    users_redacted: int = 0
+
+    def redacted(self, redaction) -> None:
+        """Count a ``bloomdata.clean.pii.Redaction``."""
+        self.emails_redacted += redaction.emails
+        self.ips_redacted += redaction.ips
+        self.keys_redacted += redaction.keys
+        self.users_redacted += redaction.users
 
     def remove(self, reason: str, nbytes: int, documents: int = 1) -> None:
         self.removed[reason] = self.removed.get(reason, 0) + documents
         self.removed_bytes[reason] = self.removed_bytes.get(reason, 0) + nbytes
 
     def add(self, other: LangCounts) -> None:
-        for field in ("documents_in", "bytes_in", "documents_kept", "bytes_kept", "emails_redacted", "ips_redacted"):
+        for field in ("documents_in", "bytes_in", "documents_kept", "bytes_kept", "emails_redacted", "ips_redacted",
+                      "keys_redacted", "users_redacted"):
             setattr(self, field, getattr(self, field) + getattr(other, field))
         for reason, n in other.removed.items():
             self.remove(reason, other.removed_bytes.get(reason, 0), n)
@@ -117,6 +127,8 @@ class CleanSummary(BaseModel):
     rejects_total: int = 0
     emails_redacted: int = 0
     ips_redacted: int = 0
+    keys_redacted: int = 0
+    users_redacted: int = 0
     removed_file: str
     report_md: str
     report_png: str
@@ -151,7 +163,8 @@ def format_summary(summary: CleanSummary) -> str:
     lines.append(f"  removed: {sum(removed.values()):,} {removed if removed else ''}".rstrip())
     rejected = {k: v for k, v in s.rejects.items() if v}
     lines.append(f"  unreadable rows: {s.rejects_total:,}" + (f" {rejected}" if rejected else ""))
-    lines.append(f"  redacted: {s.emails_redacted:,} e-mail and {s.ips_redacted:,} IP addresses; examples: "
+    lines.append(f"  redacted: {s.emails_redacted:,} e-mail and {s.ips_redacted:,} IP addresses, {s.keys_redacted:,} keys, "
+                 f"{s.users_redacted:,} user names; examples: "
                  f"{s.removed_file}; report: {s.report_md}")
     lines.append(f"  shards {s.shards.total} ({s.shards.built} filtered, {s.shards.reused} reused), "
                  f"{s.join_tasks} join tasks; cleaned data: {s.data_dir}")

@@ -31,4 +31,5 @@ def roots_language_settings(p: dict[str, Any]) -> dict[str, Any]:
         "sentencepiece_words": p["tokenization"],
         "word_augmentation": p["words_augmentation_group_sizes"] if p["cond_words_augmentation"] else [],
         "augmentation_join": p["words_augmentation_join_char"],
+        "min_bytes": None, "min_space_words": None,  # the catalogue's small-document filters: not in OSCAR's
     }

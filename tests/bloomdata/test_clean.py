@@ -142,7 +142,7 @@ def test_duplicates_exact_and_near_go_and_the_first_in_plan_order_stays(tmp_path
 def test_emails_and_ip_addresses_are_redacted_and_counted_per_language(tmp_path, client):
     def plain(lang: str) -> list[dict]:  # documents that normalization and redaction leave as they are
         return [r for r in _rows(CORPUS_DIR / f"{lang}.jsonl")
-                if normalize(r["text"], NormalizeConfig()) == r["text"] and redact(r["text"], PiiConfig())[1:] == (0, 0)]
+                if normalize(r["text"], NormalizeConfig()) == r["text"] and not any(redact(r["text"], PiiConfig())[1:])]
 
     en, zh = plain("en")[:20], plain("zh")[:20]
     rows = [dict(r, text=f"{r['text']} Write to jane.doe{i}@example.org or ping 10.{i}.0.1 and 2001:db8::{i + 1}.")
