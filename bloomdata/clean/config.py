@@ -265,8 +265,9 @@ class PiiConfig(BaseModel):
     enabled: bool = Field(default=True, description="redact personal information")
     emails: bool = Field(default=True, description="replace e-mail addresses")
     ip_addresses: bool = Field(default=True, description="replace IPv4 and IPv6 addresses")
-    keys: bool = Field(default=False, description="replace keys: API tokens, hex digests, payment card numbers "
-                                                  "(ROOTS's KEY)")
+    # not "keys": Prefect takes a model with a keys attribute for a mapping when it resolves flow parameters
+    secrets: bool = Field(default=False, description="replace keys: API tokens, hex digests, payment card numbers "
+                                                     "(ROOTS's KEY)")
     users: bool = Field(default=False, description="replace @user names (ROOTS's USER)")
     email_placeholder: str = Field(default="PI:EMAIL", description="what an e-mail address becomes (ROOTS')")
     ip_placeholder: str = Field(default="PI:IP_ADDRESS", description="what an IP address becomes (ROOTS')")
@@ -306,6 +307,17 @@ def _sources_field() -> Any:
     field = sources_field()
     return Field(min_length=1, description=field.description,
                  json_schema_extra={**field.json_schema_extra, "shard_key": False})
+
+
+class TemplateDedupConfig(BaseModel):
+    """The catalogue's dedup_template: long lines repeated across the dataset removed from every document."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="remove template lines (ROOTS catalogue's dedup_template_soft)")
+    min_line_chars: int = Field(default=15, ge=1, description="shortest line (stripped) that can be a template")
+    min_occurrences: int = Field(default=10, ge=2, description="occurrences in the surviving documents that make "
+                                                               "a line a template")
 
 
 class SimHashConfig(BaseModel):
@@ -348,6 +360,8 @@ class CleanConfig(BaseModel):
     max_removed_examples: int = Field(default=20, ge=0, description="examples per reason in removed.jsonl.zst")
     max_example_chars: int = Field(default=2000, ge=0, description="characters of text kept per example")
     keep_work: bool = Field(default=False, json_schema_extra=not_in_key(), description="keep OUT/work (candidates, hashes, signatures) at the end")
+    settings_name: str = Field(default="default", json_schema_extra=not_in_key(),
+                               description="what the report calls these settings (the roots preset: roots)")
     progress: bool = Field(default=True, json_schema_extra=not_in_key(), description="tqdm progress bars on stderr")
     normalize: NormalizeConfig = Field(default_factory=NormalizeConfig, description="normalization")
     quality: QualityConfig = Field(default_factory=QualityConfig, description="quality filters")
@@ -359,3 +373,5 @@ class CleanConfig(BaseModel):
     exact_dedup: ExactDedupConfig = Field(default_factory=ExactDedupConfig, description="exact deduplication")
     near_dedup: NearDedupConfig = Field(default_factory=NearDedupConfig, description="near-duplicate removal")
     simhash: SimHashConfig = Field(default_factory=SimHashConfig, description="SimHash near-duplicate removal")
+    template_dedup: TemplateDedupConfig = Field(default_factory=TemplateDedupConfig,
+                                                description="template-line removal")

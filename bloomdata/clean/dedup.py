@@ -40,11 +40,12 @@ class JoinTask:
     band: int  # -1: the exact-duplicate keys
     part: int
     parts: int
-    kind: str = "minhash"  # exact, minhash or simhash (whose pairs are checked by Hamming distance)
+    kind: str = "minhash"  # exact, minhash, simhash (pairs checked by Hamming distance) or template (line counts)
 
     @property
     def name(self) -> str:
-        what = "exact" if self.kind == "exact" else f"{'sim' if self.kind == 'simhash' else ''}band{self.band:03d}"
+        what = {"exact": "exact", "template": "lines"}.get(self.kind) or \
+            f"{'sim' if self.kind == 'simhash' else ''}band{self.band:03d}"
         return f"{what}-{self.part:04d}-of-{self.parts:04d}"
 
     def bounds(self) -> tuple[int, int | None]:

@@ -2,7 +2,7 @@
 
 ROOTS (github.com/bigscience-workshop/data-preparation, preprocessing/training/02_pii/
 bigscience_pii_detect_redact.py) replaced them with ``PI:<TAG>``; so do we (e-mails and IPs by default, keys
-and user names when ``pii.keys`` / ``pii.users`` are on, as in the roots preset). Every match is replaced at
+and user names when ``pii.secrets`` / ``pii.users`` are on, as in the roots preset). Every match is replaced at
 its own span: ROOTS called ``str.replace(match, tag)`` over the whole document, which also replaced every other
 occurrence of the matched string (a key "2021" matched once took every "2021" of the text with it). The
 patterns are ours, written for ROOTS's intent so that the text around a match never changes:
@@ -184,7 +184,7 @@ def redact(text: str, config: PiiConfig) -> Redaction:
                     last, n = m.end(), n + 1
             if n:
                 text, ips = "".join(pieces) + text[last:], ips + n
-    if config.keys and _HAS_DIGIT.search(text):
+    if config.secrets and _HAS_DIGIT.search(text):
         text, found = _sub_if(_TOKEN, text, config.key_placeholder, _is_key_token)
         text, cards = _sub_if(_CARD, text, config.key_placeholder, _is_card)
         keys = found + cards

@@ -26,16 +26,27 @@ def markdown(summary: CleanSummary) -> str:
     s = summary
     reasons = _reasons(s.languages)
     lines = [f"# Clean report: {s.out_dir}", "",
+             f"Settings: **{s.settings_name}**. "
              f"{s.documents_kept:,} of {s.documents_in:,} documents kept ({_pct(s.documents_kept, s.documents_in)}), "
              f"{s.bytes_kept / 1e6:,.2f} of {s.bytes_in / 1e6:,.2f} MB of text; {s.emails_redacted:,} e-mail and "
-             f"{s.ips_redacted:,} IP addresses redacted. Cleaned data: `{s.data_dir}` ({s.output_format}).", "",
-             "## Documents per language", "",
-             "| language | in | kept | kept % | " + " | ".join(reasons) + " | e-mails | IPs |",
-             "|---|" + "---:|" * (len(reasons) + 5)]
+             f"{s.ips_redacted:,} IP addresses, {s.keys_redacted:,} keys and {s.users_redacted:,} user names redacted. "
+             f"Cleaned data: `{s.data_dir}` ({s.output_format}).", ""]
+    if s.notes:
+        lines += ["Notes:", "", *[f"- {note}" for note in s.notes], ""]
+    lines += ["## Removal rate by reason (% of each language's documents)", "",
+              "| language | in | removed % | " + " | ".join(reasons) + " |", "|---|" + "---:|" * (len(reasons) + 2)]
+    for name, c in s.languages.items():
+        cells = [_pct(c.removed.get(r, 0), c.documents_in) if c.removed.get(r) else "" for r in reasons]
+        lines.append(f"| {name} | {c.documents_in:,} | {_pct(c.documents_in - c.documents_kept, c.documents_in)} | "
+                     + " | ".join(cells) + " |")
+    lines += ["", "## Documents per language", "",
+              "| language | in | kept | kept % | " + " | ".join(reasons) + " | e-mails | IPs | keys | users |",
+              "|---|" + "---:|" * (len(reasons) + 7)]
     for name, c in s.languages.items():
         cells = [f"{c.removed.get(r, 0):,}" for r in reasons]
         lines.append(f"| {name} | {c.documents_in:,} | {c.documents_kept:,} | {_pct(c.documents_kept, c.documents_in)} | "
-                     + " | ".join(cells) + f" | {c.emails_redacted:,} | {c.ips_redacted:,} |")
+                     + " | ".join(cells) + f" | {c.emails_redacted:,} | {c.ips_redacted:,} | {c.keys_redacted:,} | "
+                     f"{c.users_redacted:,} |")
     lines += ["", "## Bytes per language (UTF-8 text; removed bytes as read)", "",
               "| language | in | kept | kept % | " + " | ".join(reasons) + " |", "|---|" + "---:|" * (len(reasons) + 3)]
     for name, c in s.languages.items():
@@ -84,7 +95,8 @@ def chart_png(summary: CleanSummary) -> bytes:
         ax.invert_yaxis()
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=8, frameon=False)
-    fig.suptitle(f"Clean: {summary.documents_kept:,} of {summary.documents_in:,} documents kept")
+    fig.suptitle(f"Clean ({summary.settings_name} settings): {summary.documents_kept:,} of "
+                 f"{summary.documents_in:,} documents kept; removal by reason per language")
     fig.tight_layout(rect=(0, 0.04 + 0.025 * (len(labels) // 5), 1, 1))
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.clean import dedup, write
+from bloomdata.clean import dedup, templates, write
 from bloomdata.clean.config import (
     DATA_DIR,
     LOCK_FILE,
@@ -110,9 +110,29 @@ def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[
     return dedup.join(item[0], out_dir, shard_dirs, item[1], hamming_distance)
 
 
-def _write_item(item: tuple[Shard, int, FilterManifest, str], **kw) -> WriteManifest:
+def _write_item(item: tuple[Shard, int, FilterManifest, str], post=None, **kw) -> WriteManifest:
     shard, index, filtered, key = item
-    return write.write_shard(shard, index, filtered=filtered, key=key, **kw)
+    return write.write_shard(shard, index, filtered=filtered, key=key, post=post() if post else None, **kw)
+
+
+def _template_item(item: tuple[dedup.JoinTask, str], **kw):
+    return templates.count(item[0], key=item[1], **kw)
+
+
+def _find_templates(config: CleanConfig, out_dir: str, shards: list[Shard], keys: list[str], removals: list[str],
+                    client) -> tuple[str, str]:
+    """Stage 3b: the template lines of the run (``bloomdata.clean.templates``): (their file, its digest)."""
+    lines = sum(np.load(os.path.join(shard_dir(out_dir, s), templates.LINES_FILE), mmap_mode="r").shape[1]
+                for s in shards)
+    parts = max(1, -(-lines // config.near_dedup.docs_per_task))
+    tasks = [dedup.JoinTask(0, part, parts, "template") for part in range(parts)]
+    items = [(task, durable.content_key([dedup.join_key(task, keys), removals, config.template_dedup.min_occurrences]))
+             for task in tasks]
+    step = functools.partial(_template_item, out_dir=out_dir, shard_dirs=[shard_dir(out_dir, s) for s in shards],
+                             removed=[write.resolve_path(out_dir, s) for s in shards],
+                             min_occurrences=config.template_dedup.min_occurrences)
+    _stage("templates", step, items, config, client)
+    return templates.gather(out_dir, tasks)
 
 
 def run_clean(config: CleanConfig, client=None) -> CleanSummary:
@@ -136,7 +156,8 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     settings = durable.content_key(filter_settings(config, closed, flagged))
     keys = [durable.content_key(shard_key(s, settings)) for s in shards]
     fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
-                                       config.near_dedup.enabled, config.simhash.enabled])
+                                       config.near_dedup.enabled, config.simhash.enabled,
+                                       config.template_dedup.model_dump()])
     external = client is not None
     with durable.owned_directory(out_dir, LOCK_FILE, "clean run"), contextlib.ExitStack() as cluster:
         _remove_stray_temps(out_dir)
@@ -177,12 +198,18 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
             data = np.ascontiguousarray(removal, dtype=np.uint64)
             durable.write_with(write.resolve_path(out_dir, shard), lambda f, a=data: np.save(f, a, allow_pickle=False))
             digests.append(durable.digest(data.tobytes()))
+        post = None
+        if config.template_dedup.enabled:  # stage 3b: template lines, counted over the surviving documents
+            templates_path, templates_digest = _find_templates(config, out_dir, shards, keys, digests, client)
+            digests = [durable.content_key([d, templates_digest]) for d in digests]
+            post = functools.partial(write.TemplateRemoval, templates_path, config)
         # stage 4: write the kept documents of every shard
         t4 = time.perf_counter()
         names = [s.name for s in shards]
         items = [(s, i, m, write.write_key(k, d, i, config.output_format))
                  for i, (s, m, k, d) in enumerate(zip(shards, manifests, keys, digests))]
-        step = functools.partial(_write_item, out_dir=out_dir, shard_names=names, output_format=config.output_format,
+        step = functools.partial(_write_item, post=post, out_dir=out_dir, shard_names=names,
+                                 output_format=config.output_format,
                                  max_examples=config.max_removed_examples, max_chars=config.max_example_chars)
         written = _stage("write", step, items, config, client)
         t5 = time.perf_counter()
@@ -303,4 +330,21 @@ def _summary(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: 
         scheduler=config.scheduler, wall_seconds=round(wall, 3),
         stage_seconds={k: round(v, 3) for k, v in stages.items()}, step_seconds=steps,
         throughput_mb_s=round(sum(sum(c.bytes_in for c in m.languages.values()) for m in built) / 1e6 / wall, 3),
-        fingerprint=fingerprint)
+        fingerprint=fingerprint, settings_name=config.settings_name, notes=settings_notes(config, list(languages)))
+
+
+def settings_notes(config: CleanConfig, languages: list[str]) -> list[str]:
+    """What the report states about how the settings applied to these languages (word rules, models off)."""
+    notes = []
+    if config.quality.words == "roots":
+        for lang in languages:
+            t = config.quality.thresholds_for(lang)
+            if t.sentencepiece_words and lang not in config.sentencepiece.models:
+                notes.append(f"{lang}: words are single characters: no sentencepiece model was given "
+                             f"(sentencepiece.models.{lang}); ROOTS split {lang} with its {lang}.sp.model")
+    if not config.lang_id.model and "lang_id" in config.quality.steps:
+        notes.append("language id off: no fastText model was given (lang_id.model)")
+    missing = [lang for lang in languages if lang not in config.perplexity.models]
+    if "perplexity" in config.quality.steps and missing:
+        notes.append(f"perplexity off for {', '.join(missing)}: no KenLM model was given (perplexity.models)")
+    return notes

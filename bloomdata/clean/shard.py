@@ -11,6 +11,8 @@ one shard and writes, under ``OUT/work/filter/<shard name>/``:
   without word units have no signature and are left out);
 - ``simhash.npy``: uint64[bands, 3, m], per SimHash band the (band key, candidate, fingerprint) triples sorted
   by key (candidates too short for a window have no fingerprint and are left out);
+- ``lines.npy``: uint64[2, L], (hash, candidate) of the candidates' long lines sorted by hash, for template
+  removal (``bloomdata.clean.templates``; empty when it is off);
 - ``removed.jsonl``: the first ``max_removed_examples`` documents of each reason;
 
 then its marker ``OUT/work/filter/<shard name>.done.json`` (a ``FilterManifest``), last, under a key that
@@ -40,6 +42,7 @@ from bloomdata.clean.parts import LinesWriter, abort, publish, staged
 from bloomdata.clean.pii import redact
 from bloomdata.clean.simhash import SimHasher
 from bloomdata.clean.summary import FilterManifest, LangCounts
+from bloomdata.clean.templates import LINES_FILE, line_hashes, sorted_lines
 from bloomdata.clean.text import word_units
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import Reject, Shard, read_shard
@@ -79,7 +82,7 @@ def load_marker(out_dir: str, shard: Shard, key: str) -> FilterManifest | None:
     manifest = durable.read_manifest(marker_path(out_dir, shard), key, FilterManifest)
     if manifest is None:
         return None
-    files = ["candidates.npy", "exact.npy", "minhash.npy", "simhash.npy", "removed.jsonl"]
+    files = ["candidates.npy", "exact.npy", "minhash.npy", "simhash.npy", LINES_FILE, "removed.jsonl"]
     files += [f"{name}{ext}" for name in manifest.languages for ext in (".jsonl.zst", ".ids.npy")]
     work = shard_dir(out_dir, shard)
     if not all(os.path.isfile(os.path.join(work, f)) for f in files):
@@ -130,6 +133,8 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
     hasher = MinHasher(config.near_dedup) if config.near_dedup.enabled else None
     simhasher = SimHasher(config.simhash) if config.simhash.enabled else None
     fingerprints: list[int] = []
+    templates = config.template_dedup
+    line_keys: tuple[list[int], list[int]] = ([], [])  # (hash, candidate) of long lines
     counts: dict[str, LangCounts] = {}
     rejects: Counter[str] = Counter()
     examples = _Examples(config.max_removed_examples, config.max_example_chars)
@@ -193,6 +198,10 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
                     batch.clear()
             if simhasher is not None:
                 fingerprints.append(simhasher.fingerprint(text, lang))
+            if templates.enabled:
+                found = line_hashes(text, templates.min_line_chars)
+                line_keys[0].extend(found)
+                line_keys[1].extend([len(lines)] * len(found))
             t6 = time.perf_counter()
             line = json.dumps({"text": text, "lang": lang}, ensure_ascii=False).encode("utf-8") + b"\n"
             writer = writers.get(name)
@@ -221,6 +230,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
         arrays["exact.npy"] = _sorted_exact(exact)
         arrays["minhash.npy"] = _sorted_bands(band_keys, n, config, hasher)
         arrays["simhash.npy"] = _sorted_simhash(fingerprints, simhasher)
+        arrays[LINES_FILE] = sorted_lines(*line_keys)
         others = [staged(os.path.join(work, f), lambda out, a=a: np.save(out, a, allow_pickle=False))
                   for f, a in arrays.items()]
         text = "".join(f"{line}\n" for line in examples.lines).encode("utf-8")

@@ -142,6 +142,8 @@ class CleanSummary(BaseModel):
     throughput_mb_s: float  # MB of input text filtered in this run per wall second
     fingerprint: str  # the marker's key: equal fingerprints mean an equal run
     up_to_date: bool = False  # True when this run found the outputs current and did nothing
+    settings_name: str = "default"  # CleanConfig.settings_name: the preset (default, roots) or the user's name
+    notes: list[str] = Field(default_factory=list)  # how the settings applied (word rules, models not given)
 
 
 def _mb(n: int) -> str:

@@ -19,10 +19,11 @@ from collections import Counter
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.clean.config import DATA_DIR, MARKER_VERSION, WORK_DIR
+from bloomdata.clean.config import DATA_DIR, MARKER_VERSION, WORK_DIR, CleanConfig
 from bloomdata.clean.dedup import EXACT, SHARD_BITS
 from bloomdata.clean.parts import LinesWriter, abort, publish, read_lines, staged
 from bloomdata.clean.summary import FilterManifest, LangCounts, PartStats, WriteManifest
+from bloomdata.clean.templates import remove_template_lines
 from bloomdata.readers import Shard
 
 REASON_OF = {EXACT: "exact_duplicate"}
@@ -59,8 +60,45 @@ def load_marker(out_dir: str, shard: Shard, key: str) -> WriteManifest | None:
     return manifest
 
 
+class TemplateRemoval:
+    """What the write stage does to a surviving document when template removal is on: its template lines
+    dropped, then the checks that ROOTS's catalogue ran after them (an empty document goes as ``empty``, then
+    the language's ``bytes`` and ``space_words`` steps when ``quality.steps`` lists them)."""
+
+    def __init__(self, templates_path: str, config: CleanConfig):
+        from bloomdata.clean.filters import QualityFilter
+
+        self.templates = np.load(templates_path)
+        self.config = config.template_dedup
+        bare = config.model_copy(update={  # the small-document steps need no model: none is loaded
+            "lang_id": config.lang_id.model_copy(update={"model": None}),
+            "perplexity": config.perplexity.model_copy(update={"models": {}}),
+            "sentencepiece": config.sentencepiece.model_copy(update={"models": {}})})
+        self.quality = QualityFilter(bare, {}, {})
+
+    def apply(self, line: bytes) -> tuple[bytes, int, str | None]:
+        """(the JSON line, its text's UTF-8 size, the reason it goes or None)."""
+        from bloomdata.clean.steps import Doc
+
+        record = json.loads(line)
+        text = remove_template_lines(record["text"], self.templates, self.config)
+        if not text.strip():
+            return line, 0, "empty"
+        language = self.quality.language(record["lang"])
+        doc = Doc(text, record["lang"], language)
+        for step in language.steps:
+            if step.name in ("bytes", "space_words"):
+                verdict = step.keep(doc)
+                if verdict is not True:
+                    return line, 0, verdict if isinstance(verdict, str) else step.reasons[0]
+        if text != record["text"]:
+            line = json.dumps({"text": text, "lang": record["lang"]}, ensure_ascii=False).encode("utf-8") + b"\n"
+        return line, len(text.encode("utf-8")), None
+
+
 def write_shard(shard: Shard, index: int, out_dir: str, filtered: FilterManifest, key: str,
-                shard_names: list[str], output_format: str, max_examples: int, max_chars: int) -> WriteManifest:
+                shard_names: list[str], output_format: str, max_examples: int, max_chars: int,
+                post: TemplateRemoval | None = None) -> WriteManifest:
     """Stage 4 of one shard (see the module docstring); idempotent."""
     t0 = time.perf_counter()
     manifest = load_marker(out_dir, shard, key)
@@ -86,8 +124,19 @@ def write_shard(shard: Shard, index: int, out_dir: str, filtered: FilterManifest
             kept_bytes = 0
             for line, cid in zip(read_lines(os.path.join(work, f"{name}.jsonl.zst")), ids, strict=True):
                 if cid not in gone:
-                    writer.write(line)
-                    kept_bytes += sizes[cid]
+                    line, size, reason = (line, sizes[cid], None) if post is None else post.apply(line)
+                    if reason is None:
+                        writer.write(line)
+                        kept_bytes += size
+                        continue
+                    removed.setdefault(name, LangCounts()).remove(reason, sizes[cid])
+                    if taken[reason] < max_examples:
+                        taken[reason] += 1
+                        record = json.loads(line)
+                        examples.append(json.dumps({
+                            "reason": reason, "where": f"{shard.path}:{lines[cid]}", "lang": record["lang"],
+                            "text": record["text"][:max_chars], "truncated": len(record["text"]) > max_chars},
+                            ensure_ascii=False))
                     continue
                 code, survivor = gone[cid]
                 reason = REASON_OF.get(code, NEAR_REASON)

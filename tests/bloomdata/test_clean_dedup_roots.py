@@ -119,3 +119,50 @@ def test_dedup_document_key_and_small_document_steps():
     assert check("space_words", "a b c d e") is None
     assert check("space_words", "a  b  c") is None  # "a  b  c".split(" "): 5 pieces, two of them empty
     assert check("space_words", "a b c d") == "too_few_space_words"
+
+
+def _write_rows(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_template_lines_counted_over_surviving_documents(tmp_path):
+    banner = "Accept all cookies on this website"
+    rows = [{"text": f"Article {i} is about topic {i * 7} in depth.\n  {banner}  \nShort\nFooter: (c) 2024 Example Inc",
+             "lang": "en"} for i in range(12)]
+    rows.append({"text": f"{banner}\nFooter: (c) 2024 Example Inc", "lang": "en"})  # all template: emptied
+    rows += [rows[0]] * 5  # exact copies go first: their lines do not count
+    source = _write_rows(tmp_path / "in.jsonl", rows)
+
+    def run(out: str, occurrences: int):
+        config = CleanConfig(sources=[str(source)], out_dir=str(tmp_path / out), workers=0, progress=False,
+                             max_rows_per_shard=7, quality={"enabled": False}, near_dedup={"enabled": False},
+                             template_dedup={"enabled": True, "min_occurrences": occurrences})
+        return run_clean(config), _kept(tmp_path / out)
+
+    summary, kept = run("13", 13)  # the banner and footer occur 13 times in the 13 survivors
+    assert summary.removed["exact_duplicate"] == 5 and summary.removed["empty"] == 1 and len(kept) == 12
+    assert kept[0] == "Article 0 is about topic 0 in depth.\nShort"  # lines stripped, short ones never templates
+    summary, kept = run("14", 14)  # 18 with the copies, 13 without: not templates
+    assert summary.removed["empty"] == 0 and kept[0] == f"Article 0 is about topic 0 in depth.\n{banner}\nShort\n" \
+                                                         "Footer: (c) 2024 Example Inc"
+
+
+def test_roots_preset_run_reports_its_settings_and_removals(tmp_path):
+    rows = []
+    for lang in ("en", "bn", "zh", "sw"):
+        with open(CORPUS_DIR / f"{lang}.jsonl", encoding="utf-8") as f:
+            rows += [json.loads(line) for line in f][:20]
+    rows[0] = dict(rows[0], text=rows[0]["text"] + " Follow @bigscience, card 4111 1111 1111 1111.")  # words over 25 characters go first
+    source = _write_rows(tmp_path / "in.jsonl", rows)
+    config = load_config(CleanConfig, PRESETS["roots"], values={"sources": [str(source)], "out_dir": str(tmp_path / "out"),
+                                                              "workers": 0, "progress": False})
+    summary = run_clean(config)
+    assert summary.settings_name == "roots" and (summary.keys_redacted, summary.users_redacted) == (1, 1)
+    assert summary.languages["bn"].removed["closed_class_words"] >= 5  # ROOTS's bn stopword cut (see test_clean_roots)
+    report = (tmp_path / "out" / "clean.md").read_text(encoding="utf-8")
+    assert "Settings: **roots**" in report and "Removal rate by reason" in report
+    assert "zh: words are single characters: no sentencepiece model was given" in report
+    assert "language id off" in report and "perplexity off for bn, en, sw, zh" in report
+    bn = next(line for line in report.splitlines() if line.startswith("| bn | 20 |"))
+    assert f"{100 * summary.languages['bn'].removed['closed_class_words'] / 20:.1f}%" in bn

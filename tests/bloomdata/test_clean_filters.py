@@ -352,7 +352,7 @@ def test_lang_id_and_perplexity_wiring_with_stand_in_models(tmp_path, monkeypatc
 
 
 def test_keys_and_user_names_optional_and_replaced_at_their_span():
-    config = PiiConfig(keys=True, users=True)
+    config = PiiConfig(secrets=True, users=True)
     cases = [
         ("follow @bigscience and @hf_team. or (@some.one)", "follow PI:USER and PI:USER. or (PI:USER)"),
         ("mail a@b.com, not @ab, nor x@y", "mail PI:EMAIL, not @ab, nor x@y"),  # an e-mail, a short handle, a word
