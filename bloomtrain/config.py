@@ -175,7 +175,8 @@ class CheckpointConfig(_Frozen):
     load: bool = True
     """Resume from ``dir/latest`` when it exists."""
     load_universal: bool = False
-    """Resume at another TP/PP/DP: ``latest`` is converted with ds_to_universal when its layout differs."""
+    """Resume at another TP/PP/DP: ``latest`` is converted with ds_to_universal when its layout differs (unless
+    ``latest_universal`` names a conversion of it, e.g. DeepSpeed's ds_to_universal run by hand)."""
     kill_switch_path: str | None = None
     """When this file appears, save and stop (BLOOM's --kill-switch-path)."""
     exit_duration_in_mins: float | None = None

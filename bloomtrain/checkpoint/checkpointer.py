@@ -17,7 +17,9 @@ directory is removed when that tag is saved again. ``faults(point, tag)``, when 
 ``SAVE_POINTS`` (tests kill the process there to check exactly this).
 
 The trainer's own position (iteration, consumed and scheduled samples, skip counters) travels in
-DeepSpeed's ``client_state``; the schedules are functions of it, so they need no state of their own.
+DeepSpeed's ``client_state``, beside Megatron-DeepSpeed's keys (megatron.py) that BLOOM-era tools read; the
+schedules are functions of it, so they need no state of their own. A load reads every file with
+``weights_only=True`` (safe_load), and resumes a checkpoint written by Megatron-DeepSpeed (its keys only) too.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from typing import Any
 import torch.distributed as dist
 
 from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint import megatron, safe_load
 from bloomtrain.checkpoint.format import save_metadata
-from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything
+from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything, set_rng_state
 from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest, tag_for
 from bloomtrain.checkpoint.universal import check_same_layout, ensure_universal, save_layout
 from bloomtrain.config import TrainConfig
@@ -79,6 +82,7 @@ class Checkpointer:
             shutil.rmtree(self.dir / tag)
         dist.barrier()
         client_state = {
+            **megatron.client_state(self.cfg, position, self.state),
             "bloomtrain": position,
             "train_config": self.cfg.model_dump(mode="json"),
             "world_size": self.world,
@@ -105,24 +109,38 @@ class Checkpointer:
         if self.dir is None or not self.cfg.checkpoint.load:
             return None
         tag = read_latest(self.dir)
-        if tag is None:
-            return None
         if self.universal:
             if self.cfg.optim.precision != "bf16":
                 raise BloomstackError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
                                       "universal checkpoints into the BF16/ZeRO optimizer's fp32 fragments)")
             tag = ensure_universal(self.dir, tag)
+        elif tag is None:
+            return None
         else:
             check_same_layout(self.cfg, self.dir, tag, self.state)
-        client = self.module.load(self.dir, tag)
+        where = self.dir / tag
+        saved = megatron.read_client(where)
+        if saved is not None and saved.get("args") is not None:
+            megatron.check_model(self.cfg.model, self.state.tp_size, saved["args"], where)
+        client = safe_load.guarded(where, lambda: self.module.load(self.dir, tag))
         if client is None:
-            raise BloomstackError(f"checkpoint {self.dir / tag} could not be loaded (see DeepSpeed's log above)")
-        position = dict(client["bloomtrain"])
-        same_world = not self.universal and client.get("world_size") == self.world
-        if not (same_world and load_rng(self.dir, tag, self.rank)):
-            if same_world:
-                log.warning("bloomtrain: %s has no RNG file for rank %d; deriving fresh RNG streams",
-                            self.dir / tag, self.rank)
-            # another layout: rank-specific streams cannot be carried over; derive fresh ones
-            seed_everything(self.cfg.seed + 100 * self.state.pp_rank + 7919 * position["iteration"])
+            raise BloomstackError(f"checkpoint {where} could not be loaded (see DeepSpeed's log above)")
+        position = megatron.position_of(client, where)
+        self._restore_rng(tag, client, position["iteration"])
         return position
+
+    def _restore_rng(self, tag: str, client: dict[str, Any], iteration: int) -> None:
+        """This rank's RNG file; else (a Megatron-DeepSpeed checkpoint) the mp_rank file's RNG, which is this
+        rank's streams (identical across TP and DP); else, in another layout, fresh streams."""
+        assert self.dir is not None
+        saved_world = client.get("world_size") or getattr(client.get("args"), "world_size", None)
+        if not self.universal and saved_world == self.world:
+            if load_rng(self.dir, tag, self.rank):
+                return
+            if "random_rng_state" in client:
+                set_rng_state(client)
+                return
+            log.warning("bloomtrain: %s has no RNG state for rank %d; deriving fresh RNG streams",
+                        self.dir / tag, self.rank)
+        # another layout: rank-specific streams cannot be carried over; derive fresh ones
+        seed_everything(self.cfg.seed + 100 * self.state.pp_rank + 7919 * iteration)

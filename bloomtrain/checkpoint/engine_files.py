@@ -6,7 +6,8 @@ engine's ``checkpoint_engine`` (deepspeed/runtime/checkpoint_engine/checkpoint_e
 path with no fsync, so a crash can leave a torn file under its real name, and a power cut can lose files
 that ``latest`` already names. ``DurableCheckpointEngine`` is the same engine with each file written
 atomically and fsynced (bloomdata.durable.write_with): once ``save`` returns, the file is whole and on
-disk, and ``commit`` has nothing left to flush. It also records the files this rank wrote for the current
+disk, and ``commit`` has nothing left to flush. Its ``load`` reads with ``weights_only=True`` (safe_load:
+a file that would run code is refused in one line). It also records the files this rank wrote for the current
 tag and calls ``after_file(path)`` after each one (fault-injection tests kill the process there).
 """
 
@@ -20,6 +21,7 @@ from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchChe
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint import safe_load
 
 
 class DurableCheckpointEngine(CheckpointEngine):
@@ -42,7 +44,7 @@ class DurableCheckpointEngine(CheckpointEngine):
             self.after_file(path)
 
     def load(self, path: str, map_location=None):
-        return torch.load(path, map_location=map_location, weights_only=False)
+        return safe_load.load(path, map_location)
 
     def commit(self, info: CheckpointCommitInfo) -> bool:
         return True  # every file was fsynced as it was written

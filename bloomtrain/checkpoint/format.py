@@ -27,6 +27,7 @@ import torch
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint import safe_load
 from bloomtrain.checkpoint.tags import LATEST, read_latest
 from bloomtrain.model.config import ModelConfig
 
@@ -185,7 +186,7 @@ def load_merged_states(ckpt_dir: Path, tag: str | None = None) -> tuple[ModelCon
     for path in sorted((Path(ckpt_dir) / tag).glob("layer_*-model_states.pt")):
         m = _LAYER_FILE.fullmatch(path.name)
         if m:
-            shards[int(m[1])][int(m[2])] = torch.load(path, map_location="cpu", weights_only=True)
+            shards[int(m[1])][int(m[2])] = safe_load.load(path)
     expected = [EMBED_INDEX, *(block_index(i) for i in range(config.num_layers)), final_norm_index(config.num_layers)]
     missing = [i for i in expected if i not in shards]
     if missing:

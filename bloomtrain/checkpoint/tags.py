@@ -1,9 +1,11 @@
-"""``latest`` and the ``global_stepN`` directories: the one writer of ``latest``, and pruning.
+"""``latest``, ``latest_universal`` and the ``global_stepN`` directories: their one writer, and pruning.
 
 ``latest`` names the newest *complete* checkpoint, so it moves last: ``commit_tag`` is its only writer,
 called by ``Checkpointer.save`` on rank 0 once every rank's files are on disk, and by the offline import
 once it wrote every file. It goes through bloomdata.durable (temporary file, fsync, rename over, directory
-fsync): a crash leaves the previous tag or the new one, never a torn or early one.
+fsync): a crash leaves the previous tag or the new one, never a torn or early one. ``latest_universal``
+names the newest universal checkpoint folder, as DeepSpeed's ds_to_universal writes it (last, once the
+folder is complete); ``commit_universal`` writes it the same durable way for bloomtrain's conversions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from bloomdata import durable
 
 LATEST = "latest"
+LATEST_UNIVERSAL = "latest_universal"
 _STEP_DIR = re.compile(r"global_step(\d+)$")
 
 
@@ -22,14 +25,20 @@ def tag_for(iteration: int) -> str:
     return f"global_step{iteration}"
 
 
-def read_latest(ckpt_dir: str | Path) -> str | None:
-    path = Path(ckpt_dir) / LATEST
-    return path.read_text().strip() if path.is_file() else None
+def read_latest(ckpt_dir: str | Path, name: str = LATEST) -> str | None:
+    """The tag ``latest`` names (``name=LATEST_UNIVERSAL``: the universal folder); None when absent or empty."""
+    path = Path(ckpt_dir) / name
+    return (path.read_text().strip() or None) if path.is_file() else None
 
 
 def commit_tag(ckpt_dir: str | Path, tag: str) -> None:
     """Point ``latest`` at ``tag``: call it only when every file of ``tag`` is durably on disk."""
     durable.write_text(Path(ckpt_dir) / LATEST, tag)
+
+
+def commit_universal(ckpt_dir: str | Path, folder: str) -> None:
+    """Point ``latest_universal`` at ``folder``: call it only when the whole converted folder is on disk."""
+    durable.write_text(Path(ckpt_dir) / LATEST_UNIVERSAL, folder)
 
 
 def prune(ckpt_dir: str | Path, keep_last: int | None, protect: str) -> list[str]:

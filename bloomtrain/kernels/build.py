@@ -2,8 +2,11 @@
 
 Design: the extension is JIT-built on first use, or ahead of time with ``bloomtrain build-kernels``.
 The build directory is ``$BLOOMSTACK_KERNEL_CACHE`` (default ``~/.cache/bloomstack/kernels``) /
-``<hash>``, where the hash covers every source byte, the torch and CUDA versions, the flags and the
-CUDA arch list, so a stale build is never loaded and an unchanged tree never rebuilds. A file lock
+``<hash>``, where the hash covers every source byte, the Python environment (interpreter prefix and version,
+and the torch build: version, git commit, install directory), the CUDA version, the flags and the CUDA arch
+list, so a stale build is never loaded and an unchanged tree never rebuilds. Two environments on one machine
+(two venvs with the same torch version) get two builds: with one key, each compiled against its own torch
+headers and libraries over the other's build on every start (a restarted job spent 100 s recompiling). A file lock
 serialises concurrent builders (DDP ranks, pytest workers); the losers wait and then load the
 winner's ``.so``. Flags are portable (``-O3``, no ``-march=native``) because the cache may be shared
 between machines; the CPU kernels get their SIMD from ``#pragma omp simd``, built twice on x86-64 (baseline
@@ -64,7 +67,8 @@ def cuda_buildable() -> bool:
 
 
 def build_key(with_cuda: bool) -> str:
-    """Hash of everything that changes the binary: sources, headers, flags, torch/CUDA, arch list."""
+    """Hash of everything that changes the binary: sources, headers, flags, the Python environment and its torch
+    build, CUDA, arch list."""
     import torch  # noqa: PLC0415
 
     h = hashlib.sha256()
@@ -73,7 +77,9 @@ def build_key(with_cuda: bool) -> str:
         path = source_dir() / name
         h.update(name.encode())
         h.update(path.read_bytes() if path.exists() else b"<missing>")
-    parts = [torch.__version__, str(torch.version.cuda), sys.version.split()[0], str(with_cuda),
+    environment = [sys.prefix, sys.version.split()[0], torch.__version__, str(torch.version.git_version),
+                   str(Path(torch.__file__).resolve().parent)]
+    parts = [*environment, str(torch.version.cuda), str(with_cuda),
              " ".join(CXX_FLAGS + LD_FLAGS + NVCC_FLAGS), os.environ.get("TORCH_CUDA_ARCH_LIST", "")]
     h.update("|".join(parts).encode())
     return h.hexdigest()[:16]

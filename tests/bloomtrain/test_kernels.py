@@ -16,6 +16,11 @@ paths) is tested in test_kernel_selfcheck.py.
 from __future__ import annotations
 
 import logging
+import site
+import subprocess
+import sys
+import venv
+from pathlib import Path
 
 import pytest
 import torch
@@ -280,6 +285,29 @@ def test_build_key_tracks_sources_and_cuda(monkeypatch, tmp_path):
     assert build.build_key(False) == key
     (src / "bias_gelu_cpu.cpp").write_text("// changed\n", encoding="utf-8")
     assert build.build_key(False) != key
+
+
+def test_two_python_environments_get_two_kernel_builds(tmp_path):
+    """A second venv that imports this very torch (a .pth onto our site-packages) gets its own build key, so
+    neither rebuilds over the other's kernels; the key is stable between processes of one environment."""
+    venv.create(tmp_path / "other", with_pip=False)
+    other = tmp_path / "other" / "bin" / "python"
+    purelib = subprocess.run([other, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    # addsitedir also runs the .pth files there (our editable install)
+    adds = "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages())
+    Path(purelib, "bloomstack_test.pth").write_text(f"import site; {adds}\n", encoding="utf-8")
+    code = "import torch; from bloomtrain.kernels import build; print(torch.__file__, build.build_key(False))"
+
+    def key(python) -> tuple[str, str]:
+        out = subprocess.run([python, "-c", code], check=True, capture_output=True, text=True).stdout
+        torch_file, key = out.split()[-2:]
+        return torch_file, key
+
+    ours, theirs = key(sys.executable), key(other)
+    assert ours[0] == theirs[0]  # the same torch build...
+    assert ours[1] != theirs[1]  # ...in another environment: another key
+    assert key(sys.executable) == ours and ours[1] == build.build_key(False)
 
 
 def test_build_kernels_cli_uses_the_cache(ext, capsys):
