@@ -189,3 +189,39 @@ def test_agreement_with_roots_on_the_corpus(roots_filter, lang):
                 removed.append(line)
     assert removed == ROOTS_REMOVED[lang]
     assert digest.hexdigest()[:16] == ROOTS_KEPT_DIGEST[lang]
+
+
+def _settings_key(config: CleanConfig) -> str:
+    from bloomdata import durable
+    from bloomdata.clean.run import filter_settings
+
+    return durable.content_key(filter_settings(config, *load_word_lists(config.quality)))
+
+
+def test_shard_key_holds_every_setting_but_the_opted_out(tmp_path):
+    base = preset()
+    key = _settings_key(base)
+    changed = {"simhash": {"window": 7}, "template_dedup": {"min_occurrences": 3}, "pii": {"users": False},
+               "quality": {"steps": ["words"]}, "normalize": {"roots_punctuation": True},
+               "exact_dedup": {"key": "text"}, "max_removed_examples": 3}
+    for field, value in changed.items():
+        update = {**base.model_dump()[field], **value} if isinstance(value, dict) else value
+        assert _settings_key(base.model_copy(update={field: type(getattr(base, field)).model_validate(update)
+                                                     if isinstance(value, dict) else update})) != key, field
+    for field, value in {"workers": 7, "progress": False, "keep_work": True, "settings_name": "x",
+                         "out_dir": str(tmp_path), "max_rows_per_shard": 5}.items():
+        assert _settings_key(base.model_copy(update={field: value})) == key, field
+    from bloomdata.clean.config import shard_settings
+
+    sections = [name for name, info in CleanConfig.model_fields.items()
+                if not (isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("shard_key") is False)]
+    assert list(shard_settings(base, lambda path: path)) == sections  # a new section is in the key by default
+
+
+def test_a_misspelt_step_is_a_one_line_error_naming_the_key(tmp_path):
+    bad = tmp_path / "clean.yaml"
+    bad.write_text("quality:\n  steps: [words, char_repetiton]\n", encoding="utf-8")
+    with pytest.raises(Exception) as err:
+        load_config(CleanConfig, bad, values={"sources": ["x"], "out_dir": "y"})
+    message = str(err.value)
+    assert "\n" not in message and "quality.steps" in message and "char_repetition" in message and "clean.yaml" in message
