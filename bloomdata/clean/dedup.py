@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -117,14 +118,29 @@ def _simhash_pairs(keys: np.ndarray, fingerprints: np.ndarray, gid: np.ndarray, 
     return np.concatenate(found).astype(np.uint64)
 
 
-def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str, hamming_distance: int = 0) -> JoinManifest:
-    """Stage 2 for one task: ``OUT/work/join/<task>.npy`` holds uint64[k, 2] (duplicate, first) pairs."""
+def range_task(task: JoinTask, directory: str, key: str, compute: Callable[[], tuple[np.ndarray, int]]) -> JoinManifest:
+    """Run one range task idempotently: ``directory/<task>.npy`` holds what ``compute`` returns (an array and
+    how many entries it read), then its marker; a valid marker is returned as is."""
     t0 = time.perf_counter()
-    marker = os.path.join(join_dir(out_dir), f"{task.name}.done.json")
-    path = os.path.join(join_dir(out_dir), f"{task.name}.npy")
+    marker = os.path.join(directory, f"{task.name}.done.json")
+    path = os.path.join(directory, f"{task.name}.npy")
     done = durable.read_manifest(marker, key, JoinManifest)
     if done is not None and os.path.isfile(path):
         return done.model_copy(update={"reused": True})
+    result, entries = compute()
+    os.makedirs(directory, exist_ok=True)
+    durable.write_with(path, lambda f: np.save(f, result.astype(np.uint64), allow_pickle=False))
+    manifest = JoinManifest(task=task.name, entries=entries, pairs=len(result), seconds=round(time.perf_counter() - t0, 3))
+    durable.write_marker(marker, key, manifest.model_dump(mode="json", exclude={"reused"}))
+    return manifest
+
+
+def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str, hamming_distance: int = 0) -> JoinManifest:
+    """Stage 2 for one task: ``OUT/work/join/<task>.npy`` holds uint64[k, 2] (duplicate, first) pairs."""
+    return range_task(task, join_dir(out_dir), key, lambda: _join_pairs(task, shard_dirs, hamming_distance))
+
+
+def _join_pairs(task: JoinTask, shard_dirs: list[str], hamming_distance: int) -> tuple[np.ndarray, int]:
     lo, hi = task.bounds()
     columns: list[list[np.ndarray]] = [[], [], []]  # key (high), key (low) or fingerprint, global id
     file, rows = {"exact": ("exact.npy", (0, 1, 2)), "minhash": ("minhash.npy", (0, None, 1)),
@@ -140,14 +156,8 @@ def join(task: JoinTask, out_dir: str, shard_dirs: list[str], key: str, hamming_
         columns[2][-1] |= np.uint64(s << SHARD_BITS)
     high, low, gid = (np.concatenate(c) if c else np.zeros(0, np.uint64) for c in columns)
     if task.kind == "simhash":
-        pairs = _simhash_pairs(high, low, gid, hamming_distance)
-    else:
-        pairs = _equal_key_pairs(high, low if task.kind == "exact" else None, gid)
-    os.makedirs(join_dir(out_dir), exist_ok=True)
-    durable.write_with(path, lambda f: np.save(f, pairs.astype(np.uint64), allow_pickle=False))
-    manifest = JoinManifest(task=task.name, entries=len(gid), pairs=len(pairs), seconds=round(time.perf_counter() - t0, 3))
-    durable.write_marker(marker, key, manifest.model_dump(mode="json", exclude={"reused"}))
-    return manifest
+        return _simhash_pairs(high, low, gid, hamming_distance), len(gid)
+    return _equal_key_pairs(high, low if task.kind == "exact" else None, gid), len(gid)
 
 
 def components(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -5,8 +5,8 @@ word list is missing there, so the step is off for that language) and asked ``ke
 ``True``, or the reason the document goes (a key of ``bloomdata.clean.config.FILTER_REASONS``).
 ``quality.steps`` lists the steps in the order they run; the first that says no names the reason.
 
-Adding a filter is one class here (its name, what it measures, its threshold in ``Thresholds``) and its name
-in ``quality.steps``. A ``Doc`` computes what several steps share (words, code points) once, on first use.
+Adding a filter is one class here (its name, what it measures, its threshold in ``Thresholds``; ``Limit``
+and ``Range`` hold the comparisons) and its name in ``quality.steps``. A ``Doc`` computes what several steps share (words, code points) once, on first use.
 The measures are ROOTS's (bigscience-workshop/data-preparation, 01b_oscar_cleaning_and_filtering/
 filtering.py); ``bloomdata.clean.filters`` holds them and resolves each language's settings.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_repetition_ratio
+from bloomdata.clean.models import perplexity
 from bloomdata.clean.text import code_points, roots_flags
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class Filter:
     name: ClassVar[str]  # its key in quality.steps
     measures: ClassVar[str]  # what it measures, for people and docs
     reasons: ClassVar[tuple[str, ...]]  # the reasons it can give
+    thresholds: ClassVar[tuple[str, ...]]  # its ``Thresholds`` fields: off for a language where all are null
+    needs: ClassVar[str | None] = None  # a ``Language`` attribute it needs (word list, model): off without it
 
     def __init__(self, language: Language):
         self.language = language
@@ -79,10 +82,45 @@ class Filter:
     @classmethod
     def build(cls, language: Language) -> Filter | None:
         """The step for one language, or None when it is off there."""
+        if all(getattr(language.t, field) is None for field in cls.thresholds) or not cls.available(language):
+            return None
         return cls(language)
+
+    @classmethod
+    def available(cls, language: Language) -> bool:
+        """Whether what the step needs besides thresholds (a word list, a model) is there for the language."""
+        return cls.needs is None or bool(getattr(language, cls.needs))
 
     def keep(self, doc: Doc) -> bool | str:
         raise NotImplementedError
+
+
+class Limit(Filter):
+    """One measure against one threshold: a ``min_*`` threshold is a floor, a ``max_*`` one a ceiling."""
+
+    def measure(self, doc: Doc) -> float:
+        raise NotImplementedError
+
+    def keep(self, doc: Doc) -> bool | str:
+        limit = getattr(self.t, self.thresholds[0])
+        value = self.measure(doc)
+        return (value >= limit if self.thresholds[0].startswith("min_") else value <= limit) or self.reasons[0]
+
+
+class Range(Filter):
+    """A count between a floor and a ceiling (``thresholds``: min, max; ``reasons``: too few, too many)."""
+
+    def count(self, doc: Doc) -> int:
+        raise NotImplementedError
+
+    def keep(self, doc: Doc) -> bool | str:
+        low, high = (getattr(self.t, field) for field in self.thresholds)
+        n = self.count(doc)
+        if low is not None and n < low:
+            return self.reasons[0]
+        if high is not None and n > high:
+            return self.reasons[1]
+        return True
 
 
 FILTERS: dict[str, type[Filter]] = {}
@@ -94,173 +132,126 @@ def register(cls: type[Filter]) -> type[Filter]:
 
 
 @register
-class Words(Filter):
+class Words(Range):
     name = "words"
-    measures = "the number of words (min_words, max_words)"
+    measures = "the number of words (ROOTS: stripped, not lower-cased)"
     reasons = ("too_few_words", "too_many_words")
+    thresholds = ("min_words", "max_words")
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.min_words is None and language.t.max_words is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        n = doc.word_count
-        if self.t.min_words is not None and n < self.t.min_words:
-            return "too_few_words"
-        if self.t.max_words is not None and n > self.t.max_words:
-            return "too_many_words"
-        return True
+    def count(self, doc: Doc) -> int:
+        return doc.word_count
 
 
 @register
-class Chars(Filter):
+class Chars(Range):
     name = "chars"
-    measures = "the number of characters (min_chars, max_chars)"
+    measures = "the number of characters"
     reasons = ("too_few_chars", "too_many_chars")
+    thresholds = ("min_chars", "max_chars")
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.min_chars is None and language.t.max_chars is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        if self.t.min_chars is not None and len(doc.text) < self.t.min_chars:
-            return "too_few_chars"
-        if self.t.max_chars is not None and len(doc.text) > self.t.max_chars:
-            return "too_many_chars"
-        return True
+    def count(self, doc: Doc) -> int:
+        return len(doc.text)
 
 
 @register
-class Bytes(Filter):
+class Bytes(Limit):
     name = "bytes"
-    measures = "the UTF-8 size of the text (min_bytes; ROOTS catalogue's filter_small_docs_bytes)"
+    measures = "the UTF-8 size of the text (ROOTS catalogue's filter_small_docs_bytes)"
     reasons = ("too_few_bytes",)
+    thresholds = ("min_bytes",)
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.min_bytes is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        size = len(doc.text) if doc.text.isascii() else len(doc.text.encode("utf-8"))
-        return size >= self.t.min_bytes or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return len(doc.text) if doc.text.isascii() else len(doc.text.encode("utf-8"))
 
 
 @register
-class SpaceWords(Filter):
+class SpaceWords(Limit):
     name = "space_words"
-    measures = "the pieces of the text split on single spaces (min_space_words; ROOTS catalogue's filter_small_docs)"
+    measures = "the pieces of the text split on single spaces (ROOTS catalogue's filter_small_docs)"
     reasons = ("too_few_space_words",)
+    thresholds = ("min_space_words",)
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.min_space_words is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        return doc.text.count(" ") + 1 >= self.t.min_space_words or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return doc.text.count(" ") + 1
 
 
 @register
-class SpecialCharacters(Filter):
+class SpecialCharacters(Limit):
     name = "special_characters"
-    measures = "the share of characters that are special characters (max_special_chars)"
+    measures = "the share of characters that are special characters"
     reasons = ("special_characters",)
+    thresholds = ("max_special_chars",)
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.max_special_chars is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        return special_ratio(doc.cp, self.language.special) <= self.t.max_special_chars or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return special_ratio(doc.cp, self.language.special)
 
 
 @register
-class ClosedClassWords(Filter):
+class ClosedClassWords(Limit):
     name = "closed_class_words"
-    measures = "the share of words in the language's closed-class (stop) word list (min_closed_class; ROOTS's " \
-               "stopwords ratio)"
+    measures = "the share of words in the language's closed-class (stop) word list (ROOTS's stopwords ratio)"
     reasons = ("closed_class_words",)
+    thresholds = ("min_closed_class",)
+    needs = "closed"
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.min_closed_class is None or not language.closed else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        ratio = self.language.word_list_ratio(doc.words, self.language.closed)
-        return ratio >= self.t.min_closed_class or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return self.language.word_list_ratio(doc.words, self.language.closed)
 
 
 @register
-class FlaggedWords(Filter):
+class FlaggedWords(Limit):
     name = "flagged_words"
-    measures = "the share of words in the language's flagged-word list (max_flagged)"
+    measures = "the share of words in the language's flagged-word list"
     reasons = ("flagged_words",)
+    thresholds = ("max_flagged",)
+    needs = "flagged"
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.max_flagged is None or not language.flagged else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        return self.language.word_list_ratio(doc.words, self.language.flagged) <= self.t.max_flagged or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return self.language.word_list_ratio(doc.words, self.language.flagged)
 
 
 @register
-class WordRepetition(Filter):
+class WordRepetition(Limit):
     name = "word_repetition"
-    measures = "the share of word n-grams that occur more than once (word_repetition_n, max_word_repetition)"
+    measures = "the share of word n-grams that occur more than once (n: word_repetition_n)"
     reasons = ("word_repetition",)
+    thresholds = ("max_word_repetition",)
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.max_word_repetition is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        ratio = word_repetition_ratio(doc.words, self.t.word_repetition_n)
-        return ratio <= self.t.max_word_repetition or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return word_repetition_ratio(doc.words, self.t.word_repetition_n)
 
 
 @register
-class CharRepetition(Filter):
+class CharRepetition(Limit):
     name = "char_repetition"
     measures = "the share of character n-grams covered by the sqrt(#distinct) most frequent repeated ones " \
-               "(char_repetition_n, max_char_repetition)"
+               "(n: char_repetition_n)"
     reasons = ("char_repetition",)
+    thresholds = ("max_char_repetition",)
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.t.max_char_repetition is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        ratio = char_repetition_ratio(doc.cp, self.t.char_repetition_n)
-        return ratio <= self.t.max_char_repetition or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return char_repetition_ratio(doc.cp, self.t.char_repetition_n)
 
 
 @register
-class LanguageId(Filter):
+class LanguageId(Limit):
     name = "lang_id"
-    measures = "fastText's probability of the document's own language when it is the top label " \
-               "(min_lang_id_score; lang_id.model)"
+    measures = "fastText's probability of the document's own language when it is the top label (lang_id.model)"
     reasons = ("lang_id",)
+    thresholds = ("min_lang_id_score",)
+    needs = "lang_id"
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.lang_id is None or language.t.min_lang_id_score is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        return self.language.lang_id.score(doc.text, doc.lang) >= self.t.min_lang_id_score or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return self.language.lang_id.score(doc.text, doc.lang)
 
 
 @register
-class Perplexity(Filter):
+class Perplexity(Limit):
     name = "perplexity"
-    measures = "KenLM perplexity of the document, line by line (max_perplexity; perplexity.models)"
+    measures = "KenLM perplexity of the document, line by line (perplexity.models)"
     reasons = ("perplexity",)
+    thresholds = ("max_perplexity",)
+    needs = "kenlm"
 
-    @classmethod
-    def build(cls, language: Language) -> Filter | None:
-        return None if language.kenlm is None or language.t.max_perplexity is None else cls(language)
-
-    def keep(self, doc: Doc) -> bool | str:
-        from bloomdata.clean.models import perplexity
-
-        score = perplexity(self.language.kenlm, doc.text, self.language.sentencepiece)
-        return score <= self.t.max_perplexity or self.reasons[0]
+    def measure(self, doc: Doc) -> float:
+        return perplexity(self.language.kenlm, doc.text, self.language.sentencepiece)

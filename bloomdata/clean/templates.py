@@ -19,14 +19,13 @@ deduplication (and the filters), so ten copies of one page do not make its lines
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import xxhash
 
 from bloomdata import durable
 from bloomdata.clean.config import WORK_DIR, TemplateDedupConfig
-from bloomdata.clean.dedup import SHARD_BITS, JoinTask, _load, _slice
+from bloomdata.clean.dedup import SHARD_BITS, JoinTask, _load, _slice, range_task
 from bloomdata.clean.summary import JoinManifest
 
 LINES_FILE = "lines.npy"
@@ -53,29 +52,20 @@ def template_dir(out_dir: str) -> str:
 def count(task: JoinTask, out_dir: str, shard_dirs: list[str], removed: list[str], key: str,
           min_occurrences: int) -> JoinManifest:
     """One hash range: ``OUT/work/templates/<task>.npy`` holds the sorted template hashes in it."""
-    t0 = time.perf_counter()
-    marker = os.path.join(template_dir(out_dir), f"{task.name}.done.json")
-    path = os.path.join(template_dir(out_dir), f"{task.name}.npy")
-    done = durable.read_manifest(marker, key, JoinManifest)
-    if done is not None and os.path.isfile(path):
-        return done.model_copy(update={"reused": True})
-    lo, hi = task.bounds()
-    hashes = []
-    for directory, resolve_file in zip(shard_dirs, removed):
-        table = _load(os.path.join(directory, LINES_FILE))
-        start, stop = _slice(table[0], lo, hi)
-        gone = np.load(resolve_file)[0]  # candidates removed as duplicates
-        keep = ~np.isin(table[1, start:stop], gone)
-        hashes.append(np.array(table[0, start:stop])[keep])
-    every = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-    values, counts = np.unique(every, return_counts=True)
-    templates = values[counts >= min_occurrences]
-    os.makedirs(template_dir(out_dir), exist_ok=True)
-    durable.write_with(path, lambda f: np.save(f, templates, allow_pickle=False))
-    manifest = JoinManifest(task=task.name, entries=len(every), pairs=len(templates),
-                            seconds=round(time.perf_counter() - t0, 3))
-    durable.write_marker(marker, key, manifest.model_dump(mode="json", exclude={"reused"}))
-    return manifest
+
+    def templates() -> tuple[np.ndarray, int]:
+        lo, hi = task.bounds()
+        hashes = []
+        for directory, resolve_file in zip(shard_dirs, removed):
+            table = _load(os.path.join(directory, LINES_FILE))
+            start, stop = _slice(table[0], lo, hi)
+            gone = np.load(resolve_file)[0]  # candidates removed as duplicates
+            hashes.append(np.array(table[0, start:stop])[~np.isin(table[1, start:stop], gone)])
+        every = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        values, counts = np.unique(every, return_counts=True)
+        return values[counts >= min_occurrences], len(every)
+
+    return range_task(task, template_dir(out_dir), key, templates)
 
 
 def gather(out_dir: str, tasks: list[JoinTask]) -> tuple[str, str]:
