@@ -101,10 +101,14 @@ class Limit(Filter):
     def measure(self, doc: Doc) -> float:
         raise NotImplementedError
 
+    def __init__(self, language: Language):
+        super().__init__(language)
+        self.limit = getattr(self.t, self.thresholds[0])
+        self.floor = self.thresholds[0].startswith("min_")
+
     def keep(self, doc: Doc) -> bool | str:
-        limit = getattr(self.t, self.thresholds[0])
         value = self.measure(doc)
-        return (value >= limit if self.thresholds[0].startswith("min_") else value <= limit) or self.reasons[0]
+        return (value >= self.limit if self.floor else value <= self.limit) or self.reasons[0]
 
 
 class Range(Filter):
@@ -113,8 +117,12 @@ class Range(Filter):
     def count(self, doc: Doc) -> int:
         raise NotImplementedError
 
+    def __init__(self, language: Language):
+        super().__init__(language)
+        self.low, self.high = (getattr(self.t, field) for field in self.thresholds)
+
     def keep(self, doc: Doc) -> bool | str:
-        low, high = (getattr(self.t, field) for field in self.thresholds)
+        low, high = self.low, self.high
         n = self.count(doc)
         if low is not None and n < low:
             return self.reasons[0]

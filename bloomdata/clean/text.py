@@ -30,6 +30,7 @@ mapping every Unicode punctuation character to a space first (``str.translate``)
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import string
 import sys
@@ -134,7 +135,7 @@ def word_units(text: str) -> list[str]:
     """The lower-cased word units of ``text`` (see the module docstring)."""
     lowered = text.lower()
     pieces = _UNITS.findall(lowered) if _HAS_UNSPACED.search(lowered) else lowered.split()
-    return [u for u in (p.strip(STRIP) for p in pieces) if u]
+    return list(filter(None, map(str.strip, pieces, itertools.repeat(STRIP))))  # C loops: no frame per word
 
 
 # --- ROOTS's text handling (the roots preset; bigscience-workshop/data-preparation, filtering.py) ----------
@@ -235,11 +236,11 @@ def roots_strip_words(pieces: list[str], flags: int = NON_LATIN1_STRIP) -> list[
     """Each piece stripped of ROOTS's special characters at both ends; empty ones dropped. ``flags``
     (``roots_flags`` of the text): without NON_LATIN1_STRIP only the Latin-1 members can be there."""
     latin1, beyond = _latin1_strip()
-    stripped = [p.strip(latin1) for p in pieces]
+    stripped = list(map(str.strip, pieces, itertools.repeat(latin1)))
     if flags & NON_LATIN1_STRIP:  # strip further only the words that still end in a member beyond Latin-1
         full = roots_strip_set()
         stripped = [w.strip(full) if w and (w[0] in beyond or w[-1] in beyond) else w for w in stripped]
-    return [w for w in stripped if w]
+    return list(filter(None, stripped))
 
 
 def roots_words(text: str, per_character: bool = False, lower: bool = True, flags: int = NON_LATIN1_STRIP) -> list[str]:
