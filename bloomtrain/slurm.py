@@ -1,139 +1,121 @@
 """``bloomtrain slurm``: write an sbatch script for a multi-node run, in the manner of BigScience's tr11.
 
 The script follows bigscience-workshop/bigscience train/tr11-176B-ml/tr11-176B-ml.slurm
-(docs/bloom-training.md, "Launcher"): one Slurm task per node, each running ``torch.distributed.run``
-with a c10d rendezvous on the first node and ``--tee 3`` logs;
-``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` so a dead peer fails the job instead of hanging it. Unlike tr11, there
-is no DeepSpeed JSON heredoc: the trainer derives it from the same YAML, and the config is validated here
-(world size, degrees, batch divisibility, time budget) before anything is queued.
+(docs/bloom-training.md, "Launcher"): one Slurm task per node, each running a launcher with a c10d
+rendezvous on the first node and ``--tee 3`` logs; ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1`` so a dead peer fails
+the job instead of hanging it. Unlike tr11, there is no DeepSpeed JSON heredoc: the trainer derives it from
+the same YAML, and the config and every input file it names are checked here (world size, degrees, batch
+divisibility, time budget; bloomtrain.inputs) before anything is queued. Where tr11 differs from what
+multi-node torchrun needs, we follow torchrun:
+
+- the launcher is ``bloomtrain.launcher`` (torchrun with bloomtrain's restart hook) on every node, without
+  ``--node_rank`` (a c10d rendezvous assigns node ranks itself and ignores it);
+- the rendezvous endpoint is the batch host (``SLURM_LAUNCH_NODE_IPADDR``: the first node, where the script
+  and srun run) on a port derived from the job id, so that two jobs sharing a host do not collide;
+- ``srun --label`` and a ``[rankN]:`` line prefix: every line says which node (task) and which rank wrote it;
+- a CPU recipe (``--device cpu``, the default for a ``*-cpu.yaml`` config) asks for no GPU: gloo on CPU
+  processes, where ``#SBATCH --gres=gpu:N`` would make sbatch refuse the job.
 
 Stopping before the time limit is tr11's: ``checkpoint.exit_duration_in_mins`` (set here from ``--time`` minus
 ``--save-margin-minutes`` when the config has none) makes every rank save and exit 0 on its own, and the
-kill-switch file stops a run by hand. Slurm's signals are not relied on: torch.distributed.run does not
-forward SIGUSR1 to its workers, and the SIGTERM at the limit leaves only KillWait seconds for a save.
+kill-switch file stops a run by hand. Slurm's signals are not relied on: a launcher does not forward SIGUSR1
+to its workers, and the SIGTERM at the limit leaves only KillWait seconds for a save.
 
-Unattended recovery, in two layers (the trainer resumes from ``latest`` on every start):
+Unattended recovery, in two layers, both decided by bloomtrain.recovery from the trainer's exit records
+(never from log lines or exit codes alone; the trainer resumes from ``latest`` on every start):
 
-1. torchrun restarts a failed worker group on the same nodes, ``--max-restarts`` times (a crashed rank, a
-   transient NCCL error). ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with the store shared between agent and
-   workers, a restarted group can read the failed group's addresses (pytorch/pytorch#135712).
-2. The job requeues itself (``#SBATCH --requeue`` plus ``scontrol requeue`` at the end of the script) and
+1. the launcher restarts a failed worker group on the same nodes, ``--max-restarts`` times (a crashed rank, a
+   transient NCCL error); never after a config or input error, nor after a lost node (the nodes agree;
+   every node announces the restart in one line);
+2. the job requeues itself (``#SBATCH --requeue`` plus ``scontrol requeue`` at the end of the script) and
    comes back as the same job with a new allocation. We chose this over tr11's chain of dependent jobs
    (``sbatch --array=1-10%1``, resubmitted by hand): one job id for the whole run, so ``scancel ID`` stops it,
    ``sbatch --wait`` (the flows' sbatch launcher) follows it to its real end, and the output file keeps every
-   attempt (``--open-mode=append``); and the script decides after each attempt instead of a fixed number of
-   jobs starting (and loading a checkpoint) after the training already ended. The trade-off: the cluster must
-   allow requeueing (JobRequeue), and the decision needs rules, here, after srun returns with ``rc``:
-
-   - kill switch present: stop (a person asked);
-   - ``rc`` 0 before the time budget: the schedule ended (or a signal asked the trainer to stop): stop;
-   - ``rc`` 0 at or after the budget: the trainer saved at its time limit: requeue to continue. The exit code
-     cannot tell the two apart, the clock can: the trainer's budget runs from its own start, later than the
-     script's. A run that ends its schedule in its last second is requeued once more and ends at once;
-   - ``rc`` 2: a bad config or input; retrying cannot help: stop;
-   - another ``rc`` (torchrun gave up, a node died) after ``latest`` moved during this attempt: requeue.
-     Without a new checkpoint, torchrun has already failed ``max_restarts + 1`` times on these nodes: the
-     fault is in the code, the data or a node that stays bad, so the job stops and names its nodes (add the
-     bad one to ``--exclude`` and sbatch again, as tr11 did);
-   - at most ``--max-requeues`` requeues in all, counted by Slurm (``SLURM_RESTART_COUNT``, which also counts
-     Slurm's own requeues after a node failure): no state file of ours.
+   attempt (``--open-mode=append``). After srun returns, ``python -m bloomtrain.recovery`` reads the attempt's
+   exit records and prints one line: requeue after a stop at the time budget, or after a failure once a new
+   checkpoint was saved; stop after the end of the schedule, the kill switch, a signal, a config or input error
+   (exit 2), or a failure without a new checkpoint (naming the nodes: add a bad one to ``--exclude`` and
+   sbatch again, as tr11 did); at most ``--max-requeues`` requeues in all, counted by Slurm
+   (``SLURM_RESTART_COUNT``, which also counts Slurm's own requeues after a node failure).
 """
 
 from __future__ import annotations
 
-import math
 import shlex
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import load_config
+from bloomtrain.inputs import check_inputs
+from bloomtrain.recovery import REQUEUE_EXIT
+
+PORT_BASE, PORT_SPAN = 10000, 20000  # rendezvous ports 10000-29999: below Linux's ephemeral range (32768-)
 
 TEMPLATE = """#!/bin/bash
 #SBATCH --job-name={job_name}
 #SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node=1          # crucial: one torch.distributed.run launcher per node
+#SBATCH --ntasks-per-node=1          # crucial: one launcher per node
 #SBATCH --cpus-per-task={cpus_per_task}
-#SBATCH --gres=gpu:{gpus_per_node}
-#SBATCH --exclusive
+{gres}#SBATCH --exclusive
 #SBATCH --hint=nomultithread
 #SBATCH --time={time}
 #SBATCH --output=%x-%j.out
 #SBATCH --open-mode=append           # a requeued job appends to its output instead of truncating it
 #SBATCH --requeue                    # this job requeues itself at the end (see RECOVERY below)
 {sbatch_lines}
-# Generated by `bloomtrain slurm` from {config}; world = {nodes} x {gpus_per_node} = {world} processes
+# Generated by `bloomtrain slurm` from {config}; world = {nodes} x {gpus_per_node} = {world} {device} processes
 # (TP {tp} x PP {pp} x DP {dp}).
-# RECOVERY: torchrun restarts a failed worker group up to {max_restarts} times on these nodes; the job then
-# requeues itself (same job id, new allocation) when the trainer stopped at its time budget, or failed after
-# saving a checkpoint, at most {max_requeues} times. Every start resumes from {latest}.
+# RECOVERY (bloomtrain.recovery, from the trainer's exit records): the launcher restarts a failed worker group
+# up to {max_restarts} times on these nodes; the job then requeues itself (same job id, new allocation) when the
+# trainer stopped at its time budget, or failed after saving a checkpoint, at most {max_requeues} times. Every
+# start resumes from {latest}.
 set -euo pipefail
 cd {workdir}
 
-export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+REQUEUES=${{SLURM_RESTART_COUNT:-0}}
+# The rendezvous runs on the batch host (srun gives every task its address) on a port derived from the job id.
 export MASTER_PORT={master_port}
 export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
-export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1  # a restarted worker group must not read the failed one's addresses
+export TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE='[rank${{rank}}]:'
+export BLOOMTRAIN_EXIT_DIR={exits}/job$SLURM_JOB_ID-$REQUEUES  # the trainer's exit records of this attempt
 export OMP_NUM_THREADS=1
 {extra_env}
 # Arrays, one word per element: an override holding quotes, spaces or $(...) reaches the trainer as written.
-LAUNCHER=({python} -u -m torch.distributed.run
-    --nproc_per_node {gpus_per_node}
+LAUNCHER=({python} -u -m bloomtrain.launcher
+    --nproc-per-node {gpus_per_node}
     --nnodes "$SLURM_NNODES"
-    --rdzv_endpoint "$MASTER_ADDR:$MASTER_PORT"
-    --rdzv_backend c10d
-    --max_restarts {max_restarts}
+    --rdzv-backend c10d
+    --rdzv-id "$SLURM_JOB_ID-$REQUEUES"
+    --max-restarts {max_restarts}
     --tee 3)
 PROGRAM=(-m bloomtrain.cli train --config {config} {overrides})
 
 LATEST={latest}
-KILL_SWITCH={kill_switch}
-BUDGET_S={budget_s}  # checkpoint.exit_duration_in_mins: the trainer saves and exits 0 after this many seconds
 MAX_REQUEUES={max_requeues}
-REQUEUES=${{SLURM_RESTART_COUNT:-0}}
 say() {{ echo "bloomtrain slurm: job $SLURM_JOB_ID: $*"; }}
-before=$(cat "$LATEST" 2>/dev/null || echo none)
-say "attempt $((REQUEUES + 1)) of at most $((MAX_REQUEUES + 1)) on $SLURM_JOB_NODELIST; latest checkpoint: $before"
+before=$(cat "$LATEST" 2>/dev/null || true)
+say "attempt $((REQUEUES + 1)) of at most $((MAX_REQUEUES + 1)) on $SLURM_JOB_NODELIST; latest checkpoint: ${{before:-none}}"
 
-# `bash -c` so that $SLURM_PROCID is expanded on each node, not here. The words travel as arguments (the
-# launcher's count first), never through a second round of shell parsing.
+# `bash -c` so that $SLURM_LAUNCH_NODE_IPADDR is expanded in each task, not here. The words travel as arguments
+# (the launcher's count first), never through a second round of shell parsing.
 rc=0
-srun --jobid "$SLURM_JOB_ID" --kill-on-bad-exit=1 \\
-    bash -c 'n=$1; shift; exec "${{@:1:n}}" --node_rank "$SLURM_PROCID" "${{@:n+1}}"' \\
+srun --label --jobid "$SLURM_JOB_ID" --kill-on-bad-exit=1 \\
+    bash -c 'n=$1; shift; exec "${{@:1:n}}" --rdzv-endpoint "$SLURM_LAUNCH_NODE_IPADDR:$MASTER_PORT" "${{@:n+1}}"' \\
     bloomtrain-node "${{#LAUNCHER[@]}}" "${{LAUNCHER[@]}}" "${{PROGRAM[@]}}" || rc=$?
-after=$(cat "$LATEST" 2>/dev/null || echo none)
 
-requeue() {{
-    if [ "$REQUEUES" -ge "$MAX_REQUEUES" ]; then
-        say "$1; not requeued: requeued $REQUEUES times already (max_requeues $MAX_REQUEUES); sbatch this script again to continue from $after"
-        exit 1
-    fi
-    say "$1; requeueing ($((REQUEUES + 1)) of $MAX_REQUEUES): the next attempt resumes from $after"
+code=0
+line=$({python} -m bloomtrain.recovery --exit-dir "$BLOOMTRAIN_EXIT_DIR" --returncode "$rc" \\
+    --checkpoint-dir {ckpt} --before "$before" --requeues "$REQUEUES" --max-requeues "$MAX_REQUEUES") || code=$?
+say "$line"
+if [ "$code" -eq {requeue_exit} ]; then
     scontrol requeue "$SLURM_JOB_ID" || {{ say "scontrol requeue failed; sbatch this script again to continue"; exit 1; }}
     exit 0  # Slurm ends this attempt now and starts the job again when nodes are free
-}}
-if [ -n "$KILL_SWITCH" ] && [ -e "$KILL_SWITCH" ]; then
-    say "stopped by the kill switch $KILL_SWITCH (exit $rc); not requeued; latest checkpoint: $after"
-    exit "$rc"
 fi
-if [ "$rc" -eq 0 ]; then
-    if [ "$SECONDS" -lt "$BUDGET_S" ]; then
-        say "training finished (or stopped on request) after $SECONDS s, before its $BUDGET_S s budget; latest checkpoint: $after"
-        exit 0
-    fi
-    requeue "the trainer stopped at its time budget ($BUDGET_S s) and saved $after"
-fi
-if [ "$rc" -eq 2 ]; then
-    say "the trainer rejected its config or input (exit 2); not requeued: fix it and sbatch again"
-    exit 2
-fi
-if [ "$after" = "$before" ]; then
-    say "training failed (exit $rc) without a new checkpoint in this attempt (latest: $after; torchrun restarts a worker group up to {max_restarts} times before it gives up); not requeued: a retry would likely fail the same way. Read the log above; if a node of $SLURM_JOB_NODELIST is bad, add it to --exclude and sbatch again"
-    exit "$rc"
-fi
-requeue "training failed (exit $rc) after saving $after"
+exit "$code"
 """
 
 
@@ -153,20 +135,26 @@ class SlurmConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     config: str = Field(description="training YAML (configs/train/NAME.yaml)", json_schema_extra=cli_option(metavar="YAML"))
-    nodes: int = Field(ge=1, description="nodes; one torch.distributed.run launcher per node")
-    gpus_per_node: int = Field(default=8, ge=1, description="processes (one per GPU) per node")
+    nodes: int = Field(ge=1, description="nodes; one launcher (bloomtrain.launcher) per node")
+    gpus_per_node: int = Field(default=8, ge=1, description="processes per node: one per GPU (with --device cpu, "
+                                                           "CPU processes)")
+    device: Literal["gpu", "cpu"] | None = Field(default=None, description="gpu: #SBATCH --gres=gpu:N, NCCL; cpu: "
+                                                                         "no GPU request, gloo (default: cpu for a "
+                                                                         "*-cpu.yaml config, else gpu)")
     cpus_per_task: int = Field(default=64, ge=1, description="#SBATCH --cpus-per-task")
     time: str = Field(default="100:00:00", description="Slurm time limit [D-]HH:MM:SS (tr11: 100 h)")
     save_margin_minutes: float = Field(default=10.0, ge=0, description="stop this long before the time limit "
                                                                        "(tr11: 5990 of 6000 minutes)")
     job_name: str | None = Field(default=None, description="#SBATCH --job-name (default: the config's file name)")
-    master_port: int = Field(default=6000, description="rendezvous port on the first node")
+    master_port: int | None = Field(default=None, ge=1, le=65535, description="rendezvous port on the first node "
+                                    f"(default: {PORT_BASE} + job id % {PORT_SPAN}, so that jobs sharing a host "
+                                    "do not collide)")
     python: str = Field(default="python", description="the Python that runs the launcher on every node")
     workdir: str = Field(default=".", description="directory the job runs in (the repository)")
     exclude: list[str] = Field(default_factory=list, description="node never to run on, e.g. --exclude=node17 or "
                                                                  "node[17-18] (repeatable; #SBATCH --exclude)")
-    max_restarts: int = Field(default=3, ge=0, description="torchrun --max_restarts: worker-group restarts on the "
-                                                           "same nodes before the attempt fails")
+    max_restarts: int = Field(default=3, ge=0, description="--max-restarts of the launcher: worker-group restarts "
+                                                           "on the same nodes before the attempt fails")
     max_requeues: int = Field(default=10, ge=0, description="times the job requeues itself, in all (time-limit "
                                                             "continuations and failures; tr11 queued 10 jobs)")
     sbatch: list[str] = Field(default_factory=list, description="extra #SBATCH line, e.g. --sbatch=--partition=gpu "
@@ -193,50 +181,52 @@ def _export(assignment: str) -> str:
     return f"export {name}={shlex.quote(value)}"
 
 
-def render(job: SlurmConfig) -> str:
-    cfg = load_config(job.config, job.overrides)
-    world = job.nodes * job.gpus_per_node
-    dp = cfg.dp_size(world)  # raises with the fix when degrees or batches do not fit this world
-    overrides = list(job.overrides)
+def _budget(job: SlurmConfig, budget: float | None) -> tuple[float, list[str]]:
+    """The trainer's time budget in minutes, and the override that sets it when the config has none."""
     limit = _minutes(job.time)
-    budget = cfg.checkpoint.exit_duration_in_mins
     if budget is None:
         # stop with a checkpoint before Slurm kills the job, leaving time for the save
         budget = limit - job.save_margin_minutes
         if budget <= 0:
             raise BloomstackError(f"--time {job.time} leaves no training time after --save-margin-minutes")
-        overrides.append(f"checkpoint.exit_duration_in_mins={budget:g}")
-    elif budget > limit:
+        return budget, [f"checkpoint.exit_duration_in_mins={budget:g}"]
+    if budget > limit:
         raise BloomstackError(
             f"checkpoint.exit_duration_in_mins={budget:g} is past the --time {job.time} limit ({limit:g} min): "
             "Slurm would kill the job before the trainer saves; pass checkpoint.exit_duration_in_mins=null (stop "
             f"{job.save_margin_minutes:g} min before the limit) or a longer --time")
+    return budget, []
+
+
+def device_of(job: SlurmConfig) -> str:
+    return job.device or ("cpu" if Path(job.config).stem.endswith("-cpu") else "gpu")
+
+
+def render(job: SlurmConfig) -> str:
+    """The sbatch script of ``job``; raises ``BloomstackError`` (one line, naming the key or file) when the
+    training config, its world size or one of its input files is wrong."""
+    cfg = load_config(job.config, job.overrides)
+    workdir = Path(job.workdir).resolve()
+    check_inputs(cfg, workdir)
+    world = job.nodes * job.gpus_per_node
+    dp = cfg.dp_size(world)  # raises with the fix when degrees or batches do not fit this world
+    _, extra = _budget(job, cfg.checkpoint.exit_duration_in_mins)
     if cfg.checkpoint.dir is None and job.max_requeues > 0:
         raise BloomstackError("checkpoint.dir is not set, so a requeued job would start over; set "
                               "checkpoint.dir=PATH or --max-requeues 0")
     sbatch_lines = ([f"#SBATCH --exclude={','.join(job.exclude)}"] if job.exclude else []) + \
         [f"#SBATCH {line}" for line in job.sbatch]
-    ckpt = cfg.checkpoint.dir or "no-checkpoint-dir"  # relative paths are the trainer's: both run in workdir
+    device = device_of(job)
+    # relative paths are the trainer's: both run in workdir; without checkpoints the records go to the workdir
+    ckpt = cfg.checkpoint.dir or "."
+    port = str(job.master_port) if job.master_port else f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
     return TEMPLATE.format(
-        job_name=job.job_name or Path(job.config).stem,
-        nodes=job.nodes,
-        gpus_per_node=job.gpus_per_node,
-        cpus_per_task=job.cpus_per_task,
-        time=job.time,
-        sbatch_lines="\n".join(sbatch_lines),
-        config=shlex.quote(job.config),
-        world=world,
-        tp=cfg.parallel.tp,
-        pp=cfg.parallel.pp,
-        dp=dp,
-        workdir=shlex.quote(str(Path(job.workdir).resolve())),
-        master_port=job.master_port,
-        extra_env="\n".join(_export(kv) for kv in job.env),
-        python=shlex.quote(job.python),
-        overrides=" ".join(shlex.quote(o) for o in overrides),
-        max_restarts=job.max_restarts,
-        max_requeues=job.max_requeues,
-        latest=shlex.quote(f"{ckpt}/latest"),
-        kill_switch=shlex.quote(cfg.checkpoint.kill_switch_path or ""),
-        budget_s=math.floor(budget * 60),  # floor: see the module docstring on telling a time stop from the end
+        job_name=job.job_name or Path(job.config).stem, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
+        cpus_per_task=job.cpus_per_task, time=job.time, sbatch_lines="\n".join(sbatch_lines),
+        gres=f"#SBATCH --gres=gpu:{job.gpus_per_node}\n" if device == "gpu" else "", device=device.upper(),
+        config=shlex.quote(job.config), world=world, tp=cfg.parallel.tp, pp=cfg.parallel.pp, dp=dp,
+        workdir=shlex.quote(str(workdir)), master_port=port, extra_env="\n".join(_export(kv) for kv in job.env),
+        python=shlex.quote(job.python), overrides=" ".join(shlex.quote(o) for o in [*job.overrides, *extra]),
+        max_restarts=job.max_restarts, max_requeues=job.max_requeues, latest=shlex.quote(f"{ckpt}/latest"),
+        ckpt=shlex.quote(ckpt), exits=shlex.quote(f"{ckpt}/exits"), requeue_exit=REQUEUE_EXIT,
     )

@@ -124,9 +124,9 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
                    [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values())), *callbacks])
 
 
-def run(cfg: TrainConfig) -> TrainResult:
-    """Build the trainer, resume if a checkpoint exists, train."""
-    return build_trainer(cfg).fit()
+def run(cfg: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:
+    """Build the trainer (``default_callbacks``, then ``callbacks``), resume if a checkpoint exists, train."""
+    return build_trainer(cfg, callbacks=callbacks).fit()
 
 
 if __name__ == "__main__":  # torchrun ... -m bloomtrain.train --config X.yaml [key=value ...]: the `train` CLI

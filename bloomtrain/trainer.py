@@ -79,6 +79,8 @@ class TrainResult:
     grad_norms: dict[int, float] = field(default_factory=dict)
     global_batches: dict[int, int] = field(default_factory=dict)
     stopped_by: str | None = None
+    stop_kind: str | None = None
+    """Why the loop ended early, as an exit record's kind ("time_budget", "signal", "kill_switch", ...)."""
     last_saved: str | None = None
     position: Position | None = None
 
@@ -93,13 +95,15 @@ class Trainer:
         self.pos = Position()
         self.result = TrainResult(position=self.pos)
         self.stop_reason: str | None = None
+        self.stop_kind = "finished"
 
     # --- what callbacks call ------------------------------------------------------------------------
 
-    def request_stop(self, reason: str) -> None:
-        """End the run after this iteration (the first reason wins); post_train hooks still run."""
+    def request_stop(self, reason: str, kind: str = "finished") -> None:
+        """End the run after this iteration (the first reason wins); post_train hooks still run. ``kind`` is the
+        exit record's name for it (bloomtrain.exit_record: "time_budget", "signal", "kill_switch", ...)."""
         if self.stop_reason is None:
-            self.stop_reason = reason
+            self.stop_reason, self.stop_kind = reason, kind
 
     def save_checkpoint(self) -> str:
         """Collective: save the current position; returns the tag."""
@@ -135,7 +139,7 @@ class Trainer:
             for cb in self.callbacks:
                 cb.post_train(self)
             if self.stop_reason is not None:
-                self.result.stopped_by = self.stop_reason
+                self.result.stopped_by, self.result.stop_kind = self.stop_reason, self.stop_kind
                 log.info("bloomtrain: stopping at iteration %d (%s); checkpoint %s", self.pos.iteration,
                          self.stop_reason, self.result.last_saved)
             return self.result

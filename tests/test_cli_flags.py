@@ -30,6 +30,7 @@ COMMANDS = {
     "bloomtrain slurm": "bloomtrain.cli.slurm",
     "bloomtrain build-kernels": "bloomtrain.cli.build_kernels",
     "bloomtrain mixture-search": "bloomtrain.cli.mixture_search",
+    "python -m bloomtrain.recovery": "bloomtrain.recovery",
     "python -m flows.demo": "flows.demo",
     "python -m flows.serve": "flows.serve",
     "python -m flows.rehearsal": "flows.rehearsal",
@@ -171,8 +172,12 @@ def test_slurm_and_build_kernels_flags():
     cfg, _ = _parse("bloomtrain slurm", ["--config", "c.yaml", "--nodes", "2"])
     assert _same(cfg, {
         "config": "c.yaml", "nodes": 2, "gpus_per_node": 8, "cpus_per_task": 64, "time": "100:00:00",
-        "save_margin_minutes": 10.0, "job_name": None, "master_port": 6000, "python": "python", "workdir": ".",
+        "save_margin_minutes": 10.0, "job_name": None, "master_port": None, "python": "python", "workdir": ".",
         "sbatch": [], "env": [], "out": None, "overrides": []})
+    # options and overrides in any order
+    cfg, _ = _parse("bloomtrain slurm", ["--config", "c.yaml", "a.b=1", "--nodes", "2", "c=2", "--max-restarts", "0",
+                                         "d=3"])
+    assert (cfg.nodes, cfg.max_restarts, cfg.overrides) == (2, 0, ["a.b=1", "c=2", "d=3"])
     for argv, cuda, verbose in [(["--cpu-only", "--verbose"], False, True), (["--cuda"], True, False), ([], None, False)]:
         cfg, _ = _parse("bloomtrain build-kernels", argv)
         assert (cfg.cuda, cfg.verbose) == (cuda, verbose)

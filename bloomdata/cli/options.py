@@ -275,7 +275,8 @@ class ConfigParser(Generic[M]):
         return next((o.name for o in self.options if o.key == key), None)
 
     def parse(self, argv: Sequence[str]) -> tuple[M, argparse.Namespace]:
-        args = self.parser.parse_args(list(argv))
+        # intermixed: options and KEY=VALUE overrides in any order (`--nodes 2 a=1 --time 1:00:00 b=2`)
+        args = self.parser.parse_intermixed_args(list(argv))
         values, flags = values_from(args, self.options)
         path = getattr(args, "config", None)
         preset = getattr(args, "preset", None)

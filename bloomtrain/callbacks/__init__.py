@@ -7,7 +7,8 @@
 - ``valid_sets``: loss, perplexity and bits per byte of each named validation set (``data.valid_sets``);
 - ``stability``: skip reports, the consecutive-skip limit, loss spikes;
 - ``stop_requests``: signals, kill-switch file, time limit;
-- ``checkpointing``: save every N iterations and at the end.
+- ``checkpointing``: save every N iterations and at the end;
+- ``exit_record``: this rank's exit record (bloomtrain.exit_record), last.
 
 The run's list, in order, is built by bloomtrain.train.default_callbacks.
 """
@@ -15,11 +16,13 @@ The run's list, in order, is built by bloomtrain.train.default_callbacks.
 from bloomtrain.callbacks.base import Callback
 from bloomtrain.callbacks.checkpointing import CheckpointCallback
 from bloomtrain.callbacks.evaluation import EvaluationCallback
+from bloomtrain.callbacks.exit_record import ExitRecordCallback
 from bloomtrain.callbacks.metrics import MetricsCallback
 from bloomtrain.callbacks.nan_drill import NanDrillCallback
 from bloomtrain.callbacks.stability import StabilityCallback
 from bloomtrain.callbacks.stop_requests import StopRequestsCallback
 from bloomtrain.callbacks.valid_sets import ValidSetCallback
 
-__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "MetricsCallback", "NanDrillCallback",
+__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ExitRecordCallback",
+           "MetricsCallback", "NanDrillCallback",
            "StabilityCallback", "StopRequestsCallback", "ValidSetCallback"]

@@ -54,8 +54,8 @@ class StopRequests:
         # Only set a flag: the iteration finishes, then every rank saves together.
         self.received = signal.Signals(signum).name
 
-    def check(self) -> str | None:
-        """Collective: the reason to stop (signal / kill switch / time limit) if any rank has one."""
+    def check(self) -> tuple[str, str] | None:
+        """Collective: (exit record kind, reason) to stop for (signal / kill switch / time limit) if any rank has one."""
         local = [
             self.received is not None,
             bool(self.cfg.kill_switch_path) and os.path.exists(self.cfg.kill_switch_path),
@@ -67,9 +67,9 @@ class StopRequests:
         flags = torch.tensor(local, dtype=torch.int32, device=device)
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        reasons = ["signal " + (self.received or "(on another rank)"),
-                   f"kill switch {self.cfg.kill_switch_path}",
-                   f"exit_duration_in_mins={self.cfg.exit_duration_in_mins}"]
+        reasons = [("signal", "signal " + (self.received or "(on another rank)")),
+                   ("kill_switch", f"kill switch {self.cfg.kill_switch_path}"),
+                   ("time_budget", f"exit_duration_in_mins={self.cfg.exit_duration_in_mins}")]
         hit = [r for r, f in zip(reasons, flags.tolist()) if f]
         return hit[0] if hit else None
 
@@ -84,9 +84,10 @@ class StopRequestsCallback(Callback):
         self.requests.install()
 
     def post_step(self, trainer, step) -> None:
-        reason = self.requests.check()
-        if reason:
-            trainer.request_stop(reason)
+        hit = self.requests.check()
+        if hit:
+            kind, reason = hit
+            trainer.request_stop(reason, kind)
 
     def close(self, trainer) -> None:
         self.requests.uninstall()

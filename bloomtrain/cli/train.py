@@ -5,21 +5,30 @@ single process. The ``TrainConfig`` comes from the YAML, then the flags generate
 (``--optim.lr 1e-4``, ``--schedule.train-iters 50``), then ``key.sub=value`` overrides (values parsed as
 YAML); ``bloomtrain.train.run`` does the rest.
 
-Restarts: under ``torchrun --max-restarts N`` a worker group whose rank died is started again, and every
-start resumes from the checkpoint ``latest`` names. A restarted group's rank 0 says so first, in one line
-that the flows parse (flows.launch): ``bloomtrain: torchrun restart K of N ...; resuming from TAG``.
-Launch torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (the flows and ``bloomtrain slurm`` do): with
-the rendezvous store shared between agent and workers, a restarted group can read the failed group's
-addresses and fail to connect (pytorch/pytorch#135712); rank 0 warns when it is not set.
+Exit record: each rank writes how it ended (finished, time budget, signal, kill switch, config or input
+error, failure: bloomtrain.exit_record) into ``BLOOMTRAIN_EXIT_DIR`` (default ``<checkpoint.dir>/exits``);
+``bloomtrain.recovery`` reads it to decide retry / requeue / stop. Under ``bloomtrain.launcher`` a failed rank
+prints nothing: its traceback goes to the record's file and the node's agent reports the attempt in a few
+lines. A config or input error (every input path is checked first: bloomtrain.inputs) exits 2.
+
+Launch plain torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (bloomtrain.launcher, the flows and
+``bloomtrain slurm`` do): with the rendezvous store shared between agent and workers, a restarted group can
+read the failed group's addresses and fail to connect (pytorch/pytorch#135712); rank 0 warns when it is not set.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 from bloomdata.cli.options import ConfigParser
+from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig
+from bloomtrain.exit_record import Recorder
+from bloomtrain.inputs import check_inputs
+from bloomtrain.launcher import die_with_agent
 
 
 def parser() -> ConfigParser[TrainConfig]:
@@ -27,36 +36,49 @@ def parser() -> ConfigParser[TrainConfig]:
                         overrides=True, nested=True)
 
 
-def announce_restart(cfg: TrainConfig) -> None:
-    """Under torchrun, on global rank 0: which restart this worker group is and where it resumes, and a
-    warning when a restart could not reconnect (the shared rendezvous store)."""
-    if "TORCHELASTIC_RESTART_COUNT" not in os.environ or os.environ.get("RANK", "0") != "0":
+def warn_shared_store() -> None:
+    """Under plain torchrun with restarts, on global rank 0: warn when a restart could not reconnect."""
+    if os.environ.get("RANK", "0") != "0" or os.environ.get("TORCHELASTIC_RESTART_COUNT") != "0":
         return
-    restart, total = int(os.environ["TORCHELASTIC_RESTART_COUNT"]), int(os.environ["TORCHELASTIC_MAX_RESTARTS"])
-    if restart == 0:
-        if total > 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-            print("bloomtrain: warning: torchrun shares its rendezvous store with the workers, so a restarted "
-                  "worker group may read the failed group's addresses and fail to connect (pytorch/pytorch#135712);"
-                  " launch torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", flush=True)
-        return
-    tag = read_latest(cfg.checkpoint.dir) if cfg.checkpoint.dir and cfg.checkpoint.load else None
-    where = f"resuming from {tag}" if tag else "no checkpoint yet: starting over"
-    last = " (the last one: torchrun stops the run if this worker group fails too)" if restart == total else ""
-    print(f"bloomtrain: torchrun restart {restart} of {total}{last} after a rank of the previous worker group "
-          f"failed; {where}", flush=True)
+    if int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0 and \
+            os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        print("bloomtrain: warning: torchrun shares its rendezvous store with the workers, so a restarted "
+              "worker group may read the failed group's addresses and fail to connect (pytorch/pytorch#135712); "
+              "launch torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1", flush=True)
 
 
-def main(argv: list[str]) -> int:
-    cfg, _ = parser().parse(argv)
-    announce_restart(cfg)
+@contextlib.contextmanager
+def recorded(recorder: Recorder) -> Iterator[None]:
+    """Record how the process ends: a config or input error (exit 2), an interrupt, or a failure. Under
+    bloomtrain.launcher both exit quietly (the agent reports them; a traceback goes to the record's file);
+    otherwise they print as usual."""
+    try:
+        yield
+    except BloomstackError as exc:
+        recorder.end("config_error", str(exc))
+        if not recorder.quiet:
+            raise
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        recorder.end("signal", "interrupted (SIGINT) before the trainer could save")
+        raise
+    except Exception as exc:
+        recorder.fail(exc)
+        if not recorder.quiet:
+            raise
+        raise SystemExit(1) from None
+
+
+def train(cfg: TrainConfig, recorder: Recorder) -> int:
     import torch  # noqa: PLC0415 - `bloomtrain train --help` stays fast
     import torch.distributed as dist  # noqa: PLC0415
 
+    from bloomtrain.callbacks import ExitRecordCallback  # noqa: PLC0415
     from bloomtrain.train import run  # noqa: PLC0415
 
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    result = run(cfg)
+    result = run(cfg, callbacks=[ExitRecordCallback(recorder)])
     if dist.get_rank() == 0:
         pos = result.position
         print(f"bloomtrain: done at iteration {pos.iteration} ({pos.consumed_samples} samples, "
@@ -64,3 +86,15 @@ def main(argv: list[str]) -> int:
               f"last checkpoint {result.last_saved}", flush=True)
     dist.destroy_process_group()
     return 0
+
+
+def main(argv: list[str]) -> int:
+    recorder = Recorder.from_env()
+    with recorded(recorder):
+        die_with_agent()
+        cfg, _ = parser().parse(argv)
+        ckpt = cfg.checkpoint.dir
+        recorder.open(ckpt, read_latest(ckpt) if ckpt and cfg.checkpoint.load else None)
+        check_inputs(cfg)
+        warn_shared_store()
+        return train(cfg, recorder)

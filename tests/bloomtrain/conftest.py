@@ -63,3 +63,15 @@ def tiny_tokenizer_dir(tmp_path):
     out = tmp_path / "tokenizer"
     write_tiny_tokenizer(out)
     return out
+
+
+@pytest.fixture
+def tr11_dir(tmp_path) -> Path:
+    """A workdir holding the inputs tr11's config names (its blend, one dataset), so that the job can be written."""
+    data = tmp_path / "data" / "tr11"
+    data.mkdir(parents=True)
+    (data / "blend.yaml").write_text("seq_length: 2048\ntrain_range: '0:0.95'\nvalid_range: '0.95:1.0'\ndatasets:\n"
+                                     "- {name: en, prefix: data/tr11/en, weight: 1.0}\n")
+    for suffix in (".bin", ".idx"):
+        (data / f"en{suffix}").touch()
+    return tmp_path

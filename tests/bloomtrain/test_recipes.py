@@ -158,14 +158,14 @@ def test_recipe_values_are_the_published_ones(name):
 
 
 @pytest.mark.parametrize("name", sorted(SIZES))
-def test_slurm_script_at_the_published_node_count(name, capsys):
+def test_slurm_script_at_the_published_node_count(name, tr11_dir, capsys):
     (nodes, gpus), dp, (gas_start, gas_full) = LAYOUTS[name]
     assert slurm_main(["--config", str(CONFIGS / f"{name}.yaml"), "--nodes", str(nodes),
-                       "--gpus-per-node", str(gpus)]) == 0
+                       "--gpus-per-node", str(gpus), "--workdir", str(tr11_dir)]) == 0
     script = capsys.readouterr().out
     assert re.search(r"^#SBATCH --nodes=(\d+)", script, re.M).group(1) == str(nodes)
     assert re.search(r"^#SBATCH --gres=gpu:(\d+)", script, re.M).group(1) == str(gpus)
-    assert re.search(r"--nproc_per_node (\d+)", script).group(1) == str(gpus)
+    assert re.search(r"--nproc-per-node (\d+)", script).group(1) == str(gpus)
     tp, pp, got_dp = map(int, re.search(r"TP (\d+) x PP (\d+) x DP (\d+)", script).groups())
     assert (tp, pp, got_dp) == (SIZES[name]["parallel.tp"], SIZES[name]["parallel.pp"], dp)
     assert tp * pp * got_dp == nodes * gpus

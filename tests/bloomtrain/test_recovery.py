@@ -1,17 +1,18 @@
-"""Unattended recovery under torchrun: a rank SIGKILLed after a checkpoint, and a rank that keeps dying.
+"""Unattended recovery under bloomtrain.launcher (torchrun with the restart hook): a rank SIGKILLed after a
+checkpoint, a rank that keeps dying, and a config error.
 
-Both runs are ``bloomtrain train`` on 2 CPU ranks (gloo), launched as the flows launch it
-(``flows.launch_config.build_command`` with ``max_restarts``, ``launch_env``, ``flows.launch.run_process``),
-with one fault added by tests/bloomtrain/fault_job.py: rank 1 SIGKILLs itself right after the checkpoint
-of a seeded iteration (once, a marker file remembers it), or as soon as it starts (every time).
+Each run is ``bloomtrain train`` on 2 CPU ranks (gloo) under ``python -m bloomtrain.launcher --standalone``,
+with one fault added by tests/bloomtrain/fault_job.py: rank 1 SIGKILLs itself right after the checkpoint of a
+seeded iteration (once, a marker file remembers it), or as soon as it starts (every time).
 
-- The killed run finishes unattended: torchrun starts a fresh worker group (new processes, a new
-  rendezvous and process group), which resumes from ``latest`` and redoes the iterations after it. Its
-  fp32 losses, per iteration in metrics.jsonl (the last record of an iteration wins), equal an
-  uninterrupted run's bit for bit. Dropout is on, so the RNG state must be restored too.
-- The rank that keeps dying stops the run after ``--max-restarts``: torchrun exits non-zero, the trainer
-  said which restart its last group was, and the launch's description names the restarts and the
-  root-cause rank and exit code.
+- The killed run finishes unattended: the agent reads the attempt (rank 1 died without an exit record, rank 0
+  recorded the gloo error it caused), says so in one line with the checkpoint the restart loads, and starts a
+  fresh worker group, which resumes from ``latest`` and redoes the iterations after it. Its fp32 losses, per
+  iteration in metrics.jsonl (the last record of an iteration wins), equal an uninterrupted run's bit for bit.
+  Dropout is on, so the RNG state must be restored too. The new group's exit records say "finished".
+- The rank that keeps dying stops the run after ``--max-restarts``: one line per restart, then the stop,
+  exit code 1; no traceback on the console.
+- A missing input stops at once (exit 2), never restarted, with the trainer's one line.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 
 from bloomtrain.callbacks.stop_requests import launch_time
 from bloomtrain.checkpoint.tags import read_latest, tag_for
-from flows.launch import run_process
-from flows.launch_config import LaunchConfig, build_command, launch_env
+from bloomtrain.exit_record import attempts, read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
 from tests.gloo_harness import run_distributed
 
@@ -42,13 +43,15 @@ def _dirs(run_dir: Path) -> list[str]:
     return [f"checkpoint.dir={run_dir / 'ckpt'}", f"logging.dir={run_dir / 'logs'}"]
 
 
-def _launch(run_dir: Path, max_restarts: int, **fault: str):
-    launch = LaunchConfig(module="tests.bloomtrain.fault_job", module_args=[], nproc_per_node=2,
-                          max_restarts=max_restarts, env={"OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", **fault})
-    lines: list[str] = []
-    result = run_process(build_command(launch, TINY, [*RUN, *_dirs(run_dir)]), env=launch_env(launch), cwd=ROOT,
-                         on_line=lines.append, timeout_s=240, grace_s=5, tail_lines=10)
-    return result, lines
+def _launch(run_dir: Path, max_restarts: int, overrides: tuple[str, ...] = (), **fault: str):
+    """``python -m bloomtrain.launcher --standalone`` on 2 ranks; (exit code, output lines)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "PYTHONUNBUFFERED": "1",
+           "BLOOMTRAIN_EXIT_DIR": str(run_dir / "exits"), "BLOOMTRAIN_NODE": "node0", **fault}
+    cmd = [sys.executable, "-m", "bloomtrain.launcher", "--standalone", "--nproc-per-node", "2",
+           "--max-restarts", str(max_restarts), "-m", "tests.bloomtrain.fault_job", "--config", str(TINY),
+           *RUN, *_dirs(run_dir), *overrides]
+    out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    return out.returncode, (out.stdout + out.stderr).splitlines()
 
 
 def _losses(log_dir: Path) -> tuple[dict[int, float], list[list[int]]]:
@@ -70,17 +73,20 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_f
     assert baseline["error"] is None, baseline["error"]
 
     run = tmp_path / "killed"
-    result, lines = _launch(run, max_restarts=1, FAULT_RANK="1", FAULT_AFTER=str(KILL_AFTER),
-                            FAULT_MARKER=str(tmp_path / "killed-once"))
-    assert result.ok, result.describe()
+    rc, lines = _launch(run, max_restarts=1, FAULT_RANK="1", FAULT_AFTER=str(KILL_AFTER),
+                        FAULT_MARKER=str(tmp_path / "killed-once"))
+    assert rc == 0, "\n".join(lines[-30:])
     assert (tmp_path / "killed-once").exists()  # the fault did happen
-    # torchrun saw rank 1 die by SIGKILL and started one new worker group, which resumed after the checkpoint
-    [failure] = result.worker_failures
-    assert (failure.local_rank, failure.exitcode, failure.resumed_from) == (1, -signal.SIGKILL, tag_for(KILL_AFTER))
-    assert result.torchrun_restarts == 1
-    assert (f"bloomtrain: torchrun restart 1 of 1 (the last one: torchrun stops the run if this worker group fails "
-            f"too) after a rank of the previous worker group failed; resuming from {tag_for(KILL_AFTER)}") in lines
+    # the agent said what failed and where the new worker group resumes, in one line; no traceback
+    assert (f"bloomtrain: node node0: rank 1 on node0 killed by SIGKILL; restart 1 of 1 on the same nodes, resuming "
+            f"from {tag_for(KILL_AFTER)}") in lines, [x for x in lines if "bloomtrain: node" in x]
     assert f"bloomtrain: resumed at iteration {KILL_AFTER}, {8 * KILL_AFTER} samples consumed" in lines
+    assert not [line for line in lines if "Traceback" in line]
+    failed, restarted = (read_attempt(run / "exits", n) for n in attempts(run / "exits"))
+    assert failed.ranks[1].kind == "running" and failed.ranks[0].kind == "failure"  # killed / its peer's error
+    assert failed.nodes["node0"].action == "retry" and "gloo" in failed.ranks[0].message
+    assert [(r.kind, r.iteration, r.checkpoint, r.resumed_from) for r in restarted.ranks.values()] == \
+        [("finished", ITERS, tag_for(ITERS), tag_for(KILL_AFTER))] * 2
 
     losses, starts = _losses(run / "logs")
     assert len(starts) == 2 and starts[1] == list(range(KILL_AFTER + 1, ITERS + 1))  # the rest, redone once
@@ -90,15 +96,26 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_f
 
 
 def test_a_rank_that_keeps_dying_stops_after_max_restarts_with_the_root_cause(tmp_path):
-    result, lines = _launch(tmp_path, max_restarts=2, FAULT_RANK="1", FAULT_AFTER="launch")
-    assert not result.ok and result.returncode == 1 and result.torchrun_gave_up
-    assert [(f.local_rank, f.exitcode) for f in result.worker_failures] == [(1, -signal.SIGKILL)] * 3
-    assert result.torchrun_restarts == 2 and result.root_cause == (1, -signal.SIGKILL)
+    rc, lines = _launch(tmp_path, max_restarts=2, FAULT_RANK="1", FAULT_AFTER="launch")
+    assert rc == 1
     assert lines.count("fault_job: rank 1 kills itself at launch (SIGKILL)") == 3
-    head = result.describe().splitlines()[0]
-    assert head.split(". Last ")[0].endswith("exited with code 1 after 2 torchrun restarts; root cause: rank 1 "
-                                             "exited with code -9 (killed by SIGKILL)"), head
-    assert "[torchrun root cause] rank      : 1 (local_rank: 1) | exitcode  : -9" in result.describe()
+    ours = [line for line in lines if line.startswith("bloomtrain: node node0: ")]
+    cause = "bloomtrain: node node0: rank 1 on node0 killed by SIGKILL"
+    assert ours[:3] == [f"{cause}; restart 1 of 2 on the same nodes, resuming from no checkpoint yet (starts over)",
+                        f"{cause}; restart 2 of 2 on the same nodes, resuming from no checkpoint yet (starts over)",
+                        f"{cause}; torchrun restarts used up (2); the next attempt resumes from no checkpoint yet "
+                        "(starts over)"], ours
+    assert ours[3].startswith("bloomtrain: node node0: stopped; tracebacks beside the exit records in ")
+    assert not [line for line in lines if "Traceback" in line or "ChildFailedError" in line]
+    assert "Root Cause (first observed failure)" in (tmp_path / "exits" / "node-node0.log").read_text()  # kept
+
+
+def test_a_missing_input_is_never_restarted(tmp_path):
+    rc, lines = _launch(tmp_path, max_restarts=3, overrides=("data.kind=blend", f"data.blend={tmp_path}/no.yaml"))
+    assert rc == 2
+    assert lines == [f"bloomtrain: node node0: rank 0 on node0: config or input error, not retried: data.blend: blend "
+                     f"file {tmp_path}/no.yaml not found; write it with `bloomdata blend` or fix the path"]
+    assert attempts(tmp_path / "exits") == [0]  # one attempt: no restart
 
 
 def test_the_time_budget_runs_from_the_torchrun_agents_start(monkeypatch):

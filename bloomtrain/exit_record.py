@@ -1,0 +1,179 @@
+"""Exit records: how each rank of each training attempt ended, one small JSON file per rank.
+
+torchelastic's error file (``TORCHELASTIC_ERROR_FILE``) says why a rank *failed*; an exit record says how it
+ended, whatever the ending (finished, time budget, signal, kill switch, config or input error, failure), at
+which iteration and with which checkpoint. The restart hook of ``bloomtrain.launcher``, the flows and the
+Slurm job read them through ``bloomtrain.recovery``, which decides retry / requeue / stop: nobody parses log
+lines. Layout, under the launch's exit directory (``BLOOMTRAIN_EXIT_DIR``, which the launchers set on a
+file system every node sees; default ``<checkpoint.dir>/exits``)::
+
+    attempt-<K>/rank-<R>.json        K: torchrun's restart count (TORCHELASTIC_RESTART_COUNT), R: global rank
+    attempt-<K>/rank-<R>.traceback   the full traceback of a rank that failed
+    attempt-<K>/node-<NAME>.json     what the node's agent saw and decided after the attempt (bloomtrain.launcher)
+
+A rank writes ``running`` as soon as it starts and replaces it with its ending (bloomdata.durable: a reader
+sees one or the other, never a torn file). A record still ``running`` after its process exited means it
+died without a word: SIGKILL, the OOM killer, a lost node.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import traceback
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from bloomdata import durable
+
+EXIT_DIR_ENV = "BLOOMTRAIN_EXIT_DIR"
+NODE_ENV = "BLOOMTRAIN_NODE"
+AGENT_ENV = "BLOOMTRAIN_AGENT"  # set by bloomtrain.launcher: its agent reports failures, the ranks stay quiet
+
+ExitKind = Literal["running", "finished", "time_budget", "signal", "kill_switch", "config_error", "failure"]
+ENDED_ON_PURPOSE = ("finished", "time_budget", "signal", "kill_switch")  # the trainer saved and exited 0
+
+
+class ExitRecord(BaseModel):
+    kind: ExitKind
+    rank: int
+    node: str
+    pid: int
+    attempt: int
+    """torchrun's restart count of the worker group this rank belonged to (0 outside torchrun)."""
+    started: float
+    """Unix time the rank started."""
+    ended: float | None = None
+    resumed_from: str | None = None
+    """The checkpoint tag the rank loaded (None: started from scratch, or before the config was read)."""
+    iteration: int | None = None
+    """The last finished iteration (None before the first one)."""
+    checkpoint: str | None = None
+    """The newest complete checkpoint when the rank ended."""
+    checkpoint_dir: str | None = None
+    """checkpoint.dir of the run (its ``latest`` names the checkpoint a restart loads)."""
+    message: str = ""
+    """One line: the stop reason or the error."""
+    traceback: str | None = None
+    """Path of the full traceback of a failure."""
+
+
+class NodeRecord(BaseModel):
+    """A node agent's view of one failed attempt and what the nodes decided together (bloomtrain.launcher)."""
+
+    node: str
+    attempt: int
+    action: Literal["retry", "stop"]
+    cause: str
+    """One line: the attempt's root cause as the nodes agreed on it."""
+    lost_nodes: list[str] = []
+    lost_ranks: list[int] = []
+
+
+def node_name() -> str:
+    """This node's name: ``BLOOMTRAIN_NODE``, else Slurm's node name, else the host name."""
+    return os.environ.get(NODE_ENV) or os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def attempt_dir(root: str | Path, attempt: int) -> Path:
+    return Path(root) / f"attempt-{attempt}"
+
+
+def attempts(root: str | Path) -> list[int]:
+    """The attempts with a directory under ``root``, in order."""
+    found = [p.name.removeprefix("attempt-") for p in Path(root).glob("attempt-*") if p.is_dir()]
+    return sorted(int(n) for n in found if n.isdigit())
+
+
+def write_record(root: str | Path, record: ExitRecord | NodeRecord) -> Path:
+    folder = attempt_dir(root, record.attempt)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"rank-{record.rank}" if isinstance(record, ExitRecord) else f"node-{record.node}"
+    path = folder / f"{name}.json"
+    durable.write_json(path, record)
+    return path
+
+
+class Attempt(BaseModel):
+    """Every record of one attempt."""
+
+    number: int
+    ranks: dict[int, ExitRecord] = {}
+    nodes: dict[str, NodeRecord] = {}
+
+
+def read_attempt(root: str | Path, number: int) -> Attempt:
+    folder = attempt_dir(root, number)
+    ranks = {}
+    for path in folder.glob("rank-*.json"):
+        if (data := durable.read_json(path)) is not None:
+            record = ExitRecord.model_validate(data)
+            ranks[record.rank] = record
+    nodes = {}
+    for path in folder.glob("node-*.json"):
+        if (data := durable.read_json(path)) is not None:
+            node = NodeRecord.model_validate(data)
+            nodes[node.node] = node
+    return Attempt(number=number, ranks=dict(sorted(ranks.items())), nodes=nodes)
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, at most 300 characters."""
+    text = " ".join(str(exc).split())
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return line if len(line) <= 300 else line[:297] + "..."
+
+
+class Recorder:
+    """The exit record of this process: ``running`` at the start, then how it ended.
+
+    Made before anything else can fail (``from_env``); the directory may become known only with the config
+    (``open``). Without a directory nothing is written and ``quiet`` is False: errors print as usual.
+    """
+
+    def __init__(self, root: str | Path | None, rank: int, attempt: int, node: str) -> None:
+        self.root = Path(root) if root else None
+        self.record = ExitRecord(kind="running", rank=rank, node=node, pid=os.getpid(), attempt=attempt,
+                                 started=time.time())
+
+    @classmethod
+    def from_env(cls) -> Recorder:
+        return cls(os.environ.get(EXIT_DIR_ENV), int(os.environ.get("RANK", "0")),
+                   int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")), node_name())
+
+    @property
+    def quiet(self) -> bool:
+        """A failure is reported by the launcher's agent from this record, not printed by every rank."""
+        return self.root is not None and os.environ.get(AGENT_ENV) == "1"
+
+    def open(self, checkpoint_dir: str | None, resumed_from: str | None) -> None:
+        """Write ``running`` (into ``<checkpoint_dir>/exits`` unless the launcher named a directory)."""
+        if self.root is None and checkpoint_dir is not None:
+            self.root = Path(checkpoint_dir) / "exits"
+        self.record = self.record.model_copy(update={"resumed_from": resumed_from, "checkpoint": resumed_from,
+                                                     "checkpoint_dir": checkpoint_dir})
+        self._write()
+
+    def progress(self, iteration: int, checkpoint: str | None) -> None:
+        """Remember where training is (in memory; written with the ending)."""
+        self.record = self.record.model_copy(update={"iteration": iteration, "checkpoint": checkpoint})
+
+    def end(self, kind: ExitKind, message: str = "", tb: str | None = None) -> None:
+        update = {"kind": kind, "message": message, "ended": time.time()}
+        if tb is not None and self.root is not None:
+            path = attempt_dir(self.root, self.record.attempt) / f"rank-{self.record.rank}.traceback"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            durable.write_text(path, tb)
+            update["traceback"] = str(path)
+        self.record = self.record.model_copy(update=update)
+        self._write()
+
+    def fail(self, exc: BaseException) -> None:
+        self.end("failure", one_line(exc), "".join(traceback.format_exception(exc)))
+
+    def _write(self) -> None:
+        if self.root is not None:
+            write_record(self.root, self.record)

@@ -1,0 +1,243 @@
+"""The one place that decides what happens after a training attempt stopped: retry, requeue or stop.
+
+Three callers, one policy, one input: the attempt's exit records (bloomtrain.exit_record), never log lines.
+
+- the torchrun restart hook (bloomtrain.agent), after a worker group failed: restart it on the same nodes, or
+  stop (``after_worker_failure``; every node's agent gives its view, ``NodeView``, and all decide alike);
+- the Slurm job (``bloomtrain slurm``'s script runs ``python -m bloomtrain.recovery`` after srun): requeue
+  the job or stop (``after_launch``);
+- the flows (flows.train), after a launch: relaunch or stop (``after_launch``).
+
+The rules:
+
+1. a config or input error is never retried anywhere (a retry reads the same config): stop, exit 2;
+2. the end of the schedule, the kill switch or a signal: stop, exit 0 (nothing left, or a person asked);
+3. the time budget: continue in a new allocation when the attempt saved a newer checkpoint;
+4. a failure: torchrun restarts the worker group on the same nodes while restarts remain and every node
+   answers. A lost node stops the attempt at once (torchrun would wait for it in the next rendezvous). After
+   the launch: requeue when the attempt saved a newer checkpoint; without one, torchrun already failed
+   ``max_restarts + 1`` times on these nodes, so stop and name them (a retry would likely fail the same way);
+5. at most ``max_requeues`` requeues (or flow relaunches) in all.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from bloomdata.cli.options import ConfigParser
+from bloomtrain.checkpoint.tags import read_latest
+from bloomtrain.exit_record import ENDED_ON_PURPOSE, Attempt, ExitRecord, attempts, read_attempt
+
+REQUEUE_EXIT = 75  # EX_TEMPFAIL: what `python -m bloomtrain.recovery` exits with when the job should requeue
+
+
+class Decision(BaseModel):
+    action: Literal["retry", "requeue", "stop"]
+    """retry: a new worker group on the same nodes (torchrun); requeue: a new launch or allocation."""
+    exit_code: int = 0
+    """For a stop: 0 ended on purpose, 2 config or input error, 1 failure."""
+    line: str
+    """What happened and what comes next, in one line."""
+
+
+# --- the torchrun restart hook -----------------------------------------------------------------------------
+
+
+class NodeView(BaseModel):
+    """One node agent's view of a failed worker group: its ranks and how each one that failed ended."""
+
+    node: str
+    ranks: list[int]
+    config_error: tuple[int, str] | None = None
+    """(rank, message) of a config or input error."""
+    deaths: list[tuple[bool, int, str]] = []
+    """(stopped by SIGTERM, rank, how) of ranks that died without a final record: killed by a signal, or exited
+    silently. SIGTERM is what the agent sends the rest of a failed group: a consequence more likely than a cause."""
+    failures: list[tuple[float, int, str]] = []
+    """(time, rank, message) of ranks that recorded a failure."""
+    checkpoint_dir: str | None = None
+
+
+def exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}" + (" (137 = SIGKILL, often the OOM killer)" if code == 137 else "")
+
+
+def node_view(node: str, ranks: list[int], exits: dict[int, int], attempt: Attempt) -> NodeView:
+    """This node's view: ``exits`` maps each of its failed global ranks to the exit code torchrun saw."""
+    view = NodeView(node=node, ranks=sorted(ranks))
+    for rank, code in sorted(exits.items()):
+        record = attempt.ranks.get(rank)
+        if record is not None and record.checkpoint_dir:
+            view.checkpoint_dir = record.checkpoint_dir
+        if record is not None and record.kind == "config_error":
+            view.config_error = view.config_error or (rank, record.message)
+        elif record is None or record.kind == "running":
+            how = exit_text(code) + ("" if code < 0 else " without an exit record")
+            view.deaths.append((code == -signal.SIGTERM, rank, how))
+        elif record.kind == "failure":
+            view.failures.append((record.ended or 0.0, rank, record.message))
+    view.checkpoint_dir = view.checkpoint_dir or next((r.checkpoint_dir for r in attempt.ranks.values()
+                                                       if r.checkpoint_dir), None)
+    return view
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def _where(rank: int, views: list[NodeView]) -> str:
+    node = next((v.node for v in views if rank in v.ranks), None)
+    return f"rank {rank}" + (f" on {node}" if node else "")
+
+
+def root_cause(views: list[NodeView]) -> str:
+    """The first failure of the attempt: a rank that died (a kill comes before the errors it causes in its
+    peers; SIGTERM last), else the failure recorded first, as torchelastic's "first observed failure"."""
+    deaths = sorted(d for v in views for d in v.deaths)
+    if deaths:
+        return f"{_where(deaths[0][1], views)} {deaths[0][2]}"
+    failures = sorted(f for v in views for f in v.failures)
+    if failures:
+        return f"{_where(failures[0][1], views)} failed: {failures[0][2]}"
+    return "a rank failed"
+
+
+def checkpoint_to_resume(views: list[NodeView]) -> str:
+    ckpt = next((v.checkpoint_dir for v in views if v.checkpoint_dir), None)
+    tag = read_latest(ckpt) if ckpt else None
+    return tag or "no checkpoint yet (starts over)"
+
+
+def after_worker_failure(views: list[NodeView], lost: dict[str, list[int]], restarts_left: int,
+                         max_restarts: int) -> Decision:
+    """After a worker group failed: restart it on the same nodes, or stop. ``lost``: node -> its ranks, the
+    nodes whose agent stopped answering."""
+    config = next((v.config_error for v in views if v.config_error), None)
+    if config is not None:
+        return Decision(action="stop", exit_code=2, line=f"{_where(config[0], views)}: config or input error, not "
+                                                         f"retried: {config[1]}")
+    resume = checkpoint_to_resume(views)
+    if lost:
+        names = "; ".join(f"{node} ({_ranks(r)})" if r else node for node, r in sorted(lost.items()))
+        return Decision(action="stop", exit_code=1, line=f"lost node {names}: its agent stopped answering, so no "
+                                                         f"restart on these nodes; the next attempt resumes from {resume}")
+    cause = root_cause(views)
+    if restarts_left <= 0:
+        return Decision(action="stop", exit_code=1, line=f"{cause}; torchrun restarts used up ({max_restarts}); "
+                                                         f"the next attempt resumes from {resume}")
+    n = max_restarts - restarts_left + 1
+    return Decision(action="retry", line=f"{cause}; restart {n} of {max_restarts} on the same nodes, resuming "
+                                         f"from {resume}")
+
+
+# --- after a launch (the Slurm job, the flows) -------------------------------------------------------------
+
+
+class LaunchOutcome(BaseModel):
+    """How a launch ended, as ``after_launch`` needs it (also the flags of ``python -m bloomtrain.recovery``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_dir: str = Field(description="the launch's exit directory (BLOOMTRAIN_EXIT_DIR)")
+    returncode: int = Field(description="the launcher's exit code")
+    checkpoint_dir: str | None = Field(default=None, description="checkpoint.dir (its latest file)")
+    before: str | None = Field(default=None, description="the checkpoint tag `latest` named when the launch started")
+    requeues: int = Field(default=0, ge=0, description="requeues (or relaunches) so far")
+    max_requeues: int = Field(default=0, ge=0, description="requeues (or relaunches) allowed in all")
+    again: Literal["requeue", "relaunch"] = Field(default="requeue", description="what continuing is called")
+    timed_out: bool = Field(default=False, description="the caller killed the launch at its time limit")
+
+
+def last_attempt(exit_dir: str | Path) -> Attempt | None:
+    numbers = attempts(exit_dir) if Path(exit_dir).is_dir() else []
+    return read_attempt(exit_dir, numbers[-1]) if numbers else None
+
+
+def _ended_on_purpose(records: list[ExitRecord]) -> str | None:
+    kinds = {r.kind for r in records}
+    return kinds.pop() if len(kinds) == 1 and kinds <= set(ENDED_ON_PURPOSE) else None
+
+
+def _failure_cause(attempt: Attempt) -> str:
+    decided = [n for n in attempt.nodes.values() if n.action == "stop"]
+    if decided:
+        return decided[0].cause
+    views = [NodeView(node=r.node, ranks=[r.rank], deaths=[(False, r.rank, "died without an exit record")]
+                      if r.kind == "running" else [],
+                      failures=[(r.ended or 0.0, r.rank, r.message)] if r.kind == "failure" else [])
+             for r in attempt.ranks.values()]
+    return root_cause(views)
+
+
+_ED = {"requeue": "requeued", "relaunch": "relaunched"}
+_ING = {"requeue": "requeuing", "relaunch": "relaunching"}
+
+
+def _again(out: LaunchOutcome, why: str, after: str | None) -> Decision:
+    if out.requeues >= out.max_requeues:
+        return Decision(action="stop", exit_code=1, line=f"{why}; not {_ED[out.again]}: {_ED[out.again]} {out.requeues} "
+                                                         f"times already (max {out.max_requeues}); run it again to "
+                                                         f"continue from {after}")
+    return Decision(action="requeue", line=f"{why}; {_ING[out.again]} ({out.requeues + 1} of {out.max_requeues}): "
+                                           f"the next attempt resumes from {after}")
+
+
+def after_launch(out: LaunchOutcome) -> Decision:
+    """After a launch ended: requeue (relaunch) it, or stop; the exit code to stop with."""
+    after = read_latest(out.checkpoint_dir) if out.checkpoint_dir else None
+    if out.timed_out:
+        return Decision(action="stop", exit_code=1, line=f"the launch was killed at its time limit; not "
+                                                         f"{_ED[out.again]} (it would be again); latest checkpoint: {after}")
+    attempt = last_attempt(out.exit_dir)
+    records = list(attempt.ranks.values()) if attempt else []
+    config = next((r for r in records if r.kind == "config_error"), None)
+    if config is not None:
+        return Decision(action="stop", exit_code=2, line=f"rank {config.rank} on {config.node}: config or input "
+                                                         f"error, not {_ED[out.again]}: {config.message}")
+    progress = after is not None and after != out.before
+    kind = _ended_on_purpose(records) if out.returncode == 0 else None
+    iteration = max((r.iteration or 0 for r in records), default=0)
+    if kind == "time_budget" and progress:
+        return _again(out, f"the trainer stopped at its time budget at iteration {iteration} and saved {after}", after)
+    if kind is not None and kind != "time_budget":
+        what = {"finished": "training finished", "kill_switch": "stopped by the kill switch",
+                "signal": "stopped by a signal"}[kind]
+        return Decision(action="stop", line=f"{what} at iteration {iteration}; latest checkpoint: {after}")
+    if attempt is None:
+        cause = f"the launch exited with code {out.returncode} before any rank started"
+    elif kind == "time_budget":
+        cause = f"the trainer stopped at its time budget without a new checkpoint (latest: {after})"
+    else:
+        cause = _failure_cause(attempt)
+    if progress:
+        return _again(out, f"training failed ({cause}) after saving {after}", after)
+    return Decision(action="stop", exit_code=out.returncode or 1,
+                    line=f"training failed ({cause}) without a new checkpoint in this attempt (latest: {after}); not "
+                         f"{_ED[out.again]}: a retry would likely fail the same way")
+
+
+def parser() -> ConfigParser[LaunchOutcome]:
+    return ConfigParser(LaunchOutcome, "python -m bloomtrain.recovery",
+                        "decide after a launch: print one line; exit 0/1/2 to stop, 75 to requeue", config_file=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """For the Slurm script: one line on stdout, then exit with the decision (``REQUEUE_EXIT``: requeue)."""
+    outcome, _ = parser().parse(sys.argv[1:] if argv is None else argv)
+    decision = after_launch(outcome)
+    print(decision.line, flush=True)
+    return REQUEUE_EXIT if decision.action == "requeue" else decision.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

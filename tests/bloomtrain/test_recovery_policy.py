@@ -1,0 +1,145 @@
+"""bloomtrain.recovery's rules on exit records written the way the trainer writes them (bloomtrain.exit_record):
+what the torchrun restart hook decides after a failed worker group, and what the Slurm job and the flows
+decide after a launch. The engines that produce these records are exercised in test_recovery.py (torchrun),
+test_torchrun_nodes.py (two agents) and test_slurm_cluster.py (a Slurm cluster)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from bloomtrain.checkpoint.tags import commit_tag
+from bloomtrain.exit_record import ExitRecord, Recorder, read_attempt, write_record
+from bloomtrain.recovery import (
+    LaunchOutcome,
+    NodeView,
+    after_launch,
+    after_worker_failure,
+    node_view,
+    root_cause,
+)
+
+
+def _record(root, rank, kind, *, node="n1", attempt=0, message="", ended=None, ckpt=None, iteration=3):
+    record = ExitRecord(kind=kind, rank=rank, node=node, pid=100 + rank, attempt=attempt, started=1.0, ended=ended,
+                        message=message, checkpoint_dir=str(ckpt) if ckpt else None, iteration=iteration)
+    write_record(root, record)
+    return record
+
+
+def test_the_recorder_writes_running_then_the_ending(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "2")
+    monkeypatch.setenv("BLOOMTRAIN_NODE", "n7")
+    monkeypatch.delenv("BLOOMTRAIN_EXIT_DIR", raising=False)
+    monkeypatch.delenv("BLOOMTRAIN_AGENT", raising=False)
+    Recorder.from_env().end("config_error", "nothing written: no directory yet")
+    assert not list(tmp_path.iterdir())
+    recorder = Recorder.from_env()
+    assert not recorder.quiet
+    recorder.open(str(tmp_path), "global_step4")  # <checkpoint.dir>/exits without BLOOMTRAIN_EXIT_DIR
+    [rank] = read_attempt(tmp_path / "exits", 2).ranks.values()
+    assert (rank.kind, rank.rank, rank.node, rank.resumed_from, rank.checkpoint_dir) == \
+        ("running", 3, "n7", "global_step4", str(tmp_path))
+    recorder.progress(6, "global_step6")
+    try:
+        raise ValueError("bad\nvalue")
+    except ValueError as exc:
+        recorder.fail(exc)
+    [rank] = read_attempt(tmp_path / "exits", 2).ranks.values()
+    assert (rank.kind, rank.iteration, rank.checkpoint, rank.message) == ("failure", 6, "global_step6",
+                                                                          "ValueError: bad value")
+    assert 'raise ValueError("bad\\nvalue")' in open(rank.traceback).read()
+    monkeypatch.setenv("BLOOMTRAIN_AGENT", "1")
+    assert recorder.quiet  # under bloomtrain.launcher its agent reports the failure
+
+
+def test_a_rank_killed_is_the_root_cause_before_its_peers_errors(tmp_path):
+    """Rank 1 SIGKILLed (its record still says running): rank 0, which the agent then stopped with SIGTERM, or
+    which recorded the gloo error the kill caused, is a consequence."""
+    _record(tmp_path, 0, "running")  # stopped by its agent (SIGTERM) before it could record anything
+    _record(tmp_path, 1, "running", node="n2")
+    attempt = read_attempt(tmp_path, 0)
+    views = [node_view("n1", [0], {0: -signal.SIGTERM}, attempt), node_view("n2", [1], {1: -signal.SIGKILL}, attempt)]
+    assert views[1].deaths == [(False, 1, "killed by SIGKILL")]
+    assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"
+    assert after_worker_failure(views, {}, restarts_left=2, max_restarts=3).line == \
+        "rank 1 on n2 killed by SIGKILL; restart 2 of 3 on the same nodes, resuming from no checkpoint yet (starts over)"
+    views[0] = node_view("n1", [0], {0: 1}, attempt.model_copy(update={"ranks": {0: _record(
+        tmp_path, 0, "failure", message="RuntimeError: Connection closed by peer", ended=5.0)}}))
+    assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"
+    # without a death, the failure recorded first
+    views = [NodeView(node="n1", ranks=[0, 1], failures=[(9.0, 1, "B"), (4.0, 0, "A")])]
+    assert root_cause(views) == "rank 0 on n1 failed: A"
+
+
+def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    commit_tag(ckpt, "global_step4")
+    _record(tmp_path, 0, "config_error", message="data.blend: x not found", ckpt=ckpt)
+    _record(tmp_path, 1, "failure", message="RuntimeError: peer", ckpt=ckpt)
+    attempt = read_attempt(tmp_path, 0)
+    views = [node_view("n1", [0, 1], {0: 2, 1: 1}, attempt)]
+    decision = after_worker_failure(views, {}, restarts_left=3, max_restarts=3)
+    assert (decision.action, decision.exit_code) == ("stop", 2)
+    assert decision.line == "rank 0 on n1: config or input error, not retried: data.blend: x not found"
+
+    views = [node_view("n1", [0], {0: 1}, read_attempt(tmp_path, 0))]
+    views[0].config_error = None
+    decision = after_worker_failure(views, {"n2": [2, 3]}, restarts_left=3, max_restarts=3)
+    assert (decision.action, decision.exit_code) == ("stop", 1)
+    assert decision.line == ("lost node n2 (ranks 2, 3): its agent stopped answering, so no restart on these nodes; "
+                             "the next attempt resumes from global_step4")
+    decision = after_worker_failure(views, {}, restarts_left=0, max_restarts=3)
+    assert decision.action == "stop" and decision.line.endswith("torchrun restarts used up (3); the next attempt "
+                                                                "resumes from global_step4")
+
+
+@pytest.fixture
+def launch(tmp_path):
+    """Write one attempt's rank records and a checkpoint, then decide as after a launch."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+
+    def decide(kinds, *, rc=0, saved=None, before="global_step2", requeues=0, **kw):
+        exits = tmp_path / f"exits-{len(list(tmp_path.iterdir()))}"
+        for rank, kind in enumerate(kinds):
+            _record(exits, rank, kind, node=f"n{rank}", message="E" if kind != "running" else "", ended=float(rank))
+        commit_tag(ckpt, saved or before)
+        return after_launch(LaunchOutcome(exit_dir=str(exits), returncode=rc, checkpoint_dir=str(ckpt), before=before,
+                                          requeues=requeues, max_requeues=2, **kw))
+
+    return decide
+
+
+def test_after_a_launch_stops_when_it_ended_on_purpose_or_on_a_user_error(launch):
+    for kind, what in [("finished", "training finished"), ("kill_switch", "stopped by the kill switch"),
+                       ("signal", "stopped by a signal")]:
+        d = launch([kind, kind], saved="global_step5")
+        assert (d.action, d.exit_code, d.line) == ("stop", 0, f"{what} at iteration 3; latest checkpoint: global_step5")
+    d = launch(["config_error", "failure"], rc=1, saved="global_step5")  # never requeued, even after progress
+    assert (d.action, d.exit_code, d.line) == ("stop", 2, "rank 0 on n0: config or input error, not requeued: E")
+
+
+def test_after_a_launch_continues_only_after_progress_and_within_the_limit(launch):
+    d = launch(["time_budget", "time_budget"], saved="global_step5")
+    assert (d.action, d.line) == ("requeue", "the trainer stopped at its time budget at iteration 3 and saved "
+                                             "global_step5; requeuing (1 of 2): the next attempt resumes from global_step5")
+    d = launch(["time_budget", "time_budget"])
+    assert (d.action, d.exit_code) == ("stop", 1) and "without a new checkpoint (latest: global_step2)" in d.line
+    d = launch(["failure", "running"], rc=1, saved="global_step5", again="relaunch", requeues=1)
+    assert (d.action, d.line) == ("requeue", "training failed (rank 1 on n1 died without an exit record) after saving "
+                                             "global_step5; relaunching (2 of 2): the next attempt resumes from "
+                                             "global_step5")
+    d = launch(["failure", "running"], rc=1, saved="global_step5", requeues=2)
+    assert (d.action, d.exit_code) == ("stop", 1) and "not requeued: requeued 2 times already (max 2)" in d.line
+    d = launch(["failure", "failure"], rc=1)
+    assert (d.action, d.exit_code) == ("stop", 1) and d.line == (
+        "training failed (rank 0 on n0 failed: E) without a new checkpoint in this attempt (latest: global_step2); "
+        "not requeued: a retry would likely fail the same way")
+    d = launch([], rc=1)
+    assert "the launch exited with code 1 before any rank started" in d.line and d.action == "stop"
+    d = launch(["failure"], rc=1, saved="global_step5", timed_out=True)
+    assert (d.action, d.exit_code) == ("stop", 1) and "killed at its time limit" in d.line
