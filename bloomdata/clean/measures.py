@@ -21,15 +21,39 @@ from bloomdata.clean.text import special_table
 _POLY = np.uint64(0x100000001B3)  # FNV-1 64-bit prime: odd, so every step is a bijection mod 2**64
 
 
+def _power(k: int) -> np.uint64:
+    return np.uint64(pow(int(_POLY), k, 1 << 64))
+
+
+def ngram_hashes(values: np.ndarray, n: int) -> np.ndarray:
+    """h[i] = sum_k values[i + k] * P**(n - 1 - k) mod 2**64 for i < len - n + 1: one value per n-gram, by
+    doubling (H(i, a + b) = H(i, a) * P**b + H(i + a, b), exact in wrapping arithmetic): log2(n) + popcount
+    passes over the array instead of n - 1."""
+    length, block = 1, values  # block[i] = H(i, length)
+    out_len, out = 0, None  # out[i] = H(i, out_len), built from the blocks of n's binary digits
+    bits = n
+    while True:
+        if bits & 1:
+            if out is None:
+                out, out_len = block.copy(), length
+            else:
+                m = len(values) - (out_len + length) + 1
+                out = out[:m] * _power(length) + block[out_len:out_len + m]
+                out_len += length
+        bits >>= 1
+        if not bits:
+            return out
+        m = len(values) - 2 * length + 1
+        block = block[:m] * _power(length) + block[length:length + m]
+        length *= 2
+
+
 def char_repetition_ratio(cp: np.ndarray, n: int) -> float:
     """ROOTS's character repetition ratio of a document given as uint32 code points."""
     m = len(cp) - n + 1
     if m <= 0:
         return 0.0
-    h = cp[:m].astype(np.uint64)
-    for k in range(1, n):  # h[i] = sum_k cp[i + k] * P**(n - 1 - k) mod 2**64: one value per n-gram
-        h *= _POLY
-        h += cp[k:k + m]
+    h = ngram_hashes(cp.astype(np.uint64), n)[:m]
     h.sort()  # then the run lengths of equal values: np.unique's work without its extra arrays
     counts = np.diff(np.concatenate(([-1], np.flatnonzero(h[1:] != h[:-1]), [m - 1])))
     repeated = counts[counts > 1]

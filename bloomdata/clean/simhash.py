@@ -33,10 +33,9 @@ import numpy as np
 import xxhash
 
 from bloomdata.clean.config import SimHashConfig
+from bloomdata.clean.measures import ngram_hashes
 from bloomdata.clean.minhash import _mix
 from bloomdata.clean.text import code_points
-
-_POLY = np.uint64(0x100000001B3)
 
 
 @functools.cache
@@ -53,11 +52,7 @@ def _window_hashes(values: np.ndarray, window: int) -> np.ndarray:
     m = len(values) - window
     if m <= 0:
         return np.zeros(0, np.uint64)
-    h = values[:m].copy()
-    for k in range(1, window):
-        h *= _POLY
-        h += values[k:k + m]
-    return _mix(h)
+    return _mix(ngram_hashes(values, window)[:m].copy())
 
 
 def fingerprint_of(hashes: np.ndarray) -> int:
