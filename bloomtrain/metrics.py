@@ -12,6 +12,14 @@ vocabulary. ``f = 3`` (forward + backward) gives *model* FLOPs, used for ``tflop
 logged "149 TFLOPs" is this number). Recomputation is therefore not counted in MFU. TFLOP/s are per
 device: FLOPs / (step time * world size). MFU = tflops / peak, with the peak from the config or the device.
 Only global rank 0 writes anything; console lines go to the ``bloomtrain`` logger (bloomtrain.console).
+
+The reader is here too: ``read_metrics`` and ``summarize`` turn ``metrics.jsonl`` into a ``TrainingSummary``
+(the flows publish it; a model card reads it). ``metrics.jsonl`` holds one JSON object per logged iteration
+(``iteration, loss, tokens_per_s, tflops, mfu`` when the device peak is known, ...), one per evaluation
+(``iteration, valid_loss, valid_ppl``) and one per named validation set and evaluation (``iteration,
+valid/<name>/loss, valid/<name>/ppl, valid/<name>/bpb``). The evaluation records of one iteration are merged
+into one. A resumed run appends to the same file, so later records for an iteration replace earlier ones.
+torch is imported only where a device is asked about, so reading a run costs no torch import.
 """
 
 from __future__ import annotations
@@ -22,9 +30,10 @@ import resource
 from pathlib import Path
 from typing import Any
 
-import torch
+from pydantic import BaseModel
 
 from bloomtrain.config import TrainConfig
+from bloomtrain.measures import perplexity
 from bloomtrain.model.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -40,6 +49,8 @@ def flops_per_iteration(model: ModelConfig, global_batch: int, tp: int, recomput
 
 
 def device_peak_tflops(configured: float | None) -> float | None:
+    import torch  # noqa: PLC0415 - readers of metrics.jsonl never pay for torch
+
     if configured is not None:
         return configured
     if torch.cuda.is_available():
@@ -50,6 +61,8 @@ def device_peak_tflops(configured: float | None) -> float | None:
 
 def memory_gib() -> float:
     """Peak device memory (CUDA) or peak resident set size of this process (CPU), GiB."""
+    import torch  # noqa: PLC0415
+
     if torch.cuda.is_available():
         return torch.cuda.max_memory_allocated() / 2**30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is KiB on Linux
@@ -134,3 +147,92 @@ def progress_line(r: dict[str, Any], total_iters: int | None) -> str:
         parts.append(f"MFU {100 * r['mfu']:.1f}%")
     parts += [f"step {r['step_time_s']:.3f}s", f"mem {r['memory_gib']:.2f}GiB", f"skipped {r['skipped_iters']}"]
     return " | ".join(parts)
+
+
+# --- reading metrics.jsonl ----------------------------------------------------------------------------------
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training records, evaluation records), each sorted by iteration, last write wins; [] if absent.
+
+    An iteration's evaluation record holds ``valid_loss``/``valid_ppl`` and every ``valid/<name>/*`` logged
+    for it (the trainer writes one record per set)."""
+    train: dict[int, dict[str, Any]] = {}
+    evals: dict[int, dict[str, Any]] = {}
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return [], []
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a kill: the rest of the file is still good
+        if not isinstance(rec, dict) or "iteration" not in rec:
+            continue
+        if "valid_loss" in rec or any(k.startswith("valid/") for k in rec):
+            evals.setdefault(rec["iteration"], {}).update(rec)
+        elif "loss" in rec:
+            train[rec["iteration"]] = rec
+    return [train[k] for k in sorted(train)], [evals[k] for k in sorted(evals)]
+
+
+class SetPoint(BaseModel):
+    """One named validation set at one evaluation (a metric the record lacks is None)."""
+
+    iteration: int
+    loss: float | None = None
+    ppl: float | None = None
+    bpb: float | None = None
+
+
+def set_curves(evals: list[dict[str, Any]]) -> dict[str, list[SetPoint]]:
+    """Per named validation set, its evaluations in iteration order."""
+    curves: dict[str, list[SetPoint]] = {}
+    for rec in evals:
+        points: dict[str, dict[str, float]] = {}
+        for key, value in rec.items():
+            parts = key.split("/")
+            if len(parts) == 3 and parts[0] == "valid":
+                points.setdefault(parts[1], {"iteration": rec["iteration"]})[parts[2]] = value
+        for name, point in points.items():
+            curves.setdefault(name, []).append(SetPoint.model_validate(point))
+    return curves
+
+
+class TrainingSummary(BaseModel):
+    """A run's headline numbers from its metrics.jsonl (``summarize``)."""
+
+    iterations: int
+    final_loss: float
+    perplexity: float  # of final_loss
+    consumed_tokens: int | None = None
+    tokens_per_s: float | None = None  # median over the last logged iterations (warm-up excluded)
+    tflops: float | None = None  # per device
+    mfu: float | None = None  # None without a known device peak (e.g. CPU)
+    valid_loss: float | None = None  # the last evaluation
+    valid_ppl: float | None = None
+    valid_sets: dict[str, SetPoint] = {}  # name -> its last evaluation
+
+
+def summarize(train: list[dict[str, Any]], evals: list[dict[str, Any]], *, tail: int = 5) -> TrainingSummary | None:
+    """Final loss and perplexity, median throughput over the last ``tail`` logged iterations (skipping the
+    first, which pays for warm-up), MFU when the trainer could compute it, validation loss/ppl when run, and
+    each named validation set's last evaluation; None for a run that logged no iteration."""
+    if not train:
+        return None
+    last = train[-1]
+    steady = train[1:][-tail:] or train[-tail:]
+
+    def median(key: str) -> float | None:
+        values = sorted(r[key] for r in steady if isinstance(r.get(key), int | float))
+        return values[len(values) // 2] if values else None
+
+    overall = [r for r in evals if "valid_loss" in r]
+    valid_loss = overall[-1]["valid_loss"] if overall else None
+    return TrainingSummary(
+        iterations=last["iteration"], final_loss=last["loss"], perplexity=perplexity(last["loss"]),
+        consumed_tokens=last.get("consumed_tokens"), tokens_per_s=median("tokens_per_s"), tflops=median("tflops"),
+        mfu=median("mfu"), valid_loss=valid_loss,
+        valid_ppl=None if valid_loss is None else overall[-1].get("valid_ppl", perplexity(valid_loss)),
+        valid_sets={name: points[-1] for name, points in sorted(set_curves(evals).items())})
