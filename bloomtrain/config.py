@@ -317,10 +317,42 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, bas
 Dtype = Literal["float32", "bfloat16", "float16"]
 
 
-class ExportConfig(BaseModel):
-    """``bloomtrain export``: a checkpoint (any TP x PP layout) -> a transformers BloomForCausalLM directory."""
+class CardConfig(BaseModel):
+    """What a model card needs besides the training run's own records: the licence, the records of the stages
+    around training (cleaning, tokenizer fertility, evaluation) and the figures a compute estimate needs.
+    ``bloomtrain export`` stores them in the model's provenance.json, so ``bloomtrain model-card`` rebuilds the
+    same card from the records alone (bloomtrain.card)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    license: str | None = Field(default=None, description="licence of the weights, as a Hub licence id (apache-2.0, "
+                                "bigscience-bloom-rail-1.0, other, ...); no default: the card says it is not set")
+    model_name: str | None = Field(default=None, description="name on the card (default: the model directory's name)")
+    tags: list[str] = Field(default_factory=list, json_schema_extra=cli_option("--hub-tag", metavar="TAG"),
+                            description="extra Hub tags for the card (repeatable)")
+    clean_summary: str | None = Field(default=None, json_schema_extra=cli_option(metavar="JSON"),
+                                      description="clean_summary.json of the `bloomdata clean` run the training "
+                                                  "data was built from")
+    fertility: str | None = Field(default=None, json_schema_extra=cli_option(metavar="JSON"),
+                                  description="the tokenizer's fertility per language (`bloomdata fertility --json`)")
+    evaluation: str | None = Field(default=None, json_schema_extra=cli_option(metavar="JSON"),
+                                   description="eval.json of a `bloomtrain evaluate` run that scored this model")
+    evaluated_model: str | None = Field(default=None, json_schema_extra=cli_option(metavar="NAME"),
+                                        description="this model's name in eval.json (default: the model whose path "
+                                                    "is this directory, or the only one)")
+    evaluation_split: str = Field(default="test", description="the split eval.json's documents are, as the card "
+                                  "names it (the pipeline's held-out validation documents: validation)")
+    power_watts: float | None = Field(default=None, gt=0, json_schema_extra=cli_option(metavar="W"),
+                                      description="average power per GPU (CPU runs: per core) in watts; with it the "
+                                                  "card estimates energy, without it it does not")
+    carbon_intensity: float | None = Field(default=None, ge=0, json_schema_extra=cli_option(metavar="KG_PER_KWH"),
+                                           description="grid carbon intensity in kg CO2eq per kWh; with "
+                                                       "--power-watts the card estimates emissions")
+
+
+class ExportConfig(CardConfig):
+    """``bloomtrain export``: a checkpoint (any TP x PP layout) -> a transformers BloomForCausalLM directory with its
+    model card (README.md, built from the run's records and the card fields)."""
 
     checkpoint: str = Field(description="checkpoint directory (holds `latest`)",
                             json_schema_extra=cli_option(positional=True, metavar="CHECKPOINT"))
@@ -330,3 +362,14 @@ class ExportConfig(BaseModel):
     tokenizer: str | None = Field(default=None, description="directory with tokenizer.json (default: the checkpoint "
                                                             "directory)")
     dtype: Dtype | None = Field(default=None, description="weights' dtype (default: the checkpoint's)")
+
+
+class ModelCardConfig(CardConfig):
+    """``bloomtrain model-card``: (re)build a model card from the records of an export or a checkpoint."""
+
+    path: str = Field(description="an exported model directory (holds provenance.json) or a checkpoint directory",
+                      json_schema_extra=cli_option(positional=True, metavar="CKPT_OR_HF_DIR"))
+    out: str | None = Field(default=None, json_schema_extra=cli_option(metavar="README.md"),
+                            description="where to write the card; its images go beside it (default: README.md in "
+                                        "an exported model directory)")
+    tag: str | None = Field(default=None, description="checkpoint tag (default: the `latest` file)")

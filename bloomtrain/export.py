@@ -4,12 +4,14 @@ Reads the layer files and the model metadata (bloomtrain.checkpoint.format), mer
 the HF converter's rules (duplicated tensors averaged, or taken as-is when all copies are equal, which
 keeps HF -> import -> export bit-identical; row-parallel weights concatenated on dim 1; the rest on
 dim 0), renames to transformers keys and writes ``config.json``, ``model.safetensors`` (the checkpoint's
-dtype unless ``--dtype``) and the tokenizer files found in the checkpoint directory or ``--tokenizer``.
-The embedding keeps all padded rows, as the released BLOOM checkpoints do (vocab_size 250880).
+dtype unless ``--dtype``), the tokenizer files found in the checkpoint directory or ``--tokenizer``,
+``provenance.json`` (what the model was made from: bloomtrain.provenance) and the model card, ``README.md`` with
+its images (bloomtrain.card, from the run's records and the ``CardConfig`` fields). The embedding keeps all padded
+rows, as the released BLOOM checkpoints do (vocab_size 250880).
 
 Every file is written through bloomdata.durable (atomic, fsynced), ``config.json`` last and its old
-version removed first: a directory with a ``config.json`` holds a complete export, never new weights
-beside an old config or the reverse.
+version removed first: a directory with a ``config.json`` holds a complete export, card included, never new
+weights beside an old config or the reverse.
 """
 
 from __future__ import annotations
@@ -21,10 +23,15 @@ import torch
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
+from bloomtrain.card import load_records, write_model_card
 from bloomtrain.checkpoint import format as fmt
-from bloomtrain.config import ExportConfig
+from bloomtrain.config import CardConfig, ExportConfig
+from bloomtrain.environment import EXPORT_PACKAGES, software_versions
 from bloomtrain.hf_import import copy_tokenizer_files
 from bloomtrain.model.config import ModelConfig
+from bloomtrain.provenance import ExportRecord, checkpoint_provenance, write_provenance
+
+CARD_FILE = "README.md"  # the model card, where the Hub and transformers users look for it
 
 _BLOOM_SPECIAL_IDS = {"bos_token": 1, "eos_token": 2, "pad_token": 3}  # bigscience/tokenizer
 
@@ -73,26 +80,42 @@ def hf_config(config: ModelConfig, vocab_rows: int, dtype: torch.dtype, special:
     }
 
 
-def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_dir: Path | None = None,
-           dtype: torch.dtype | None = None) -> Path:
-    """Write ``out_dir`` as a BloomForCausalLM directory; returns it."""
+def write_weights(ckpt_dir: Path, tag: str, out_dir: Path, dtype: torch.dtype | None) -> tuple[ModelConfig, int, torch.dtype]:
+    """model.safetensors of the tag's merged TP shards in ``dtype`` (default: the checkpoint's); returns the model
+    config, the embedding rows and the dtype written."""
     from safetensors.torch import save_file  # noqa: PLC0415
 
-    config, merged = fmt.load_merged_states(Path(ckpt_dir), tag)
+    config, merged = fmt.load_merged_states(ckpt_dir, tag)
     state = fmt.to_hf_state_dict(merged, config.num_layers)
     dtype = dtype or state["transformer.word_embeddings.weight"].dtype
     state = {k: v.to(dtype).contiguous() for k, v in state.items()}
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").unlink(missing_ok=True)  # the commit file: absent until every other file is new
     durable.write_with_path(out_dir / "model.safetensors",
                             lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
+    return config, state["transformer.word_embeddings.weight"].shape[0], dtype
 
-    source = tokenizer_dir or Path(ckpt_dir)
+
+def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_dir: Path | None = None,
+           dtype: torch.dtype | None = None, card: CardConfig | None = None) -> Path:
+    """Write ``out_dir`` as a BloomForCausalLM directory with its provenance.json and model card; returns it.
+
+    The card's records are loaded first, so a card setting that names a missing record fails before any work."""
+    ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
+    provenance = checkpoint_provenance(ckpt_dir, tag, card or CardConfig())
+    records = load_records(provenance, out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").unlink(missing_ok=True)  # the commit file: absent until every other file is new
+    config, rows, dtype = write_weights(ckpt_dir, provenance.tag, out_dir, dtype)
+
+    source = tokenizer_dir or ckpt_dir
     copied = copy_tokenizer_files(source, out_dir)
     if tokenizer_dir is not None and not copied:
         raise BloomstackError(f"--tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there")
-    rows = state["transformer.word_embeddings.weight"].shape[0]
+    record = ExportRecord(dtype=str(dtype).removeprefix("torch."), embedding_rows=rows,
+                          tokenizer=str(Path(source).resolve()) if copied else None,
+                          software=software_versions(EXPORT_PACKAGES))
+    records.provenance = provenance.model_copy(update={"export": record})
+    write_provenance(out_dir, records.provenance)
+    write_model_card(records, out_dir, out_dir / CARD_FILE)
     config_json = hf_config(config, rows, dtype, special_token_ids(source if copied else None))
     durable.write_json(out_dir / "config.json", config_json, indent=2)
     return out_dir
@@ -100,6 +123,7 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
 
 def run_export(config: ExportConfig) -> Path:
     """``export`` for an ``ExportConfig``: the model of ``bloomtrain export`` and of the flows' export stage."""
+    card = CardConfig.model_validate(config.model_dump(include=set(CardConfig.model_fields)))
     return export(Path(config.checkpoint), Path(config.out_dir), tag=config.tag,
                   tokenizer_dir=Path(config.tokenizer) if config.tokenizer else None,
-                  dtype=getattr(torch, config.dtype) if config.dtype else None)
+                  dtype=getattr(torch, config.dtype) if config.dtype else None, card=card)

@@ -27,18 +27,21 @@ from __future__ import annotations
 import json
 import logging
 import resource
+import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from bloomtrain.config import TrainConfig
+from bloomtrain.environment import RunEnvironment, read_environment
 from bloomtrain.measures import perplexity
 from bloomtrain.model.config import ModelConfig
 
 log = logging.getLogger(__name__)
 
 _PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}  # dense bf16, per device
+START_EVENT = "throughput_formula"  # the header every launch writes first (named after its first content)
 
 
 def flops_per_iteration(model: ModelConfig, global_batch: int, tp: int, recompute: bool) -> float:
@@ -89,14 +92,19 @@ class Metrics:
                 except ImportError:
                     log.warning("bloomtrain: tensorboard is not installed; writing metrics.jsonl only")
 
-    def describe(self) -> None:
-        """State the throughput formula once, in the JSONL and on the console (rank 0)."""
+    def describe(self, start_iteration: int = 0) -> None:
+        """Write the launch's header (``START_EVENT``) once, first: the throughput formula (also on the console),
+        the wall-clock time, the iteration the launch starts after, and its hardware and software (rank 0)."""
         recompute = self.cfg.parallel.activation_checkpointing
         text = ("tflops/mfu: model FLOPs 24*3*B*s*l*h^2*(1 + s/(6h) + V/(16lh)) per iteration / (step time * "
                 f"world * 1e12), recomputation NOT counted; hw_tflops uses f={4 if recompute else 3} "
                 f"({'activation recomputation counted' if recompute else 'no recomputation'}); "
                 f"peak {self.peak or 'unknown'} TFLOP/s per device")
-        self.log({"event": "throughput_formula", "text": text}, 0, f"bloomtrain: {text}")
+        if not self.enabled:
+            return
+        record = {"event": START_EVENT, "text": text, "time": round(time.time(), 3),
+                  "start_iteration": start_iteration, "environment": read_environment(self.world).model_dump()}
+        self.log(record, 0, f"bloomtrain: {text}")
 
     def throughput(self, global_batch: int, step_time: float) -> dict[str, float]:
         tokens = global_batch * self.cfg.model.seq_length
@@ -117,9 +125,9 @@ class Metrics:
             return
         if self._jsonl is not None:
             self._jsonl.write(json.dumps(record) + "\n")
-        if self._tb is not None:
+        if self._tb is not None and "event" not in record:
             for key, value in record.items():
-                if isinstance(value, int | float) and key != "iteration":
+                if isinstance(value, int | float) and key not in ("iteration", "time"):
                     self._tb.add_scalar(key, value, step)
         if console:
             log.info(console)
@@ -236,3 +244,50 @@ def summarize(train: list[dict[str, Any]], evals: list[dict[str, Any]], *, tail:
         mfu=median("mfu"), valid_loss=valid_loss,
         valid_ppl=None if valid_loss is None else overall[-1].get("valid_ppl", perplexity(valid_loss)),
         valid_sets={name: points[-1] for name, points in sorted(set_curves(evals).items())})
+
+
+# --- launches: wall time and hardware ------------------------------------------------------------------------
+
+
+class Launch(BaseModel):
+    """One launch of the trainer as metrics.jsonl records it: its header (``START_EVENT``) and the wall-clock
+    time of the last iteration it logged (within the bound ``read_launches`` was given)."""
+
+    start: float  # unix time of the header (after the resume, before the first iteration)
+    end: float | None = None  # unix time of its last logged iteration; None when it logged none
+    start_iteration: int  # the iteration it resumed after (0: a fresh run)
+    last_iteration: int | None = None
+    environment: RunEnvironment
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of its training loop: header to last logged iteration (0 when it logged none)."""
+        return 0.0 if self.end is None else self.end - self.start
+
+
+def read_launches(path: str | Path, until_iteration: int | None = None) -> list[Launch]:
+    """Every launch recorded in ``metrics.jsonl``, in file order, counting iterations up to ``until_iteration``
+    (an exported checkpoint's); launches from before headers carried time and hardware are left out."""
+    launches: list[Launch] = []
+    try:
+        lines = Path(path).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    current: Launch | None = None
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict):
+            continue
+        if rec.get("event") == START_EVENT:
+            current = None
+            if "time" in rec and "environment" in rec:
+                current = Launch(start=rec["time"], start_iteration=rec.get("start_iteration", 0),
+                                 environment=RunEnvironment.model_validate(rec["environment"]))
+                launches.append(current)
+        elif current is not None and "loss" in rec and "time" in rec:
+            if until_iteration is None or rec["iteration"] <= until_iteration:
+                current.end, current.last_iteration = rec["time"], rec["iteration"]
+    return [launch for launch in launches if until_iteration is None or launch.start_iteration < until_iteration]

@@ -24,6 +24,7 @@ COMMANDS = {
     "bloomdata clean": "bloomdata.cli.clean",
     "bloomtrain train": "bloomtrain.cli.train",
     "bloomtrain export": "bloomtrain.cli.export",
+    "bloomtrain model-card": "bloomtrain.cli.model_card",
     "bloomtrain import": "bloomtrain.cli.import_hf",
     "bloomtrain generate": "bloomtrain.cli.generate",
     "bloomtrain evaluate": "bloomtrain.cli.evaluate",
@@ -142,6 +143,18 @@ def test_export_import_generate_flags():
                                 "dtype": "bfloat16"})
     cfg, _ = _parse("bloomtrain export", ["ck", "out"])
     assert _same(cfg, {"checkpoint": "ck", "out_dir": "out", "tag": None, "tokenizer": None, "dtype": None})
+    card = ["--license", "apache-2.0", "--model-name", "m", "--hub-tag", "a", "--hub-tag", "b", "--clean-summary",
+            "c.json", "--fertility", "f.json", "--evaluation", "e.json", "--evaluated-model", "exported",
+            "--evaluation-split", "validation", "--power-watts", "400", "--carbon-intensity", "0.057"]
+    card_values = {"license": "apache-2.0", "model_name": "m", "tags": ["a", "b"], "clean_summary": "c.json",
+                   "fertility": "f.json", "evaluation": "e.json", "evaluated_model": "exported",
+                   "evaluation_split": "validation", "power_watts": 400.0, "carbon_intensity": 0.057}
+    cfg, _ = _parse("bloomtrain export", ["ck", "out", *card])
+    assert _same(cfg, {"checkpoint": "ck", "out_dir": "out", "tag": None, "tokenizer": None, "dtype": None,
+                       **card_values})
+    cfg, _ = _parse("bloomtrain model-card", ["hf", "--out", "R.md", "--tag", "t", *card])
+    assert _same(cfg, {"path": "hf", "out": "R.md", "tag": "t", **card_values})
+    assert _parse("bloomtrain model-card", ["hf"])[0].model_fields_set == {"path"}  # only what was given replaces
     cfg, _ = _parse("bloomtrain import", ["hf", "--out", "ck", "--tp", "2", "--pp", "3", "--dtype", "float16",
                                           "--tag", "t0"])
     assert _same(cfg, {"hf_dir": "hf", "out_dir": "ck", "tp": 2, "pp": 3, "dtype": "float16", "tag": "t0"})

@@ -15,12 +15,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata import durable
 from bloomdata.cli.options import ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.tokenizer.bpe import load_tokenizer
-from bloomdata.tokenizer.fertility import fertility_table, to_markdown
+from bloomdata.tokenizer.fertility import fertility_table, to_markdown, write_fertility
 
 
 class FertilityConfig(BaseModel):
@@ -53,6 +52,5 @@ def main(argv: list[str]) -> int:
         compare_name = f"{compare_name} (compare)"
     print(to_markdown(rows, name, compare_name))
     if args.json:
-        payload = {"tokenizer": config.tokenizer, "compare": config.compare, "rows": [r.to_dict() for r in rows]}
-        durable.write_json(args.json, payload, indent=2)
+        write_fertility(args.json, rows, config.tokenizer, config.compare)
     return 0

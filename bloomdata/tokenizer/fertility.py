@@ -10,10 +10,11 @@ figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by t
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from tokenizers import Tokenizer
 
+from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig, iter_documents
 from bloomdata.tokenizer.sampling import UNKNOWN_LANG
@@ -133,3 +134,23 @@ def to_markdown(rows: list[FertilityRow], name: str = "tokenizer", compare_name:
     if any(not r.whitespace_words for r in rows if r.lang != ALL):
         lines.append("\nn/a: the language is written without spaces between words; compare tok/char.")
     return "\n".join(lines)
+
+
+# --- the JSON file: {"tokenizer": DIR, "compare": DIR | null, "rows": [FertilityRow.to_dict(), ...]} ---------------
+
+
+def write_fertility(path: str, rows: list[FertilityRow], tokenizer: str, compare: str | None = None) -> None:
+    """The rows as JSON (``bloomdata fertility --json``, the pipeline's tokenizer stage); atomic."""
+    durable.write_json(path, {"tokenizer": tokenizer, "compare": compare, "rows": [r.to_dict() for r in rows]},
+                       indent=2)
+
+
+def read_fertility(path: str, key: str = "--json") -> list[FertilityRow]:
+    """The rows of a fertility JSON file (``write_fertility``); an error naming ``key`` when it is not one."""
+    record = durable.read_json(path)
+    names = {f.name for f in fields(FertilityRow)}
+    try:
+        return [FertilityRow(**{k: v for k, v in row.items() if k in names}) for row in record["rows"]]
+    except (TypeError, KeyError, AttributeError):
+        raise BloomstackError(f"{key} {path}: not a fertility table (the JSON `bloomdata fertility --json` writes, "
+                              "with its 'rows'); write it again with that command") from None

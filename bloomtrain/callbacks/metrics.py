@@ -1,12 +1,16 @@
-"""Metrics: the iteration record every ``log_interval`` iterations, and the sink of every ``trainer.log``.
+"""Metrics: the launch's header, the iteration record every ``log_interval`` iterations, and the sink of every
+``trainer.log``.
 
-The record (iteration, loss, lr, grad norm, batch, sample and token counters, step time, memory, skips,
-whatever earlier callbacks put in ``step.metrics``, throughput) goes to ``metrics.jsonl``, TensorBoard and
-the console through bloomtrain.metrics.Metrics, on global rank 0 only.
+The header (throughput formula, wall-clock time, the iteration resumed after, hardware and software) is written
+once per launch, before the first iteration. The record (iteration, loss, lr, grad norm, batch, sample and token
+counters, step time, wall-clock time, memory, skips, whatever earlier callbacks put in ``step.metrics``,
+throughput) goes to ``metrics.jsonl``, TensorBoard and the console through bloomtrain.metrics.Metrics, on global
+rank 0 only. The times give a run's wall time over every launch (``bloomtrain.metrics.read_launches``).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from bloomtrain.callbacks.base import Callback
@@ -20,7 +24,7 @@ class MetricsCallback(Callback):
         self.writer = Metrics(cfg, rank, world_size)
 
     def pre_train(self, trainer) -> None:
-        self.writer.describe()
+        self.writer.describe(trainer.pos.iteration)
 
     def post_step(self, trainer, step) -> None:
         if not self.writer.enabled or step.iteration % self.cfg.logging.log_interval:
@@ -35,6 +39,7 @@ class MetricsCallback(Callback):
             "consumed_samples": pos.consumed_samples,
             "consumed_tokens": pos.consumed_samples * self.cfg.model.seq_length,
             "step_time_s": out.step_time_s,
+            "time": round(time.time(), 3),  # unix seconds: wall time across launches
             "memory_gib": memory_gib(),
             "skipped_iters": pos.skipped_iters,
             **step.metrics,

@@ -6,7 +6,7 @@ A save, on every rank, in this order::
     DeepSpeed's engine files          layer files, mp_rank_*, optimizer shards (TrainModule.save: atomic, fsynced)
     rng/rank_RRRRR.pt                 this rank's RNG state (atomic, fsynced)
     bloomtrain_model.json, bloomtrain_layout.json     rank 0 only (atomic, fsynced; the model json also
-                                      records the fused-kernel self-check)
+                                      records the fused-kernel self-check and the training record)
     barrier                           every rank's files are on disk
     rank 0: commit_tag -> latest      atomic, fsynced; then prune old tags
     barrier
@@ -42,6 +42,7 @@ from bloomtrain.config import TrainConfig
 from bloomtrain.kernels import selfcheck_report
 from bloomtrain.parallel.pipeline import universal_checkpoint_info
 from bloomtrain.parallel.state import ParallelState
+from bloomtrain.provenance import TRAINING_KEY, training_record
 from bloomtrain.train_module import TrainModule
 
 SAVE_POINTS = ("engine_file", "after_metadata", "before_latest")
@@ -91,9 +92,11 @@ class Checkpointer:
         self.module.save(self.dir, tag, client_state, after_file=lambda _path: self._fault("engine_file", tag))
         save_rng(self.dir, tag, self.rank)
         if self.rank == 0:
-            # rank 0's fused-kernel self-check (bloomtrain.kernels: every rank checks its own device the same way)
+            # rank 0's fused-kernel self-check (bloomtrain.kernels: every rank checks its own device the same way),
+            # and what trained these weights (bloomtrain.provenance: a model card's first record)
             save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size,
-                          extra={"kernel_selfcheck": selfcheck_report()})
+                          extra={"kernel_selfcheck": selfcheck_report(),
+                                 TRAINING_KEY: training_record(self.cfg, position, self.world)})
             save_layout(self.dir, tag, self.state)
         self._fault("after_metadata", tag)
         dist.barrier()  # every rank's files are on disk before `latest` moves

@@ -14,7 +14,9 @@ from bloomdata.cli import dispatch
 
 # subcommand -> (module exposing main(argv), one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "export": ("bloomtrain.cli.export", "write a transformers BloomForCausalLM directory from a checkpoint"),
+    "export": ("bloomtrain.cli.export", "write a transformers BloomForCausalLM directory (and its model card) from a "
+                                        "checkpoint"),
+    "model-card": ("bloomtrain.cli.model_card", "(re)build a model card from an export's or a checkpoint's records"),
     "import": ("bloomtrain.cli.import_hf", "load a transformers BLOOM checkpoint for continued pretraining"),
     "generate": ("bloomtrain.cli.generate", "greedy or top-k/top-p sampling from a checkpoint or HF model"),
     "evaluate": ("bloomtrain.cli.evaluate", "bits per byte per language and lm-eval tasks of causal LMs"),

@@ -1,5 +1,6 @@
-"""`bloomtrain export CHECKPOINT OUT_DIR [--tag T] [--tokenizer DIR] [--dtype D]`: a checkpoint of any TP x PP
-layout -> a transformers BloomForCausalLM directory (``bloomtrain.export.run_export``; flags from ``ExportConfig``)."""
+"""`bloomtrain export CHECKPOINT OUT_DIR [--tag T] [--tokenizer DIR] [--dtype D] [--license L] ...`: a checkpoint of
+any TP x PP layout -> a transformers BloomForCausalLM directory with its model card, README.md, built from the run's
+records (``bloomtrain.export.run_export``; flags from ``ExportConfig``)."""
 
 from __future__ import annotations
 
@@ -17,5 +18,5 @@ def main(argv: list[str]) -> int:
 
     out = run_export(config)
     has_tok = (out / "tokenizer.json").is_file()
-    print(f"wrote {out} (config.json, model.safetensors{', tokenizer' if has_tok else '; no tokenizer files found'})")
+    print(f"wrote {out} (config.json, model.safetensors, README.md{', tokenizer' if has_tok else '; no tokenizer files found'})")
     return 0

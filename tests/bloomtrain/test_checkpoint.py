@@ -16,9 +16,12 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from bloomtrain.checkpoint.format import load_merged_states
 from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest
+from bloomtrain.metrics import read_launches
+from bloomtrain.provenance import read_training_record
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
 from tests.gloo_harness import run_distributed, start_ranks
 
@@ -123,6 +126,14 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
     config, merged = load_merged_states(ckpt)
     assert set(merged[1]) == {"word_embeddings.weight", "word_embeddings.norm.weight", "word_embeddings.norm.bias"}
     assert config.num_layers == 2
+    # what a model card reads: the tag's training record and the launch's header (time, hardware, software)
+    record = read_training_record(ckpt, tag)
+    assert (record.iteration, record.consumed_samples, record.world_size) == (last, records[-1]["consumed_samples"], 1)
+    assert record.train_config.logging.dir == str(logs) and record.metrics_file == logs / "metrics.jsonl"
+    (launch,) = read_launches(logs / "metrics.jsonl")
+    assert launch.start_iteration == 0 and launch.last_iteration == last and launch.end == records[-1]["time"]
+    assert launch.environment.device == "cpu" and launch.environment.processes == 1
+    assert launch.environment.software["torch"] == torch.__version__ and 0 < launch.seconds < 240
 
     # a kill-switch file stops the resumed run after one more iteration, with a checkpoint
     switch = tmp_path / "KILL"
