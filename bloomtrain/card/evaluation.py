@@ -3,7 +3,8 @@
 - Held-out text: this model's per-language scores in eval.json (``bloomtrain evaluate``): documents, bytes, tokens,
   loss, perplexity and bits per byte, then lm-eval task scores when tasks ran. The ``model-index`` results are
   exactly these numbers: one entry per language and metric (loss, perplexity, bits per byte) on that language's
-  documents of the evaluation split (``CardConfig.evaluation_split``), and one per task metric.
+  documents of the evaluation split (``CardConfig.evaluation_split``), and one per task metric on the split lm-eval
+  scored (eval.json's ``task_splits``).
 - Validation during training: ``validation_curves.png`` and the last evaluation of every named set (the
   pipeline's one validation set per language), from metrics.jsonl.
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult
 
 from bloomtrain.card.images import CURVES_PNG, validation_curves
-from bloomtrain.card.markdown import fmt, note, table
+from bloomtrain.card.markdown import drop_empty_columns, fmt, note, table
 from bloomtrain.card.records import CardRecords, ModelEvaluation
 from bloomtrain.evaluation.report import OVERALL
 
@@ -42,8 +43,9 @@ def eval_results(evaluation: ModelEvaluation | None, split: str) -> list[EvalRes
     for task, metrics in evaluation.tasks.items():
         for metric, value in metrics.items():
             if "stderr" not in metric:
-                results.append(EvalResult(task_type=TASK, dataset_type=task, dataset_name=task, metric_type=metric,
-                                          metric_value=value, task_name="lm-evaluation-harness"))
+                results.append(EvalResult(task_type=TASK, task_name="lm-evaluation-harness", dataset_type=task,
+                                          dataset_name=task, dataset_split=evaluation.task_splits.get(task),
+                                          metric_type=metric, metric_value=value))
     return results
 
 
@@ -64,9 +66,10 @@ def heldout_part(r: CardRecords) -> str:
              table(["language", "documents", "bytes", "tokens", "loss (nats/token)", "perplexity", "bits per byte"],
                    rows)]
     if e.tasks:
-        task_rows = [(task, metric, f"{value:.4f}") for task, metrics in e.tasks.items()
+        task_rows = [(task, e.task_splits.get(task, "-"), metric, f"{value:.4f}") for task, metrics in e.tasks.items()
                      for metric, value in metrics.items() if "stderr" not in metric]
-        parts += ["Downstream tasks (lm-evaluation-harness):", table(["task", "metric", "value"], task_rows, 2)]
+        header, task_rows = drop_empty_columns(["task", "split", "metric", "value"], task_rows)
+        parts += ["Downstream tasks (lm-evaluation-harness):", table(header, task_rows, len(header) - 1)]
     return "\n\n".join(parts)
 
 

@@ -42,6 +42,7 @@ class ModelEvaluation:
     name: str  # the model's name in it
     result: ModelResult
     tasks: dict[str, dict[str, float]]  # lm-eval task -> metric -> value (this model's)
+    task_splits: dict[str, str]  # lm-eval task -> the split it was scored on (absent in older eval.json files)
     settings: dict[str, Any]
 
 
@@ -98,7 +99,7 @@ def load_evaluation(path: str, name: str | None, model_dir: Path | None) -> Mode
     chosen = pick_model(report, path, name, model_dir)
     tasks = {task: per_model[chosen] for task, per_model in report.tasks.items() if chosen in per_model}
     return ModelEvaluation(path=path, name=chosen, result=report.models[chosen], tasks=tasks,
-                           settings=report.settings)
+                           task_splits=report.task_splits, settings=report.settings)
 
 
 def _training(records: CardRecords) -> None:

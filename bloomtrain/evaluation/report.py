@@ -61,6 +61,7 @@ class EvalReport(BaseModel):
 
     models: dict[str, ModelResult]
     tasks: dict[str, dict[str, dict[str, float]]] = Field(default_factory=dict)  # task -> model -> metric -> value
+    task_splits: dict[str, str] = Field(default_factory=dict)  # task -> the split lm-eval scored
     data: DataSummary
     settings: dict[str, Any] = Field(default_factory=dict)  # context, stride, dtype, ... of the run
 

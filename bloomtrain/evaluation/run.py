@@ -72,6 +72,7 @@ def run_evaluation(config: EvaluateConfig) -> EvalReport:
     docs = read_documents(config.sources, config.max_docs_per_lang)
     models: dict[str, ModelResult] = {}
     tasks: dict[str, dict[str, dict[str, float]]] = {}
+    task_splits: dict[str, str] = {}
     for spec in config.models:
         lm = load_causal_lm(spec.path, name=spec.label, dtype=config.dtype, device=config.device)
         models[lm.name] = score_model(lm, docs, context=config.context, stride=config.window_stride,
@@ -79,15 +80,17 @@ def run_evaluation(config: EvaluateConfig) -> EvalReport:
         if config.tasks:
             from bloomtrain.evaluation.tasks import run_tasks  # noqa: PLC0415 - lm-eval only when asked
 
-            for task, metrics in run_tasks(lm, config.tasks, task_paths=config.task_paths, limit=config.task_limit,
-                                           batch_size=config.batch_size, max_length=config.context).items():
-                tasks.setdefault(task, {})[lm.name] = metrics
+            metrics, splits = run_tasks(lm, config.tasks, task_paths=config.task_paths, limit=config.task_limit,
+                                        batch_size=config.batch_size, max_length=config.context)
+            for task, values in metrics.items():
+                tasks.setdefault(task, {})[lm.name] = values
+            task_splits.update(splits)
         _release(lm)
     sources = [(f"{s.lang}=" if s.lang else "") + ",".join(s.paths) for s in config.sources]
     data = DataSummary(sources=sources, rows_read=docs.rows_read, documents=docs.documents, rejects=docs.rejects,
                        rejects_total=sum(docs.rejects.values()), reject_examples=docs.reject_examples)
     settings = {"context": config.context, "stride": config.window_stride, "max_docs_per_lang": config.max_docs_per_lang,
                 "dtype": config.dtype, "task_limit": config.task_limit}
-    report = EvalReport(models=models, tasks=tasks, data=data, settings=settings)
+    report = EvalReport(models=models, tasks=tasks, task_splits=task_splits, data=data, settings=settings)
     write_report(report, config.out_dir)
     return report

@@ -146,6 +146,17 @@ def task_metrics(results: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-def run_tasks(lm: CausalLM, tasks: Sequence[str], **kwargs: Any) -> dict[str, dict[str, float]]:
-    """``evaluate_tasks`` reduced to ``task_metrics``: what the report keeps."""
-    return task_metrics(evaluate_tasks(lm, tasks, **kwargs))
+def task_splits(results: dict[str, Any]) -> dict[str, str]:
+    """task -> the split lm-eval scored it on (its test split, else its validation split, as lm-eval chooses)."""
+    splits = {}
+    for task, config in results.get("configs", {}).items():
+        split = config.get("test_split") or config.get("validation_split")
+        if isinstance(split, str):
+            splits[task] = split
+    return splits
+
+
+def run_tasks(lm: CausalLM, tasks: Sequence[str], **kwargs: Any) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+    """``evaluate_tasks`` reduced to what the report keeps: ``task_metrics`` and ``task_splits``."""
+    results = evaluate_tasks(lm, tasks, **kwargs)
+    return task_metrics(results), task_splits(results)

@@ -121,6 +121,7 @@ def test_cli_merges_task_accuracy_into_eval_json_and_md(model_dir, task_dir, tmp
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "eval.json").read_text())
     acc = report["tasks"][TASK]["m"]["acc"]
+    assert report["task_splits"] == {TASK: "test"}  # the split the model card names
     assert acc in {k / 8 for k in range(9)}  # 8 examples (--task-limit)
     assert json.loads(capsys.readouterr().out)["tasks"][TASK]["m"]["acc"] == acc
     md = (out / "eval.md").read_text()

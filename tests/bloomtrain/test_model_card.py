@@ -122,6 +122,7 @@ def _eval_json(tmp_path, model_dir) -> tuple[str, EvalReport]:
                 "reference": ModelResult(path=str(tmp_path / "other"), start_token="</s>", start_id=2,
                                          languages=langs, overall=Score.of(33, 15_003, 3_603, 12_051.0))},
         tasks={"xnli_en": {"exported": {"acc": 0.41, "acc_stderr": 0.02}, "reference": {"acc": 0.5}}},
+        task_splits={"xnli_en": "test"},
         data=DataSummary(sources=[], rows_read=33, documents=33, rejects={}, rejects_total=0), settings={"context": 32})
     write_report(report, tmp_path / "eval")
     return str(tmp_path / "eval" / "eval.json"), report
@@ -159,8 +160,8 @@ def test_export_writes_a_card_from_every_record(tmp_path, tiny_tokenizer_dir):
                 for key, name in (("loss", "loss"), ("ppl", "perplexity"), ("bpb", "bits_per_byte"))}
     assert lm == expected and len(lm) == 3 * len(LANGS)
     assert all(r.dataset_split == "validation" for r in results if r.dataset_config)
-    assert [(r.dataset_type, r.metric_type, r.metric_value) for r in results if not r.dataset_config] == \
-        [("xnli_en", "acc", 0.41)]
+    assert [(r.dataset_type, r.dataset_split, r.metric_type, r.metric_value) for r in results
+            if not r.dataset_config] == [("xnli_en", "test", "acc", 0.41)]
 
     body = card.text
     assert [body.index(h) for h in BODY_ORDER] == sorted(body.index(h) for h in BODY_ORDER)
