@@ -23,15 +23,13 @@ import torch
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
-from bloomtrain.card import load_records, write_model_card
+from bloomtrain.card import CARD_FILE, load_records, write_model_card
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.config import CardConfig, ExportConfig
 from bloomtrain.environment import EXPORT_PACKAGES, software_versions
 from bloomtrain.hf_import import copy_tokenizer_files
 from bloomtrain.model.config import ModelConfig
 from bloomtrain.provenance import ExportRecord, checkpoint_provenance, write_provenance
-
-CARD_FILE = "README.md"  # the model card, where the Hub and transformers users look for it
 
 _BLOOM_SPECIAL_IDS = {"bos_token": 1, "eos_token": 2, "pad_token": 3}  # bigscience/tokenizer
 

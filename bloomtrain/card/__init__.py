@@ -7,7 +7,8 @@
 ``bloomtrain model-card`` rebuilds it from the records alone, e.g. after a later evaluation.
 """
 
-from bloomtrain.card.card import build_card, write_model_card
+from bloomtrain.card.card import CARD_FILE, CARD_FILES, build_card, rebuild_model_card, write_model_card
 from bloomtrain.card.records import CardRecords, load_records
 
-__all__ = ["CardRecords", "build_card", "load_records", "write_model_card"]
+__all__ = ["CARD_FILE", "CARD_FILES", "CardRecords", "build_card", "load_records", "rebuild_model_card",
+           "write_model_card"]

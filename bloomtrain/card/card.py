@@ -14,13 +14,19 @@ from pathlib import Path
 from huggingface_hub import ModelCard, ModelCardData
 
 from bloomdata import durable
+from bloomdata.errors import BloomstackError
 from bloomtrain.card.details import model_details
 from bloomtrain.card.evaluation import eval_results, evaluation_section
-from bloomtrain.card.records import CardRecords
+from bloomtrain.card.images import CURVES_PNG, LANGUAGES_PNG
+from bloomtrain.card.records import CardRecords, load_records
 from bloomtrain.card.training_data import languages, training_data
 from bloomtrain.card.usage import compute_section, how_to_load, uses_and_limitations
+from bloomtrain.config import CardConfig
+from bloomtrain.provenance import PROVENANCE_FILE, load_provenance, write_provenance
 
 BASE_TAGS = ("bloom", "bloomstack", "text-generation")
+CARD_FILE = "README.md"  # the model card, where the Hub and transformers users look for it
+CARD_FILES = frozenset({CARD_FILE, PROVENANCE_FILE, LANGUAGES_PNG, CURVES_PNG})  # an export's files that are not the model
 
 
 def card_data(r: CardRecords, name: str) -> ModelCardData:
@@ -58,3 +64,22 @@ def write_model_card(r: CardRecords, model_dir: Path, out: Path) -> ModelCard:
     card = build_card(r, model_dir, out.parent)
     durable.write_text(out, str(card))
     return card
+
+
+def rebuild_model_card(path: Path, card: CardConfig | None = None, *, tag: str | None = None,
+                       out: Path | None = None) -> Path:
+    """(Re)build the card of an export or a checkpoint from its records; returns where it went.
+
+    ``card``'s fields that were set replace the stored card settings; for an export they are kept in its
+    provenance.json (the next rebuild keeps them) and the card goes to its README.md unless ``out`` is given.
+    A checkpoint's card needs ``out`` (nothing is written into a checkpoint directory)."""
+    provenance = load_provenance(path, tag, card)
+    if out is None and provenance.export is None:
+        raise BloomstackError(f"{path} is a checkpoint: give --out PATH for its card (an export's card goes into the "
+                              f"export, as {CARD_FILE})")
+    out = out or Path(path) / CARD_FILE
+    records = load_records(provenance, Path(path))
+    if provenance.export is not None:
+        write_provenance(Path(path), provenance)
+    write_model_card(records, Path(path), out)
+    return out
