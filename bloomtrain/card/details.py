@@ -4,7 +4,7 @@ throughput, hardware, wall time), software versions, licence."""
 from __future__ import annotations
 
 from bloomtrain.card.compute import duration
-from bloomtrain.card.markdown import drop_empty_columns, fmt, note, table
+from bloomtrain.card.markdown import fmt, note, table
 from bloomtrain.card.records import CardRecords
 from bloomtrain.environment import EXPORT_PACKAGES, TRAINING_PACKAGES, RunEnvironment
 
@@ -73,9 +73,8 @@ def software(r: CardRecords) -> str:
     rows = [(n, trained.get(n, "-"), exported.get(n, "-")) for n in names if n in trained or n in exported]
     if not rows:
         return note("software versions", "neither a launch record nor an export record holds them")
-    header, rows = drop_empty_columns(["package", "training", "export"], rows)
     return "### Software\n\nRead from the environment by the trainer at its last launch and by the export.\n\n" + \
-        table(header, rows, numeric_from=3)
+        table(["package", "training", "export"], rows, numeric_from=3)
 
 
 def license_line(r: CardRecords) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from huggingface_hub import EvalResult
 
 from bloomtrain.card.images import CURVES_PNG, validation_curves
-from bloomtrain.card.markdown import drop_empty_columns, fmt, note, table
+from bloomtrain.card.markdown import fmt, note, table
 from bloomtrain.card.records import CardRecords, ModelEvaluation
 from bloomtrain.evaluation.report import OVERALL
 
@@ -68,8 +68,7 @@ def heldout_part(r: CardRecords) -> str:
     if e.tasks:
         task_rows = [(task, e.task_splits.get(task, "-"), metric, f"{value:.4f}") for task, metrics in e.tasks.items()
                      for metric, value in metrics.items() if "stderr" not in metric]
-        header, task_rows = drop_empty_columns(["task", "split", "metric", "value"], task_rows)
-        parts += ["Downstream tasks (lm-evaluation-harness):", table(header, task_rows, len(header) - 1)]
+        parts += ["Downstream tasks (lm-evaluation-harness):", table(["task", "split", "metric", "value"], task_rows, 3)]
     return "\n\n".join(parts)
 
 

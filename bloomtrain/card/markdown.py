@@ -14,10 +14,12 @@ def note(what: str, why: str) -> str:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]], numeric_from: int = 1) -> str:
-    """A Markdown table; columns from ``numeric_from`` on are right-aligned."""
-    rule = ["---" if i < numeric_from else "---:" for i in range(len(header))]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(rule) + "|"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    """A Markdown table; columns from ``numeric_from`` on are right-aligned, and a column no row filled (every cell
+    '-', unknown) is left out."""
+    keep = [i for i in range(len(header)) if not rows or any(str(row[i]) != "-" for row in rows)]
+    rule = ["---" if i < numeric_from else "---:" for i in keep]
+    lines = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + "|".join(rule) + "|"]
+    lines += ["| " + " | ".join(str(row[i]) for i in keep) + " |" for row in rows]
     return "\n".join(lines)
 
 
@@ -28,8 +30,3 @@ def pct(part: float, whole: float) -> str:
 def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
-
-def drop_empty_columns(header: Sequence[str], rows: Sequence[Sequence[object]]) -> tuple[list[str], list[list[object]]]:
-    """The columns with at least one known value ('-' is unknown): a column nothing filled is left out."""
-    keep = [i for i in range(len(header)) if any(str(row[i]) != "-" for row in rows)]
-    return [header[i] for i in keep], [[row[i] for i in keep] for row in rows]

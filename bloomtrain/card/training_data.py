@@ -9,7 +9,7 @@ from pathlib import Path
 from bloomdata.clean.config import REASONS
 from bloomdata.mixture.spec import BlendSpec
 from bloomtrain.card.images import LANGUAGES_PNG, languages_pie
-from bloomtrain.card.markdown import drop_empty_columns, fmt, note, pct, table
+from bloomtrain.card.markdown import fmt, note, pct, table
 from bloomtrain.card.records import CardRecords
 
 # A dataset named by a language code (en, zh-Hans, pt_br): its primary subtag is the card's language.
@@ -36,13 +36,11 @@ def blend_part(r: CardRecords, out_dir: Path) -> str:
         f"alpha {blend.alpha}" + (f" for a budget of {blend.token_budget:,} tokens" if blend.token_budget else "")
     rows = [(d.name, f"{100 * d.weight:.2f}%", fmt(d.tokens, ","), fmt(d.tokens_drawn, ","), fmt(d.epochs, ".2f"))
             for d in blend.datasets]
-    header, rows = drop_empty_columns(["dataset", "share of samples", "tokens available", "tokens drawn", "epochs"],
-                                      rows)
     languages_pie(blend, out_dir)
     return "\n\n".join([
         f"The run trained on the blend `{r.blend_path}`: {len(blend.datasets)} datasets, weighted by {how}. "
         "Tokens available count the training split; tokens drawn and epochs are the blend's plan for its budget.",
-        table(header, rows),
+        table(["dataset", "share of samples", "tokens available", "tokens drawn", "epochs"], rows),
         f"![Share of each language in the training blend]({LANGUAGES_PNG})"])
 
 
