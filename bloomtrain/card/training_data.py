@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from bloomdata.clean.config import REASONS
+from bloomdata.clean.summary import CleanSummary, LangCounts
 from bloomdata.mixture.spec import BlendSpec
 from bloomtrain.card.images import LANGUAGES_PNG, languages_pie
 from bloomtrain.card.markdown import fmt, note, pct, table
@@ -15,6 +16,7 @@ from bloomtrain.card.records import CardRecords
 # A dataset named by a language code (en, zh-Hans, pt_br): its primary subtag is the card's language.
 _LANGUAGE_NAME = re.compile(r"([a-z]{2,3})(?:[-_][A-Za-z0-9]{2,8})*")
 _NOT_LANGUAGES = frozenset({"und", "mul", "zxx"})  # ISO 639 "undetermined", "multiple", "no linguistic content"
+REDACTED = {"emails": "e-mails", "ips": "IPs", "keys": "keys", "users": "user names"}
 
 
 def languages(blend: BlendSpec | None) -> list[str]:
@@ -49,19 +51,18 @@ def cleaning_part(r: CardRecords) -> str:
     if c is None:
         return note("cleaning", "no `clean_summary` was given (the data was not cleaned by `bloomdata clean`, or its "
                                 "clean_summary.json was not passed)")
-    preset = getattr(c, "preset", None)
     reasons = [x for x in REASONS if any(lang.removed.get(x) for lang in c.languages.values())]
+    # e-mail and IP addresses always (the default PII step), API keys and user names when a run redacted any
+    kinds = ["emails", "ips", *(k for k in ("keys", "users") if getattr(c, f"{k}_redacted"))]
+    counts: list[tuple[str, LangCounts | CleanSummary]] = [*c.languages.items(), ("total", c)]
     rows = [[name, f"{x.documents_in:,}", pct(x.documents_kept, x.documents_in), pct(x.bytes_kept, x.bytes_in),
-             *(pct(x.removed.get(reason, 0), x.documents_in) for reason in reasons), x.emails_redacted,
-             x.ips_redacted] for name, x in c.languages.items()]
-    rows.append(["total", f"{c.documents_in:,}", pct(c.documents_kept, c.documents_in), pct(c.bytes_kept, c.bytes_in),
-                 *(pct(c.removed.get(reason, 0), c.documents_in) for reason in reasons), c.emails_redacted,
-                 c.ips_redacted])
-    head = f"`bloomdata clean`{f' (preset {preset})' if preset else ''} kept {c.documents_kept:,} of " \
+             *(pct(x.removed.get(reason, 0), x.documents_in) for reason in reasons),
+             *(getattr(x, f"{k}_redacted") for k in kinds)] for name, x in counts]
+    head = f"`bloomdata clean` with the {c.settings_name} settings kept {c.documents_kept:,} of " \
            f"{c.documents_in:,} documents ({pct(c.documents_kept, c.documents_in)}). Removal rates are shares of " \
            "each language's documents; bytes kept are after normalization and redaction."
     header = ["language", "documents in", "kept", "bytes kept", *(f"removed: {x}" for x in reasons),
-              "e-mails redacted", "IPs redacted"]
+              *(f"{REDACTED[k]} redacted" for k in kinds)]
     return "\n\n".join(["### Cleaning", head, table(header, rows)])
 
 

@@ -177,6 +177,7 @@ def test_export_writes_a_card_from_every_record(tmp_path, tiny_tokenizer_dir):
     total = f"| total | {clean.documents_in:,} | {100 * clean.documents_kept / clean.documents_in:.1f}% | " \
             f"{100 * clean.bytes_kept / clean.bytes_in:.1f}% |"
     assert total in body and clean.removed["exact_duplicate"] == 2  # cleaning: documents and bytes kept
+    assert f"`bloomdata clean` with the default settings kept {clean.documents_kept:,} of 482 documents" in body
     assert f"| en | 162 | {100 * 160 / 162:.1f}% |" in body and "removed: exact_duplicate" in body
     assert "| fr | 5 | 1.310 | 0.2620 |" in body  # fertility
     en = report.models["exported"].languages["en"]
