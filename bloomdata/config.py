@@ -117,6 +117,17 @@ def complete(defaults: BaseModel, value: object) -> object:
     return merge(defaults.model_dump(), value) if isinstance(value, Mapping) else value
 
 
+def derive(config: M, /, **changes: Any) -> M:
+    """``config`` with ``changes``, validated again: ``model_copy(update=...)`` that runs the model's validators
+    on the new values (a derived config passes the checks a loaded one does). Nested models stay models (no
+    dump and re-parse); a changed nested value may be a model or what the field accepts."""
+    fields = {name: getattr(config, name) for name in type(config).model_fields}
+    unknown = sorted(set(changes) - set(fields))
+    if unknown:
+        raise TypeError(f"{type(config).__name__} has no field {', '.join(unknown)}")
+    return type(config).model_validate({**fields, **changes})
+
+
 def parse_override(item: str) -> tuple[Key, Any]:
     """``a.b=value`` -> (("a", "b"), value parsed as YAML; empty means None)."""
     key, sep, raw = item.partition("=")

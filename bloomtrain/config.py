@@ -305,7 +305,8 @@ class TrainConfig(_Frozen):
 # --- loading ---------------------------------------------------------------------------------------------
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None, base: dict | None = None) -> TrainConfig:
+def load_config(path: str | Path | None, overrides: list[str] | None = None,
+                base: TrainConfig | dict[str, Any] | None = None) -> TrainConfig:
     """A YAML file (on top of ``base``) with ``key.sub=value`` overrides, validated; errors name the file
     line or the override, the key and the fix (``bloomdata.config.load_config``)."""
     return loader.load_config(TrainConfig, path, defaults=base, overrides=list(overrides or []),

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.config import TrainConfig, ValidSetConfig
+from bloomtrain.config import VALID_SET_NAME, TrainConfig, ValidSetConfig
 
 MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 
@@ -142,14 +142,8 @@ def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
     train = load(cfg.data.blend, "train", n_train)
     valid_path = cfg.data.valid_blend or cfg.data.blend
     spec = load_blend_spec(valid_path)
-    has_valid = spec.valid_range is not None or (spec.split is not None and _split_has_valid(spec.split))
-    valid = load(valid_path, "valid", n_valid) if has_valid and cfg.logging.eval_interval else None
+    valid = load(valid_path, "valid", n_valid) if spec.has_valid and cfg.logging.eval_interval else None
     return train, valid
-
-
-def _split_has_valid(split: str) -> bool:
-    parts = [float(x) for x in split.replace("/", ",").split(",") if x.strip()]
-    return len(parts) > 1 and parts[1] > 0
 
 
 # --- named validation sets ------------------------------------------------------------------------------
@@ -207,10 +201,6 @@ def _blend_spec(path: str, seq_length: int):
     return spec
 
 
-def _valid_split(spec) -> str | None:
-    return spec.split if spec.split is not None else spec.valid_range
-
-
 def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSamples:
     """The fixed samples of ``data.valid_sets[name]`` (see ``ValidSetConfig`` for which)."""
     from bloomdata.megatron.gpt_samples import GPTSamples  # noqa: PLC0415
@@ -220,14 +210,14 @@ def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSam
     if vs.path.endswith((".yaml", ".yml")):
         spec = _blend_spec(vs.path, seq)
         prefixes, weights = spec.prefixes, spec.weights
-        split, seed, origin = vs.split or _valid_split(spec), spec.seed, vs.path
+        split, seed, origin = vs.split or spec.split_of("valid"), spec.seed, vs.path
     else:
         if not dataset_exists(vs.path):
             raise BloomstackError(f"data.valid_sets.{name}: no dataset {vs.path}.bin/.idx; give a dataset prefix "
                                   "(as written by `bloomdata build`) or a blend YAML")
         spec = _blend_spec(cfg.data.blend, seq) if cfg.data.blend else None
         prefixes, weights = [vs.path], [1.0]
-        split = vs.split or (_valid_split(spec) if spec is not None else None)
+        split = vs.split or (spec.split_of("valid") if spec is not None else None)
         seed, origin = spec.seed if spec is not None else None, cfg.data.blend
     if split is None:
         raise BloomstackError(f"data.valid_sets.{name}: no validation split for {vs.path} ({origin or 'no data.blend'} "
@@ -254,6 +244,31 @@ def build_valid_sets(cfg: TrainConfig) -> dict[str, ValidSamples]:
     if not cfg.logging.eval_interval:
         return {}
     return {name: build_valid_set(cfg, name, vs) for name, vs in cfg.data.valid_sets.items()}
+
+
+def per_dataset_valid_sets(blend_yaml: str, seq_length: int, compat: str = "core") -> tuple[dict[str, str], list[str]]:
+    """One validation set per dataset of a blend (a language in the pipeline): ``{name: prefix}`` for those
+    whose validation split (``BlendSpec.split_of("valid")``, with the trainer's ``compat`` arithmetic) holds at
+    least one sample of ``seq_length + 1`` tokens, and the names left out (too little held-out text)."""
+    from bloomdata.megatron.indexed import IndexedDataset  # noqa: PLC0415
+    from bloomdata.megatron.splits import split_range  # noqa: PLC0415
+    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
+
+    spec = load_blend_spec(blend_yaml)
+    split = spec.split_of("valid")
+    sets: dict[str, str] = {}
+    left_out: list[str] = []
+    for d in spec.datasets:
+        tokens = 0
+        if split is not None and VALID_SET_NAME.fullmatch(d.name):
+            ds = IndexedDataset(d.prefix)
+            begin, end = split_range(split, "valid", len(ds), compat)
+            tokens = int(ds.sizes[begin:end].sum(dtype=np.int64))
+        if tokens > seq_length:
+            sets[d.name] = d.prefix
+        else:
+            left_out.append(d.name)
+    return sets, left_out
 
 
 def token_byte_lengths(tokenizer) -> np.ndarray:

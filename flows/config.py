@@ -110,9 +110,21 @@ class ExportStageConfig(ExportConfig):
     seed: int = Field(0, description="torch seed before generating")
 
 
+class ExportCheck(BaseModel):
+    """Which samples the export stage scores the exported model on: the trainer's own validation samples (the
+    blend's first ``samples`` of its validation split, in the trainer's order and index arithmetic), so the
+    loss matches the trainer's last validation loss."""
+
+    blend: str = Field(description="the blend YAML the run trained on")
+    samples: int = Field(16, ge=1, description="samples scored (the trainer's: logging.eval_iters x "
+                                               "schedule.global_batch_size)")
+    compat: Literal["core", "bloom"] = Field("core", description="index arithmetic, as the trainer's data.compat")
+    cache_dir: str | None = Field(None, description="the trainer's data.cache_dir (sample indices)")
+
+
 class EvaluateStageConfig(EvaluateConfig):
     """``EvaluateConfig`` (``bloomtrain evaluate``) with the demo's paths, scoring by default each blend dataset's
-    validation documents (``flows.heldout``) instead of ``sources``, plus reference models. In the pipeline,
+    validation documents (``bloomtrain.evaluation.heldout``) instead of ``sources``, plus reference models. In the pipeline,
     ``models`` is the exported model (named ``exported``), ``blend``/``tokenizer``/``compat``/``out_dir`` are the
     pipeline's, and a ``context`` left None is the training's sequence length."""
 

@@ -2,8 +2,8 @@
 
 Each flow takes the library's own pydantic config (``TokenizerTrainConfig``, ``BuildConfig``), so the
 deployment parameters are exactly the CLI's options. The flow adds what Prefect is for: retries of
-transient failures (not of user errors, which end the run Failed with their one line: ``flows.failures``), a
-stage marker (``flows.stages``) so a finished stage is skipped, and artifacts (fertility per language; tokens
+transient failures (not of user errors, which end the run Failed with their one line: ``flows.failures``),
+skip-or-run by stage marker (``flows.stages.Stage``), typed results (``flows.results``), and artifacts (fertility per language; tokens
 per language; a progress bar while the build runs).
 
 Dask: ``dataset_flow`` runs ``bloomdata.build.run_build`` in the flow process, which places one task per
@@ -20,18 +20,18 @@ import contextvars
 import glob
 import threading
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, plan_build, run_build
 from bloomdata.readers import SourceConfig
-from bloomdata.tokenizer.bpe import TokenizerTrainConfig, load_tokenizer, train_tokenizer
-from bloomdata.tokenizer.fertility import fertility_table
+from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, load_tokenizer, train_tokenizer
+from bloomdata.tokenizer.fertility import FertilityRow, fertility_table
 from flows.config import demo_build_config, demo_tokenizer_config
 from flows.failures import transient, user_errors
-from flows.stages import completed, config_hash, write_marker
+from flows.results import DatasetResult, TokenizerResult, TrainedTokenizer
+from flows.stages import Stage, stage_key
 
 
 def source_files(sources: list[SourceConfig]) -> list[str]:
@@ -43,46 +43,42 @@ def source_files(sources: list[SourceConfig]) -> list[str]:
 
 
 @task(name="train-tokenizer", retries=1, retry_delay_seconds=2, retry_condition_fn=transient)
-def train_tokenizer_task(config: TokenizerTrainConfig) -> dict[str, Any]:
+def train_tokenizer_task(config: TokenizerTrainConfig) -> TokenizerReport:
     return train_tokenizer(config)
 
 
 @task(name="fertility")
-def fertility_task(tokenizer_dir: str, sources: list[SourceConfig], max_docs_per_lang: int) -> list[dict]:
-    rows = fertility_table(load_tokenizer(tokenizer_dir), sources, max_docs_per_lang=max_docs_per_lang)
-    return [r.to_dict() for r in rows]
+def fertility_task(tokenizer_dir: str, sources: list[SourceConfig], max_docs_per_lang: int) -> list[FertilityRow]:
+    return fertility_table(load_tokenizer(tokenizer_dir), sources, max_docs_per_lang=max_docs_per_lang)
 
 
-def fertility_artifact(rows: list[dict]) -> None:
-    table = [{"language": r["lang"], "documents": r["docs"], "tokens": r["tokens"],
-              "tokens/word": None if r["tokens_per_word"] is None else round(r["tokens_per_word"], 3),
-              "tokens/char": round(r["tokens_per_char"], 4)} for r in rows]
+def fertility_artifact(trained: TrainedTokenizer) -> None:
+    table = [{"language": r.lang, "documents": r.docs, "tokens": r.tokens,
+              "tokens/word": None if r.tokens_per_word is None else round(r.tokens_per_word, 3),
+              "tokens/char": round(r.tokens_per_char, 4)} for r in trained.fertility]
     create_table_artifact(table, key="tokenizer-fertility",
                           description="tokens per word (space-separated scripts) and per character")
+
+
+def _train_tokenizer(config: TokenizerTrainConfig, fertility_docs_per_lang: int) -> TrainedTokenizer:
+    out = config.out_dir
+    report = train_tokenizer_task(config.model_copy(update={"show_progress": False}))
+    rows = fertility_task(out, config.sources, fertility_docs_per_lang)
+    get_run_logger().info("tokenizer: %d tokens, %d languages -> %s", report.vocab_size, len(report.languages), out)
+    return TrainedTokenizer(tokenizer_dir=out, report=report, fertility=rows)
 
 
 @flow(name="tokenizer")
 @user_errors
 def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), fertility_docs_per_lang: int = 200,
-                   upstream: list[str] | None = None) -> dict[str, Any]:
+                   upstream: list[str] | None = None) -> TokenizerResult:
     """Train a BLOOM byte-level BPE tokenizer and report its fertility per language (skipped when done)."""
-    log = get_run_logger()
     out = Path(config.out_dir).resolve()
-    digest = config_hash([config, fertility_docs_per_lang], upstream=upstream or [],
-                         inputs=source_files(config.sources))
-    if marker := completed(out, digest):
-        log.info("tokenizer: skipped, %s already holds tokenizer %s", out, digest)
-        fertility_artifact(marker.summary["fertility"])
-        return marker.summary
-    report = train_tokenizer_task(config.model_copy(update={"out_dir": str(out), "show_progress": False}))
-    rows = fertility_task(str(out), config.sources, fertility_docs_per_lang)
-    fertility_artifact(rows)
-    summary = {"tokenizer_dir": str(out), "vocab_size": report["vocab_size"], "hash": digest,
-               "identity": report["tokenizer_identity"], "languages": report["languages"], "fertility": rows}
-    write_marker(out, stage="tokenizer", digest=digest, outputs={"tokenizer": out / "tokenizer.json"},
-                 summary=summary, config=config)
-    log.info("tokenizer: %d tokens, %d languages -> %s", report["vocab_size"], len(report["languages"]), out)
-    return summary
+    key = stage_key([config, fertility_docs_per_lang], upstream=upstream or [], inputs=source_files(config.sources))
+    stage = Stage("tokenizer", out, key, TrainedTokenizer, config)
+    run = config.model_copy(update={"out_dir": str(out)})
+    return stage.run(lambda: _train_tokenizer(run, fertility_docs_per_lang),
+                     outputs=lambda _: {"tokenizer": out / "tokenizer.json"}, publish=fertility_artifact)
 
 
 # --- dataset --------------------------------------------------------------------------------------------
@@ -117,37 +113,34 @@ def build_task(config: BuildConfig) -> BuildSummary:
         watcher.join(timeout=10)
 
 
-def tokens_artifact(outputs: dict[str, dict]) -> None:
-    total = sum(o["tokens"] for o in outputs.values()) or 1
-    table = [{"language": name, "documents": o["documents"], "tokens": o["tokens"],
-              "share": round(o["tokens"] / total, 4), "bin MB": round(o["bin_bytes"] / 1e6, 3)}
-             for name, o in sorted(outputs.items())]
+def tokens_artifact(built: BuildSummary) -> None:
+    total = sum(o.tokens for o in built.outputs.values()) or 1
+    table = [{"language": name, "documents": o.documents, "tokens": o.tokens,
+              "share": round(o.tokens / total, 4), "bin MB": round(o.bin_bytes / 1e6, 3)}
+             for name, o in sorted(built.outputs.items())]
     create_table_artifact(table, key="dataset-tokens", description="tokens per language in the built datasets")
+
+
+def _build(config: BuildConfig) -> BuildSummary:
+    log = get_run_logger()
+    where = config.scheduler or f"a LocalCluster of {config.workers} processes"
+    log.info("dataset: tokenizing %d source(s) on %s", len(config.sources), where)
+    built = build_task(config.model_copy(update={"progress": False}))
+    log.info("dataset: %s documents, %s tokens in %d outputs -> %s", built.documents, built.tokens,
+             len(built.outputs), config.out_dir)
+    return built
 
 
 @flow(name="dataset")
 @user_errors
-def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] | None = None) -> dict[str, Any]:
+def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] | None = None) -> DatasetResult:
     """Tokenize the corpus into per-language Megatron .bin/.idx datasets on Dask (skipped when done)."""
-    log = get_run_logger()
     out = Path(config.out_dir).resolve()
     tokenizer = Path(config.tokenizer)
     tokenizer_file = tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
-    digest = config_hash(config.model_dump(exclude={"progress", "workers", "scheduler"}),
-                         upstream=upstream or [], inputs=[*source_files(config.sources), tokenizer_file])
-    if marker := completed(out, digest):
-        log.info("dataset: skipped, %s already holds build %s", out, digest)
-        tokens_artifact(marker.summary["outputs"])
-        return marker.summary
-    where = config.scheduler or f"a LocalCluster of {config.workers} processes"
-    log.info("dataset: tokenizing %d source(s) on %s", len(config.sources), where)
-    built = build_task(config.model_copy(update={"out_dir": str(out), "progress": False}))
-    # Stage results are JSON types (they live in the stage marker and in Prefect): the BuildSummary's JSON,
-    # i.e. build_summary.json's fields, plus this stage's key.
-    summary = {**built.model_dump(mode="json"), "hash": digest}
-    tokens_artifact(summary["outputs"])
-    outputs = {name: o["prefix"] + ".idx" for name, o in summary["outputs"].items()}
-    write_marker(out, stage="dataset", digest=digest, outputs=outputs, summary=summary, config=config)
-    log.info("dataset: %s documents, %s tokens in %d outputs -> %s", summary["documents"], summary["tokens"],
-             len(summary["outputs"]), out)
-    return summary
+    # What the output is made of: not how it runs (the output is the same for any workers or cluster).
+    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler"}),
+                    upstream=upstream or [], inputs=[*source_files(config.sources), tokenizer_file])
+    stage = Stage("dataset", out, key, BuildSummary, config)
+    return stage.run(lambda: _build(config.model_copy(update={"out_dir": str(out)})), publish=tokens_artifact,
+                     outputs=lambda built: {name: o.prefix + ".idx" for name, o in built.outputs.items()})

@@ -16,13 +16,20 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import ConfigParser
-from bloomdata.config import cli_option
+from bloomdata.config import cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
+
+if TYPE_CHECKING:  # the pipeline's modules import Prefect and torch: not for --help
+    from bloomdata.clean.summary import CleanSummary
+    from bloomtrain.config import TrainConfig
+    from flows.config import PipelineConfig
+    from flows.results import PipelineResult
 
 
 class DemoConfig(BaseModel):
@@ -59,66 +66,84 @@ def corpus_sources(sources: list[SourceConfig]) -> list[SourceConfig]:
     return checked
 
 
-def _num(d: dict, key: str, spec: str) -> str:
-    return "n/a" if d.get(key) is None else format(d[key], spec)
+def _num(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
 
 
-def report(result: dict, seconds: float | None = None) -> str:
+def _clean_line(cleaned: CleanSummary) -> str:
+    c = cleaned
+    removed = ", ".join(f"{k} {v}" for k, v in c.removed.items() if v) or "none"
+    return (f"  cleaned      {c.data_dir}  ({c.documents_kept:,} of {c.documents_in:,} documents kept; removed: "
+            f"{removed}; {c.emails_redacted} e-mail and {c.ips_redacted} IP addresses redacted; clean.md, clean.png)")
+
+
+def report(result: PipelineResult, seconds: float | None = None) -> str:
     """Where everything is, the headline numbers and samples, then the per-language bits-per-byte table last."""
     from flows.evaluate import bpb_table  # noqa: PLC0415 - keep --help fast
 
-    t, e, ev = result["train"], result["export"], result["evaluate"]
-    langs = ", ".join(f"{k} {v['tokens']:,}" for k, v in sorted(result["dataset"]["outputs"].items()))
-    lines = ["", "bloom_pipeline finished. Everything is under " + result["out_dir"]]
-    if clean := result.get("clean"):
-        c = clean["summary"]
-        removed = ", ".join(f"{k} {v}" for k, v in c["removed"].items() if v) or "none"
-        lines.append(f"  cleaned      {clean['data_dir']}  ({c['documents_kept']:,} of {c['documents_in']:,} documents "
-                     f"kept; removed: {removed}; {c['emails_redacted']} e-mail and {c['ips_redacted']} IP addresses "
-                     "redacted; clean.md, clean.png)")
+    run, exported, ev = result.train.result, result.export.result, result.evaluate.result
+    t = run.summary
+    langs = ", ".join(f"{k} {v.tokens:,}" for k, v in sorted(result.dataset.result.outputs.items()))
+    lines = ["", "bloom_pipeline finished. Everything is under " + result.out_dir]
+    if result.clean is not None:
+        lines.append(_clean_line(result.clean.result))
     lines += [
-        f"  tokenizer    {result['tokenizer']['tokenizer_dir']}  ({result['tokenizer']['vocab_size']} tokens)",
-        f"  datasets     {result['dataset']['out_dir']}  ({langs})",
-        f"  blend        {result['blend']['blend_yaml']}  (+ blend.md, blend.png)",
-        f"  training     {Path(t['paths']['config']).parent}  (train.yaml, logs/metrics.jsonl, loss.png)",
-        f"  checkpoints  {t['paths']['checkpoints']}",
-        f"  HF model     {e['hf_dir']}  (BloomForCausalLM.from_pretrained)",
-        f"  evaluation   {ev['out_dir']}  (eval.json, eval.md, eval.png; held-out text in heldout/)",
-        f"  final loss {_num(t, 'final_loss', '.4f')}  perplexity {_num(t, 'perplexity', '.2f')}  validation loss "
-        f"{_num(t, 'valid_loss', '.4f')} (ppl {_num(t, 'valid_ppl', '.2f')})  {_num(t, 'tokens_per_s', ',.0f')} tokens/s",
-        f"  exported model, same validation samples: loss {_num(e.get('evaluation') or {}, 'loss', '.4f')}",
+        f"  tokenizer    {result.tokenizer.result.tokenizer_dir}  ({result.tokenizer.result.report.vocab_size} tokens)",
+        f"  datasets     {result.dataset.result.out_dir}  ({langs})",
+        f"  blend        {result.blend.result.blend_yaml}  (+ blend.md, blend.png)",
+        f"  training     {Path(run.paths.config).parent}  (train.yaml, logs/metrics.jsonl, loss.png)",
+        f"  checkpoints  {run.paths.checkpoints}",
+        f"  HF model     {exported.hf_dir}  (BloomForCausalLM.from_pretrained)",
+        f"  evaluation   {Path(ev.eval_json).parent}  (eval.json, eval.md, eval.png; held-out text in heldout/)",
+        "  final loss n/a (no metrics.jsonl)" if t is None else
+        f"  final loss {t.final_loss:.4f}  perplexity {t.perplexity:.2f}  validation loss "
+        f"{_num(t.valid_loss, '.4f')} (ppl {_num(t.valid_ppl, '.2f')})  {_num(t.tokens_per_s, ',.0f')} tokens/s",
+        f"  exported model, same validation samples: loss "
+        f"{_num(exported.evaluation.loss if exported.evaluation else None, '.4f')}",
         "  samples (greedy, from the exported model):",
     ]
-    lines += [f"    {json.dumps(s, ensure_ascii=False)}" for s in e["samples"]]
+    lines += [f"    {json.dumps(s, ensure_ascii=False)}" for s in exported.samples]
     if seconds is not None:
         lines.append(f"  ({seconds:.0f} s)")
-    docs = sum(h["docs"] for h in ev["heldout"]) if ev["heldout"] else None
+    docs = sum(h.docs for h in ev.heldout) if ev.heldout else None
     lines += ["", "Bits per byte on held-out text (lower is better; "
               + (f"{docs} validation documents never trained on):" if docs is not None else "the stage's sources):"),
-              *("  " + row for row in bpb_table(ev["models"]).splitlines())]
+              *("  " + row for row in bpb_table(ev.models).splitlines())]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def pipeline_config(args: DemoConfig) -> PipelineConfig:
+    """The pipeline's demo defaults with what the command changes: corpus, output, Dask, training length."""
     from flows.config import PipelineConfig  # noqa: PLC0415 - keep --help fast
+
+    config = PipelineConfig(out_dir=args.out_dir)
+    dask = {"workers": args.workers, "scheduler": args.scheduler}
+    changes: dict[str, Any] = {"dataset": config.dataset.model_copy(update=dask),
+                               "clean": config.clean.model_copy(update=dask) if config.clean else None}
+    if args.corpus:
+        changes["corpus"] = corpus_sources(args.corpus)
+    if args.train_iters:
+        changes["train"] = config.train.model_copy(update={"train": shorter(config.train.train, args.train_iters)})
+    return config.model_copy(update=changes)
+
+
+def shorter(train: TrainConfig, iters: int) -> TrainConfig:
+    """``train`` run for ``iters`` iterations: the decay over the whole run, warmup and intervals within it."""
+    s, log = train.schedule, train.logging
+    samples = iters * s.global_batch_size
+    schedule = derive(s, train_iters=iters, decay_samples=samples, warmup_samples=min(s.warmup_samples, samples // 10))
+    logging = derive(log, eval_interval=min(log.eval_interval, iters) if log.eval_interval else None,
+                     log_interval=min(log.log_interval, iters))
+    return derive(train, schedule=schedule, logging=logging)
+
+
+def main(argv: list[str] | None = None) -> int:
     from flows.failures import ended_unfinished  # noqa: PLC0415
     from flows.pipeline import bloom_pipeline  # noqa: PLC0415
 
     try:
         args, _ = parser().parse(sys.argv[1:] if argv is None else argv)
-        config = PipelineConfig(out_dir=args.out_dir)
-        if args.corpus:
-            config.corpus = corpus_sources(args.corpus)
-        config.dataset = config.dataset.model_copy(update={"workers": args.workers, "scheduler": args.scheduler})
-        config.clean = config.clean.model_copy(update={"workers": args.workers, "scheduler": args.scheduler})
-        if args.train_iters:
-            tree = config.train.train.model_dump()
-            samples = args.train_iters * tree["schedule"]["global_batch_size"]
-            tree["schedule"].update(train_iters=args.train_iters, decay_samples=samples,
-                                    warmup_samples=min(tree["schedule"]["warmup_samples"], samples // 10))
-            tree["logging"].update(eval_interval=min(tree["logging"]["eval_interval"], args.train_iters),
-                                   log_interval=min(tree["logging"]["log_interval"], args.train_iters))
-            config.train.train = type(config.train.train).model_validate(tree)
+        config = pipeline_config(args)
     except BloomstackError as exc:
         print(f"flows.demo: error: {exc}", file=sys.stderr)
         return 2

@@ -3,10 +3,10 @@
 The scoring is ``bloomtrain evaluate``'s own (``run_evaluation`` on the ``EvaluateConfig`` the stage config
 resolves to), so the flow writes exactly the files a user running the command gets: eval.json, eval.md and
 eval.png. What is scored, by default, is held-out text: each blend dataset's validation documents, which no
-training sample draws from, decoded back to text (``flows.heldout``; written to ``heldout/<lang>.jsonl``
+training sample draws from, decoded back to text (``bloomtrain.evaluation.heldout``; written to ``heldout/<lang>.jsonl``
 first, and read from there like any ``--data`` input). ``sources`` replaces them with other documents.
 
-The flow adds the stage marker (skip when done; the key folds the export's key in the pipeline, and the
+The flow adds skip-or-run (``flows.stages.Stage``; the result is an ``Evaluation``; the key folds the export's key in the pipeline, and the
 model directories, blend, datasets and tokenizer files as inputs), a table artifact (bits per byte, loss
 and perplexity per language and model) and a Markdown artifact with the chart. A user error
 (``BloomstackError``: a model that does not load, a blend without a validation split, ...) ends the run
@@ -25,51 +25,48 @@ from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.readers import SourceConfig
 from bloomtrain.evaluation.config import ModelSpec
+from bloomtrain.evaluation.heldout import HeldOutFile, heldout_files
+from bloomtrain.evaluation.report import OVERALL, EvalReport, ModelResult
 from flows.config import EvaluateStageConfig
 from flows.data import source_files
 from flows.failures import user_errors
-from flows.heldout import heldout_documents, write_heldout
 from flows.report import png_markdown
-from flows.stages import completed, config_hash, write_marker
-
-OVERALL = "overall"  # the report's row over every document
+from flows.results import EvaluateResult, Evaluation
+from flows.stages import Stage, stage_key
 
 
 @task(name="heldout-documents")
-def heldout_task(config: EvaluateStageConfig, out_dir: str) -> list[dict[str, Any]]:
-    """Each blend dataset's validation documents as ``out_dir/heldout/<name>.jsonl``; returns where they came from."""
-    held = heldout_documents(config.blend, config.tokenizer, config.compat, config.max_docs_per_lang)
-    paths = write_heldout(held, Path(out_dir) / "heldout")
-    return [{"name": h.name, "prefix": h.prefix, "valid_range": [h.begin, h.end], "docs": len(h.texts),
-             "path": str(paths[h.name])} for h in held]
+def heldout_task(config: EvaluateStageConfig, out_dir: str) -> list[HeldOutFile]:
+    """Each blend dataset's validation documents as ``out_dir/heldout/<name>.jsonl``."""
+    return heldout_files(config.blend, config.tokenizer, Path(out_dir) / "heldout", config.compat,
+                         config.max_docs_per_lang)
 
 
 @task(name="evaluate-models")
-def evaluate_task(config: EvaluateStageConfig, sources: list[SourceConfig]) -> dict[str, Any]:
-    """``run_evaluation`` (writes eval.json/md/png into ``config.out_dir``); returns eval.json's content."""
+def evaluate_task(config: EvaluateStageConfig, sources: list[SourceConfig]) -> EvalReport:
+    """``run_evaluation`` (writes eval.json/md/png into ``config.out_dir``)."""
     from bloomtrain.evaluation.run import run_evaluation  # noqa: PLC0415 - torch only when evaluating
 
-    return run_evaluation(config.scoring(sources)).model_dump(mode="json")
+    return run_evaluation(config.scoring(sources))
 
 
-def bpb_rows(models: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per language (then overall): documents, bytes, and each model's bits per byte, loss and perplexity.
-    ``models``: eval.json's ``models`` (name -> {"languages": {lang: score}, "overall": score})."""
-    langs = list(dict.fromkeys(lang for m in models.values() for lang in m["languages"]))
+def bpb_rows(models: dict[str, ModelResult]) -> list[dict[str, Any]]:
+    """Per language (then overall): documents, bytes, and each model's bits per byte, loss and perplexity."""
+    langs = list(dict.fromkeys(lang for m in models.values() for lang in m.languages))
     rows = []
     for lang in [*langs, OVERALL]:
-        scores = {name: (m["overall"] if lang == OVERALL else m["languages"].get(lang)) for name, m in models.items()}
+        scores = {name: (m.overall if lang == OVERALL else m.languages.get(lang)) for name, m in models.items()}
         first = next(s for s in scores.values() if s is not None)
-        row: dict[str, Any] = {"language": lang, "docs": first["docs"], "bytes": first["bytes"]}
+        row: dict[str, Any] = {"language": lang, "docs": first.docs, "bytes": first.bytes}
         for name, s in scores.items():
             for key, digits in (("bpb", 4), ("loss", 4), ("ppl", 2)):
-                value = None if s is None else s[key]
+                value = None if s is None else getattr(s, key)
                 row[f"{name} {key}"] = None if value is None else round(value, digits)
         rows.append(row)
     return rows
 
 
-def bpb_table(models: dict[str, Any]) -> str:
+def bpb_table(models: dict[str, ModelResult]) -> str:
     """The per-language bits-per-byte table as plain text (``python -m flows.demo`` ends with it)."""
     names = list(models)
     width = max(8, *(len(n) for n in names))
@@ -81,15 +78,15 @@ def bpb_table(models: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def evaluate_artifacts(models: dict[str, Any], out: Path, heldout: list[dict[str, Any]]) -> None:
+def evaluate_artifacts(evaluation: Evaluation) -> None:
+    models, heldout, out = evaluation.models, evaluation.heldout, Path(evaluation.eval_json).parent
     create_table_artifact(bpb_rows(models), key="evaluation-bpb",
                           description="bits per byte, loss (nats/token) and perplexity per language and model")
     md = ["# Evaluation on held-out text", "", f"`{out / 'eval.json'}`, `{out / 'eval.md'}`", ""]
     if heldout:
         md += ["Each language's validation documents (never in a training sample), decoded from its dataset:", "",
                "| language | documents of the validation range | scored |", "|---|---|---:|"]
-        md += [f"| {h['name']} | [{h['valid_range'][0]}, {h['valid_range'][1]}) of `{h['prefix']}` | {h['docs']} |"
-               for h in heldout]
+        md += [f"| {h.name} | [{h.valid_range[0]}, {h.valid_range[1]}) of `{h.prefix}` | {h.docs} |" for h in heldout]
         md.append("")
     md += ["Bits per byte (lower is better):", "", "```", bpb_table(models), "```", ""]
     png = out / "eval.png"
@@ -109,33 +106,31 @@ def input_files(config: EvaluateStageConfig) -> list[str]:
     return paths + [f(d.prefix) for d in spec.datasets for f in (index_file_path, data_file_path)]
 
 
-@flow(name="evaluate")
-@user_errors
-def evaluate_flow(config: EvaluateStageConfig = EvaluateStageConfig(), upstream: list[str] | None = None):
-    """Score the models (and reference models) on held-out text per language: by default each blend dataset's
-    validation documents (skipped when done)."""
+def _evaluate(run: EvaluateStageConfig) -> Evaluation:
     log = get_run_logger()
-    out = Path(config.out_dir).resolve()
-    run = config.model_copy(update={"out_dir": str(out)})
-    digest = config_hash(run.model_dump(exclude={"progress"}), upstream=upstream or [], inputs=input_files(run))
-    if marker := completed(out, digest):
-        log.info("evaluate: skipped, %s already holds evaluation %s", out, digest)
-        evaluate_artifacts(marker.summary["models"], out, marker.summary["heldout"])
-        return marker.summary
+    out = Path(run.out_dir)
     if run.sources:
         heldout, sources = [], run.sources
     else:
         heldout = heldout_task(run, str(out))
-        sources = [SourceConfig(paths=[h["path"]], lang=h["name"]) for h in heldout]
-        log.info("evaluate: %d held-out documents from the validation ranges of %s",
-                 sum(h["docs"] for h in heldout), run.blend)
+        sources = [SourceConfig(paths=[h.path], lang=h.name) for h in heldout]
+        log.info("evaluate: %d held-out documents from the validation ranges of %s", sum(h.docs for h in heldout),
+                 run.blend)
     report = evaluate_task(run, sources)
-    evaluate_artifacts(report["models"], out, heldout)
-    log.info("evaluate: bits per byte per language\n%s", bpb_table(report["models"]))
+    log.info("evaluate: bits per byte per language\n%s", bpb_table(report.models))
     # eval.json's per-model scores (small: languages x models), for the pipeline's summary and the demo
-    summary = {"out_dir": str(out), "eval_json": str(out / "eval.json"), "heldout": heldout,
-               "models": report["models"], "hash": digest}
-    write_marker(out, stage="evaluate", digest=digest, outputs={"report": out / "eval.json", "table": out / "eval.md",
-                                                                "chart": out / "eval.png"},
-                 summary=summary, config=config)
-    return summary
+    return Evaluation(eval_json=str(out / "eval.json"), heldout=heldout, models=report.models)
+
+
+@flow(name="evaluate")
+@user_errors
+def evaluate_flow(config: EvaluateStageConfig = EvaluateStageConfig(),
+                  upstream: list[str] | None = None) -> EvaluateResult:
+    """Score the models (and reference models) on held-out text per language: by default each blend dataset's
+    validation documents (skipped when done)."""
+    out = Path(config.out_dir).resolve()
+    run = config.model_copy(update={"out_dir": str(out)})
+    key = stage_key(run.model_dump(exclude={"progress"}), upstream=upstream or [], inputs=input_files(run))
+    return Stage("evaluate", out, key, Evaluation, config).run(
+        lambda: _evaluate(run), publish=evaluate_artifacts,
+        outputs=lambda _: {"report": out / "eval.json", "table": out / "eval.md", "chart": out / "eval.png"})

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -37,10 +35,11 @@ from bloomdata import durable
 from bloomdata.cli.options import ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import load_blend_spec
+from bloomdata.mixture.spec import BlendSpec
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.checkpoint.tags import read_latest
-from bloomtrain.config import load_config
+from bloomtrain.config import TrainConfig, load_config
+from bloomtrain.metrics import read_metrics
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
 from flows.failures import ended_unfinished, stage_result, user_errors
@@ -51,13 +50,14 @@ from flows.rehearsal_config import (
     PP,
     RECIPE,
     TP,
+    OverrideRow,
     RehearsalScale,
     override_rows,
     overrides_markdown,
     recipe_config,
     rehearsal_train_config,
 )
-from flows.report import read_metrics
+from flows.results import PipelineResult, TrainedRun
 from flows.stages import MARKER, read_marker
 
 
@@ -126,62 +126,82 @@ def kernels_text(checkpoints: str) -> str:
                      f"{c.get('dtype')})" for c in checks)
 
 
-def summary_markdown(result: dict[str, Any], seconds: float, stages: list[tuple[str, float | None]]) -> str:
+class RehearsalResult(BaseModel):
+    """What the rehearsal returns: the pipeline's result, the overrides of the recipe and the time per stage."""
 
-    t = result["train"]
-    ran = load_config(t["paths"]["config"])
-    spec = load_blend_spec(result["blend"]["blend_yaml"])
-    ds = ran.to_deepspeed_config(TP * PP)
+    pipeline: PipelineResult
+    overrides: list[OverrideRow]
+    stage_seconds: list[tuple[str, float | None]]  # (stage, seconds; None: done before this run)
+    seconds: float
+    overrides_markdown: str
+    summary_markdown: str
+
+
+def summary_markdown(result: PipelineResult, seconds: float, stages: list[tuple[str, float | None]]) -> str:
+    """Time per stage, the recipe's path as it ran (from the config the trainer read), bits per byte."""
+    run = result.train.result
+    ran = load_config(run.paths.config)
+    spec = result.blend.result.spec
     lines = [f"# Rehearsal of BLOOM-176B (tr11) in {seconds / 60:.1f} min", "",
              "| stage | seconds |", "|---|---:|"]
     lines += [f"| {name} | {'skipped (done before)' if s is None else f'{s:.0f}'} |" for name, s in stages]
-    weights = ", ".join(f"{d.name} {d.weight:.4%}" for d in spec.datasets)
     lines += ["", "## The recipe's path, as it ran", ""]
-    if clean := (result.get("clean") or {}).get("summary"):  # the pipeline's clean stage, as ROOTS was cleaned
-        lines.append(f"- clean: {clean.get('documents_kept', 0):,} of {clean.get('documents_in', 0):,} documents kept")
-    lines += [
+    if result.clean is not None:  # the pipeline's clean stage, as ROOTS was cleaned
+        c = result.clean.result
+        lines.append(f"- clean: {c.documents_kept:,} of {c.documents_in:,} documents kept")
+    lines += path_lines(ran, spec, run)
+    lines += ["", "## Bits per byte of the export on each language's held-out documents", "", "```",
+              bpb_table(result.evaluate.result.models), "```", ""]
+    return "\n".join(lines)
+
+
+def path_lines(ran: TrainConfig, spec: BlendSpec, run: TrainedRun) -> list[str]:
+    """What of the recipe ran: mixture, layout, precision, ramp-up, kernels, what was kept, the training."""
+    ds = ran.to_deepspeed_config(TP * PP)
+    t = run.summary
+    weights = ", ".join(f"{d.name} {d.weight:.4%}" for d in spec.datasets)
+    return [
         f"- mixture: `{MIXTURE.name}` over {len(spec.datasets)} languages ({weights}); "
         f"train range {spec.train_range}, valid range {spec.valid_range}, seed {spec.seed}",
         f"- layout: TP {ran.parallel.tp} x PP {ran.parallel.pp} x DP 1, gloo; activation checkpointing "
         f"{'on' if ran.parallel.activation_checkpointing else 'off'}",
         f"- precision: {ran.optim.precision} (DeepSpeed ZeRO stage {ds['zero_optimization']['stage']}, "
         f"gradient accumulation in {ds.get('data_types', {}).get('grad_accum_dtype', 'fp32')})",
-        f"- batch ramp-up: {ramp_text(t['paths']['metrics'])}",
-        f"- kernels {ran.model.kernels}, self-check: {kernels_text(t['paths']['checkpoints'])}"
+        f"- batch ramp-up: {ramp_text(run.paths.metrics)}",
+        f"- kernels {ran.model.kernels}, self-check: {kernels_text(run.paths.checkpoints)}"
         + ("; with attention dropout on (tr11's 0.1), attention runs over the full causal square with the "
            "ALiBi softmax kernel, not the block-causal path" if ran.model.attention_dropout else ""),
         f"- kept: data.compat={ran.data.compat} (BLOOM's index rules); dropout {ran.model.hidden_dropout} / "
         f"{ran.model.attention_dropout}; lr {ran.optim.lr:g} -> {ran.optim.min_lr:g}",
-        f"- training: {t.get('iterations')} iterations, final loss {t.get('final_loss', float('nan')):.4f}, "
-        f"validation loss {t.get('valid_loss', float('nan')):.4f}",
-        "", "## Bits per byte of the export on each language's held-out documents", "", "```",
-        bpb_table(result["evaluate"]["models"]), "```", ""]
-    return "\n".join(lines)
+        f"- training: {t.iterations if t else None} iterations, final loss "
+        f"{t.final_loss if t else float('nan'):.4f}, validation loss "
+        f"{t.valid_loss if t and t.valid_loss is not None else float('nan'):.4f}",
+    ]
 
 
 @flow(name="bloom-rehearsal")
 @user_errors
-def rehearsal_flow(config: RehearsalConfig = RehearsalConfig()) -> dict[str, Any]:
+def rehearsal_flow(config: RehearsalConfig = RehearsalConfig()) -> RehearsalResult:
     """BLOOM-176B's tr11 path scaled down: mixture, BLOOM tokenizer, datasets, blend, the tr11 recipe (TP 2 x PP 2),
     export and per-language evaluation, with every override of the recipe listed (stages done are skipped)."""
     log = get_run_logger()
     started = time.time()
     # the pipeline ending Failed or Cancelled ends the rehearsal the same way, "pipeline stage ...: <its message>"
-    result = stage_result("pipeline", bloom_pipeline(pipeline_config(config), return_state=True))
-    root = Path(result["out_dir"])
+    result = stage_result("pipeline", bloom_pipeline(pipeline_config(config), return_state=True), PipelineResult)
+    root = Path(result.out_dir)
     # the config the trainer read, against the recipe (an undeclared override: Failed with its one line)
-    rows = override_rows(recipe_config(), load_config(result["train"]["paths"]["config"]), config.scale)
+    rows = override_rows(recipe_config(), load_config(result.train.result.paths.config), config.scale)
     seconds = time.time() - started
     stages = stage_seconds(root, started)
-    overrides_md = overrides_markdown(rows, result["tokenizer"]["vocab_size"], root)
+    overrides_md = overrides_markdown(rows, result.tokenizer.result.report.vocab_size, root)
     summary_md = summary_markdown(result, seconds, stages)
     create_markdown_artifact(overrides_md, key="rehearsal-overrides",
                              description=f"every override of {RECIPE.name} in the rehearsal, and why")
     create_markdown_artifact(summary_md, key="rehearsal-summary",
                              description="time per stage, the recipe's path as it ran, bits per byte per language")
     log.info("rehearsal: %d overrides of %s; %.0f s", len(rows), RECIPE.name, seconds)
-    return {**result, "overrides": [asdict(r) for r in rows], "stage_seconds": stages, "seconds": seconds,
-            "overrides_markdown": overrides_md, "summary_markdown": summary_md}
+    return RehearsalResult(pipeline=result, overrides=rows, stage_seconds=stages, seconds=seconds,
+                           overrides_markdown=overrides_md, summary_markdown=summary_md)
 
 
 def parser() -> ConfigParser[RehearsalConfig]:
@@ -200,10 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if ended_unfinished("flows.rehearsal", state, "the rehearsal"):
         return 1
     result = state.result()
-    print(result["summary_markdown"])
-    print(result["overrides_markdown"])
+    print(result.summary_markdown)
+    print(result.overrides_markdown)
     print(f"(python -m flows.rehearsal: {time.monotonic() - t0:.0f} s, Prefect's start included; "
-          f"everything is under {result['out_dir']})")
+          f"everything is under {result.pipeline.out_dir})")
     return 0
 
 

@@ -27,24 +27,25 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
-from prefect.states import Cancelled, Failed, State
+from prefect.states import Cancelled, Failed
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
-from bloomtrain.config import load_config
+from bloomtrain.config import TrainConfig, load_config
+from bloomtrain.metrics import read_metrics, summarize
 from flows.config import TrainStageConfig
-from flows.failures import user_errors
+from flows.failures import FlowEnded, user_errors
 from flows.launch import LaunchError, LaunchResult, WorkerFailure, run_process
-from flows.launch_config import SBATCH_JOB_ID, build_command, launch_env
-from flows.report import plot_loss, read_metrics, summarize, training_markdown
+from flows.launch_config import SBATCH_JOB_ID, LaunchConfig, build_command, launch_env
+from flows.report import plot_loss, training_markdown
 from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restart, torchrun_restarts
-from flows.stages import completed, config_hash, read_marker, write_marker
+from flows.results import RunPaths, TrainedRun, TrainResult
+from flows.stages import Stage, read_marker, stage_key
 
 
 class LaunchCancelled(LaunchError):
@@ -83,11 +84,10 @@ def _publish_restarts(restarts: list[Restart], note: str = "") -> None:
 
 
 @task(name="launch-training")
-def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_iters: int | None,
-                    timeout_s: float | None, grace_s: float, tail_lines: int,
-                    earlier: list[dict[str, Any]]) -> dict[str, Any]:
-    """One launch of the job; ``earlier`` is the run's restart record so far (dicts of ``Restart``), which the
-    ``training-restarts`` artifact extends while torchrun restarts worker groups."""
+def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_iters: int | None,
+                    earlier: list[Restart]) -> list[Restart]:
+    """One launch of the job; ``earlier`` is the run's restart record so far, which the ``training-restarts``
+    artifact extends while torchrun restarts worker groups. Returns torchrun's restarts in this launch."""
     log = get_run_logger()
     run = Path(run_dir)
     metrics = run / "logs" / "metrics.jsonl"
@@ -110,13 +110,14 @@ def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_ite
                 update_progress_artifact(progress, min(100.0, 100.0 * train[-1]["iteration"] / total_iters))
         if len(failures) > published[0]:  # every failure so far was followed by a restart, as the job runs on
             published[0] = len(failures)
-            _publish_restarts([*(Restart(**r) for r in earlier), *map(torchrun_restart, failures)])
+            _publish_restarts([*earlier, *map(torchrun_restart, failures)])
         return _cancel_requested()
 
     log.info("launching: %s", " ".join(cmd))
-    result = run_process(cmd, env=env, cwd=os.getcwd(), on_line=on_line, should_stop=should_stop,
-                         timeout_s=timeout_s, grace_s=grace_s, tail_lines=tail_lines, failures=failures,
-                         log_file=run / "launch.log", on_start=lambda pid: log.info("job process group %d", pid))
+    result = run_process(cmd, env=launch_env(launch), cwd=os.getcwd(), on_line=on_line, should_stop=should_stop,
+                         timeout_s=launch.timeout_s, grace_s=launch.grace_s, tail_lines=launch.tail_lines,
+                         failures=failures, log_file=run / "launch.log",
+                         on_start=lambda pid: log.info("job process group %d", pid))
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
         run_process(["scancel", slurm_job[0]], on_line=log.warning)
@@ -125,18 +126,33 @@ def launch_training(cmd: list[str], env: dict[str, str], run_dir: str, total_ite
     if not result.ok:
         raise LaunchError(result.describe(), result)
     update_progress_artifact(progress, 100.0)
-    return {"returncode": result.returncode, "seconds": result.seconds,
-            "restarts": [r.as_dict() for r in torchrun_restarts(result)]}
+    return torchrun_restarts(result)
 
 
-def write_run_config(cfg: TrainStageConfig, run_dir: Path) -> Path:
-    """The YAML the trainer reads: the typed config with this run's checkpoint and log dirs filled in."""
-    tree = cfg.train.model_dump(mode="json")
-    tree["checkpoint"]["dir"] = tree["checkpoint"]["dir"] or str(run_dir / "checkpoints")
-    tree["logging"]["dir"] = tree["logging"]["dir"] or str(run_dir / "logs")
+def with_run_dirs(train: TrainConfig, run_dir: Path) -> TrainConfig:
+    """The trainer's config for this run: checkpoint and log dirs under ``run_dir`` unless it sets them."""
+    return train.model_copy(update={
+        "checkpoint": train.checkpoint.model_copy(update={"dir": train.checkpoint.dir or str(run_dir / "checkpoints")}),
+        "logging": train.logging.model_copy(update={"dir": train.logging.dir or str(run_dir / "logs")})})
+
+
+def trainer_view(train: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """What the trainer will run: ``train`` with the stage's overrides, by the trainer's own loader. A config it
+    would reject fails here, before anything is launched: torchrun would restart a rejected override
+    max_restarts times."""
+    try:
+        return load_config(None, overrides, base=train)
+    except BloomstackError as exc:
+        raise BloomstackError(f"the trainer would reject its config (exit code 2); nothing was launched: {exc}") \
+            from None
+
+
+def write_run_config(train: TrainConfig, run_dir: Path) -> Path:
+    """``run_dir/train.yaml``: the YAML the trainer reads (the stage's config; the overrides go on its command
+    line)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "train.yaml"
-    durable.write_text(path, yaml.safe_dump(tree, sort_keys=False))
+    durable.write_text(path, yaml.safe_dump(train.model_dump(mode="json"), sort_keys=False))
     return path
 
 
@@ -165,90 +181,94 @@ def retire_stale_run(run_dir: Path, digest: str, log) -> None:
     durable.write_json(owner, {"hash": digest})
 
 
-def _publish(run_dir: Path, paths: dict[str, str]) -> dict[str, Any]:
-    train, evals = read_metrics(run_dir / "logs" / "metrics.jsonl")
+def _publish(run_dir: Path, paths: RunPaths, restarts: list[Restart]) -> TrainedRun:
+    train, evals = read_metrics(paths.metrics)
     summary = summarize(train, evals)
     png = plot_loss(train, evals, run_dir / "loss.png") if train else None
-    create_markdown_artifact(training_markdown(summary, paths=paths, png=png), key="training-summary",
+    create_markdown_artifact(training_markdown(summary, paths=paths.model_dump(), png=png), key="training-summary",
                              description="final loss, perplexity, throughput, MFU, paths")
-    return {**summary, "loss_png": str(png) if png else None}
+    return TrainedRun(summary=summary, paths=paths, loss_png=str(png) if png else None, restarts=restarts)
+
+
+def _train(config: TrainStageConfig, run_dir: Path, key: str) -> TrainedRun:
+    """Launch (and relaunch) the run until it finishes; ``FlowEnded`` when it fails or is cancelled."""
+    retire_stale_run(run_dir, key, get_run_logger())
+    train = with_run_dirs(config.train, run_dir)
+    ran = trainer_view(train, config.overrides)
+    cfg_path = write_run_config(train, run_dir)
+    assert ran.checkpoint.dir is not None and ran.logging.dir is not None  # set by with_run_dirs
+    paths = RunPaths(config=str(cfg_path), checkpoints=ran.checkpoint.dir,
+                     metrics=str(Path(ran.logging.dir) / "metrics.jsonl"))
+    s = ran.schedule
+    total_iters = s.train_iters or (s.train_samples or 0) // s.global_batch_size  # approximate under a ramp-up
+    cmd = build_command(config.launch, cfg_path, config.overrides)
+    restarts = _launch_until_done(config, cmd, run_dir, Path(paths.checkpoints), total_iters)
+    if config.launch.launcher != "sbatch" and not read_metrics(paths.metrics)[0]:
+        # Exit 0 without one logged iteration is not a training run (e.g. a module without a __main__
+        # guard imports and exits). An sbatch script may log elsewhere, so it is not held to this.
+        raise FlowEnded(Failed(message=f"the job exited 0 but logged no training iteration to {paths.metrics}; "
+                                       f"check launch.module ({config.launch.module} "
+                                       f"{' '.join(config.launch.module_args)}) and logging.log_interval (<= the "
+                                       "training length)"))
+    return _publish(run_dir, paths, restarts)
 
 
 @flow(name="train")
 @user_errors
-def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str] | None = None) -> dict[str, Any]:
+def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str] | None = None) -> TrainResult:
     """Train (or resume) with the configured launcher; skip when this exact run already finished."""
-    log = get_run_logger()
     run_dir = Path(config.out_dir).resolve()
     # What the run *is*: the trainer's config and overrides. How it is launched (processes, launcher, env,
     # timeouts, retries) is left out, so relaunching differently resumes from the same checkpoints.
-    digest = config_hash({"train": config.train, "overrides": config.overrides}, upstream=upstream or [])
-    if marker := completed(run_dir, digest):
-        log.info("train: skipped, %s already holds run %s", run_dir, digest)
-        return marker.summary
-    retire_stale_run(run_dir, digest, log)
-    cfg_path = write_run_config(config, run_dir)
-    try:  # the trainer's own parse, here first: torchrun would restart a rejected override max_restarts times
-        load_config(cfg_path, config.overrides)
-    except BloomstackError as exc:
-        raise BloomstackError(f"the trainer would reject its config (exit code 2); nothing was launched: {exc}") \
-            from None
-    cmd = build_command(config.launch, cfg_path, config.overrides)
-    s = config.train.schedule
-    total_iters = s.train_iters or s.train_samples // s.global_batch_size  # approximate under a batch ramp-up
-    ckpt = yaml.safe_load(cfg_path.read_text())["checkpoint"]["dir"]
-    outcome = _launch_until_done(config, cmd, run_dir, Path(ckpt), total_iters, log)
-    if not isinstance(outcome, list):
-        return outcome  # Failed or Cancelled
-    paths = {"config": str(cfg_path), "checkpoints": ckpt, "metrics": str(run_dir / "logs" / "metrics.jsonl")}
-    if config.launch.launcher != "sbatch" and not read_metrics(paths["metrics"])[0]:
-        # Exit 0 without one logged iteration is not a training run (e.g. a module without a __main__
-        # guard imports and exits). An sbatch script may log elsewhere, so it is not held to this.
-        return Failed(message=f"the job exited 0 but logged no training iteration to {paths['metrics']}; "
-                              f"check launch.module ({config.launch.module} {' '.join(config.launch.module_args)}) "
-                              "and logging.log_interval (<= the training length)")
-    summary = {**_publish(run_dir, paths), "paths": paths, "hash": digest,
-               "restarts": [r.as_dict() for r in outcome]}
-    write_marker(run_dir, stage="train", digest=digest, outputs={"config": cfg_path, "checkpoints": ckpt},
-                 summary=summary, config=config)
-    return summary
+    key = stage_key({"train": config.train, "overrides": config.overrides}, upstream=upstream or [])
+    return Stage("train", run_dir, key, TrainedRun, config).run(
+        lambda: _train(config, run_dir, key),
+        outputs=lambda run: {"config": run.paths.config, "checkpoints": run.paths.checkpoints})
 
 
 def _launch_until_done(config: TrainStageConfig, cmd: list[str], run_dir: Path, ckpt: Path,
-                       total_iters: int | None, log) -> list[Restart] | State:
-    """Launch, and relaunch after a crash up to ``config.retries`` times; return the restart record, or the
-    Failed / Cancelled state to end the flow with."""
+                       total_iters: int | None) -> list[Restart]:
+    """Launch, and relaunch after a crash up to ``config.retries`` times; return the restart record, or raise
+    ``FlowEnded`` with the Failed / Cancelled state to end the flow with."""
     launch = config.launch
     restarts: list[Restart] = []
     launches = config.retries + 1
     note = f"Limits: launch.max_restarts={launch.max_restarts} per launch (torchrun), train.retries={config.retries}."
     for n in range(1, launches + 1):
         try:
-            out = launch_training(cmd, launch_env(launch), str(run_dir), total_iters, launch.timeout_s,
-                                  launch.grace_s, launch.tail_lines, [r.as_dict() for r in restarts])
+            restarts += launch_training(cmd, launch, str(run_dir), total_iters, restarts)
         except LaunchCancelled as exc:
             restarts += torchrun_restarts(exc.result)
             _publish_restarts(restarts, note)
-            return Cancelled(message=str(exc))
+            raise FlowEnded(Cancelled(message=str(exc))) from None
         except LaunchError as exc:
             restarts += torchrun_restarts(exc.result)
             why_not = _not_relaunched(exc.result) or (f"train.retries={config.retries} relaunches used up"
                                                        if n == launches else None)
             if why_not is not None:
                 _publish_restarts(restarts, note)
-                by_torchrun = sum(r.by == "torchrun" for r in restarts)
-                return Failed(message=f"training failed after {n} launch{'es' if n > 1 else ''} and {by_torchrun} "
-                                      f"torchrun restart{'s' if by_torchrun != 1 else ''} (see the training-restarts "
-                                      f"artifact); not relaunched: {why_not}. {exc}")
-            restarts.append(relaunch(exc.result, read_latest(ckpt)))
-            _publish_restarts(restarts, note)
-            log.warning("train: launch %d of %d failed (%s); relaunching in %g s from %s", n, launches,
-                        exc.result.headline(), launch.retry_delay_s, restarts[-1].resumed_from)
-            time.sleep(launch.retry_delay_s)
+                raise FlowEnded(Failed(message=_failed_message(n, restarts, why_not, exc))) from None
+            _relaunch_after(exc, restarts, ckpt, note, n, launches, launch.retry_delay_s)
             if _cancel_requested():
-                return Cancelled(message=f"cancelled before relaunch {n} of {config.retries}")
+                raise FlowEnded(Cancelled(message=f"cancelled before relaunch {n} of {config.retries}")) from None
             continue
-        restarts += [Restart(**r) for r in out["restarts"]]
         _publish_restarts(restarts, note)
         return restarts
     raise AssertionError("unreachable: the last launch either returned or failed")
+
+
+def _failed_message(launches: int, restarts: list[Restart], why_not: str, exc: LaunchError) -> str:
+    by_torchrun = sum(r.by == "torchrun" for r in restarts)
+    return (f"training failed after {launches} launch{'es' if launches > 1 else ''} and {by_torchrun} torchrun "
+            f"restart{'s' if by_torchrun != 1 else ''} (see the training-restarts artifact); not relaunched: "
+            f"{why_not}. {exc}")
+
+
+def _relaunch_after(exc: LaunchError, restarts: list[Restart], ckpt: Path, note: str, n: int, launches: int,
+                    delay_s: float) -> None:
+    """Record the flow's relaunch after launch ``n`` failed (from ``latest`` as it is now) and wait."""
+    restarts.append(relaunch(exc.result, read_latest(ckpt)))
+    _publish_restarts(restarts, note)
+    get_run_logger().warning("train: launch %d of %d failed (%s); relaunching in %g s from %s", n, launches,
+                             exc.result.headline(), delay_s, restarts[-1].resumed_from)
+    time.sleep(delay_s)

@@ -54,7 +54,7 @@ def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
         print(f"[1/2] training a {vocab_size:,}-token tokenizer on {corpus} ...", file=sys.stderr)
         report = train_tokenizer(TokenizerTrainConfig(sources=sources, out_dir=str(tok_dir), vocab_size=vocab_size,
                                                       byte_budget=50_000_000, show_progress=progress))
-        print(f"      {report['vocab_size']:,} tokens, {report['total_bytes_drawn'] / 1e6:.1f} MB of text, "
+        print(f"      {report.vocab_size:,} tokens, {report.total_bytes_drawn / 1e6:.1f} MB of text, "
               f"{time.perf_counter() - t0:.1f} s -> {tok_dir}", file=sys.stderr)
     else:
         print(f"[1/2] reusing the tokenizer in {tok_dir}", file=sys.stderr)

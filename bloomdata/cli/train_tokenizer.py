@@ -22,8 +22,8 @@ def parser() -> ConfigParser[TokenizerTrainConfig]:
 def main(argv: list[str]) -> int:
     config, _ = parser().parse(argv)
     report = train_tokenizer(config)
-    print(f"wrote {config.out_dir}: vocab {report['vocab_size']:,} trained on "
-          f"{report['total_bytes_drawn'] / 1e6:.2f} MB from {len(report['languages'])} languages "
-          f"(alpha {config.alpha}, seed {config.seed}) in {report['wall_seconds']:.1f} s; "
-          f"identity {report['tokenizer_identity'][:12]}")
+    print(f"wrote {config.out_dir}: vocab {report.vocab_size:,} trained on "
+          f"{report.total_bytes_drawn / 1e6:.2f} MB from {len(report.languages)} languages "
+          f"(alpha {config.alpha}, seed {config.seed}) in {report.wall_seconds:.1f} s; "
+          f"identity {(report.tokenizer_identity or '')[:12]}")
     return 0

@@ -272,10 +272,7 @@ def blend_from_spec(
     """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
     if spec.seq_length is None:
         raise BloomstackError("the blend YAML has no seq_length; set it (or re-run `bloomdata blend --seq-length`)")
-    if spec.split is not None:
-        split = spec.split
-    else:
-        split = spec.train_range if split_name == "train" else spec.valid_range
+    split = spec.split_of(split_name)
     seed = 1234 if spec.seed is None else spec.seed
     return build_blend(
         spec.prefixes, spec.weights, num_samples, spec.seq_length, seed, split, split_name, cache_dir, compat, **kwargs

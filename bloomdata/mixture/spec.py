@@ -55,6 +55,14 @@ class BlendSpec(BaseModel):
     def weights(self) -> list[float]:
         return [d.weight for d in self.datasets]
 
+    def split_of(self, group: str) -> str | None:
+        """The split string ``group``'s documents ("train" or "valid") are read with, in every dataset:
+        ``split`` (shared by both groups), else BLOOM's ``train_range``/``valid_range``. The trainer's samples,
+        its per-language validation sets and the held-out evaluation all place documents through it."""
+        if self.split is not None:
+            return self.split
+        return self.train_range if group == "train" else self.valid_range
+
     @property
     def has_valid(self) -> bool:
         """Whether every dataset holds validation documents (a valid range, or a split with a valid part)."""

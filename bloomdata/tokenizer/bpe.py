@@ -97,7 +97,29 @@ def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, m
     return tok
 
 
-def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: dict | None = None) -> Path:
+class TokenizerReport(BaseModel):
+    """``training_report.json``: how the sample was drawn and what was trained; what ``train_tokenizer`` returns."""
+
+    languages: list[str]
+    bytes_available: dict[str, int]  # language -> UTF-8 bytes of text in the sources
+    probabilities: dict[str, float]  # language -> sampling probability (alpha-weighted)
+    bytes_quota: dict[str, int]
+    bytes_drawn: dict[str, int]
+    docs_drawn: dict[str, int]
+    total_bytes_drawn: int
+    seed: int
+    alpha: float
+    byte_budget: int
+    min_frequency: int
+    vocab_size_requested: int
+    vocab_size: int
+    sampling_seconds: float
+    training_seconds: float
+    wall_seconds: float
+    tokenizer_identity: str | None = None  # sha256 of tokenizer.json (not in the file: it hashes that file's sibling)
+
+
+def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: TokenizerReport | None = None) -> Path:
     """Write a transformers-loadable directory: tokenizer.json, tokenizer_config.json,
     special_tokens_map.json and (when given) training_report.json.
 
@@ -123,7 +145,7 @@ def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: dict | No
     durable.write_json(out / "tokenizer_config.json", config, indent=2)
     durable.write_json(out / "special_tokens_map.json", special_map, indent=2)
     if report is not None:
-        durable.write_json(out / "training_report.json", report, indent=2)
+        durable.write_json(out / "training_report.json", report.model_dump(exclude={"tokenizer_identity"}), indent=2)
     durable.write_text(out / "tokenizer.json", tok.to_str(pretty=True))  # the bytes Tokenizer.save writes
     return out
 
@@ -140,7 +162,7 @@ def check_budget(config: TokenizerTrainConfig) -> None:
     warnings.warn(msg, stacklevel=2)
 
 
-def train_tokenizer(config: TokenizerTrainConfig) -> dict:
+def train_tokenizer(config: TokenizerTrainConfig) -> TokenizerReport:
     """Sample, train and save; returns the training report (also written to training_report.json)."""
     from bloomdata.tokenizer.sampling import draw_sample
 
@@ -152,26 +174,26 @@ def train_tokenizer(config: TokenizerTrainConfig) -> dict:
     tok = train_from_texts(sample.iter_texts(), config.vocab_size, config.min_frequency,
                            config.show_progress, length=n_docs)
     t2 = time.perf_counter()
-    report = {
-        "languages": sorted(sample.texts),
-        "bytes_available": sample.sizes,
-        "probabilities": {k: round(v, 6) for k, v in sample.probabilities.items()},
-        "bytes_quota": sample.quotas,
-        "bytes_drawn": sample.drawn,
-        "docs_drawn": sample.docs,
-        "total_bytes_drawn": sum(sample.drawn.values()),
-        "seed": config.seed,
-        "alpha": config.alpha,
-        "byte_budget": config.byte_budget,
-        "min_frequency": config.min_frequency,
-        "vocab_size_requested": config.vocab_size,
-        "vocab_size": tok.get_vocab_size(),
-        "sampling_seconds": round(t1 - t0, 3),
-        "training_seconds": round(t2 - t1, 3),
-        "wall_seconds": round(t2 - t0, 3),
-    }
+    report = TokenizerReport(
+        languages=sorted(sample.texts),
+        bytes_available=sample.sizes,
+        probabilities={k: round(v, 6) for k, v in sample.probabilities.items()},
+        bytes_quota=sample.quotas,
+        bytes_drawn=sample.drawn,
+        docs_drawn=sample.docs,
+        total_bytes_drawn=sum(sample.drawn.values()),
+        seed=config.seed,
+        alpha=config.alpha,
+        byte_budget=config.byte_budget,
+        min_frequency=config.min_frequency,
+        vocab_size_requested=config.vocab_size,
+        vocab_size=tok.get_vocab_size(),
+        sampling_seconds=round(t1 - t0, 3),
+        training_seconds=round(t2 - t1, 3),
+        wall_seconds=round(t2 - t0, 3),
+    )
     save_tokenizer(tok, config.out_dir, report)
-    report["tokenizer_identity"] = tokenizer_identity(config.out_dir)
+    report.tokenizer_identity = tokenizer_identity(config.out_dir)
     return report
 
 

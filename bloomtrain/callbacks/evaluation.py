@@ -14,11 +14,11 @@ byte) are ``bloomtrain.callbacks.valid_sets``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 from bloomtrain.callbacks.base import Callback
 from bloomtrain.data import micro_batches
+from bloomtrain.measures import perplexity
 
 
 class EvaluationCallback(Callback):
@@ -39,7 +39,7 @@ class EvaluationCallback(Callback):
         return sum(losses) / len(losses)
 
     def report(self, trainer, iteration: int, loss: float) -> None:
-        ppl = math.exp(min(loss, 700.0))  # exp overflows float64 past ~709
+        ppl = perplexity(loss)
         if self.name is None:
             trainer.result.eval_losses[iteration] = loss
             record = {"iteration": iteration, "valid_loss": loss, "valid_ppl": ppl}

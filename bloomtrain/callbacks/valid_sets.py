@@ -18,7 +18,6 @@ Collective: every rank runs every set's evaluation at the same iterations.
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -26,6 +25,7 @@ import numpy as np
 from bloomdata.errors import BloomstackError
 from bloomtrain.callbacks.base import Callback
 from bloomtrain.data import ValidSamples, eval_micro_batches
+from bloomtrain.measures import bits_per_byte, perplexity
 
 
 class ValidSetCallback(Callback):
@@ -71,8 +71,8 @@ class ValidSetCallback(Callback):
         seconds = time.perf_counter() - start
         tokens, nbytes = self.tokens_and_bytes()
         loss = nll / tokens
-        ppl = math.exp(min(loss, 700.0))  # exp overflows float64 past ~709
-        bpb = nll / (math.log(2) * nbytes) if nbytes else float("nan")
+        ppl = perplexity(loss)
+        bpb = bits_per_byte(nll, nbytes) if nbytes else float("nan")
         key = f"valid/{self.name}"
         record = {"iteration": step.iteration, f"{key}/loss": loss, f"{key}/ppl": ppl, f"{key}/bpb": bpb}
         console = (f"validation {self.name} at iter {step.iteration} | loss {loss:.4f} | ppl {ppl:.3f} | "

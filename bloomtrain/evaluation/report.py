@@ -9,13 +9,13 @@ inputs give the same files. All three go through ``bloomdata.durable`` (atomic w
 from __future__ import annotations
 
 import io
-import math
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from bloomdata import durable
+from bloomtrain.measures import bits_per_byte, perplexity
 
 OVERALL = "overall"
 
@@ -35,8 +35,8 @@ class Score(BaseModel):
     def of(cls, docs: int, nbytes: int, tokens: int, nll_sum: float) -> Score:
         loss = nll_sum / tokens if tokens else None
         return cls(docs=docs, bytes=nbytes, tokens=tokens, nll_sum=nll_sum, loss=loss,
-                   ppl=None if loss is None else math.exp(min(loss, 700.0)),  # exp overflows float64 past ~709
-                   bpb=nll_sum / (math.log(2) * nbytes) if tokens and nbytes else None)
+                   ppl=None if loss is None else perplexity(loss),
+                   bpb=bits_per_byte(nll_sum, nbytes) if tokens and nbytes else None)
 
 
 class ModelResult(BaseModel):

@@ -350,4 +350,4 @@ def test_the_build_and_the_tokenizer_trainer_read_the_cleaned_data(tmp_path, cli
     assert built.rejects_total == 0
     report = train_tokenizer(TokenizerTrainConfig(sources=[SourceConfig(paths=[cleaned.data_dir])],
                                                   out_dir=str(tmp_path / "tok"), vocab_size=600, show_progress=False))
-    assert set(report["languages"]) == {"en", "hi", "zh"}
+    assert set(report.languages) == {"en", "hi", "zh"}

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bloomdata.cli.options import ConfigParser
-from bloomdata.config import cli_option, complete, load_config, merge, read_yaml
+from bloomdata.config import cli_option, complete, derive, load_config, merge, read_yaml
 from bloomdata.errors import BloomstackError
 
 
@@ -147,3 +147,17 @@ def test_generated_flags_feed_the_same_loader(tmp_path, capsys):
     with pytest.raises(SystemExit):
         parser.parse(["--name", "x", "--mode", "slow"])  # choices: argparse's own usage error, exit 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_derive_is_a_validated_model_copy():
+    """``derive``: a config with some fields changed, passing the checks a loaded one does; untouched nested models
+    are the same objects (no dump and re-parse); a field named ``model`` is a field like any other."""
+    base = Run(name="a", optim=Optim(lr=0.5))
+    derived = derive(base, steps=50, mode="exact", model=Section(width=4))
+    assert (derived.steps, derived.mode, derived.model.width, base.steps) == (50, "exact", 4, 10)
+    assert derived.optim is base.optim
+    assert derive(base, optim={"lr": 0.25}).optim == Optim(lr=0.25)  # what the field accepts
+    with pytest.raises(ValidationError, match="mode=exact runs at most 100 steps"):  # model_copy would not check
+        derive(base, mode="exact", steps=200)
+    with pytest.raises(TypeError, match="Run has no field stepz"):
+        derive(base, stepz=3)

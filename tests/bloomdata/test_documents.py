@@ -267,8 +267,8 @@ def test_tokenizer_trains_on_the_readable_rows_of_a_truncated_file(tmp_path):
     expected: dict[str, int] = {}
     for row in ROWS[:whole]:
         expected[row["lang"]] = expected.get(row["lang"], 0) + len(row["text"].encode("utf-8"))
-    assert report["bytes_available"] == expected
-    assert sum(report["docs_drawn"].values()) == whole  # the budget holds every readable document
+    assert report.bytes_available == expected
+    assert sum(report.docs_drawn.values()) == whole  # the budget holds every readable document
 
 
 def test_multi_frame_zstd(tmp_path):

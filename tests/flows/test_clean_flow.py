@@ -38,7 +38,7 @@ def test_clean_flow_report_artifacts_sources_and_skip(prefect_harness, tmp_path)
     config = CleanStageConfig(sources=sources, out_dir=str(tmp_path / "clean"), workers=0)
     result = clean_flow(config)
 
-    summary = CleanSummary.model_validate(result["summary"])
+    summary = result.result
     assert summary == CleanSummary.model_validate_json((tmp_path / "clean" / "clean_summary.json").read_text())
     en_counts = summary.languages["en"]
     assert (en_counts.documents_in, en_counts.documents_kept) == (23, 21)
@@ -61,8 +61,10 @@ def test_clean_flow_report_artifacts_sources_and_skip(prefect_harness, tmp_path)
 
     # Rerun: skipped (nothing rewritten), its artifacts published again from the marker.
     stamp = (tmp_path / "clean" / MARKER).stat().st_mtime_ns
-    assert clean_flow(config) == result and (tmp_path / "clean" / MARKER).stat().st_mtime_ns == stamp
+    skipped = clean_flow(config)
+    assert skipped.skipped and skipped.result == result.result and skipped.key == result.key
+    assert (tmp_path / "clean" / MARKER).stat().st_mtime_ns == stamp
     # An input edited in place re-runs it.
     _write(tmp_path / "yo.jsonl", yo[:9])
     again = clean_flow(config)
-    assert again["hash"] != result["hash"] and again["summary"]["languages"]["yo"]["documents_kept"] == 9
+    assert again.key != result.key and again.result.languages["yo"].documents_kept == 9

@@ -13,9 +13,10 @@ from bloomdata.config import load_config
 from bloomdata.errors import BloomstackError
 from bloomdata.mixture.tune import BlendConfig
 from bloomtrain.config import ExportConfig
+from bloomtrain.metrics import read_metrics, summarize
 from flows.config import BlendStageConfig, ExportStageConfig, PipelineConfig, TrainStageConfig
 from flows.launch_config import LaunchConfig, build_command, launch_env
-from flows.report import read_metrics, summarize, training_markdown
+from flows.report import training_markdown
 
 
 def test_partial_parameters_complete_from_the_demo_defaults():
@@ -89,9 +90,9 @@ def test_report_numbers(tmp_path):
     train, evals = read_metrics(path)
     assert [r["iteration"] for r in train] == [1, 2, 3, 4] and train[-1]["loss"] == 2.0
     s = summarize(train, evals)
-    assert s["final_loss"] == 2.0 and s["perplexity"] == pytest.approx(math.exp(2.0))
-    assert s["tokens_per_s"] == 300.0  # median of iterations 2..4 (2 and 3 have throughput, 4 does not)
-    assert s["valid_loss"] == 3.0 and s["mfu"] == 0.25
+    assert s.final_loss == 2.0 and s.perplexity == pytest.approx(math.exp(2.0))
+    assert s.tokens_per_s == 300.0  # median of iterations 2..4 (2 and 3 have throughput, 4 does not)
+    assert s.valid_loss == 3.0 and s.mfu == 0.25
     md = training_markdown(s, paths={"checkpoints": "/c"})
     assert "| MFU | 25.0% |" in md and "| checkpoints | `/c` |" in md
     assert read_metrics(tmp_path / "missing.jsonl") == ([], [])

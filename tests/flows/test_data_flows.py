@@ -39,43 +39,45 @@ def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
     tok_cfg = TokenizerTrainConfig(sources=_sources(), out_dir=str(tmp_path / "tok"), vocab_size=400,
                                    byte_budget=150_000, min_frequency=2, show_progress=False)
     tok = tokenizer_flow(tok_cfg, fertility_docs_per_lang=50)
-    tokenizer = load_tokenizer(tok["tokenizer_dir"])
-    assert tok["vocab_size"] == tokenizer.get_vocab_size() <= 400
+    tokenizer = load_tokenizer(tok.result.tokenizer_dir)
+    assert tok.result.report.vocab_size == tokenizer.get_vocab_size() <= 400
     assert tokenizer.decode(tokenizer.encode("Ẹ kú àárọ̀ 你好 hello").ids) == "Ẹ kú àárọ̀ 你好 hello"
-    rows = {r["lang"]: r for r in tok["fertility"]}
-    assert set(rows) == {*LANGS, "(all)"} and rows["en"]["docs"] == 50
+    rows = {r.lang: r for r in tok.result.fertility}
+    assert set(rows) == {*LANGS, "(all)"} and rows["en"].docs == 50
     table = json.loads(artifact("tokenizer-fertility").data)
     assert {r["language"] for r in table} == {*LANGS, "(all)"}
 
-    build = BuildConfig(sources=_sources(), tokenizer=tok["tokenizer_dir"], out_dir=str(tmp_path / "data"),
+    build = BuildConfig(sources=_sources(), tokenizer=tok.result.tokenizer_dir, out_dir=str(tmp_path / "data"),
                         append_eod=True, scheduler=dask_address, progress=False)
-    data = dataset_flow(build, upstream=[tok["hash"]])
+    data = dataset_flow(build, upstream=[tok.key])
     for lang in LANGS:
         ds = IndexedDataset(str(tmp_path / "data" / lang))
         texts = _texts(lang)
         expected = sum(len(e.ids) + 1 for e in tokenizer.encode_batch(texts))  # + </s> per document
-        assert ds.num_documents == len(texts) and ds.num_tokens == expected == data["outputs"][lang]["tokens"]
+        assert ds.num_documents == len(texts) and ds.num_tokens == expected == data.result.outputs[lang].tokens
     table = json.loads(artifact("dataset-tokens").data)
-    assert {r["language"]: r["tokens"] for r in table} == {k: v["tokens"] for k, v in data["outputs"].items()}
+    assert {r["language"]: r["tokens"] for r in table} == {k: v.tokens for k, v in data.result.outputs.items()}
     assert artifact("dataset-progress") is not None
 
     # blend_flow on those datasets: alpha=0 gives every language the same weight; the table shows it.
-    prefixes = {k: v["prefix"] for k, v in data["outputs"].items()}
+    prefixes = {k: v.prefix for k, v in data.result.outputs.items()}
     blend = blend_flow(prefixes, BlendStageConfig(alpha=0.0, token_budget=30_000, seq_length=32,
-                                                  out_dir=str(tmp_path / "blend")), upstream=[data["hash"]])
-    spec = yaml.safe_load(Path(blend["blend_yaml"]).read_text())
+                                                  out_dir=str(tmp_path / "blend")), upstream=[data.key])
+    spec = yaml.safe_load(Path(blend.result.blend_yaml).read_text())
     assert spec["token_budget"] == 30_000 and spec["split"] == "90,10,0"
     assert [d["weight"] for d in spec["datasets"]] == pytest.approx([1 / 3] * 3)
     rows = {r["language"]: r for r in json.loads(artifact("blend-weights").data)}
     for lang in LANGS:
         # tokens of the train split (90% of the documents), each drawn budget / 3
-        assert 0.8 * data["outputs"][lang]["tokens"] < rows[lang]["tokens"] < data["outputs"][lang]["tokens"]
+        assert 0.8 * data.result.outputs[lang].tokens < rows[lang]["tokens"] < data.result.outputs[lang].tokens
         assert rows[lang]["epochs"] == pytest.approx(10_000 / rows[lang]["tokens"], abs=1e-3)  # 3 decimals
 
     # Rerun: both stages are skipped (the tokenizer file is not rewritten).
     mtime = (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns
-    assert tokenizer_flow(tok_cfg, fertility_docs_per_lang=50)["hash"] == tok["hash"]
+    again = tokenizer_flow(tok_cfg, fertility_docs_per_lang=50)
+    assert again.skipped and again.key == tok.key and again.result == tok.result
     assert (tmp_path / "tok" / "tokenizer.json").stat().st_mtime_ns == mtime
-    assert dataset_flow(build, upstream=[tok["hash"]])["hash"] == data["hash"]
+    assert dataset_flow(build, upstream=[tok.key]).key == data.key
     # A different upstream (a retrained tokenizer) rebuilds the datasets.
-    assert dataset_flow(build, upstream=["another-tokenizer"])["hash"] != data["hash"]
+    rebuilt = dataset_flow(build, upstream=["another-tokenizer"])
+    assert rebuilt.key != data.key and not rebuilt.skipped

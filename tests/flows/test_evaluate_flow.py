@@ -84,24 +84,25 @@ def test_scores_exactly_the_validation_documents(prefect_harness, built, tmp_pat
     result = evaluate_flow(_config(built, out))
     report = json.loads((out / "eval.json").read_text())
     assert list(report["models"]) == ["mine", "ref"]
-    assert [h["name"] for h in result["heldout"]] == list(LANGS)
-    for h in result["heldout"]:
-        corpus = _texts(h["name"])  # the build keeps every demo document, in file order
+    heldout = result.result.heldout
+    assert [h.name for h in heldout] == list(LANGS)
+    for h in heldout:
+        corpus = _texts(h.name)  # the build keeps every demo document, in file order
         begin, end = split_range(SPLIT, "valid", len(corpus), "core")
         train_end = split_range(SPLIT, "train", len(corpus), "core")[1]
-        assert h["valid_range"] == [begin, end] and begin == train_end > 0 and end == len(corpus)
-        rows = [json.loads(line) for line in Path(h["path"]).read_text(encoding="utf-8").splitlines()]
+        assert h.valid_range == (begin, end) and begin == train_end > 0 and end == len(corpus)
+        rows = [json.loads(line) for line in Path(h.path).read_text(encoding="utf-8").splitlines()]
         assert [r["doc"] for r in rows] == list(range(begin, end))
         assert [r["text"] for r in rows] == corpus[begin:end]  # decoded from the dataset: the corpus text itself
         assert not {r["text"] for r in rows} & set(corpus[:train_end])  # nothing of the training range
-        score = report["models"]["mine"]["languages"][h["name"]]
+        score = report["models"]["mine"]["languages"][h.name]
         assert score["docs"] == end - begin
         assert score["bytes"] == sum(len(t.encode("utf-8")) for t in corpus[begin:end])
     yo = [json.loads(line)["text"] for line in (out / "heldout" / "yo.jsonl").read_text().splitlines()]
     for name, model_dir in (("mine", built / "hf-a"), ("ref", built / "hf-b")):
         assert report["models"][name]["languages"]["yo"]["bpb"] == pytest.approx(_reference_bpb(model_dir, yo),
                                                                                  rel=1e-5)
-    assert result["models"] == report["models"]
+    assert {m: r.model_dump() for m, r in result.result.models.items()} == report["models"]
 
     table = json.loads(artifact("evaluation-bpb").data)
     assert [r["language"] for r in table] == [*LANGS, "overall"]
@@ -112,7 +113,7 @@ def test_scores_exactly_the_validation_documents(prefect_harness, built, tmp_pat
 
     stamp = (out / MARKER).stat().st_mtime_ns
     again = evaluate_flow(_config(built, out))  # same config and inputs: skipped
-    assert again == result and (out / MARKER).stat().st_mtime_ns == stamp
+    assert again.skipped and again.result == result.result and (out / MARKER).stat().st_mtime_ns == stamp
     (built / "hf-b" / "config.json").touch()  # a reference model changed: scored again
     evaluate_flow(_config(built, out))
     assert (out / MARKER).stat().st_mtime_ns != stamp
@@ -122,8 +123,8 @@ def test_sources_replace_the_validation_documents(prefect_harness, built, tmp_pa
     doc = tmp_path / "sw.jsonl"
     doc.write_text(json.dumps({"text": "Habari ya asubuhi."}) + "\n")
     result = evaluate_flow(_config(built, tmp_path / "eval", reference_models=[], sources=[f"sw={doc}"]))
-    assert result["heldout"] == [] and list(result["models"]["mine"]["languages"]) == ["sw"]
-    assert result["models"]["mine"]["languages"]["sw"]["bytes"] == len("Habari ya asubuhi.")
+    assert result.result.heldout == [] and list(result.result.models["mine"].languages) == ["sw"]
+    assert result.result.models["mine"].languages["sw"].bytes == len("Habari ya asubuhi.")
 
 
 @pytest.mark.parametrize("case", ["model", "split"])

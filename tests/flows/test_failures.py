@@ -14,6 +14,7 @@ from flows.config import BlendStageConfig, CleanStageConfig, PipelineConfig
 from flows.data import dataset_flow
 from flows.failures import ended_unfinished, stage_result
 from flows.pipeline import bloom_pipeline
+from flows.results import BlendResult
 
 
 def _task_run_counts(flow_run_id) -> list[int]:
@@ -59,7 +60,7 @@ def test_a_bug_keeps_its_exception(prefect_harness, tmp_path, monkeypatch):
     state = blend_flow({"en": str(tmp_path / "en")}, config, return_state=True)
     assert state.is_failed() and "ZeroDivisionError: a bug in the blend" in state.message
     with pytest.raises(ZeroDivisionError, match="a bug in the blend") as raised:  # what the pipeline does with it
-        stage_result("blend", state)
+        stage_result("blend", state, BlendResult)
     assert any(entry.name == "broken" for entry in raised.traceback)  # raised where the bug is
 
 

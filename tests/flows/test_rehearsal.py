@@ -23,8 +23,9 @@ from bloomdata.mixture.report import write_blend
 from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.mixture.tune import tune_blend
 from bloomtrain.config import load_config
+from bloomtrain.data import per_dataset_valid_sets
 from flows.config import DEMO_LANGS
-from flows.pipeline import language_valid_sets, wire_training
+from flows.pipeline import wire_training
 from flows.rehearsal import RehearsalConfig, pipeline_config
 from flows.rehearsal_config import (
     MIXTURE,
@@ -34,7 +35,7 @@ from flows.rehearsal_config import (
     overrides_markdown,
     recipe_config,
 )
-from flows.train import write_run_config
+from flows.train import with_run_dirs, write_run_config
 
 # Every key the rehearsal changes, and nothing else: a change here is a deliberate change of the rehearsal.
 SIZES = {
@@ -71,7 +72,8 @@ def _ran(tmp_path, blend_yaml: str, sets: dict[str, str]):
     pipeline = pipeline_config(RehearsalConfig(out_dir=str(tmp_path / "rehearsal")))
     wired = wire_training(pipeline.train, 4000, blend_yaml, tmp_path / "rehearsal" / "train",
                           tokenizer=str(tmp_path / "rehearsal" / "tokenizer"), valid_sets=sets)
-    return load_config(write_run_config(wired, tmp_path / "rehearsal" / "train"))
+    run_dir = tmp_path / "rehearsal" / "train"
+    return load_config(write_run_config(with_run_dirs(wired.train, run_dir), run_dir))
 
 
 def test_the_overrides_are_exactly_the_differences_from_the_recipe(tmp_path):
@@ -131,7 +133,7 @@ def test_the_mixture_blend_of_the_demo_languages(tmp_path, demo_datasets):
     assert {"en-oscar", "zh-oscar", "code", "nic/wo"} <= set(spec.missing) and "nic" not in spec.missing
     # tr11's per-language validation sets: every language's held-out 5% (2 of 40 documents) holds a sample
     write_blend(spec, run.out_dir, run.max_epochs)
-    sets, left_out = language_valid_sets(str(tmp_path / "blend" / "blend.yaml"), 128, "bloom")
+    sets, left_out = per_dataset_valid_sets(str(tmp_path / "blend" / "blend.yaml"), 128, "bloom")
     assert sorted(sets) == sorted(DEMO_LANGS) and left_out == []
     assert load_blend_spec(str(tmp_path / "blend" / "blend.yaml")).mixture == str(MIXTURE)
 
@@ -148,7 +150,7 @@ def test_a_mixture_blend_without_a_budget_publishes_its_artifacts(prefect_harnes
     assert table["yo"]["tokens drawn"] is None and table["yo"]["epochs"] is None
     assert table["en"]["weight"] == round(_expected_weights()["en"], 5)
     assert "no token budget" in artifact("blend-chart").data
-    assert result["spec"]["mixture"] == str(MIXTURE)
+    assert result.result.spec.mixture == str(MIXTURE)
 
 
 def test_the_command_line_sets_the_sizes():
@@ -168,31 +170,32 @@ SMOKE = RehearsalScale(train_samples=96, rampup_batch_size=(4, 2, 24), warmup_sa
 
 
 def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
+    from bloomtrain.metrics import read_metrics
     from flows.rehearsal import rehearsal_flow
-    from flows.report import read_metrics
     from tests.flows.prefect_api import artifact
 
     config = RehearsalConfig(out_dir=str(tmp_path / "rehearsal"), scale=SMOKE)
     result = rehearsal_flow(config)
-    assert {r["key"] for r in result["overrides"]} == set(SIZES) | WIRED | {"checkpoint.save_interval"}
-    assert artifact("rehearsal-overrides").data == result["overrides_markdown"]
-    assert artifact("rehearsal-summary").data == result["summary_markdown"]
-    assert [s for s, _ in result["stage_seconds"]] == ["clean", "tokenizer", "dataset", "blend", "train", "export",
+    assert {r.key for r in result.overrides} == set(SIZES) | WIRED | {"checkpoint.save_interval"}
+    assert artifact("rehearsal-overrides").data == result.overrides_markdown
+    assert artifact("rehearsal-summary").data == result.summary_markdown
+    assert [s for s, _ in result.stage_seconds] == ["clean", "tokenizer", "dataset", "blend", "train", "export",
                                                        "evaluate"]
     # the ramp-up ran: the global batch grew from 4 to 16 in steps
-    train, _ = read_metrics(result["train"]["paths"]["metrics"])
+    run = result.pipeline.train.result
+    train, _ = read_metrics(run.paths.metrics)
     batches = list(dict.fromkeys(row["global_batch"] for row in train))
     assert batches[0] == 4 and batches[-1] == 16 and len(batches) >= 4 and batches == sorted(batches)
     # TP 2 x PP 2 checkpoints with the fused-kernel self-check in bf16, exported and loaded by transformers
-    ckpt = Path(result["train"]["paths"]["checkpoints"])
+    ckpt = Path(run.paths.checkpoints)
     meta = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "bloomtrain_model.json").read_text())
     assert (meta["tp_size"], meta["pp_size"]) == (2, 2)
     assert {c["dtype"] for c in meta["kernel_selfcheck"]} == {"bfloat16"}
-    assert len(result["export"]["samples"]) == 3
+    assert len(result.pipeline.export.result.samples) == 3
     # every language evaluated on its held-out documents, in training (valid/<lang>) and after the export
-    assert set(result["evaluate"]["models"]["exported"]["languages"]) == set(DEMO_LANGS)
-    assert set(load_config(result["train"]["paths"]["config"]).data.valid_sets) == set(DEMO_LANGS)
+    assert set(result.pipeline.evaluate.result.models["exported"].languages) == set(DEMO_LANGS)
+    assert set(load_config(run.paths.config).data.valid_sets) == set(DEMO_LANGS)
 
     again = rehearsal_flow(config)  # every stage done: skipped
-    assert [s for _, s in again["stage_seconds"]] == [None] * 7
-    assert again["overrides"] == result["overrides"]
+    assert [s for _, s in again.stage_seconds] == [None] * 7
+    assert again.overrides == result.overrides

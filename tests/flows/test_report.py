@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import math
 
-from flows.report import plot_loss, read_metrics, set_curves, summarize, training_markdown
+from bloomtrain.metrics import SetPoint, read_metrics, set_curves, summarize
+from flows.report import plot_loss, training_markdown
 
 
 def _write(path, records) -> None:
@@ -34,13 +35,13 @@ def test_per_set_validation_in_the_summary_table_and_plot(tmp_path):
     assert [r["iteration"] for r in evals] == [2, 4]
     assert evals[1]["valid_loss"] == 3.5 and evals[1]["valid/fr/bpb"] == 1.4 and evals[1]["valid/yo/loss"] == 4.25
     curves = set_curves(evals)
-    assert [p["bpb"] for p in curves["yo"]] == [2.6, 2.1] and [p["iteration"] for p in curves["fr"]] == [2, 4]
+    assert [p.bpb for p in curves["yo"]] == [2.6, 2.1] and [p.iteration for p in curves["fr"]] == [2, 4]
 
     s = summarize(train, evals)
-    assert s["valid_loss"] == 3.5
-    assert s["valid_sets"] == {"fr": {"iteration": 4, "loss": 3.0, "ppl": math.exp(3.0), "bpb": 1.4},
-                               "yo": {"iteration": 4, "loss": 4.25, "ppl": math.exp(4.25), "bpb": 2.1}}
-    json.dumps(s)  # the stage marker stores the summary as JSON
+    assert s.valid_loss == 3.5
+    assert s.valid_sets == {"fr": SetPoint(iteration=4, loss=3.0, ppl=math.exp(3.0), bpb=1.4),
+                            "yo": SetPoint(iteration=4, loss=4.25, ppl=math.exp(4.25), bpb=2.1)}
+    assert type(s).model_validate_json(s.model_dump_json()) == s  # the stage marker stores it as JSON
 
     png = plot_loss(train, evals, tmp_path / "loss.png")
     import matplotlib.image as mpimg
@@ -55,7 +56,7 @@ def test_runs_without_named_sets_keep_the_one_panel_report(tmp_path):
     _write(tmp_path / "metrics.jsonl", [{"iteration": 1, "loss": 5.0}, {"iteration": 1, "valid_loss": 4.0}])
     train, evals = read_metrics(tmp_path / "metrics.jsonl")
     s = summarize(train, evals)
-    assert "valid_sets" not in s and s["valid_loss"] == 4.0
+    assert s.valid_sets == {} and s.valid_loss == 4.0
     import matplotlib.image as mpimg
 
     assert mpimg.imread(plot_loss(train, evals, tmp_path / "loss.png")).shape[1] == 600
@@ -63,4 +64,4 @@ def test_runs_without_named_sets_keep_the_one_panel_report(tmp_path):
     # per-set records alone (no overall validation split) still make the table
     _write(tmp_path / "sets.jsonl", [{"iteration": 1, "loss": 5.0}, _set(1, "fr", 4.0, 2.0)])
     s = summarize(*read_metrics(tmp_path / "sets.jsonl"))
-    assert "valid_loss" not in s and s["valid_sets"]["fr"]["bpb"] == 2.0
+    assert s.valid_loss is None and s.valid_sets["fr"].bpb == 2.0

@@ -42,10 +42,10 @@ def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path)
     cfg = _config(tmp_path, DUMMY_JOB_LINES="4")
     state = train_flow(cfg, return_state=True)
     assert state.is_completed(), state.message
-    summary = state.result()
-    assert summary["iterations"] == 4 and summary["final_loss"] == pytest.approx(2.5)
-    assert summary["valid_loss"] == pytest.approx(1.5)
-    assert Path(summary["loss_png"]).stat().st_size > 1000
+    run = state.result().result
+    assert run.summary.iterations == 4 and run.summary.final_loss == pytest.approx(2.5)
+    assert run.summary.valid_loss == pytest.approx(1.5)
+    assert Path(run.loss_png).stat().st_size > 1000
     assert (tmp_path / "run" / "train.yaml").exists()
     # Each rank's output reached the run's logs (sent to the API in batches: allow a few seconds).
     deadline = time.monotonic() + 15
@@ -63,7 +63,8 @@ def test_train_completes_publishes_and_skips_on_rerun(prefect_harness, tmp_path)
 
     launched = (tmp_path / "run" / "launch.log").read_text()
     again = train_flow(cfg, return_state=True)
-    assert again.is_completed() and again.result()["final_loss"] == pytest.approx(2.5)
+    assert again.is_completed() and again.result().skipped
+    assert again.result().result.summary.final_loss == pytest.approx(2.5)
     assert (tmp_path / "run" / "launch.log").read_text() == launched  # skipped: nothing was launched
 
 
@@ -122,7 +123,7 @@ def test_deepspeed_launcher_runs_the_job(prefect_harness, tmp_path):
     cfg.launch = cfg.launch.model_copy(update={"launcher": "deepspeed"})
     state = train_flow(cfg, return_state=True)
     assert state.is_completed(), state.message
-    assert state.result()["iterations"] == 3
+    assert state.result().result.summary.iterations == 3
     assert "WORLD INFO DICT: {'localhost': [0, 1]}" in (tmp_path / "run" / "launch.log").read_text()
     assert sorted(p.name for p in tmp_path.glob("pids.[0-9]")) == ["pids.0", "pids.1"]  # both ranks ran
     assert not any(alive(p) for p in _all_pids(tmp_path))
@@ -165,13 +166,13 @@ def test_failed_ranks_are_restarted_by_torchrun_then_relaunched_from_the_checkpo
     state = train_flow(cfg, return_state=True)
     assert state.is_completed(), state.message
     assert (tmp_path / "starts").read_text() == "3"
-    summary = state.result()
-    assert [(r["by"], r["cause"]) for r in summary["restarts"]] == [
+    restarts = state.result().result.restarts
+    assert [(r.by, r.cause) for r in restarts] == [
         ("torchrun", "local rank 1 exited with code 3"),
         ("flow", "`" + " ".join(build_command(cfg.launch, "x")[:3]) + " ...` exited with code 1 after 1 torchrun "
                  "restart; root cause: rank 1 exited with code 3")]
-    assert summary["restarts"][1]["resumed_from"] == "global_step4"  # `latest` when the flow relaunched
-    assert "RuntimeError: rank 1 diverged (exit 3)" in summary["restarts"][1]["last_lines"]
+    assert restarts[1].resumed_from == "global_step4"  # `latest` when the flow relaunched
+    assert "RuntimeError: rank 1 diverged (exit 3)" in restarts[1].last_lines
     rows = _restart_rows(state.state_details.flow_run_id)
     assert [(r[0], r[2], r[4]) for r in rows] == [("1", "torchrun", "not reported"), ("2", "flow", "global_step4")]
     assert (tmp_path / "run" / "_stage.json").exists()

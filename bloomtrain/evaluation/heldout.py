@@ -1,9 +1,10 @@
-"""Held-out text for the evaluate stage: each blend dataset's validation documents, decoded back to text.
+"""Held-out text: each blend dataset's validation documents, decoded back to text (the evaluate stage's input).
 
 ``bloomtrain evaluate`` scores documents (text, re-tokenized by each model's own tokenizer), while the build
 stores token ids. The held-out documents of a dataset are those of its *validation range*: the blend's
 ``split`` (``"90,10,0"``) or BLOOM's ``valid_range`` (``"0.95:1"``), turned into a ``[begin, end)`` range of
-the dataset's documents by ``bloomdata.megatron.splits.split_range`` with the trainer's ``compat`` arithmetic,
+the dataset's documents (``BlendSpec.split_of("valid")``) by ``bloomdata.megatron.splits.split_range`` with the
+trainer's ``compat`` arithmetic,
 the same call that places the trainer's training and validation samples. So no document of the range is in
 any training sample (training draws from the train range only), and the documents are taken in document
 order (the build's plan order), the first ``max_docs`` of the range when capped.
@@ -20,7 +21,7 @@ normalizing tokenizer would give the normalized text. The texts are written as J
 ``bloomtrain evaluate --data NAME=FILE`` reads as any other input, so a person can score another model on
 the very same text.
 
-Prefect-free: the evaluate flow calls it in a task.
+``heldout_files`` does both and returns one typed ``HeldOutFile`` per dataset (the evaluate flow's task).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel
+
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import split_range
-from bloomdata.mixture.spec import BlendSpec, load_blend_spec
+from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer
 
 
@@ -49,20 +52,24 @@ class HeldOut:
     texts: list[str]  # documents begin, begin + 1, ... (the first max_docs of the range)
 
 
-def validation_split(spec: BlendSpec, blend_yaml: str) -> str:
-    """The split string the trainer reads validation samples with (as ``blend_from_spec`` picks it)."""
-    split = spec.split if spec.split is not None else spec.valid_range
-    if split is None:
-        raise BloomstackError(f"{blend_yaml}: the blend has no validation split (neither split nor valid_range); "
-                              "set blend.split (e.g. 90,10,0) or give the evaluate stage its own sources")
-    return split
+class HeldOutFile(BaseModel):
+    """Where one dataset's held-out documents were written, and which documents they are."""
+
+    name: str  # the blend dataset's name (a language in the pipeline)
+    prefix: str
+    valid_range: tuple[int, int]  # [begin, end) of the dataset's documents
+    docs: int  # documents written (the first max_docs of the range when capped)
+    path: str  # the JSON-lines file
 
 
 def heldout_documents(blend_yaml: str, tokenizer: str, compat: str = "core",
                       max_docs: int | None = None) -> list[HeldOut]:
     """The validation documents of every dataset of ``blend_yaml``, as text, in the blend's dataset order."""
     spec = load_blend_spec(blend_yaml)
-    split = validation_split(spec, blend_yaml)
+    split = spec.split_of("valid")
+    if split is None:
+        raise BloomstackError(f"{blend_yaml}: the blend has no validation split (neither split nor valid_range); "
+                              "set blend.split (e.g. 90,10,0) or give the evaluate stage its own sources")
     tok = load_tokenizer(tokenizer)
     eod = eod_id(tok)
     out = []
@@ -101,3 +108,12 @@ def write_heldout(held: list[HeldOut], out_dir: str | Path) -> dict[str, Path]:
         durable.write_text(out / file_name(h.name), "".join(lines))
         paths[h.name] = out / file_name(h.name)
     return paths
+
+
+def heldout_files(blend_yaml: str, tokenizer: str, out_dir: str | Path, compat: str = "core",
+                  max_docs: int | None = None) -> list[HeldOutFile]:
+    """Each blend dataset's validation documents written as ``out_dir/<name>.jsonl``, described."""
+    held = heldout_documents(blend_yaml, tokenizer, compat, max_docs)
+    paths = write_heldout(held, out_dir)
+    return [HeldOutFile(name=h.name, prefix=h.prefix, valid_range=(h.begin, h.end), docs=len(h.texts),
+                        path=str(paths[h.name])) for h in held]
