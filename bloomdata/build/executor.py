@@ -22,6 +22,11 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
   multi-line "Compute Failed ... Traceback" dump (at ERROR level, so ``silence_logs`` cannot hide it, and
   on an external cluster its logging is not ours to set). The user sees the one-line message only. Other
   exceptions are bugs: they still fail the task, with the worker's log and the traceback.
+- A lost cluster (the scheduler gone, or an external scheduler left without workers for ``WORKERS_GONE_S``)
+  raises ``ClusterLost``: one line naming the scheduler and what to restart; the callers add how many shards
+  are done (their markers stay, so a rerun reuses them). Dask's own "Failed to reconnect to scheduler after
+  30.00 seconds" log line, printed when the client closes however soon the loss came, and the tracebacks of
+  the coroutines that close cancels, are dropped.
 - Called from inside a Dask task (a Prefect task on a DaskTaskRunner), the shards run on that same
   cluster through ``worker_client``: a daemonic worker process cannot start a LocalCluster of its own.
 - Spawned worker processes re-import ``__main__``: scripts that call this must guard their entry point
@@ -30,18 +35,21 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
 import logging
 import os
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import dask.config
 from dask.utils import funcname
-from distributed import Client, LocalCluster, WorkerPlugin, as_completed, get_worker, worker_client
+from distributed import Client, LocalCluster, WorkerPlugin, get_worker, wait, worker_client
+from distributed.client import FutureCancelledError, FuturesCancelledError
 from distributed.scheduler import KilledWorker
 
 from bloomdata.errors import BloomstackError
@@ -52,6 +60,45 @@ WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
 # parent's Dask config to each worker it starts (and restarts), so it is set around the cluster's creation.
 WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 CONNECT_TIMEOUT_S = 30  # to reach an existing scheduler and see at least one worker
+WORKERS_GONE_S = 30.0  # an external scheduler without any worker this long, mid-run: the worker set is lost
+POLL_S = 2.0  # how often run_shards checks the workers while no task finishes
+
+
+class ClusterLost(BloomstackError):
+    """The Dask scheduler, or every worker of an external one, went away while ``run_shards`` ran.
+
+    ``lost``: what went away; ``restart``: what the user starts again before the rerun ("" when nothing)."""
+
+    def __init__(self, lost: str, restart: str, done: str = "") -> None:
+        fix = f"{restart}, then rerun the same command" if restart else "rerun the same command"
+        super().__init__(f"{lost}{done}: {fix}")
+        self.lost, self.restart = lost, restart
+
+    def counting(self, done: int, total: int, what: str = "shards") -> ClusterLost:
+        """The same error saying how much is done (the caller counts its completion markers)."""
+        return ClusterLost(self.lost, self.restart, f" with {done} of {total} {what} done (a rerun reuses them)")
+
+
+@contextlib.contextmanager
+def counting_done(done: Callable[[], int], total: int, what: str = "shards") -> Iterator[None]:
+    """Inside: a ClusterLost also says how much is done; ``done()`` counts the caller's completion markers
+    once the cluster is lost (a task may have finished after its result could no longer arrive)."""
+    try:
+        yield
+    except ClusterLost as lost:
+        raise lost.counting(done(), total, what) from None
+
+
+class _DropLostSchedulerNoise(logging.Filter):
+    """Dask's client logs, after its scheduler went away: "Failed to reconnect to scheduler after 30.00 seconds"
+    when it closes (however soon that is), and a CancelledError traceback per coroutine the close cancels."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
+        return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
+
+
+logging.getLogger("distributed.client").addFilter(_DropLostSchedulerNoise())
 
 
 class _WorkerEnv(WorkerPlugin):
@@ -165,19 +212,74 @@ def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int
         futures = client.map(functools.partial(_step, fn), list(items), key=funcname(fn), pure=False)
         position = {future.key: i for i, future in enumerate(futures)}
         try:
-            for future in as_completed(futures):
-                i = position[future.key]
-                try:
-                    results[i] = future.result()
-                except KilledWorker as exc:
-                    what = getattr(items[i], "name", None) or repr(items[i])
-                    raise BloomstackError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
-                                         "(out of memory? lower batch sizes or give workers more memory)") from None
-                if isinstance(results[i], _UserError):
-                    raise results[i].error from None
-                if on_result is not None:
-                    on_result(i, results[i])
+            _collect(client, futures, position, items, results, on_result)
         except BaseException:
-            client.cancel(futures)
+            if client.status == "running":
+                client.cancel(futures)
             raise
     return results
+
+
+def _collect(client: Client, futures: list, position: dict, items: Sequence[Any], results: list[Any],
+             on_result: Callable[[int, Any], None] | None) -> None:
+    """Results into ``results`` as tasks finish; the first failure, or a lost cluster, raises."""
+    remaining, idle_since = set(futures), None
+    while remaining:
+        try:
+            done, remaining = wait(remaining, timeout=POLL_S, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            idle_since = _check_workers(client, idle_since)
+            continue
+        except (FutureCancelledError, FuturesCancelledError) as exc:
+            _raise_if_scheduler_lost(client, exc)
+            raise
+        idle_since = None
+        for future in sorted(done, key=lambda f: position[f.key]):
+            i = position[future.key]
+            try:
+                results[i] = future.result()
+            except KilledWorker as exc:
+                what = getattr(items[i], "name", None) or repr(items[i])
+                raise BloomstackError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
+                                      "(out of memory? lower batch sizes or give workers more memory)") from None
+            except (FutureCancelledError, OSError) as exc:  # OSError: a gather cut off (CommClosedError)
+                _raise_if_scheduler_lost(client, exc)
+                raise
+            if isinstance(results[i], _UserError):
+                raise results[i].error from None
+            if on_result is not None:
+                on_result(i, results[i])
+
+
+def _raise_if_scheduler_lost(client: Client, exc: Exception) -> None:
+    """A ClusterLost for futures cancelled, or a result cut off, because the client lost its scheduler (a
+    cut-off connection may come just before the client notices: give it a moment)."""
+    deadline = time.monotonic() + (2.0 if isinstance(exc, OSError) else 0.0)
+    while "scheduler-connection-lost" not in str(exc) and client.status == "running":
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+    if getattr(client, "cluster", None) is not None:  # our LocalCluster: nothing for the user to restart
+        raise ClusterLost("lost the local Dask cluster's scheduler", "") from None
+    address = client.scheduler.address if client.scheduler else "its address"
+    raise ClusterLost(f"lost the Dask scheduler at {address}",
+                      f"restart it (`dask scheduler`) and its workers (`dask worker {address}`)") from None
+
+
+def _check_workers(client: Client, idle_since: float | None) -> float | None:
+    """While no task finishes: raise once an external scheduler has had no worker for WORKERS_GONE_S (a
+    LocalCluster's nannies restart theirs); returns since when it has had none (None: it has some)."""
+    if getattr(client, "cluster", None) is not None or client.status != "running":
+        return None
+    try:
+        workers = client.nthreads()
+    except OSError:  # the scheduler itself is gone: its futures say so next
+        return idle_since
+    if workers:
+        return None
+    now = time.monotonic()
+    if idle_since is not None and now - idle_since >= WORKERS_GONE_S:
+        address = client.scheduler.address
+        raise ClusterLost(f"the Dask scheduler at {address} has had no workers for {WORKERS_GONE_S:.0f} s",
+                          f"start workers with `dask worker {address}`")
+    return now if idle_since is None else idle_since

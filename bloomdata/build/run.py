@@ -201,7 +201,7 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
     """
     from tqdm import tqdm
 
-    from bloomdata.build.executor import run_shards
+    from bloomdata.build.executor import counting_done, run_shards
 
     t0 = time.perf_counter()
     plan = plan_build(config)
@@ -249,8 +249,10 @@ def run_build(config: BuildConfig, client=None) -> BuildSummary:
 
         t1 = time.perf_counter()
         try:
-            run_shards(step, [shards[i] for i in pending], n_workers=config.workers,
-                       scheduler_address=config.scheduler, client=client, on_result=on_result)
+            with counting_done(lambda: sum(load_marker(out_dir, s, k) is not None for s, k in zip(shards, keys)),
+                               len(shards)):
+                run_shards(step, [shards[i] for i in pending], n_workers=config.workers,
+                           scheduler_address=config.scheduler, client=client, on_result=on_result)
         except BaseException:
             _sweep_unmarked(out_dir)
             raise

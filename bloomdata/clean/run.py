@@ -142,6 +142,8 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     fails before anything is written. ``client``: an existing ``distributed.Client`` to run on (else
     ``config.scheduler`` or a LocalCluster of ``config.workers``).
     """
+    from bloomdata.build.executor import counting_done  # dask: imported when a run starts
+
     t0 = time.perf_counter()
     shards = plan_shards(config.sources, config.max_rows_per_shard)
     if not shards:
@@ -159,7 +161,12 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
                                        config.near_dedup.enabled, config.simhash.enabled,
                                        config.template_dedup.model_dump()])
     external = client is not None
-    with durable.owned_directory(out_dir, LOCK_FILE, "clean run"), contextlib.ExitStack() as cluster:
+
+    def filtered_shards() -> int:
+        return sum(load_marker(out_dir, s, k) is not None for s, k in zip(shards, keys))
+
+    with durable.owned_directory(out_dir, LOCK_FILE, "clean run"), contextlib.ExitStack() as cluster, \
+            counting_done(filtered_shards, len(shards), "shards filtered"):
         _remove_stray_temps(out_dir)
         previous = _up_to_date(out_dir, fingerprint)
         if previous is not None and not (config.strict and previous.rejects_total):
