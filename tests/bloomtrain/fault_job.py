@@ -10,7 +10,11 @@ Run under torchrun from the repository root, exactly like the real trainer (``-m
   ``start``: it dies as soon as the trainer resumed, on every start; ``launch``: it dies as soon as it is
   launched, before it imports torch, on every start (a rank that keeps dying, within a second);
 - ``FAULT_MARKER``: a file; when given, the fault happens once: the file is created just before the kill,
-  and a rank that finds it does not die again (the restarted worker group runs on).
+  and a rank that finds it does not die again (the restarted worker group runs on);
+- ``FAULT_SLOW_S``: seconds every rank sleeps after each iteration (time for a test to act mid-run);
+- ``FAULT_BUDGET_FIRST_ATTEMPT``: minutes; the first attempt of a Slurm job (``SLURM_RESTART_COUNT`` unset or
+  0) gets this ``checkpoint.exit_duration_in_mins``: an allocation whose time runs out, then a requeued one
+  with the job's own budget.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 
@@ -47,8 +52,18 @@ def kill_rank_callback(rank: int, after: str, marker: Path | None):
     return KillRank()
 
 
+def slow_callback(seconds: float):
+    from bloomtrain.callbacks.base import Callback  # noqa: PLC0415
+
+    class Slow(Callback):
+        def post_step(self, trainer, step) -> None:
+            time.sleep(seconds)
+
+    return Slow()
+
+
 def main(argv: list[str]) -> int:
-    fault = None
+    fault = slow_callback(float(os.environ["FAULT_SLOW_S"])) if os.environ.get("FAULT_SLOW_S") else None
     if "FAULT_RANK" in os.environ:
         rank, after = int(os.environ["FAULT_RANK"]), os.environ["FAULT_AFTER"]
         marker = Path(os.environ["FAULT_MARKER"]) if os.environ.get("FAULT_MARKER") else None
@@ -56,6 +71,9 @@ def main(argv: list[str]) -> int:
             die(rank, "at launch", marker)  # before any import of torch: a second per death
         else:
             fault = kill_rank_callback(rank, after, marker)
+    budget = os.environ.get("FAULT_BUDGET_FIRST_ATTEMPT")
+    if budget and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+        argv = [*argv, f"checkpoint.exit_duration_in_mins={budget}"]  # the last override wins
     import bloomtrain.train  # noqa: PLC0415
     from bloomtrain.cli import main as bloomtrain_main  # noqa: PLC0415
 

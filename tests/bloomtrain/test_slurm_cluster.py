@@ -1,0 +1,146 @@
+"""``bloomtrain slurm`` jobs on a real Slurm cluster started on this machine (tests/slurm_cluster.py: munged,
+slurmctld, slurmd n1 and n2), training tiny-cpu with gloo exactly as a user's job would: the script as
+``bloomtrain slurm`` writes it, sbatch, srun, bloomtrain.launcher on each node, the trainer's exit records and
+``python -m bloomtrain.recovery`` deciding at the end.
+
+Four jobs run side by side (the nodes offer 4 CPU slots each, so that they fit at once; each job's
+``--exclusive`` is dropped for that), all with the same seeded fp32 run (dropout on: the RNG must resume too):
+
+- two nodes x 1 rank, untouched: the same losses, bit for bit, as one node x 2 ranks;
+- two nodes, rank 1 SIGKILLed after the checkpoint of iteration 3: both nodes announce the launcher's restart,
+  in one line each naming the rank, its node and the checkpoint; no requeue; same losses;
+- one node x 2 ranks whose first allocation runs out of time (the trainer's budget ends after iteration 1):
+  it saves, the job requeues itself, the second attempt resumes; same losses;
+- one node whose input disappeared after the job was written: exit 2, never requeued, never restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from bloomtrain.cli.slurm import main as slurm_main
+from tests.bloomtrain.train_helpers import EXACT, TINY
+from tests.slurm_cluster import INSTALL, missing_binaries, start_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+ITERS = 6
+RUN = [*EXACT, f"schedule.train_iters={ITERS}", "checkpoint.save_interval=1", "model.hidden_dropout=0.1",
+       "model.attention_dropout=0.1", "logging.tensorboard=false", "model.kernels=torch"]
+FAULT_JOB = "-m tests.bloomtrain.fault_job"  # bloomtrain train plus one injected fault (fault_job.py)
+
+
+def _write_job(out: Path, name: str, nodes: int, procs: int, *overrides: str, fault: bool = False) -> Path:
+    run = out / name
+    script = out / f"{name}.slurm"
+    assert slurm_main(["--config", str(TINY), "--nodes", str(nodes), "--gpus-per-node", str(procs), "--cpus-per-task",
+                       "1", "--time", "00:30:00", "--workdir", str(ROOT), "--python", sys.executable, "--max-requeues",
+                       "2", "--max-restarts", "1", "--job-name", name, "--out", str(script), *RUN,
+                       f"checkpoint.dir={run / 'ckpt'}", f"logging.dir={run / 'logs'}", *overrides]) == 0
+    text = script.read_text().replace("#SBATCH --exclusive\n", "")
+    if fault:
+        text = text.replace("-m bloomtrain.cli train", FAULT_JOB)
+    script.write_text(text)
+    return script
+
+
+def _losses(log_dir: Path) -> tuple[dict[int, float], list[list[int]]]:
+    """Loss per iteration (the last record wins) and the iterations each start logged."""
+    losses: dict[int, float] = {}
+    starts: list[list[int]] = []
+    for line in (log_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == "throughput_formula":
+            starts.append([])
+        elif "loss" in rec:
+            losses[rec["iteration"]] = rec["loss"]
+            starts[-1].append(rec["iteration"])
+    return losses, starts
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """Start the cluster, submit the four jobs at once, wait for all; name -> (scontrol fields, output, run dir)."""
+    missing = missing_binaries()
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not found: {INSTALL}")
+    out = tmp_path_factory.mktemp("slurm-jobs")
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm-cluster"))
+    try:
+        bad = _write_job(out, "bad-input", 1, 1, "data.kind=blend", f"data.blend={_blend(out)}")
+        Path(_blend(out)).unlink()  # the input is gone by the time the job runs
+        submitted = {
+            "two-nodes": (_write_job(out, "two-nodes", 2, 1), {}),
+            "rank-killed": (_write_job(out, "rank-killed", 2, 1, fault=True),
+                            {"FAULT_RANK": "1", "FAULT_AFTER": "3", "FAULT_MARKER": str(out / "killed-once")}),
+            "time-budget": (_write_job(out, "time-budget", 1, 2, fault=True), {"FAULT_BUDGET_FIRST_ATTEMPT": "1e-6"}),
+            "bad-input": (bad, {}),
+        }
+        ids = {name: cluster.sbatch(script, env, cwd=out) for name, (script, env) in submitted.items()}
+        done = {name: cluster.wait(job, timeout_s=420) for name, job in ids.items()}
+        yield {name: (done[name], (out / f"{name}-{ids[name]}.out").read_text(), out / name) for name in ids}
+    finally:
+        cluster.stop()
+
+
+def _blend(out: Path) -> str:
+    """A blend YAML with one (empty) dataset: enough for the job to be written; training never reads it."""
+    blend = out / "blend.yaml"
+    if not blend.exists():
+        blend.write_text(f"seq_length: 32\nsplit: '90,10,0'\ndatasets:\n- {{name: en, prefix: {out}/en, weight: 1.0}}\n")
+        for suffix in (".bin", ".idx"):
+            (out / f"en{suffix}").touch()
+    return str(blend)
+
+
+def _finished(job: dict[str, str], restarts: int = 0) -> None:
+    assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("COMPLETED", "0:0", str(restarts)), job
+
+
+def test_two_nodes_train_as_one(jobs):
+    (job, output, run), (_, _, one_node) = jobs["two-nodes"], jobs["time-budget"]
+    _finished(job)
+    assert job["NodeList"] == "n[1-2]"
+    losses, starts = _losses(run / "logs")
+    assert sorted(losses) == list(range(1, ITERS + 1)) and len(starts) == 1
+    assert losses == _losses(one_node / "logs")[0]  # bitwise: fp32, one node x 2 ranks
+    lines = output.splitlines()
+    assert any(line.startswith("0: [rank0]:iter 6/6 ") for line in lines), output[-2000:]  # srun --label, rank prefix
+    assert lines[-1].endswith(f"training finished at iteration {ITERS}; latest checkpoint: global_step{ITERS}")
+
+
+def test_a_killed_rank_is_restarted_on_both_nodes_and_matches(jobs):
+    (job, output, run), (_, _, reference) = jobs["rank-killed"], jobs["two-nodes"]
+    _finished(job)
+    for task, node in (("0", "n1"), ("1", "n2")):  # every node announces the restart
+        assert (f"{task}: bloomtrain: node {node}: rank 1 on n2 killed by SIGKILL; restart 1 of 1 on the same nodes, "
+                "resuming from global_step3") in output.splitlines(), output[-3000:]
+    assert "Traceback" not in output
+    losses, starts = _losses(run / "logs")
+    assert starts[1] == list(range(4, ITERS + 1))
+    assert losses == _losses(reference / "logs")[0]
+
+
+def test_a_time_budget_requeues_the_job_and_the_run_matches(jobs):
+    (job, output, run), (_, _, reference) = jobs["time-budget"], jobs["two-nodes"]
+    _finished(job, restarts=1)
+    assert ("the trainer stopped at its time budget at iteration 1 and saved global_step1; requeuing (1 of 2): the next "
+            "attempt resumes from global_step1") in output
+    assert "attempt 2 of at most 3 on n" in output
+    losses, starts = _losses(run / "logs")
+    assert [s[0] for s in starts] == [1, 2] and starts[-1][-1] == ITERS
+    assert losses == _losses(reference / "logs")[0]
+
+
+def test_a_bad_input_exits_2_without_requeue(jobs):
+    job, output, _ = jobs["bad-input"]
+    assert (job["JobState"], job["ExitCode"], job["Restarts"]) == ("FAILED", "2:0", "0"), job
+    ours = [line for line in output.splitlines() if "bloomtrain" in line]
+    assert len(ours) == 3, output  # the attempt, the node agent's line, the job's decision
+    assert ours[1].startswith("0: bloomtrain: node n1: rank 0 on n1: config or input error, not retried: data.blend: "
+                              "blend file ")
+    assert "rank 0 on n1: config or input error, not requeued: data.blend: blend file " in ours[2]
+    assert "Traceback" not in output
