@@ -91,13 +91,14 @@ def test_a_lost_node_stops_the_other_within_60_s_and_the_restart_matches(tmp_pat
     assert n1.proc.returncode == 1 and stopped_s < 60, (n1.proc.returncode, stopped_s)
     after = [line for t, line in n1.output() if t > killed_at and not line.startswith("iter ")]
     latest = read_latest(run / "ckpt")
-    assert len(after) <= 5, after
-    assert after[0] == (f"bloomtrain: node n1: lost node n2 (rank 1): its agent stopped answering, so no restart on "
-                        f"these nodes; the next attempt resumes from {latest}"), after
     [exits] = (run / "exits").iterdir()
     attempt = read_attempt(exits, 0)
-    assert attempt.ranks[1].kind == "running" and not psutil.pid_exists(attempt.ranks[1].pid)  # died with its agent
-    assert attempt.ranks[0].kind == "failure" and "Traceback" in Path(attempt.ranks[0].traceback).read_text()
+    lost, kept = (next(r for r in attempt.ranks.values() if r.node == node) for node in ("n2", "n1"))
+    assert len(after) <= 5, after
+    assert after[0] == (f"bloomtrain: node n1: lost node n2 (rank {lost.rank}): its agent stopped answering, so no "
+                        f"restart on these nodes; the next attempt resumes from {latest}"), after
+    assert lost.kind == "running" and not psutil.pid_exists(lost.pid)  # its rank died with its agent
+    assert kept.kind == "failure" and "Traceback" in Path(kept.traceback).read_text()
     assert (attempt.nodes["n1"].action, attempt.nodes["n1"].lost_nodes) == ("stop", ["n2"])
     print(f"survivor stopped {stopped_s:.1f} s after n2's agent was killed, in {len(after)} lines")
 
