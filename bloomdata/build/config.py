@@ -4,13 +4,12 @@ names of the files it writes."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.config import cli_option
-from bloomdata.readers import SourceConfig, sources_field
-from bloomdata.units import parse_bytes
+from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
 MARKER_VERSION = 2  # bump when the shard output format changes: every old marker becomes invalid
 SUMMARY_FILE = "build_summary.json"
@@ -37,11 +36,7 @@ class BuildConfig(BaseModel):
                          "worker count the shards are planned for (with --scheduler too)")
     scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
                                   json_schema_extra=cli_option(metavar="ADDR"))
-    shard_bytes: Annotated[int, BeforeValidator(parse_bytes)] = Field(
-        default=64_000_000, ge=0, json_schema_extra=cli_option(metavar="BYTES"),
-        description="cut larger files into shards of at most about this size (64MB, 1GiB): jsonl by line-aligned "
-                    "byte ranges, parquet by row groups, arrow by record batches; smaller when the inputs would "
-                    "give fewer than 4 shards per worker; .gz/.zst and txt files stay whole; 0: one shard per file")
+    shard_bytes: ShardBytes = shard_bytes_field()
     max_rows_per_shard: int | None = Field(default=None, ge=1, description="cut larger files into row ranges "
                                            "instead of by size (planning counts every row)")
     strict: bool = Field(default=False, description="the first rejected row is an error naming file:line")

@@ -72,7 +72,7 @@ from bloomdata.megatron.indexed import (
     index_file_path,
     merge_datasets,
 )
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, ShardPlan, shard_plan
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, ShardPlan, plan_job
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 # ---------------------------------------------------------------------------------------------------------
@@ -186,10 +186,8 @@ def _up_to_date(out_dir: str, fingerprint: str) -> BuildSummary | None:
 
 
 def plan_build(config: BuildConfig) -> ShardPlan:
-    """The build's shards: cut by ``max_rows_per_shard`` when set, else by size for ``config.workers``
-    workers (in-process: by ``shard_bytes`` alone)."""
-    return shard_plan(config.sources, config.max_rows_per_shard, shard_bytes=config.shard_bytes,
-                      workers=config.workers or None)
+    """The build's shards (``bloomdata.readers.plan_job``, as clean plans its own)."""
+    return plan_job(config)
 
 
 def run_build(config: BuildConfig, client=None) -> BuildSummary:

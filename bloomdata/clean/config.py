@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bloomdata.config import cli_option, close_name_hint
-from bloomdata.readers import SourceConfig, sources_field
+from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
 SUMMARY_FILE = "clean_summary.json"
@@ -351,11 +351,15 @@ class CleanConfig(BaseModel):
                          json_schema_extra=not_in_key("--out", metavar="DIR"))
     output_format: Literal["jsonl.zst", "parquet"] = Field(default="jsonl.zst", json_schema_extra=not_in_key(),
                                                            description="format of the cleaned shards")
-    workers: int = Field(default=2, ge=0, json_schema_extra=not_in_key(), description="LocalCluster worker processes (0: run in-process)")
+    workers: int = Field(default=2, ge=0, json_schema_extra=not_in_key(),
+                         description="LocalCluster worker processes (0: run in-process); also the worker count the "
+                                     "shards are planned for (with --scheduler too)")
     scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
                                   json_schema_extra=not_in_key(metavar="ADDR"))
-    max_rows_per_shard: int | None = Field(default=100_000, ge=1, json_schema_extra=not_in_key(),  # in the plan
-                                           description="split larger files into row ranges (bounds a task's memory)")
+    shard_bytes: ShardBytes = shard_bytes_field(shard_key=False)  # in the plan (the shard names its bytes)
+    max_rows_per_shard: int | None = Field(default=None, ge=1, json_schema_extra=not_in_key(),  # in the plan
+                                           description="cut larger files into row ranges instead of by size "
+                                                       "(planning counts every row)")
     strict: bool = Field(default=False, json_schema_extra=not_in_key(), description="the first unreadable row is an error naming file:line")
     max_removed_examples: int = Field(default=20, ge=0, description="examples per reason in removed.jsonl.zst")
     max_example_chars: int = Field(default=2000, ge=0, description="characters of text kept per example")

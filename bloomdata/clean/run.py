@@ -2,7 +2,9 @@
 
 Design (datatrove's split between steps and executors, and its MinHash stages; the build's shard model):
 
-1. ``plan_shards`` cuts the inputs into a deterministic list of shards (files, or row ranges).
+1. ``plan_job`` cuts the inputs into a deterministic list of shards as the build does: a large file by size into
+   about 4 shards per worker (jsonl byte ranges, parquet row groups, arrow record batches), or into row ranges
+   with ``max_rows_per_shard``; the outputs do not depend on the plan.
 2. ``filter_shard`` (``bloomdata.clean.shard``) per shard on Dask: read, normalize, filter, redact; spill the
    candidates, their exact keys and MinHash band keys, each sorted, to ``OUT/work/filter/<shard>/``.
 3. ``join`` (``bloomdata.clean.dedup``) per key range of each band on Dask: (duplicate, first) pairs.
@@ -60,7 +62,7 @@ from bloomdata.clean.summary import (
     WriteManifest,
 )
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_shards
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_job
 
 
 def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> dict[str, Any]:
@@ -145,7 +147,7 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
     from bloomdata.build.executor import counting_done  # dask: imported when a run starts
 
     t0 = time.perf_counter()
-    shards = plan_shards(config.sources, config.max_rows_per_shard)
+    shards = plan_job(config).shards
     if not shards:
         raise BloomstackError("the sources hold no input files; check the --input paths")
     config = check_models(config)

@@ -45,7 +45,7 @@ from bloomdata.clean.summary import FilterManifest, LangCounts
 from bloomdata.clean.templates import LINES_FILE, line_hashes, sorted_lines
 from bloomdata.clean.text import word_units
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import Reject, Shard, read_shard
+from bloomdata.readers import Reject, Shard, read_shard_file_lines
 
 STAGE = "filter"
 BATCH = 1024  # documents per MinHash batch
@@ -149,7 +149,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
     clock = dict.fromkeys(STEPS, 0.0)
     try:
         t0 = time.perf_counter()
-        for item in read_shard(shard):
+        for item in read_shard_file_lines(shard):  # file lines, for byte ranges too
             t1 = time.perf_counter()
             clock["read"] += t1 - t0
             if isinstance(item, Reject):

@@ -11,12 +11,16 @@ Shared by the tokenizer trainer and the parallel build:
 
 from bloomdata.readers.records import REJECT_REASONS, Document, Reject, Shard, validate_row
 from bloomdata.readers.shards import (
+    ShardBytes,
     ShardPlan,
     count_rows,
     file_line,
     iter_documents,
+    plan_job,
     plan_shards,
     read_shard,
+    read_shard_file_lines,
+    shard_bytes_field,
     shard_plan,
 )
 from bloomdata.readers.sources import (
@@ -29,7 +33,8 @@ from bloomdata.readers.sources import (
 )
 
 __all__ = [
-    "REJECT_REASONS", "Document", "Format", "Reject", "Shard", "ShardPlan", "SourceConfig", "count_rows", "file_line",
-    "format_of", "iter_documents", "plan_shards", "read_shard", "resolve_files", "shard_plan", "source_from_spec",
+    "REJECT_REASONS", "Document", "Format", "Reject", "Shard", "ShardBytes", "ShardPlan", "SourceConfig",
+    "count_rows", "file_line", "format_of", "iter_documents", "plan_job", "plan_shards", "read_shard",
+    "read_shard_file_lines", "resolve_files", "shard_bytes_field", "shard_plan", "source_from_spec",
     "sources_field", "validate_row",
 ]

@@ -4,7 +4,10 @@
   also says what size the plan was cut to and which large inputs could not be cut). Same inputs and
   settings -> same list, in the same order (sources in order, each source's files sorted by path, each
   file's shards in file order).
-- ``read_shard(shard)``: streams one shard with bounded memory, in file order, through the format's reader.
+- ``plan_job(config)``: the plan of a sharded job (build, clean) from its ``sources``, ``max_rows_per_shard``,
+  ``shard_bytes`` (``shard_bytes_field``) and ``workers``: both cut a large file the same way.
+- ``read_shard(shard)``: streams one shard with bounded memory, in file order, through the format's reader;
+  ``read_shard_file_lines`` numbers a byte-range shard's rows by file line too.
 - ``iter_documents(sources)``: all documents of all sources (rejects dropped).
 
 Two ways to cut a large file, both deterministic, so an interrupted build finds the same shards again:
@@ -27,11 +30,16 @@ Two ways to cut a large file, both deterministic, so an interrupted build finds 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Annotated, Any, Protocol
 
+from pydantic import BeforeValidator, Field
+
+from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers.columnar import (
     arrow_reader,
@@ -46,12 +54,41 @@ from bloomdata.readers.jsonl import count_jsonl, line_starts, lines_before, read
 from bloomdata.readers.records import Document, Reject, Shard
 from bloomdata.readers.sources import SourceConfig, format_of, resolve_files
 from bloomdata.readers.txt import read_txt
+from bloomdata.units import parse_bytes
 
 # Size planning for parallel builds: about this many shards per worker (so that shards of unequal speed
 # still balance), but never shards smaller than MIN_SPLIT_BYTES when the cut only serves the worker count
 # (each shard costs a task, its part files with their fsyncs, and a marker).
 SHARDS_PER_WORKER = 4
 MIN_SPLIT_BYTES = 1 << 20
+
+
+ShardBytes = Annotated[int, BeforeValidator(parse_bytes)]  # "64MB", "1GiB" or a number of bytes
+
+
+def shard_bytes_field(**extra: Any) -> Any:
+    """The ``shard_bytes`` field of a sharded job's config (build, clean); ``extra``: more json_schema_extra."""
+    return Field(default=64_000_000, ge=0, json_schema_extra={**cli_option(metavar="BYTES"), **extra},
+                 description="cut larger files into shards of at most about this size (64MB, 1GiB): jsonl by "
+                             "line-aligned byte ranges, parquet by row groups, arrow by record batches; smaller when "
+                             "the inputs would give fewer than 4 shards per worker; .gz/.zst and txt files stay "
+                             "whole; 0: one shard per file")
+
+
+class ShardedJob(Protocol):
+    """What ``plan_job`` reads of a job's config (BuildConfig, CleanConfig)."""
+
+    sources: list[SourceConfig]
+    max_rows_per_shard: int | None
+    shard_bytes: int
+    workers: int
+
+
+def plan_job(config: ShardedJob) -> ShardPlan:
+    """A job's shards: cut by ``max_rows_per_shard`` when set, else by size for ``config.workers`` workers
+    (in-process, ``workers=0``: by ``shard_bytes`` alone)."""
+    return shard_plan(config.sources, config.max_rows_per_shard, shard_bytes=config.shard_bytes,
+                      workers=config.workers or None)
 
 
 @dataclass(frozen=True)
@@ -200,6 +237,17 @@ def read_shard(shard: Shard) -> Iterator[Document | Reject]:
         raise BloomstackError(f"input file not found: {shard.path} (it was listed when the shards were "
                              "planned; re-plan if the inputs changed)")
     yield from _READERS[fmt](shard)
+
+
+def read_shard_file_lines(shard: Shard) -> Iterator[Document | Reject]:
+    """``read_shard`` with every row's ``line`` its file line, a byte-range shard's too (it counts the lines
+    before its range once: reads the file up to the range, at disk speed)."""
+    if not shard.local_lines:
+        yield from read_shard(shard)
+        return
+    before = lines_before(shard.path, shard.byte_range[0])
+    for item in read_shard(shard):
+        yield dataclasses.replace(item, line=item.line + before)
 
 
 def file_line(shard: Shard, line: int) -> int:

@@ -187,11 +187,41 @@ def test_identical_output_for_any_worker_count(tmp_path, client, mixed, referenc
 
 
 def test_any_sharding_keeps_the_same_documents_in_the_same_order(tmp_path, mixed):
+    """One shard, row ranges, and byte ranges (the default plan of a large file): the same documents."""
     one = run_clean(_config([mixed], tmp_path / "one", workers=0, max_rows_per_shard=None))
     many = run_clean(_config([mixed], tmp_path / "many", workers=0, max_rows_per_shard=97))
-    assert one.shards.total == 1 and many.shards.total == 27
-    assert _kept(tmp_path / "one") == _kept(tmp_path / "many")
-    assert one.languages == many.languages
+    ranges = run_clean(_config([mixed], tmp_path / "bytes", workers=0, shard_bytes=mixed.stat().st_size // 8))
+    assert (one.shards.total, many.shards.total, ranges.shards.total) == (1, 27, 8)
+    assert _kept(tmp_path / "one") == _kept(tmp_path / "many") == _kept(tmp_path / "bytes")
+    assert one.languages == many.languages == ranges.languages
+
+
+def test_byte_range_shards_name_file_lines(tmp_path):
+    """Removed rows of every byte-range shard are named by their line in the file, as with one shard."""
+    rows = [json.dumps(r, ensure_ascii=False) for r in _rows(CORPUS_DIR / "en.jsonl")] * 3
+    bad = list(range(40, len(rows), 40))  # 0-based rows replaced by broken JSON, spread over every shard
+    for i in bad:
+        rows[i] = '{"text": broken'
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    summary = run_clean(_config([path], tmp_path / "out", workers=0, shard_bytes=path.stat().st_size // 6))
+    assert summary.shards.total >= 6
+    assert [r["where"] for r in _removed(tmp_path / "out") if r["reason"] in REJECT_REASONS] == \
+        [f"{path}:{i + 1}" for i in bad]
+
+
+def test_clean_plans_a_large_file_by_bytes_and_workers_as_the_build_does(mixed):
+    from bloomdata.build import BuildConfig
+    from bloomdata.build.run import plan_build
+    from bloomdata.readers import plan_job
+
+    for workers in (1, 2, 4):
+        clean = _config([mixed], "out", workers=workers, shard_bytes=mixed.stat().st_size // 3)
+        build = BuildConfig(sources=clean.sources, tokenizer="t", out_dir="out", workers=workers,
+                            shard_bytes=clean.shard_bytes)
+        shards = plan_job(clean).shards
+        assert shards == plan_build(build).shards
+        assert len(shards) >= 3 and all(s.byte_range for s in shards)
 
 
 def test_killed_run_resumes_to_identical_output(tmp_path, client, mixed, reference):
