@@ -350,6 +350,13 @@ class CardConfig(BaseModel):
                                            description="grid carbon intensity in kg CO2eq per kWh; with "
                                                        "--power-watts the card estimates emissions")
 
+    def card_settings(self, given_only: bool = False) -> CardConfig:
+        """This config's card fields (those of a subclass: ExportConfig, the flows' export stage) as a CardConfig;
+        with ``given_only``, only the fields set explicitly, so that they replace stored settings and leave the
+        others (an evaluation added later with `bloomtrain model-card`) as they are."""
+        names = set(CardConfig.model_fields) & (self.model_fields_set if given_only else set(CardConfig.model_fields))
+        return CardConfig.model_validate(self.model_dump(include=names))
+
 
 class ExportConfig(CardConfig):
     """``bloomtrain export``: a checkpoint (any TP x PP layout) -> a transformers BloomForCausalLM directory with its

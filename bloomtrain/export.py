@@ -121,7 +121,6 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
 
 def run_export(config: ExportConfig) -> Path:
     """``export`` for an ``ExportConfig``: the model of ``bloomtrain export`` and of the flows' export stage."""
-    card = CardConfig.model_validate(config.model_dump(include=set(CardConfig.model_fields)))
     return export(Path(config.checkpoint), Path(config.out_dir), tag=config.tag,
                   tokenizer_dir=Path(config.tokenizer) if config.tokenizer else None,
-                  dtype=getattr(torch, config.dtype) if config.dtype else None, card=card)
+                  dtype=getattr(torch, config.dtype) if config.dtype else None, card=config.card_settings())

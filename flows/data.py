@@ -27,7 +27,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, plan_build, run_build
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, load_tokenizer, train_tokenizer
-from bloomdata.tokenizer.fertility import FertilityRow, fertility_table
+from bloomdata.tokenizer.fertility import FERTILITY_FILE, FertilityRow, fertility_table, write_fertility
 from flows.config import demo_build_config, demo_tokenizer_config
 from flows.failures import transient, user_errors
 from flows.results import DatasetResult, TokenizerResult, TrainedTokenizer
@@ -64,8 +64,10 @@ def _train_tokenizer(config: TokenizerTrainConfig, fertility_docs_per_lang: int)
     out = config.out_dir
     report = train_tokenizer_task(config.model_copy(update={"show_progress": False}))
     rows = fertility_task(out, config.sources, fertility_docs_per_lang)
+    fertility_json = str(Path(out) / FERTILITY_FILE)
+    write_fertility(fertility_json, rows, out)
     get_run_logger().info("tokenizer: %d tokens, %d languages -> %s", report.vocab_size, len(report.languages), out)
-    return TrainedTokenizer(tokenizer_dir=out, report=report, fertility=rows)
+    return TrainedTokenizer(tokenizer_dir=out, report=report, fertility=rows, fertility_json=fertility_json)
 
 
 @flow(name="tokenizer")
@@ -78,7 +80,8 @@ def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), ferti
     stage = Stage("tokenizer", out, key, TrainedTokenizer, config)
     run = config.model_copy(update={"out_dir": str(out)})
     return stage.run(lambda: _train_tokenizer(run, fertility_docs_per_lang),
-                     outputs=lambda _: {"tokenizer": out / "tokenizer.json"}, publish=fertility_artifact)
+                     outputs=lambda t: {"tokenizer": out / "tokenizer.json", "fertility": t.fertility_json},
+                     publish=fertility_artifact)
 
 
 # --- dataset --------------------------------------------------------------------------------------------

@@ -79,7 +79,8 @@ def _clean_line(cleaned: CleanSummary) -> str:
 
 def report(result: PipelineResult, seconds: float | None = None) -> str:
     """Where everything is, the headline numbers and samples, then the per-language bits-per-byte table last."""
-    from flows.evaluate import bpb_table  # noqa: PLC0415 - keep --help fast
+    from bloomtrain.card import CARD_FILE  # noqa: PLC0415 - keep --help fast
+    from flows.evaluate import bpb_table  # noqa: PLC0415
 
     run, exported, ev = result.train.result, result.export.result, result.evaluate.result
     t = run.summary
@@ -93,7 +94,7 @@ def report(result: PipelineResult, seconds: float | None = None) -> str:
         f"  blend        {result.blend.result.blend_yaml}  (+ blend.md, blend.png)",
         f"  training     {Path(run.paths.config).parent}  (train.yaml, logs/metrics.jsonl, loss.png)",
         f"  checkpoints  {run.paths.checkpoints}",
-        f"  HF model     {exported.hf_dir}  (BloomForCausalLM.from_pretrained)",
+        f"  HF model     {exported.hf_dir}  (BloomForCausalLM.from_pretrained; model card {CARD_FILE})",
         f"  evaluation   {Path(ev.eval_json).parent}  (eval.json, eval.md, eval.png; held-out text in heldout/)",
         "  final loss n/a (no metrics.jsonl)" if t is None else
         f"  final loss {t.final_loss:.4f}  perplexity {t.perplexity:.2f}  validation loss "

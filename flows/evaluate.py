@@ -24,6 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.readers import SourceConfig
+from bloomtrain.card import CARD_FILES
 from bloomtrain.evaluation.config import ModelSpec
 from bloomtrain.evaluation.heldout import HeldOutFile, heldout_files
 from bloomtrain.evaluation.report import OVERALL, EvalReport, ModelResult
@@ -97,7 +98,10 @@ def evaluate_artifacts(evaluation: Evaluation) -> None:
 
 def input_files(config: EvaluateStageConfig) -> list[str]:
     """Files whose change must re-run the stage: the models, and the documents (blend, datasets, tokenizer)."""
-    paths = [m.path for m in config.models] + [ModelSpec.model_validate(m).path for m in config.reference_models]
+    models = [m.path for m in config.models] + [ModelSpec.model_validate(m).path for m in config.reference_models]
+    # a model directory's files but its card's: rebuilding the card (after this stage) does not change the model
+    paths = [str(f) for m in models for f in (sorted(Path(m).iterdir()) if Path(m).is_dir() else [Path(m)])
+             if f.name not in CARD_FILES]
     if config.sources:
         return paths + source_files(config.sources)
     spec = load_blend_spec(config.blend)

@@ -1,4 +1,5 @@
-"""``export_flow``: checkpoint -> transformers ``BloomForCausalLM`` directory, then a generated sample.
+"""``export_flow``: checkpoint -> transformers ``BloomForCausalLM`` directory with its model card, then a generated
+sample.
 
 The conversion is ``bloomtrain.export.run_export`` on the stage's ``ExportConfig`` (``ExportStageConfig``: the
 checkpoint, tokenizer and output directory; any TP x PP layout, merged). The samples, and in the pipeline the
@@ -6,6 +7,11 @@ loss on the training's own validation samples (``ExportCheck``), come from *tran
 directory (``bloomtrain.evaluation.exported``), not from our model code: they prove the export loads and
 runs where users will load it, and is the trained model. Runs in the flow process (one small model, CPU is
 fine). The result is an ``ExportedModel`` (``flows.results``).
+
+The model card (README.md, ``bloomtrain.card``) follows the stage's card settings (``CardConfig`` fields: licence,
+clean summary, fertility, ...), which are not part of the stage's key: changing them rebuilds the card from the
+records (``model_card_task``, after the stage, skipped or not), never the weights. In the pipeline the card is
+rebuilt once more after the evaluation, with its eval.json.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from bloomtrain.config import ExportConfig
+from bloomtrain.config import CardConfig, ExportConfig
 from bloomtrain.evaluation.exported import BlendLoss, blend_loss, greedy_samples
 from flows.config import ExportCheck, ExportStageConfig
 from flows.failures import transient, user_errors
@@ -28,6 +34,14 @@ def export_task(config: ExportConfig) -> str:
     from bloomtrain.export import run_export  # noqa: PLC0415 - torch is paid only when exporting
 
     return str(run_export(config))
+
+
+@task(name="model-card")
+def model_card_task(hf_dir: str, card: CardConfig) -> str:
+    """Rebuild the export's README.md from its records, with ``card``'s set fields replacing the stored ones."""
+    from bloomtrain.card import rebuild_model_card  # noqa: PLC0415
+
+    return str(rebuild_model_card(Path(hf_dir), card))
 
 
 @task(name="generate-sample")
@@ -72,10 +86,14 @@ def _export(config: ExportStageConfig, check: ExportCheck | None) -> ExportedMod
 @user_errors
 def export_flow(config: ExportStageConfig = ExportStageConfig(), check: ExportCheck | None = None,
                 upstream: list[str] | None = None) -> ExportResult:
-    """Export ``config.checkpoint`` to a transformers directory, score it on ``check``'s validation samples
-    (when given) and generate samples from it (skipped when done)."""
+    """Export ``config.checkpoint`` to a transformers directory with its model card, score it on ``check``'s
+    validation samples (when given) and generate samples from it (skipped when done; the card follows the card
+    settings either way)."""
     out = Path(config.out_dir).resolve()
-    key = stage_key([config, check], upstream=upstream or [])
-    return Stage("export", out, key, ExportedModel, config).run(
+    key = stage_key([config.model_dump(exclude=set(CardConfig.model_fields)), check], upstream=upstream or [])
+    exported = Stage("export", out, key, ExportedModel, config).run(
         lambda: _export(config.model_copy(update={"out_dir": str(out)}), check),
         outputs=lambda exported: {"model": Path(exported.hf_dir) / "model.safetensors"})
+    if exported.skipped:
+        model_card_task(exported.result.hf_dir, config.card_settings(given_only=True))
+    return exported

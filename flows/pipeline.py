@@ -10,7 +10,9 @@ read instead of the corpus; their keys fold in its key. A stage that does not co
 Failed (Cancelled for a cancelled training) with "<stage> stage <state>: <its message>" (``flows.failures``).
 The training stage also gets one named validation set per language (each language dataset's validation
 split, ``language_valid_sets``) and the tokenizer, so the run logs every language's loss, perplexity and
-bits per byte at each evaluation, and its summary shows them.
+bits per byte at each evaluation, and its summary shows them. The export's model card (README.md) is built
+from the run's records with the clean summary and the tokenizer's fertility table (``card_records``), and
+rebuilt after the evaluation with its eval.json.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
+from bloomdata.clean import SUMMARY_FILE
 from bloomdata.config import derive
 from bloomdata.readers import SourceConfig
+from bloomtrain.config import CardConfig
 from bloomtrain.data import per_dataset_valid_sets
 from bloomtrain.evaluation.config import ModelSpec
 from flows.blend import blend_flow
@@ -29,7 +33,7 @@ from flows.clean import clean_flow, cleaned_sources
 from flows.config import ExportCheck, PipelineConfig, TrainStageConfig
 from flows.data import dataset_flow, tokenizer_flow
 from flows.evaluate import bpb_table, evaluate_flow
-from flows.export import export_flow
+from flows.export import export_flow, model_card_task
 from flows.failures import stage_result, user_errors
 from flows.report import training_markdown
 from flows.results import (
@@ -139,15 +143,26 @@ def train_stage(config: PipelineConfig, tok: TokenizerResult, blend: BlendResult
                                    TrainResult)
 
 
-def model_stages(config: PipelineConfig, tok: TokenizerResult, blend: BlendResult, root: Path) -> tuple[
+def card_records(clean: CleanResult | None, tok: TokenizerResult) -> dict[str, str]:
+    """The export's card settings this pipeline knows: the clean stage's summary (when it ran), the tokenizer's
+    fertility table, and the split the evaluation scores (each language's validation documents)."""
+    records = {"fertility": tok.result.fertility_json, "evaluation_split": "validation"}
+    if clean is not None:
+        records["clean_summary"] = str(Path(clean.result.out_dir) / SUMMARY_FILE)
+    return records
+
+
+def model_stages(config: PipelineConfig, clean: CleanResult | None, tok: TokenizerResult, blend: BlendResult,
+                 root: Path) -> tuple[
         TrainResult, ExportResult, EvaluateResult]:
-    """Training, the HF export (scored on the training's own validation samples) and the evaluation of the
-    export on each language's validation documents (at the training's sequence length unless the stage sets a
-    context), beside any reference models."""
+    """Training, the HF export with its model card (scored on the training's own validation samples), the
+    evaluation of the export on each language's validation documents (at the training's sequence length unless
+    the stage sets a context) beside any reference models, and the card again with that evaluation."""
     train_cfg, train = train_stage(config, tok, blend, root)
     t = train_cfg.train
-    export_cfg = config.export.model_copy(update={"checkpoint": train.result.paths.checkpoints,
-                                                  "tokenizer": tok.result.tokenizer_dir, "out_dir": str(root / "hf")})
+    export_cfg = config.export.model_copy(update={
+        "checkpoint": train.result.paths.checkpoints, "tokenizer": tok.result.tokenizer_dir, "out_dir": str(root / "hf"),
+        **card_records(clean, tok)})
     check = ExportCheck(blend=blend.result.blend_yaml, samples=t.logging.eval_iters * t.schedule.global_batch_size,
                         compat=t.data.compat, cache_dir=t.data.cache_dir) if t.logging.eval_interval else None
     export = stage_result("export", export_flow(export_cfg, check, upstream=[train.key], return_state=True),
@@ -158,6 +173,8 @@ def model_stages(config: PipelineConfig, tok: TokenizerResult, blend: BlendResul
         "context": config.evaluate.context or t.model.seq_length, "out_dir": str(root / "eval")})
     evaluation = stage_result("evaluate", evaluate_flow(eval_cfg, upstream=[export.key], return_state=True),
                               EvaluateResult)
+    # the export's card again, now with the evaluation's per-language results (its model-index)
+    model_card_task(export.result.hf_dir, CardConfig(evaluation=evaluation.result.eval_json, evaluated_model="exported"))
     return train, export, evaluation
 
 
@@ -170,7 +187,7 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> PipelineResult:
     # (stage_result raises StageEnded; user_errors turns it into the state): a rerun resumes there.
     clean, tok, data = data_stages(config, root)
     blend = blend_stage(config, data, root)
-    train, export, evaluation = model_stages(config, tok, blend, root)
+    train, export, evaluation = model_stages(config, clean, tok, blend, root)
     result = PipelineResult(out_dir=str(root), clean=clean, tokenizer=tok, dataset=data, blend=blend, train=train,
                             export=export, evaluate=evaluation)
     create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")

@@ -29,11 +29,13 @@ from flows.stages import StageResult
 
 
 class TrainedTokenizer(BaseModel):
-    """The tokenizer stage: the tokenizer directory, its training report and its fertility per language."""
+    """The tokenizer stage: the tokenizer directory, its training report and its fertility per language (also as
+    the JSON a model card reads)."""
 
     tokenizer_dir: str  # tokenizer.json and the transformers files
     report: TokenizerReport
     fertility: list[FertilityRow]
+    fertility_json: str  # tokenizer_dir/fertility.json (bloomdata.tokenizer.fertility.write_fertility)
 
 
 class TunedBlend(BaseModel):

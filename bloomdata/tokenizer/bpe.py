@@ -97,6 +97,9 @@ def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, m
     return tok
 
 
+REPORT_FILE = "training_report.json"
+
+
 class TokenizerReport(BaseModel):
     """``training_report.json``: how the sample was drawn and what was trained; what ``train_tokenizer`` returns."""
 
@@ -117,6 +120,16 @@ class TokenizerReport(BaseModel):
     training_seconds: float
     wall_seconds: float
     tokenizer_identity: str | None = None  # sha256 of tokenizer.json (not in the file: it hashes that file's sibling)
+
+
+def read_training_report(tokenizer_dir: str | os.PathLike) -> TokenizerReport | None:
+    """The directory's training_report.json; None when it has none (a tokenizer trained elsewhere) or one this
+    version does not read."""
+    record = durable.read_json(Path(tokenizer_dir) / REPORT_FILE)
+    try:
+        return TokenizerReport.model_validate(record) if isinstance(record, dict) else None
+    except ValueError:  # pydantic's ValidationError
+        return None
 
 
 def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: TokenizerReport | None = None) -> Path:
@@ -145,7 +158,7 @@ def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: Tokenizer
     durable.write_json(out / "tokenizer_config.json", config, indent=2)
     durable.write_json(out / "special_tokens_map.json", special_map, indent=2)
     if report is not None:
-        durable.write_json(out / "training_report.json", report.model_dump(exclude={"tokenizer_identity"}), indent=2)
+        durable.write_json(out / REPORT_FILE, report.model_dump(exclude={"tokenizer_identity"}), indent=2)
     durable.write_text(out / "tokenizer.json", tok.to_str(pretty=True))  # the bytes Tokenizer.save writes
     return out
 

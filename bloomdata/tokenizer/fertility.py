@@ -138,6 +138,8 @@ def to_markdown(rows: list[FertilityRow], name: str = "tokenizer", compare_name:
 
 # --- the JSON file: {"tokenizer": DIR, "compare": DIR | null, "rows": [FertilityRow.to_dict(), ...]} ---------------
 
+FERTILITY_FILE = "fertility.json"  # its name beside tokenizer.json when the flows' tokenizer stage measured it
+
 
 def write_fertility(path: str, rows: list[FertilityRow], tokenizer: str, compare: str | None = None) -> None:
     """The rows as JSON (``bloomdata fertility --json``, the pipeline's tokenizer stage); atomic."""

@@ -25,13 +25,13 @@ from bloomdata import durable
 from bloomdata.clean.summary import CleanSummary
 from bloomdata.errors import BloomstackError
 from bloomdata.mixture.spec import BlendSpec, load_blend_spec
+from bloomdata.tokenizer.bpe import TokenizerReport, read_training_report
 from bloomdata.tokenizer.fertility import FertilityRow, read_fertility
 from bloomtrain.evaluation.report import EvalReport, ModelResult
 from bloomtrain.metrics import Launch, TrainingSummary, read_launches, read_metrics, summarize
 from bloomtrain.provenance import Provenance
 
 M = TypeVar("M", bound=BaseModel)
-TOKENIZER_REPORT = "training_report.json"  # bloomdata.tokenizer.bpe.save_tokenizer
 
 
 @dataclass
@@ -58,7 +58,7 @@ class CardRecords:
     blend: BlendSpec | None = None
     blend_path: str | None = None
     tokenizer_dir: str | None = None
-    tokenizer_report: dict[str, Any] | None = None
+    tokenizer_report: TokenizerReport | None = None
     fertility: list[FertilityRow] | None = None
     clean: CleanSummary | None = None
     evaluation: ModelEvaluation | None = None
@@ -138,8 +138,7 @@ def _data(records: CardRecords) -> None:
     if tokenizer is not None:
         tok_dir = Path(tokenizer) if Path(tokenizer).is_dir() else Path(tokenizer).parent
         records.tokenizer_dir = str(tok_dir)
-        report = durable.read_json(tok_dir / TOKENIZER_REPORT)
-        records.tokenizer_report = report if isinstance(report, dict) else None
+        records.tokenizer_report = read_training_report(tok_dir)
 
 
 def load_records(provenance: Provenance, model_dir: Path | None = None) -> CardRecords:

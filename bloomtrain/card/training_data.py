@@ -69,13 +69,12 @@ def cleaning_part(r: CardRecords) -> str:
 def tokenizer_part(r: CardRecords) -> str:
     if r.tokenizer_dir is None:
         return note("the tokenizer", "neither the run nor the export named one")
-    rep = r.tokenizer_report or {}
-    trained = f", trained on {rep['total_bytes_drawn']:,} bytes sampled with alpha {rep['alpha']} from " \
-              f"{len(rep['languages'])} languages" if {"total_bytes_drawn", "alpha", "languages"} <= set(rep) else ""
-    vocab = f"{rep['vocab_size']:,} tokens" if "vocab_size" in rep else \
-        f"{r.provenance.model.vocab_size:,} tokens (the model's vocabulary)"
+    rep = r.tokenizer_report
+    what = f"{r.provenance.model.vocab_size:,} tokens (the model's vocabulary; no training_report.json beside it)" \
+        if rep is None else f"{rep.vocab_size:,} tokens, trained on {rep.total_bytes_drawn:,} bytes sampled with " \
+                            f"alpha {rep.alpha} from {len(rep.languages)} languages"
     parts = ["### Tokenizer", f"Byte-level BPE with BLOOM's pre-tokenizer and no normalization (`{r.tokenizer_dir}`): "
-                              f"{vocab}{trained}."]
+                              f"{what}."]
     if r.fertility is None:
         parts.append(note("fertility per language", "no `fertility` table was given (write one with `bloomdata "
                           "fertility --json`)"))

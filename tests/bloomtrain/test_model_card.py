@@ -20,6 +20,7 @@ from bloomdata.clean import CleanConfig, CleanSummary, run_clean
 from bloomdata.errors import BloomstackError
 from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.bpe import REPORT_FILE, TokenizerReport
 from bloomdata.tokenizer.fertility import FertilityRow, write_fertility
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.checkpoint.tags import commit_tag
@@ -130,8 +131,12 @@ def _eval_json(tmp_path, model_dir) -> tuple[str, EvalReport]:
 
 def _run(tmp_path, tiny_tokenizer_dir, validate: bool = True):
     cfg = _train_config(tmp_path, tiny_tokenizer_dir, validate)
-    (tiny_tokenizer_dir / "training_report.json").write_text(json.dumps(
-        {"vocab_size": 250, "alpha": 0.3, "total_bytes_drawn": 12_345, "languages": list(LANGS)}))
+    drawn = {lang: 4_115 for lang in LANGS}
+    report = TokenizerReport(languages=list(LANGS), bytes_available=drawn, probabilities={lang: 1 / 3 for lang in LANGS},
+                             bytes_quota=drawn, bytes_drawn=drawn, docs_drawn=drawn, total_bytes_drawn=12_345, seed=0,
+                             alpha=0.3, byte_budget=12_345, min_frequency=2, vocab_size_requested=250, vocab_size=250,
+                             sampling_seconds=0.1, training_seconds=0.1, wall_seconds=0.2)
+    (tiny_tokenizer_dir / REPORT_FILE).write_text(report.model_dump_json())
     _blend(tmp_path)
     _metrics(tmp_path, validate)
     return _checkpoint(tmp_path, cfg)
@@ -180,6 +185,7 @@ def test_export_writes_a_card_from_every_record(tmp_path, tiny_tokenizer_dir):
     assert f"`bloomdata clean` with the default settings kept {clean.documents_kept:,} of 482 documents" in body
     assert f"| en | 162 | {100 * 160 / 162:.1f}% |" in body and "removed: exact_duplicate" in body
     assert "| fr | 5 | 1.310 | 0.2620 |" in body  # fertility
+    assert "250 tokens, trained on 12,345 bytes sampled with alpha 0.3 from 3 languages" in body
     en = report.models["exported"].languages["en"]
     assert f"| en | 10 | 5,000 | 1,200 | {en.loss:.4f} | {en.ppl:.2f} | {en.bpb:.4f} |" in body
     assert "(validation_curves.png)" in body and "| hi | 6 | 6.4000 | 99.00 | 4.4000 |" in body

@@ -23,6 +23,7 @@ from bloomdata.mixture.report import write_blend
 from bloomdata.mixture.tune import BlendConfig, tune_blend
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
+from bloomtrain.card import CARD_FILE
 from bloomtrain.hf_import import copy_tokenizer_files
 from flows.config import DEMO_CORPUS, EvaluateStageConfig
 from flows.evaluate import evaluate_flow
@@ -114,6 +115,8 @@ def test_scores_exactly_the_validation_documents(prefect_harness, built, tmp_pat
     stamp = (out / MARKER).stat().st_mtime_ns
     again = evaluate_flow(_config(built, out))  # same config and inputs: skipped
     assert again.skipped and again.result == result.result and (out / MARKER).stat().st_mtime_ns == stamp
+    (built / "hf-a" / CARD_FILE).write_text("a rebuilt model card")  # the model's card changed, not the model
+    assert evaluate_flow(_config(built, out)).skipped
     (built / "hf-b" / "config.json").touch()  # a reference model changed: scored again
     evaluate_flow(_config(built, out))
     assert (out / MARKER).stat().st_mtime_ns != stamp

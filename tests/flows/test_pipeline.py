@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from huggingface_hub import ModelCard
 
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import split_range
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import load_tokenizer
+from bloomtrain.card import CARD_FILE
 from bloomtrain.evaluation import read_documents
 from bloomtrain.model.config import PRESETS
 from flows.clean import cleaned_sources
@@ -152,3 +154,30 @@ def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path
     printed = report(result).splitlines()  # what `make demo` prints: the table last
     assert printed[-5].split()[:2] == ["language", "docs"] and printed[-1].split()[0] == "overall"
     assert printed[-2].split()[:2] == ["yo", str(scores["exported"]["languages"]["yo"]["docs"])]
+    _check_model_card(hf, result, scores["exported"], printed)
+
+
+def _check_model_card(hf: Path, result, exported: dict, printed: list[str]) -> None:
+    """The export's README.md, rebuilt after the evaluation: eval.json's numbers in its model-index, and every figure
+    of the demo's report that a card states, digit for digit."""
+    card = ModelCard.load(hf / CARD_FILE)
+    assert card.data.language == list(LANGS) and "license" not in card.data.to_dict()  # no licence was given
+    metrics = (("loss", "loss"), ("ppl", "perplexity"), ("bpb", "bits_per_byte"))
+    assert {(r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results} == \
+        {(lang, name): exported["languages"][lang][key] for lang in LANGS for key, name in metrics}
+    assert {r.dataset_split for r in card.data.eval_results} == {"validation"}
+    body = card.text
+    final, ppl, valid, valid_ppl, speed = re.search(r"final loss (\S+)  perplexity (\S+)  validation loss (\S+) "
+                                                    r"\(ppl (\S+)\)  (\S+) tokens/s", "\n".join(printed)).groups()
+    assert f"| final training loss | {final} (perplexity {ppl}) |" in body
+    assert f"| validation loss, last evaluation | {valid} (perplexity {valid_ppl}) |" in body
+    assert f"| throughput | {speed} tokens/s" in body
+    for row in printed[-4:]:  # language, documents, bytes, bits per byte of the export (then the reference's)
+        lang, docs, nbytes, bpb = row.split()[:4]
+        assert re.search(rf"^\| {lang} \| {docs} \| {nbytes} \| [\d,]+ \| [\d.]+ \| [\d.]+ \| {bpb} \|$", body, re.M), row
+    clean = result.clean.result
+    assert f"`bloomdata clean` with the default settings kept {clean.documents_kept} of {clean.documents_in} documents" \
+        in body and f"({clean.documents_kept} of {clean.documents_in} documents kept" in "\n".join(printed)
+    assert "Fertility (tokens per whitespace word" in body and "![Validation curves](validation_curves.png)" in body
+    assert [line.split(";")[0] for line in body.splitlines() if line.startswith("*Not recorded")] == \
+        ["*Not recorded: the licence", "*Not recorded: energy and emissions"]  # nothing else is unknown
