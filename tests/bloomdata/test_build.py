@@ -13,14 +13,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bloomdata import durable
 from bloomdata.build import (
     REJECTS_FILE,
     SHARDS_DIR,
@@ -43,6 +41,7 @@ from tests.bloomdata.build_helpers import (
     _config,
     _outputs,
     _temps,
+    build_killing_a_worker,
 )
 
 
@@ -110,22 +109,8 @@ def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big
     reruns the task elsewhere, the rerun starts that shard afresh, the bytes are unchanged."""
     config = _config([big_jsonl], small_tokenizer_dir, tmp_path, append_eod=True,
                      max_rows_per_shard=BIG_SHARD_ROWS)
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(summary=run_build(config, client=client)))
-    thread.start()
-    killed = None
-    deadline = time.time() + 60
-    while killed is None and thread.is_alive() and time.time() < deadline:
-        for tmp in (tmp_path / SHARDS_DIR).glob("*/*.bin.tmp-*"):
-            pid = int(tmp.name.split(durable.TEMP_INFIX)[1].split("-")[0])  # <name>.tmp-<pid>-<random>
-            if pid != os.getpid():
-                os.kill(pid, signal.SIGKILL)
-                killed = pid
-                break
-        time.sleep(0.005)
-    thread.join(120)
-    assert killed is not None, "the build finished before a worker could be killed"
-    assert result["summary"].shards.built == BIG_SHARDS
+    summary = build_killing_a_worker(config, client)
+    assert summary.shards.built == BIG_SHARDS
     assert _outputs(tmp_path) == reference_big
     assert not _temps(tmp_path)
 

@@ -19,12 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from bloomdata import durable
 from bloomdata.build import run_build
 from bloomdata.build.config import SHARDS_DIR
 from bloomdata.build.executor import ClusterLost
 from bloomdata.errors import BloomstackError
-from tests.bloomdata.build_helpers import BIG_SHARD_ROWS, BIG_SHARDS, REPO, _config, _outputs, _temps
+from tests.bloomdata.build_helpers import (
+    BIG_SHARD_ROWS,
+    BIG_SHARDS,
+    REPO,
+    _config,
+    _outputs,
+    _temps,
+    build_killing_a_worker,
+)
 from tests.gloo_harness import free_port
 
 DASK = str(Path(sys.executable).with_name("dask"))
@@ -81,20 +88,8 @@ def _markers(out: Path) -> int:
 def test_worker_killed_mid_build_on_a_dask_cli_cluster(tmp_path, cluster, big_jsonl, small_tokenizer_dir,
                                                        reference_big):
     out = tmp_path / "out"
-    result: dict = {}
-    thread = threading.Thread(target=lambda: result.update(
-        summary=run_build(_config_on(cluster, big_jsonl, small_tokenizer_dir, out))))
-    thread.start()
-    killed, deadline = None, time.time() + 90
-    while killed is None and thread.is_alive() and time.time() < deadline:
-        for tmp in (out / SHARDS_DIR).glob("*/*.bin.tmp-*"):
-            killed = int(tmp.name.split(durable.TEMP_INFIX)[1].split("-")[0])  # <name>.tmp-<pid>-<random>
-            os.kill(killed, signal.SIGKILL)  # the worker process (its nanny starts another)
-            break
-        time.sleep(0.005)
-    thread.join(180)
-    assert killed is not None, "the build finished before a worker could be killed"
-    assert result["summary"].shards.built == BIG_SHARDS
+    summary = build_killing_a_worker(_config_on(cluster, big_jsonl, small_tokenizer_dir, out))  # a nanny restarts it
+    assert summary.shards.built == BIG_SHARDS
     assert _outputs(out) == reference_big
     assert not _temps(out)
 
