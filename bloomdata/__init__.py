@@ -1,6 +1,6 @@
 """bloomdata: BLOOM tokenizer, Megatron-compatible token datasets, sample indices and blends.
 
-Never imports torch (data workers stay light); only ``bloomdata.build.executor`` imports dask.
+Never imports torch (data workers stay light); only ``bloomdata.jobs.executor`` imports dask.
 The public API is re-exported here; heavier pieces are imported on first use.
 """
 

@@ -10,6 +10,3 @@ raise it without importing upward.
 
 class BloomstackError(Exception):
     """A user-facing error: one line naming the culprit and the fix; CLIs exit with code 2."""
-
-
-BloomDataError = BloomstackError  # the name before the project-wide one; the same class

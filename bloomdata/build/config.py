@@ -3,7 +3,6 @@ names of the files it writes."""
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,7 +15,6 @@ SUMMARY_FILE = "build_summary.json"
 REJECTS_FILE = "rejects.jsonl"
 SHARDS_DIR = "shards"
 LOCK_FILE = ".bloomdata-build.lock"
-UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined": documents without a language
 
 
 class BuildConfig(BaseModel):
@@ -46,10 +44,3 @@ class BuildConfig(BaseModel):
     keep_shards: bool = Field(default=False, description="keep OUT_DIR/shards after the merge")
     progress: bool = Field(default=True, description="tqdm progress bar on stderr")
 
-
-
-def output_name_of(lang: str | None) -> str:
-    """Filesystem-safe output name for a document language."""
-    if not lang:
-        return UNKNOWN_LANG
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", lang)[:64]

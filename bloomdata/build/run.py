@@ -2,13 +2,15 @@
 
 Design (datatrove's split between steps and executors; Megatron's "tokenize shards, then merge"):
 
-- ``plan_build`` (``bloomdata.readers.shard_plan``) cuts the inputs into a deterministic list of shards (a
+- ``plan_build`` (``bloomdata.readers.plan_job``) cuts the inputs into a deterministic list of shards (a
   file, or a byte range, row group range or record batch range of a large one: about ``shard_bytes`` each,
   smaller when that would leave workers idle; or row ranges with ``max_rows_per_shard``).
   ``tokenize_shard`` is a pure step: it streams one shard in bounded batches through
   ``Tokenizer.encode_batch_fast`` and writes one small dataset per output name (language) under
-  ``OUT_DIR/shards/<shard name>/``. ``bloomdata.parallel.run_shards`` places the steps on Dask workers;
-  nothing here knows about Dask.
+  ``OUT_DIR/shards/<shard name>/``. ``bloomdata.jobs`` places the steps on Dask workers; nothing here
+  knows about Dask. ``BuildJob`` is a ``bloomdata.jobs.runner.ShardedJob``: the lock, the sweeps of stray
+  temps, the up-to-date check, the "output holds an input" check and the summary as the build's marker
+  are the runner's, shared with ``bloomdata clean``.
 - Completion markers (``bloomdata.durable``): a shard is done when ``OUT_DIR/shards/<shard name>.done.json``
   exists, records the same *key* (the content key of shard identity, input size + mtime, tokenizer sha256,
   append_eod, dtype, output naming) and the part files it lists exist with the recorded sizes. The marker
@@ -39,23 +41,16 @@ import functools
 import json
 import os
 import shutil
-import sys
 import time
 from collections import Counter
+from typing import Any
 
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.build.config import (
-    LOCK_FILE,
-    REJECTS_FILE,
-    SHARDS_DIR,
-    SUMMARY_FILE,
-    BuildConfig,
-    output_name_of,
-)
+from bloomdata.build.config import LOCK_FILE, REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig
 from bloomdata.build.shard import (
-    _strict_error,
+    ShardSettings,
     load_marker,
     part_prefix,
     parts_intact,
@@ -64,6 +59,7 @@ from bloomdata.build.shard import (
 )
 from bloomdata.build.summary import BuildSummary, OutputStats, ShardCounts, ShardManifest
 from bloomdata.errors import BloomstackError
+from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
 from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -72,7 +68,7 @@ from bloomdata.megatron.indexed import (
     index_file_path,
     merge_datasets,
 )
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, ShardPlan, plan_job
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, ShardPlan, output_name_of, plan_job
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 # ---------------------------------------------------------------------------------------------------------
@@ -138,171 +134,152 @@ def empty_reject_counts() -> dict[str, int]:
 # The whole build: plan -> tokenize shards in parallel -> merge in plan order -> summary
 
 
-def _remove_stray_temps(out_dir: str) -> None:
-    """Temp files of killed builds or workers (outputs, summary, markers, shard parts). Called under the
-    lock, so no live build owns them (an orphaned task on an external cluster may; it redoes its shard)."""
-    shards_dir = os.path.join(out_dir, SHARDS_DIR)
-    directories = [out_dir, shards_dir]
-    if os.path.isdir(shards_dir):
-        directories += [e.path for e in os.scandir(shards_dir) if e.is_dir()]
-    for directory in directories:
-        durable.remove_temps(directory)
-
-
-def _sweep_other_plans(out_dir: str, shards: list[Shard]) -> None:
-    """Remove the parts and markers of shards that are not in this plan (left by a run with another shard
-    size, worker count or inputs, with keep_shards or killed): they can never be reused by this plan."""
-    shards_dir = os.path.join(out_dir, SHARDS_DIR)
-    if not os.path.isdir(shards_dir):
-        return
-    planned = {s.name for s in shards}
-    for entry in os.scandir(shards_dir):
-        name = entry.name.removesuffix(".done.json")
-        if name not in planned:
-            if entry.is_dir():
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.remove(entry.path)
-
-
-def _sweep_unmarked(out_dir: str) -> None:
-    """After a failed run: remove shard directories without a marker (half-written by cancelled tasks)."""
-    shards_dir = os.path.join(out_dir, SHARDS_DIR)
-    if os.path.isdir(shards_dir):
-        for entry in os.scandir(shards_dir):
-            if entry.is_dir() and not os.path.exists(f"{entry.path}.done.json"):
-                shutil.rmtree(entry.path, ignore_errors=True)
-    _remove_stray_temps(out_dir)
-
-
-def _up_to_date(out_dir: str, fingerprint: str) -> BuildSummary | None:
-    """The previous summary when it was written for the same fingerprint and its outputs are intact."""
-    summary = durable.read_manifest(os.path.join(out_dir, SUMMARY_FILE), fingerprint, BuildSummary)
-    if summary is None:  # none, another fingerprint, or a summary of another format: build again
-        return None
-    if all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values()):
-        return summary
-    return None
-
-
 def plan_build(config: BuildConfig) -> ShardPlan:
     """The build's shards (``bloomdata.readers.plan_job``, as clean plans its own)."""
     return plan_job(config)
 
 
-def run_build(config: BuildConfig, client=None) -> BuildSummary:
+class BuildJob(ShardedJob[BuildSummary]):
+    """One build as a durable sharded job (``bloomdata.jobs.runner``): lock, sweeps, up-to-date check and
+    summary are the runner's; the tokenize stage, the --strict check of reused shards and the merge are here."""
+
+    files = JobFiles(writer="build", lock=LOCK_FILE, summary=SUMMARY_FILE)
+    summary_type = BuildSummary
+
+    def __init__(self, config: BuildConfig, client: Any = None) -> None:
+        """Everything that can fail on user input (missing input, bad tokenizer path, an output holding an
+        input) fails here, before anything is written."""
+        self.started = time.perf_counter()  # the summary's wall time counts planning too
+        self.config = config
+        self.shard_plan = plan_build(config)
+        shards = self.shard_plan.shards
+        if not shards:
+            raise BloomstackError("the sources hold no input files; check the --input paths")
+        tok = load_tokenizer(config.tokenizer)
+        self.tokenizer_sha = tokenizer_identity(config.tokenizer)
+        if config.append_eod:
+            eod_id(tok)  # fails now, not in every worker, when the tokenizer has no </s>
+        self.dtype = best_fitting_dtype(tok.get_vocab_size())
+        out_dir = os.path.abspath(config.out_dir)
+        self.settings = ShardSettings(
+            tokenizer_path=os.path.abspath(config.tokenizer), out_dir=out_dir, append_eod=config.append_eod,
+            dtype=self.dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
+            batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples)
+        self.names = {config.output_name} if config.split_by == "none" else \
+            {output_name_of(s.lang) for s in config.sources if s.lang}
+        self.identities = [shard_key(s, self.tokenizer_sha, self.settings) for s in shards]
+        self.keys = [durable.content_key(identity) for identity in self.identities]
+        fingerprint = durable.content_key([self.keys, sorted(self.names), config.max_reject_examples])
+        where = Placement(config.workers, config.scheduler, client, config.progress)
+        super().__init__(JobPlan(out_dir, shards, fingerprint, where, config.strict))
+
+    def marked(self) -> int:
+        return sum(load_marker(self.plan.out_dir, s, k) is not None for s, k in zip(self.plan.shards, self.keys))
+
+    def intact(self, summary: BuildSummary) -> bool:
+        return all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values())
+
+    def prepare(self) -> None:
+        """Remove the parts and markers of shards that are not in this plan (left by a run with another shard
+        size, worker count or inputs, with keep_shards or killed): they can never be reused by this plan."""
+        shards_dir = os.path.join(self.plan.out_dir, SHARDS_DIR)
+        if not os.path.isdir(shards_dir):
+            return
+        planned = {s.name for s in self.plan.shards}
+        for entry in os.scandir(shards_dir):
+            if entry.name.removesuffix(".done.json") not in planned:
+                if entry.is_dir():
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.remove(entry.path)
+
+    def on_failure(self) -> None:
+        """Remove shard directories without a marker (half-written by cancelled tasks), and stray temps."""
+        shards_dir = os.path.join(self.plan.out_dir, SHARDS_DIR)
+        if os.path.isdir(shards_dir):
+            for entry in os.scandir(shards_dir):
+                if entry.is_dir() and not os.path.exists(f"{entry.path}.done.json"):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+        super().on_failure()
+
+    def finish(self, summary: BuildSummary) -> None:
+        if not self.config.keep_shards:
+            shutil.rmtree(os.path.join(self.plan.out_dir, SHARDS_DIR), ignore_errors=True)
+
+    def tokenize(self) -> tuple[list[ShardManifest], list[int]]:
+        """Stage 1: every shard without a valid marker, on the placement; (manifests in plan order, the built)."""
+        shards, out_dir = self.plan.shards, self.plan.out_dir
+        found = [load_marker(out_dir, s, k) for s, k in zip(shards, self.keys)]
+        pending = [i for i, m in enumerate(found) if m is None]
+        done = Counter(documents=sum(m.documents for m in found if m), tokens=sum(m.tokens for m in found if m))
+
+        def on_result(j: int, manifest: ShardManifest) -> None:
+            found[pending[j]] = manifest
+            done.update(documents=manifest.documents, tokens=manifest.tokens)
+
+        step = functools.partial(tokenize_shard, settings=self.settings)
+        self.plan.where.map("tokenize", step, [shards[i] for i in pending], on_result,
+                            done_before=len(shards) - len(pending), postfix=lambda: {"docs": done["documents"],
+                                                                                     "tokens": done["tokens"]})
+        manifests = [m for m in found if m is not None]
+        assert len(manifests) == len(shards)  # every pending shard returned its manifest
+        return manifests, pending
+
+    def refuse_rejects(self, manifests: list[ShardManifest]) -> None:
+        """--strict over shards reused from a lenient run, which may hold rejects: the first, at its file line."""
+        shards = self.plan.shards
+        for shard, m, offset in zip(shards, manifests, file_line_offsets(shards, manifests)):
+            if any(m.rejects.values()):
+                examples = m.reject_examples or [{"path": shard.path, "line": shard.start + 1,
+                                                  "reason": next(iter(m.rejects)), "detail": "or later"}]
+                reject = Reject(**examples[0])
+                raise strict_error(dataclasses.replace(reject, line=reject.line + offset))
+
+    def work(self) -> BuildSummary:
+        t1 = time.perf_counter()
+        manifests, pending = self.tokenize()
+        t2 = time.perf_counter()
+        if self.config.strict:
+            self.refuse_rejects(manifests)
+        out_dir, shards = self.plan.out_dir, self.plan.shards
+        outputs = merge_shards(out_dir, shards, manifests, self.names, self.dtype)
+        write_rejects(os.path.join(out_dir, REJECTS_FILE), shards, manifests, self.config.max_reject_examples)
+        return self.summary(manifests, pending, outputs, t1, t2)
+
+    def summary(self, manifests: list[ShardManifest], pending: list[int], outputs: dict[str, OutputStats],
+                t1: float, t2: float) -> BuildSummary:
+        """The summary (``tokenize_seconds``: t1 -> t2; merge: t2 -> now)."""
+        config, wall = self.config, time.perf_counter() - self.started
+        built = [manifests[i] for i in pending]
+        rejects = empty_reject_counts()
+        for m in manifests:
+            for reason, n in m.rejects.items():
+                rejects[reason] = rejects.get(reason, 0) + n
+        return BuildSummary(
+            out_dir=self.plan.out_dir, outputs=outputs,
+            documents=sum(o.documents for o in outputs.values()), tokens=sum(o.tokens for o in outputs.values()),
+            text_bytes_in=sum(m.text_bytes for m in manifests),
+            input_file_bytes=sum({i["shard"]["path"]: i["input"]["size"] for i in self.identities}.values()),
+            bytes_out=sum(o.bin_bytes + o.idx_bytes for o in outputs.values()),
+            rejects=rejects, rejects_total=sum(rejects.values()),
+            rejects_file=os.path.join(self.plan.out_dir, REJECTS_FILE),
+            shards=ShardCounts(total=len(manifests), built=len(pending), reused=len(manifests) - len(pending)),
+            shard_bytes=self.shard_plan.shard_bytes, unsplittable_inputs=self.shard_plan.unsplittable,
+            tokenizer=self.settings.tokenizer_path, tokenizer_sha256=self.tokenizer_sha, dtype=self.dtype.name,
+            append_eod=config.append_eod, split_by=config.split_by, workers=self.plan.where.recorded_workers,
+            scheduler=config.scheduler, wall_seconds=round(wall, 3),
+            tokenize_seconds=round(t2 - t1, 3), merge_seconds=round(self.started + wall - t2, 3),
+            shard_cpu_seconds=round(sum(m.cpu_seconds for m in built), 3),
+            throughput_mb_s=round(sum(m.text_bytes for m in built) / 1e6 / wall, 3),
+            tokens_per_s=round(sum(m.tokens for m in built) / wall, 1),
+            fingerprint=self.plan.fingerprint)
+
+
+def run_build(config: BuildConfig, client: Any = None) -> BuildSummary:
     """Plan, tokenize every unfinished shard in parallel, merge in plan order; returns the summary.
 
     Everything that can fail on user input (missing input, bad tokenizer path, unwritable output) fails
     before anything is written. ``client``: an existing ``distributed.Client`` to run on (else
     ``config.scheduler`` or a LocalCluster of ``config.workers``).
     """
-    from tqdm import tqdm
-
-    from bloomdata.build.executor import counting_done, run_shards
-
-    t0 = time.perf_counter()
-    plan = plan_build(config)
-    shards = plan.shards
-    if not shards:
-        raise BloomstackError("the sources hold no input files; check the --input paths")
-    tok = load_tokenizer(config.tokenizer)
-    tokenizer_sha = tokenizer_identity(config.tokenizer)
-    if config.append_eod:
-        eod_id(tok)  # fails now, not in every worker, when the tokenizer has no </s>
-    dtype = best_fitting_dtype(tok.get_vocab_size())
-    out_dir = os.path.abspath(config.out_dir)
-    tokenizer_path = os.path.abspath(config.tokenizer)  # workers may run elsewhere: no relative paths
-    inside = [s.path for s in shards if os.path.commonpath([out_dir, s.path]) == out_dir]
-    if inside:
-        raise BloomstackError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
-                             "the outputs back as inputs: choose an --out outside the inputs")
-    names = {config.output_name} if config.split_by == "none" else \
-        {output_name_of(s.lang) for s in config.sources if s.lang}
-    identities = [shard_key(s, tokenizer_sha, config.append_eod, dtype, config.split_by, config.output_name)
-                  for s in shards]
-    keys = [durable.content_key(identity) for identity in identities]
-    fingerprint = durable.content_key([keys, sorted(names), config.max_reject_examples])
-    with durable.owned_directory(out_dir, LOCK_FILE, "build"):
-        _remove_stray_temps(out_dir)
-        _sweep_other_plans(out_dir, shards)
-        previous = _up_to_date(out_dir, fingerprint)
-        if previous is not None and not (config.strict and previous.rejects_total):
-            return previous.model_copy(update={"up_to_date": True})
-        manifests = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
-        pending = [i for i, m in enumerate(manifests) if m is None]
-        step = functools.partial(
-            tokenize_shard, tokenizer_path=tokenizer_path, out_dir=out_dir, append_eod=config.append_eod,
-            dtype=dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
-            batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples)
-        done = Counter(documents=sum(m.documents for m in manifests if m), tokens=sum(m.tokens for m in manifests if m))
-        bar = tqdm(total=len(shards), initial=len(shards) - len(pending), unit="shard", desc="tokenize",
-                   disable=not config.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-
-        def on_result(j: int, manifest: ShardManifest) -> None:
-            manifests[pending[j]] = manifest
-            done.update(documents=manifest.documents, tokens=manifest.tokens)
-            bar.set_postfix(docs=done["documents"], tokens=done["tokens"], refresh=False)
-            bar.update(1)
-
-        t1 = time.perf_counter()
-        try:
-            with counting_done(lambda: sum(load_marker(out_dir, s, k) is not None for s, k in zip(shards, keys)),
-                               len(shards)):
-                run_shards(step, [shards[i] for i in pending], n_workers=config.workers,
-                           scheduler_address=config.scheduler, client=client, on_result=on_result)
-        except BaseException:
-            _sweep_unmarked(out_dir)
-            raise
-        finally:
-            bar.close()
-        t2 = time.perf_counter()
-        if config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
-            for shard, m, offset in zip(shards, manifests, file_line_offsets(shards, manifests)):
-                if any(m.rejects.values()):
-                    examples = m.reject_examples or [{"path": shard.path, "line": shard.start + 1,
-                                                      "reason": next(iter(m.rejects)), "detail": "or later"}]
-                    reject = Reject(**examples[0])
-                    raise _strict_error(dataclasses.replace(reject, line=reject.line + offset))
-        outputs = merge_shards(out_dir, shards, manifests, names, dtype)
-        write_rejects(os.path.join(out_dir, REJECTS_FILE), shards, manifests, config.max_reject_examples)
-        wall = time.perf_counter() - t0
-        built = [manifests[i] for i in pending]
-        rejects = empty_reject_counts()
-        for m in manifests:
-            for reason, n in m.rejects.items():
-                rejects[reason] = rejects.get(reason, 0) + n
-        summary = BuildSummary(
-            out_dir=out_dir,
-            outputs=outputs,
-            documents=sum(o.documents for o in outputs.values()),
-            tokens=sum(o.tokens for o in outputs.values()),
-            text_bytes_in=sum(m.text_bytes for m in manifests),
-            input_file_bytes=sum({i["shard"]["path"]: i["input"]["size"] for i in identities}.values()),
-            bytes_out=sum(o.bin_bytes + o.idx_bytes for o in outputs.values()),
-            rejects=rejects,
-            rejects_total=sum(rejects.values()),
-            rejects_file=os.path.join(out_dir, REJECTS_FILE),
-            shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),
-            shard_bytes=plan.shard_bytes,
-            unsplittable_inputs=plan.unsplittable,
-            tokenizer=tokenizer_path,
-            tokenizer_sha256=tokenizer_sha,
-            dtype=dtype.name,
-            append_eod=config.append_eod,
-            split_by=config.split_by,
-            workers=None if config.scheduler or client is not None else config.workers,
-            scheduler=config.scheduler,
-            wall_seconds=round(wall, 3),
-            tokenize_seconds=round(t2 - t1, 3),
-            merge_seconds=round(wall - (t2 - t0), 3),
-            shard_cpu_seconds=round(sum(m.cpu_seconds for m in built), 3),
-            throughput_mb_s=round(sum(m.text_bytes for m in built) / 1e6 / wall, 3),
-            tokens_per_s=round(sum(m.tokens for m in built) / wall, 1),
-            fingerprint=fingerprint,
-        )
-        # the build's marker, written last (after the merged outputs and the rejects file it describes)
-        durable.write_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint, summary)
-        if not config.keep_shards:
-            shutil.rmtree(os.path.join(out_dir, SHARDS_DIR), ignore_errors=True)
-    return summary
+    return BuildJob(config, client).run()

@@ -6,7 +6,7 @@ output naming) and the part files it lists exist with the recorded sizes. The ma
 is written with ``durable.write_marker`` only after the parts are published, so a killed worker or build
 never leaves a half-written shard that looks complete; a changed input or tokenizer changes the key and the
 shard is rebuilt, never reused. ``tokenize_shard`` is a pure step: nothing here knows about Dask
-(``bloomdata.build.executor`` places it).
+(``bloomdata.jobs`` places it).
 """
 
 from __future__ import annotations
@@ -17,35 +17,52 @@ import os
 import shutil
 import time
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.build.config import MARKER_VERSION, SHARDS_DIR, output_name_of
+from bloomdata.build.config import MARKER_VERSION, SHARDS_DIR
 from bloomdata.build.summary import PartStats, ShardManifest
-from bloomdata.errors import BloomDataError
+from bloomdata.errors import BloomstackError
+from bloomdata.jobs.runner import strict_error
 from bloomdata.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path
-from bloomdata.readers import Reject, Shard, file_line, read_shard
+from bloomdata.readers import Reject, Shard, file_line, output_name_of, read_shard
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 
-def shard_key(shard: Shard, tokenizer_sha: str, append_eod: bool, dtype: np.dtype, split_by: str,
-              output_name: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ShardSettings:
+    """What a build's shard step needs besides the shard: one per build, pickled to every worker."""
+
+    tokenizer_path: str  # absolute: workers may run elsewhere
+    out_dir: str  # absolute
+    append_eod: bool
+    dtype: str  # numpy dtype name of the token ids
+    split_by: str = "lang"  # one output per document language, or "none": all in output_name
+    output_name: str = "all"
+    strict: bool = False  # the first rejected row is an error
+    batch_docs: int = 1000  # documents per encode_batch call
+    batch_bytes: int = 8 << 20  # characters per encode_batch call
+    max_examples: int = 20  # reject examples kept per reason
+
+
+def shard_key(shard: Shard, tokenizer_sha: str | None, settings: ShardSettings) -> dict[str, Any]:
     """Everything that determines a shard's output bytes; a marker is valid only for an equal key."""
     try:
         st = os.stat(shard.path)
     except OSError as exc:
-        raise BloomDataError(f"cannot read input {shard.path}: {exc.strerror}") from None
+        raise BloomstackError(f"cannot read input {shard.path}: {exc.strerror}") from None
     return {
         "version": MARKER_VERSION,
         "shard": dataclasses.asdict(shard),
         "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns},
         "tokenizer_sha256": tokenizer_sha,
-        "append_eod": append_eod,
-        "dtype": np.dtype(dtype).name,
-        "split_by": split_by,
-        "output_name": output_name if split_by == "none" else None,
+        "append_eod": settings.append_eod,
+        "dtype": np.dtype(settings.dtype).name,
+        "split_by": settings.split_by,
+        "output_name": settings.output_name if settings.split_by == "none" else None,
     }
 
 
@@ -90,21 +107,109 @@ def _tokenizer(path: str):
     return _cached_tokenizer(file, st.st_size, st.st_mtime_ns)
 
 
-def _strict_error(reject: Reject) -> BloomDataError:
-    """--strict's error for a reject whose line is the file's (see ``file_reject``)."""
-    return BloomDataError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
-                          "drop that row, or run without --strict to skip and count it")
-
-
 def file_reject(shard: Shard, reject: Reject) -> Reject:
     """The reject with its file line number: a byte-range shard counts lines from its own first line."""
     return dataclasses.replace(reject, line=file_line(shard, reject.line)) if shard.local_lines else reject
 
 
-def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eod: bool, dtype: str,
-                   split_by: str = "lang", output_name: str = "all", strict: bool = False,
-                   batch_docs: int = 1000, batch_bytes: int = 8 << 20,
-                   max_examples: int = 20) -> ShardManifest:
+class _Parts:
+    """The shard's part writers, one per output name, fed in batches through ``encode_batch_fast``.
+
+    The per-document work runs ~10^4 times a second per worker: kept to the bare minimum (no per-document
+    regex, encode or dict churn) since it is what separates us from bare encoding."""
+
+    def __init__(self, shard: Shard, settings: ShardSettings, tok: Any) -> None:
+        self.shard, self.settings, self.tok = shard, settings, tok
+        self.dtype = np.dtype(settings.dtype)
+        self.eod = eod_id(tok) if settings.append_eod else None
+        self.writers: dict[str, IndexedDatasetWriter] = {}
+        self.tokens: Counter[str] = Counter()
+        self.text_bytes = 0
+        self.names: list[str] = []
+        self.texts: list[str] = []
+        self.chars = 0
+
+    def add(self, name: str, text: str) -> None:
+        self.names.append(name)
+        self.texts.append(text)
+        self.chars += len(text)
+        if len(self.texts) >= self.settings.batch_docs or self.chars >= self.settings.batch_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        encodings = self.tok.encode_batch_fast(self.texts, add_special_tokens=False)
+        self.text_bytes += len("".join(self.texts).encode("utf-8"))
+        for name, enc in zip(self.names, encodings):
+            ids = enc.ids
+            if self.eod is not None:
+                ids.append(self.eod)
+            writer = self.writers.get(name)
+            if writer is None:
+                prefix = part_prefix(self.settings.out_dir, self.shard, name)
+                writer = self.writers[name] = IndexedDatasetWriter(prefix, self.dtype)
+            writer.add_document(np.array(ids, dtype=self.dtype))  # never empty: texts are non-empty
+            self.tokens[name] += len(ids)
+        self.names.clear()
+        self.texts.clear()
+        self.chars = 0
+
+    def finalize(self) -> dict[str, PartStats]:
+        if self.texts:
+            self.flush()
+        for writer in self.writers.values():
+            writer.finalize()
+        stats = {}
+        for name in sorted(self.writers):
+            prefix = part_prefix(self.settings.out_dir, self.shard, name)
+            stats[name] = PartStats(documents=len(self.writers[name]), tokens=self.tokens[name],
+                                    bin_bytes=os.path.getsize(data_file_path(prefix)),
+                                    idx_bytes=os.path.getsize(index_file_path(prefix)))
+        return stats
+
+    def abort(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
+
+
+@dataclass
+class _Rejects:
+    """A shard's rejected rows: counts per reason and the first ``limit`` of each (--strict: the first raises)."""
+
+    shard: Shard
+    strict: bool
+    limit: int
+    counts: Counter[str] = dataclasses.field(default_factory=Counter)
+    examples: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def add(self, reject: Reject) -> None:
+        if self.strict:
+            raise strict_error(file_reject(self.shard, reject))
+        self.counts[reject.reason] += 1
+        if self.counts[reject.reason] <= self.limit:
+            self.examples.append(dataclasses.asdict(reject))
+
+
+def _tokenize_rows(shard: Shard, parts: _Parts, rejects: _Rejects) -> int:
+    """Stream the shard's rows into ``parts``; returns the rows read (documents and rejects)."""
+    split_by, output_name = parts.settings.split_by, parts.settings.output_name
+    names_of: dict[str | None, str] = {}  # document lang -> output name, sanitized once per language
+    rows = 0
+    for item in read_shard(shard):
+        rows += 1
+        if isinstance(item, Reject):
+            rejects.add(item)
+            continue
+        if split_by == "none":
+            name = output_name
+        else:
+            name = names_of.get(item.lang)
+            if name is None:
+                name = names_of[item.lang] = output_name_of(item.lang)
+        parts.add(name, item.text)
+    return rows
+
+
+def tokenize_shard(shard: Shard, settings: ShardSettings) -> ShardManifest:
     """Tokenize one shard into ``OUT_DIR/shards/<shard>/<name>.bin/.idx`` and mark it done.
 
     Idempotent: a shard with a valid marker is not redone (Dask may re-run a task whose worker died).
@@ -112,88 +217,30 @@ def tokenize_shard(shard: Shard, tokenizer_path: str, out_dir: str, *, append_eo
     writers' 4 bytes per document. Returns the manifest (small: counts, sizes, bounded reject examples).
     """
     t0, cpu0 = time.perf_counter(), time.process_time()
-    tok, sha = _tokenizer(tokenizer_path)
-    np_dtype = np.dtype(dtype)
-    identity = shard_key(shard, sha, append_eod, np_dtype, split_by, output_name)
+    tok, sha = _tokenizer(settings.tokenizer_path)
+    identity = shard_key(shard, sha, settings)
     key = durable.content_key(identity)
-    manifest = load_marker(out_dir, shard, key)
+    manifest = load_marker(settings.out_dir, shard, key)
     if manifest is not None:
         return manifest.model_copy(update={"reused": True})
-    eod = eod_id(tok) if append_eod else None
-    work = os.path.join(out_dir, SHARDS_DIR, shard.name)
+    work = os.path.join(settings.out_dir, SHARDS_DIR, shard.name)
     shutil.rmtree(work, ignore_errors=True)  # stray temp files or stale parts of an earlier attempt
     os.makedirs(work, exist_ok=True)
-    writers: dict[str, IndexedDatasetWriter] = {}
-    rejects: Counter[str] = Counter()
-    examples: list[dict[str, Any]] = []
-    counts = {"text_bytes": 0, "rows": 0}
-    part_tokens: Counter[str] = Counter()
-    batch_names: list[str] = []
-    batch_texts: list[str] = []
-    batch_chars = 0
-
-    # The per-document work below runs ~10^4 times a second per worker: kept to the bare minimum
-    # (no per-document regex, encode or dict churn) since it is what separates us from bare encoding.
-    def flush() -> None:
-        encodings = tok.encode_batch_fast(batch_texts, add_special_tokens=False)
-        counts["text_bytes"] += len("".join(batch_texts).encode("utf-8"))
-        for name, enc in zip(batch_names, encodings):
-            ids = enc.ids
-            if eod is not None:
-                ids.append(eod)
-            writer = writers.get(name)
-            if writer is None:
-                writer = writers[name] = IndexedDatasetWriter(part_prefix(out_dir, shard, name), np_dtype)
-            writer.add_document(np.array(ids, dtype=np_dtype))  # never empty: texts are non-empty
-            part_tokens[name] += len(ids)
-        batch_names.clear()
-        batch_texts.clear()
-
-    names_of: dict[str | None, str] = {}  # document lang -> output name, sanitized once per language
-
+    parts = _Parts(shard, settings, tok)
+    rejects = _Rejects(shard, settings.strict, settings.max_examples)
     try:
-        for item in read_shard(shard):
-            counts["rows"] += 1
-            if isinstance(item, Reject):
-                if strict:
-                    raise _strict_error(file_reject(shard, item))
-                rejects[item.reason] += 1
-                if rejects[item.reason] <= max_examples:
-                    examples.append(dataclasses.asdict(item))
-                continue
-            if split_by == "none":
-                batch_names.append(output_name)
-            else:
-                name = names_of.get(item.lang)
-                if name is None:
-                    name = names_of[item.lang] = output_name_of(item.lang)
-                batch_names.append(name)
-            batch_texts.append(item.text)
-            batch_chars += len(item.text)
-            if len(batch_texts) >= batch_docs or batch_chars >= batch_bytes:
-                flush()
-                batch_chars = 0
-        if batch_texts:
-            flush()
-        for writer in writers.values():
-            writer.finalize()
+        rows = _tokenize_rows(shard, parts, rejects)
+        outputs = parts.finalize()
     except BaseException:
-        for writer in writers.values():
-            writer.abort()
+        parts.abort()
         shutil.rmtree(work, ignore_errors=True)
         raise
-    outputs = {}
-    for name in sorted(writers):
-        prefix = part_prefix(out_dir, shard, name)
-        outputs[name] = PartStats(documents=len(writers[name]), tokens=part_tokens[name],
-                                  bin_bytes=os.path.getsize(data_file_path(prefix)),
-                                  idx_bytes=os.path.getsize(index_file_path(prefix)))
     manifest = ShardManifest(
-        shard=shard.name, identity=durable.to_jsonable(identity), outputs=outputs, rows=counts["rows"],
-        text_bytes=counts["text_bytes"],
-        documents=sum(len(w) for w in writers.values()), tokens=sum(part_tokens.values()),
-        rejects=dict(sorted(rejects.items())), reject_examples=examples,
-        seconds=round(time.perf_counter() - t0, 3), cpu_seconds=round(time.process_time() - cpu0, 3))
+        shard=shard.name, identity=durable.to_jsonable(identity), outputs=outputs, rows=rows,
+        text_bytes=parts.text_bytes, documents=sum(o.documents for o in outputs.values()),
+        tokens=sum(o.tokens for o in outputs.values()), rejects=dict(sorted(rejects.counts.items())),
+        reject_examples=rejects.examples, seconds=round(time.perf_counter() - t0, 3),
+        cpu_seconds=round(time.process_time() - cpu0, 3))
     # the commit point: written after every part file is published (and fsynced by its writer)
-    durable.write_marker(marker_path(out_dir, shard), key, manifest.model_dump(mode="json", exclude={"reused"}))
+    durable.write_marker(marker_path(settings.out_dir, shard), key, manifest.model_dump(mode="json", exclude={"reused"}))
     return manifest

@@ -14,7 +14,9 @@ Design (datatrove's split between steps and executors, and its MinHash stages; t
    last: the run's marker, whose key (``fingerprint``) is the content key of every shard key and the
    output settings, so an unchanged rerun does nothing.
 
-Stages 2, 3 and 5 run on one Dask client: the caller's, or one ``dask_client`` (``bloomdata.build.executor``)
+``CleanJob`` is a ``bloomdata.jobs.runner.ShardedJob``: the lock, the sweeps of stray temps, the up-to-date
+check, the "output holds an input" check and the summary as the run's marker are the runner's, shared
+with ``bloomdata build``. Stages 2, 3 and 5 run on one Dask client (``Placement``): the caller's, or one
 opened for the whole run. Every task writes its files, then a completion marker keyed by everything that
 determines them (``bloomdata.durable``), so a killed run resumes where it stopped and produces the same
 bytes. Outputs depend only on the plan (global ids are plan positions; joins sort by them; parts are named
@@ -24,12 +26,11 @@ at the end unless ``keep_work``.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import functools
 import json
 import os
 import shutil
-import sys
 import time
 from typing import Any
 
@@ -52,7 +53,7 @@ from bloomdata.clean.config import (
 from bloomdata.clean.filters import load_word_lists
 from bloomdata.clean.models import check_models, model_identity
 from bloomdata.clean.report import write_report
-from bloomdata.clean.shard import STEPS, filter_shard, load_marker, shard_dir, shard_key, strict_error
+from bloomdata.clean.shard import STEPS, filter_shard, load_marker, shard_dir, shard_key
 from bloomdata.clean.summary import (
     CleanSummary,
     FilterManifest,
@@ -62,6 +63,7 @@ from bloomdata.clean.summary import (
     WriteManifest,
 )
 from bloomdata.errors import BloomstackError
+from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
 from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_job
 
 
@@ -70,42 +72,6 @@ def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: 
     the fields marked ``not_in_key`` (opt-out, so a new section is in the key the day it is added), model
     files by identity, and the word lists as read."""
     return {**shard_settings(config, model_identity), "closed_class_words": closed, "flagged_words": flagged}
-
-
-def _remove_stray_temps(out_dir: str) -> None:
-    for root, _, _ in os.walk(out_dir):
-        durable.remove_temps(root)
-
-
-def _up_to_date(out_dir: str, fingerprint: str) -> CleanSummary | None:
-    summary = durable.read_manifest(os.path.join(out_dir, SUMMARY_FILE), fingerprint, CleanSummary)
-    if summary is None:
-        return None
-    for output in summary.outputs.values():
-        paths = [os.path.join(out_dir, f) for f in output.files]
-        if not all(os.path.isfile(p) for p in paths) or sum(map(os.path.getsize, paths)) != output.file_bytes:
-            return None
-    return summary
-
-
-def _stage(name: str, fn, items: list, config: CleanConfig, client, on_result=None) -> list:
-    """``run_shards`` on ``client`` (None: in this process, ``workers=0``), with a progress bar."""
-    from tqdm import tqdm
-
-    from bloomdata.build.executor import run_shards
-
-    bar = tqdm(total=len(items), unit="task", desc=name, disable=not config.progress, file=sys.stderr,
-               dynamic_ncols=True, mininterval=0.5)
-
-    def done(i: int, result: Any) -> None:
-        if on_result is not None:
-            on_result(i, result)
-        bar.update(1)
-
-    try:
-        return run_shards(fn, items, n_workers=0, client=client, on_result=done)
-    finally:
-        bar.close()
 
 
 def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[str], hamming_distance: int):
@@ -122,7 +88,7 @@ def _template_item(item: tuple[dedup.JoinTask, str], **kw):
 
 
 def _find_templates(config: CleanConfig, out_dir: str, shards: list[Shard], keys: list[str], removals: list[str],
-                    client) -> tuple[str, str]:
+                    where: Placement) -> tuple[str, str]:
     """Stage 3b: the template lines of the run (``bloomdata.clean.templates``): (their file, its digest)."""
     lines = sum(np.load(os.path.join(shard_dir(out_dir, s), templates.LINES_FILE), mmap_mode="r").shape[1]
                 for s in shards)
@@ -133,73 +99,79 @@ def _find_templates(config: CleanConfig, out_dir: str, shards: list[Shard], keys
     step = functools.partial(_template_item, out_dir=out_dir, shard_dirs=[shard_dir(out_dir, s) for s in shards],
                              removed=[write.resolve_path(out_dir, s) for s in shards],
                              min_occurrences=config.template_dedup.min_occurrences)
-    _stage("templates", step, items, config, client)
+    where.map("templates", step, items)
     return templates.gather(out_dir, tasks)
 
 
-def run_clean(config: CleanConfig, client=None) -> CleanSummary:
-    """Clean ``config.sources`` into ``config.out_dir``; returns the summary (see the module docstring).
+class CleanJob(ShardedJob[CleanSummary]):
+    """One clean run as a durable sharded job (``bloomdata.jobs.runner``): lock, sweeps, up-to-date check and
+    summary are the runner's; the stages are here (see the module docstring)."""
 
-    Everything that can fail on user input (missing inputs, models or word lists, an unwritable output)
-    fails before anything is written. ``client``: an existing ``distributed.Client`` to run on (else
-    ``config.scheduler`` or a LocalCluster of ``config.workers``).
-    """
-    from bloomdata.build.executor import counting_done  # dask: imported when a run starts
+    files = JobFiles(writer="clean run", lock=LOCK_FILE, summary=SUMMARY_FILE, marked="shards filtered")
+    summary_type = CleanSummary
 
-    t0 = time.perf_counter()
-    shards = plan_job(config).shards
-    if not shards:
-        raise BloomstackError("the sources hold no input files; check the --input paths")
-    config = check_models(config)
-    closed, flagged = load_word_lists(config.quality)
-    out_dir = os.path.abspath(config.out_dir)
-    inside = [s.path for s in shards if os.path.commonpath([out_dir, s.path]) == out_dir]
-    if inside:
-        raise BloomstackError(f"the output directory {out_dir} holds an input ({inside[0]}); a rerun would read "
-                              "the outputs back as inputs: choose an --out outside the inputs")
-    settings = durable.content_key(filter_settings(config, closed, flagged))
-    keys = [durable.content_key(shard_key(s, settings)) for s in shards]
-    fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
-                                       config.near_dedup.enabled, config.simhash.enabled,
-                                       config.template_dedup.model_dump()])
-    external = client is not None
+    def __init__(self, config: CleanConfig, client: Any = None) -> None:
+        """Everything that can fail on user input (missing inputs, models or word lists, an output holding an
+        input) fails here, before anything is written."""
+        self.started = time.perf_counter()
+        shards = plan_job(config).shards
+        if not shards:
+            raise BloomstackError("the sources hold no input files; check the --input paths")
+        self.config = config = check_models(config)
+        self.closed, self.flagged = load_word_lists(config.quality)
+        self.settings = durable.content_key(filter_settings(config, self.closed, self.flagged))
+        self.keys = [durable.content_key(shard_key(s, self.settings)) for s in shards]
+        fingerprint = durable.content_key([self.keys, config.output_format, config.exact_dedup.enabled,
+                                           config.near_dedup.enabled, config.simhash.enabled,
+                                           config.template_dedup.model_dump()])
+        where = Placement(config.workers, config.scheduler, client, config.progress)
+        super().__init__(JobPlan(os.path.abspath(config.out_dir), shards, fingerprint, where, config.strict))
+        self.stage_seconds: dict[str, float] = {}  # filter, join, resolve, write, report (wall)
 
-    def filtered_shards() -> int:
-        return sum(load_marker(out_dir, s, k) is not None for s, k in zip(shards, keys))
+    def marked(self) -> int:
+        return sum(load_marker(self.plan.out_dir, s, k) is not None for s, k in zip(self.plan.shards, self.keys))
 
-    with durable.owned_directory(out_dir, LOCK_FILE, "clean run"), contextlib.ExitStack() as cluster, \
-            counting_done(filtered_shards, len(shards), "shards filtered"):
-        _remove_stray_temps(out_dir)
-        previous = _up_to_date(out_dir, fingerprint)
-        if previous is not None and not (config.strict and previous.rejects_total):
-            return previous.model_copy(update={"up_to_date": True})
-        if client is None and (config.scheduler or config.workers > 0):  # one cluster for the three stages
-            from bloomdata.build.executor import dask_client
+    def intact(self, summary: CleanSummary) -> bool:
+        for output in summary.outputs.values():
+            paths = [os.path.join(self.plan.out_dir, f) for f in output.files]
+            if not all(os.path.isfile(p) for p in paths) or sum(map(os.path.getsize, paths)) != output.file_bytes:
+                return False
+        return True
 
-            client = cluster.enter_context(dask_client(config.workers, config.scheduler))
-        # stage 1: filter every shard not done yet
-        t1 = time.perf_counter()
-        manifests: list[FilterManifest | None] = [load_marker(out_dir, s, k) for s, k in zip(shards, keys)]
-        pending = [i for i, m in enumerate(manifests) if m is None]
-        step = functools.partial(filter_shard, out_dir=out_dir, config=config, settings=settings, closed=closed,
-                                 flagged=flagged)
+    def finish(self, summary: CleanSummary) -> None:
+        if not self.config.keep_work:
+            shutil.rmtree(os.path.join(self.plan.out_dir, WORK_DIR), ignore_errors=True)
+
+    def filter(self) -> tuple[list[FilterManifest], list[int]]:
+        """Stage 1: filter every shard not done yet; (manifests in plan order, the shards filtered now)."""
+        t0, out_dir, shards = time.perf_counter(), self.plan.out_dir, self.plan.shards
+        found: list[FilterManifest | None] = [load_marker(out_dir, s, k) for s, k in zip(shards, self.keys)]
+        pending = [i for i, m in enumerate(found) if m is None]
+        step = functools.partial(filter_shard, out_dir=out_dir, config=self.config, settings=self.settings,
+                                 closed=self.closed, flagged=self.flagged)
 
         def filtered(j: int, manifest: FilterManifest) -> None:
-            manifests[pending[j]] = manifest
+            found[pending[j]] = manifest
 
-        _stage("filter", step, [shards[i] for i in pending], config, client, filtered)
-        if config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
+        self.plan.where.map("filter", step, [shards[i] for i in pending], filtered)
+        manifests = [m for m in found if m is not None]
+        if self.config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
             _refuse_rejects(out_dir, shards, manifests)
-        # stage 2: join the keys of every band, range by range
-        t2 = time.perf_counter()
+        self.stage_seconds["filter"] = time.perf_counter() - t0
+        return manifests, pending
+
+    def deduplicate(self, manifests: list[FilterManifest]) -> tuple[int, list[str], Any]:
+        """Stages 2 and 3: join the keys of every band, range by range; which copies go (and template lines);
+        returns (join tasks, each shard's removal digest, the write stage's post-processing or None)."""
+        config, out_dir, shards, where = self.config, self.plan.out_dir, self.plan.shards, self.plan.where
+        t0 = time.perf_counter()
         tasks = dedup.plan_joins(config, sum(m.candidates for m in manifests))
-        shard_dirs = [shard_dir(out_dir, s) for s in shards]
-        items = [(task, dedup.join_key(task, keys)) for task in tasks]
-        join = functools.partial(_join_item, out_dir=out_dir, shard_dirs=shard_dirs,
+        items = [(task, dedup.join_key(task, self.keys)) for task in tasks]
+        join = functools.partial(_join_item, out_dir=out_dir, shard_dirs=[shard_dir(out_dir, s) for s in shards],
                                  hamming_distance=config.simhash.hamming_distance)
-        _stage("join", join, items, config, client)
-        # stage 3: which copies go
-        t3 = time.perf_counter()
+        where.map("join", join, items)
+        t1 = time.perf_counter()
+        self.stage_seconds["join"] = t1 - t0
         removals = dedup.resolve(out_dir, tasks, len(shards))
         os.makedirs(os.path.dirname(write.resolve_path(out_dir, shards[0])), exist_ok=True)
         digests = []
@@ -209,33 +181,49 @@ def run_clean(config: CleanConfig, client=None) -> CleanSummary:
             digests.append(durable.digest(data.tobytes()))
         post = None
         if config.template_dedup.enabled:  # stage 3b: template lines, counted over the surviving documents
-            templates_path, templates_digest = _find_templates(config, out_dir, shards, keys, digests, client)
+            templates_path, templates_digest = _find_templates(config, out_dir, shards, self.keys, digests, where)
             digests = [durable.content_key([d, templates_digest]) for d in digests]
             post = functools.partial(write.TemplateRemoval, templates_path, config)
-        # stage 4: write the kept documents of every shard
-        t4 = time.perf_counter()
-        names = [s.name for s in shards]
+        self.stage_seconds["resolve"] = time.perf_counter() - t1
+        return len(tasks), digests, post
+
+    def write(self, manifests: list[FilterManifest], digests: list[str], post: Any) -> list[WriteManifest]:
+        """Stage 4: write the kept documents of every shard."""
+        config, shards, t0 = self.config, self.plan.shards, time.perf_counter()
         items = [(s, i, m, write.write_key(k, d, i, config.output_format))
-                 for i, (s, m, k, d) in enumerate(zip(shards, manifests, keys, digests))]
-        step = functools.partial(_write_item, post=post, out_dir=out_dir, shard_names=names,
-                                 output_format=config.output_format,
-                                 max_examples=config.max_removed_examples, max_chars=config.max_example_chars)
-        written = _stage("write", step, items, config, client)
+                 for i, (s, m, k, d) in enumerate(zip(shards, manifests, self.keys, digests))]
+        step = functools.partial(_write_item, post=post, out_dir=self.plan.out_dir, shard_names=[s.name for s in shards],
+                                 output_format=config.output_format, max_examples=config.max_removed_examples,
+                                 max_chars=config.max_example_chars)
+        written = self.plan.where.map("write", step, items)
+        self.stage_seconds["write"] = time.perf_counter() - t0
+        return written
+
+    def work(self) -> CleanSummary:
+        out_dir, shards = self.plan.out_dir, self.plan.shards
+        manifests, pending = self.filter()
+        join_tasks, digests, post = self.deduplicate(manifests)
+        written = self.write(manifests, digests, post)
         t5 = time.perf_counter()
         outputs = _outputs(out_dir, written)
         os.makedirs(os.path.join(out_dir, DATA_DIR), exist_ok=True)  # readable even when nothing was kept
         _remove_stale_parts(out_dir, outputs)
-        _write_examples(out_dir, shards, config.max_removed_examples)
-        summary = _summary(config, out_dir, shards, manifests, pending, written, outputs, len(tasks), fingerprint,
-                           external, t0, {"filter": t2 - t1, "join": t3 - t2, "resolve": t4 - t3, "write": t5 - t4})
+        _write_examples(out_dir, shards, self.config.max_removed_examples)
+        summary = _summary(self, _Stages(manifests, pending, written, outputs, join_tasks))
         write_report(summary)
         summary.stage_seconds["report"] = round(time.perf_counter() - t5, 3)
-        summary.wall_seconds = round(time.perf_counter() - t0, 3)
-        # the run's marker, written last (after the data, the examples and the report it describes)
-        durable.write_marker(os.path.join(out_dir, SUMMARY_FILE), fingerprint, summary)
-        if not config.keep_work:
-            shutil.rmtree(os.path.join(out_dir, WORK_DIR), ignore_errors=True)
-    return summary
+        summary.wall_seconds = round(time.perf_counter() - self.started, 3)
+        return summary
+
+
+def run_clean(config: CleanConfig, client: Any = None) -> CleanSummary:
+    """Clean ``config.sources`` into ``config.out_dir``; returns the summary (see the module docstring).
+
+    Everything that can fail on user input (missing inputs, models or word lists, an unwritable output)
+    fails before anything is written. ``client``: an existing ``distributed.Client`` to run on (else
+    ``config.scheduler`` or a LocalCluster of ``config.workers``, one for every stage).
+    """
+    return CleanJob(config, client).run()
 
 
 def _refuse_rejects(out_dir: str, shards: list[Shard], manifests: list[FilterManifest]) -> None:
@@ -299,47 +287,65 @@ def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
     durable.write_bytes(os.path.join(out_dir, REMOVED_FILE), zstandard.ZstdCompressor(level=3).compress(text.encode()))
 
 
-def _summary(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: list[FilterManifest],
-             pending: list[int], written: list[WriteManifest], outputs: dict[str, OutputStats], join_tasks: int,
-             fingerprint: str, external: bool, t0: float, stages: dict[str, float]) -> CleanSummary:
+@dataclasses.dataclass
+class _Stages:
+    """What the stages of one clean run produced, in plan order (for its summary)."""
+
+    manifests: list[FilterManifest]  # stage 1, every shard
+    pending: list[int]  # the shards filtered in this run (the others were reused)
+    written: list[WriteManifest]  # stage 4
+    outputs: dict[str, OutputStats]
+    join_tasks: int
+
+
+def _languages(stages: _Stages) -> tuple[dict[str, LangCounts], dict[str, int]]:
+    """Per language: counts after every step (kept = what was written); and unreadable rows per reason."""
     languages: dict[str, LangCounts] = {}
     rejects = dict.fromkeys(REJECT_REASONS, 0)
-    for filtered, wrote in zip(manifests, written):
+    for filtered, wrote in zip(stages.manifests, stages.written):
         for name, counts in filtered.languages.items():
             languages.setdefault(name, LangCounts()).add(counts)
         for name, counts in wrote.removed.items():  # duplicates: kept by stage 1, removed by stage 4
             languages[name].add(counts)
         for reason, n in filtered.rejects.items():
             rejects[reason] = rejects.get(reason, 0) + n
+    outputs = stages.outputs
     for name, c in languages.items():
         c.documents_kept = outputs[name].documents if name in outputs else 0
         c.bytes_kept = outputs[name].bytes if name in outputs else 0
         c.removed = {r: c.removed[r] for r in REASONS if r in c.removed}
         c.removed_bytes = {r: c.removed_bytes[r] for r in REASONS if r in c.removed_bytes}
-    languages = dict(sorted(languages.items()))
-    removed = {r: sum(c.removed.get(r, 0) for c in languages.values()) for r in REASONS}
-    built = [manifests[i] for i in pending]
-    steps = {step: round(sum(m.step_seconds.get(step, 0.0) for m in built), 3) for step in STEPS}
-    wall = time.perf_counter() - t0
+    return dict(sorted(languages.items())), rejects
+
+
+def _summary(job: CleanJob, stages: _Stages) -> CleanSummary:
+    config, out_dir, outputs = job.config, job.plan.out_dir, stages.outputs
+    languages, rejects = _languages(stages)
+    built = [stages.manifests[i] for i in stages.pending]
+    total = len(stages.manifests)
+    wall = time.perf_counter() - job.started
     return CleanSummary(
         out_dir=out_dir, data_dir=os.path.join(out_dir, DATA_DIR), output_format=config.output_format,
         languages=languages, outputs=outputs,
         documents_in=sum(c.documents_in for c in languages.values()),
         documents_kept=sum(o.documents for o in outputs.values()),
         bytes_in=sum(c.bytes_in for c in languages.values()), bytes_kept=sum(o.bytes for o in outputs.values()),
-        removed=removed, rejects=rejects, rejects_total=sum(rejects.values()),
+        removed={r: sum(c.removed.get(r, 0) for c in languages.values()) for r in REASONS},
+        rejects=rejects, rejects_total=sum(rejects.values()),
         emails_redacted=sum(c.emails_redacted for c in languages.values()),
         ips_redacted=sum(c.ips_redacted for c in languages.values()),
         keys_redacted=sum(c.keys_redacted for c in languages.values()),
         users_redacted=sum(c.users_redacted for c in languages.values()),
         removed_file=os.path.join(out_dir, REMOVED_FILE), report_md=os.path.join(out_dir, REPORT_MD),
         report_png=os.path.join(out_dir, REPORT_PNG),
-        shards=ShardCounts(total=len(shards), built=len(pending), reused=len(shards) - len(pending)),
-        join_tasks=join_tasks, workers=None if config.scheduler or external else config.workers,
+        shards=ShardCounts(total=total, built=len(built), reused=total - len(built)),
+        join_tasks=stages.join_tasks, workers=job.plan.where.recorded_workers,
         scheduler=config.scheduler, wall_seconds=round(wall, 3),
-        stage_seconds={k: round(v, 3) for k, v in stages.items()}, step_seconds=steps,
+        stage_seconds={k: round(v, 3) for k, v in job.stage_seconds.items()},
+        step_seconds={step: round(sum(m.step_seconds.get(step, 0.0) for m in built), 3) for step in STEPS},
         throughput_mb_s=round(sum(sum(c.bytes_in for c in m.languages.values()) for m in built) / 1e6 / wall, 3),
-        fingerprint=fingerprint, settings_name=config.settings_name, notes=settings_notes(config, list(languages)))
+        fingerprint=job.plan.fingerprint, settings_name=config.settings_name,
+        notes=settings_notes(config, list(languages)))
 
 
 def settings_notes(config: CleanConfig, languages: list[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """Stage 1 of a clean run, one shard: read, normalize, filter, redact, hash; spill candidates and keys.
 
-``filter_shard`` is a pure, idempotent step (``bloomdata.build.executor.run_shards`` places it): it streams
+``filter_shard`` is a pure, idempotent step (``bloomdata.jobs`` places it): it streams
 one shard and writes, under ``OUT/work/filter/<shard name>/``:
 
 - ``<name>.jsonl.zst``: the documents that passed the filters, redacted, as ``{"text","lang"}`` lines, one file
@@ -34,7 +34,6 @@ from typing import Any
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.build.config import output_name_of
 from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
 from bloomdata.clean.filters import QualityFilter
 from bloomdata.clean.minhash import MinHasher, document_key
@@ -45,7 +44,8 @@ from bloomdata.clean.summary import FilterManifest, LangCounts
 from bloomdata.clean.templates import LINES_FILE, line_hashes, sorted_lines
 from bloomdata.clean.text import word_units
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import Reject, Shard, read_shard_file_lines
+from bloomdata.jobs.runner import strict_error
+from bloomdata.readers import Reject, Shard, output_name_of, read_shard_file_lines
 
 STAGE = "filter"
 BATCH = 1024  # documents per MinHash batch
@@ -88,11 +88,6 @@ def load_marker(out_dir: str, shard: Shard, key: str) -> FilterManifest | None:
     if not all(os.path.isfile(os.path.join(work, f)) for f in files):
         return None
     return manifest
-
-
-def strict_error(reject: Reject) -> BloomstackError:
-    return BloomstackError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
-                           "drop that row, or run without --strict to skip and count it")
 
 
 class _Examples:

@@ -1,7 +1,7 @@
 """What a clean run records: per-task manifests (its completion markers), per-language counts and the summary.
 
 All are written with ``bloomdata.durable.write_marker`` (``{"key": ..., **model}``) after every file they
-vouch for. Counts are per output name (``bloomdata.build.config.output_name_of`` of the documents' lang).
+vouch for. Counts are per output name (``bloomdata.readers.output_name_of`` of the documents' lang).
 Bytes are UTF-8 bytes of text: ``bytes_in`` and ``removed_bytes`` of the text as read, ``bytes_kept`` of
 the text as written (normalized and redacted).
 """

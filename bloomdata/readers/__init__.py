@@ -9,7 +9,15 @@ Shared by the tokenizer trainer and the parallel build:
 - one module per format: jsonl.py, columnar.py (parquet, arrow), txt.py; compressed.py opens .gz/.zst.
 """
 
-from bloomdata.readers.records import REJECT_REASONS, Document, Reject, Shard, validate_row
+from bloomdata.readers.records import (
+    REJECT_REASONS,
+    UNKNOWN_LANG,
+    Document,
+    Reject,
+    Shard,
+    output_name_of,
+    validate_row,
+)
 from bloomdata.readers.shards import (
     ShardBytes,
     ShardPlan,
@@ -33,8 +41,8 @@ from bloomdata.readers.sources import (
 )
 
 __all__ = [
-    "REJECT_REASONS", "Document", "Format", "Reject", "Shard", "ShardBytes", "ShardPlan", "SourceConfig",
-    "count_rows", "file_line", "format_of", "iter_documents", "plan_job", "plan_shards", "read_shard",
-    "read_shard_file_lines", "resolve_files", "shard_bytes_field", "shard_plan", "source_from_spec",
-    "sources_field", "validate_row",
+    "REJECT_REASONS", "UNKNOWN_LANG", "Document", "Format", "Reject", "Shard", "ShardBytes", "ShardPlan",
+    "SourceConfig", "count_rows", "file_line", "format_of", "iter_documents", "output_name_of", "plan_job",
+    "plan_shards", "read_shard", "read_shard_file_lines", "resolve_files", "shard_bytes_field", "shard_plan",
+    "source_from_spec", "sources_field", "validate_row",
 ]

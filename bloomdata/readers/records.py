@@ -26,6 +26,16 @@ REJECT_REASONS = (
 )
 
 
+UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined": documents without a language
+
+
+def output_name_of(lang: str | None) -> str:
+    """The filesystem-safe name of a document language's output (dataset, cleaned directory, row)."""
+    if not lang:
+        return UNKNOWN_LANG
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", lang)[:64]
+
+
 @dataclass(frozen=True)
 class Shard:
     """A unit of work: rows [start, stop) of one file (stop=None: to the end), or a byte range of one.

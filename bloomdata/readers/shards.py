@@ -75,7 +75,7 @@ def shard_bytes_field(**extra: Any) -> Any:
                              "whole; 0: one shard per file")
 
 
-class ShardedJob(Protocol):
+class ShardedInputs(Protocol):
     """What ``plan_job`` reads of a job's config (BuildConfig, CleanConfig)."""
 
     sources: list[SourceConfig]
@@ -84,7 +84,7 @@ class ShardedJob(Protocol):
     workers: int
 
 
-def plan_job(config: ShardedJob) -> ShardPlan:
+def plan_job(config: ShardedInputs) -> ShardPlan:
     """A job's shards: cut by ``max_rows_per_shard`` when set, else by size for ``config.workers`` workers
     (in-process, ``workers=0``: by ``shard_bytes`` alone)."""
     return shard_plan(config.sources, config.max_rows_per_shard, shard_bytes=config.shard_bytes,

@@ -16,8 +16,7 @@ from tokenizers import Tokenizer
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import SourceConfig, iter_documents
-from bloomdata.tokenizer.sampling import UNKNOWN_LANG
+from bloomdata.readers import UNKNOWN_LANG, SourceConfig, iter_documents
 
 # Scripts without spaces between words: whitespace "words" are clauses there (ISO 639 codes).
 NO_SPACE_LANGS = frozenset({"zh", "ja", "th", "lo", "km", "my", "bo", "yue", "wuu", "dz"})

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 
 from bloomdata.errors import BloomstackError
 from bloomdata.mixture.weights import alpha_weights, water_fill
-from bloomdata.readers import Document, SourceConfig, plan_shards, read_shard
+from bloomdata.readers import UNKNOWN_LANG, Document, SourceConfig, plan_shards, read_shard
 
-UNKNOWN_LANG = "und"  # ISO 639-2 "undetermined"
 _KEY_SPACE = 1 << 64
 _OVERSAMPLE, _SLACK_BYTES = 1.25, 1 << 20  # pre-filter margin so the greedy fill rarely runs short
 

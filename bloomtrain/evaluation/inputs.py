@@ -16,9 +16,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from bloomdata.build.config import UNKNOWN_LANG
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import REJECT_REASONS, Document, Reject, SourceConfig, plan_shards, read_shard
+from bloomdata.readers import (
+    REJECT_REASONS,
+    UNKNOWN_LANG,
+    Document,
+    Reject,
+    SourceConfig,
+    plan_shards,
+    read_shard,
+)
 
 MAX_REJECT_EXAMPLES = 5  # per reason, in plan order
 

@@ -3,7 +3,7 @@
 Finished proxies are never run again (their ``result.json`` holds their key); the others run in parallel on
 what the user has, through executors that exist already, not a scheduler of ours:
 
-- local processes (default) and Dask (``scheduler``): ``bloomdata.build.executor.run_shards``, the build's
+- local processes (default) and Dask (``scheduler``): ``bloomdata.jobs.executor.run_shards``, the build's
   executor: a ``LocalCluster`` of ``workers`` one-thread processes, or the workers of the cluster at
   ``scheduler``, each task running one proxy (``proxy.run_proxy``: the proxy's own child process, so a
   crash or a leak ends with it); ``workers=0`` runs them one by one in this process;
@@ -20,8 +20,8 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from bloomdata.build.executor import run_shards
 from bloomdata.errors import BloomstackError
+from bloomdata.jobs.executor import run_shards
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.proxy import LOG, ProxyResult, finished, read_job, run_proxy
 

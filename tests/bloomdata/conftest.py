@@ -49,7 +49,7 @@ def small_tokenizer_dir(tmp_path_factory, corpus_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def client():
-    from bloomdata.build.executor import dask_client
+    from bloomdata.jobs.executor import dask_client
 
     with dask_client(2) as c:  # the build's own cluster setup (and its environment restore on exit)
         yield c

@@ -277,7 +277,7 @@ append_eod: false
 def test_local_cluster_leaves_this_process_environment_alone(monkeypatch):
     """distributed's Nanny sets OMP_NUM_THREADS=1 (and MKL_/OPENBLAS_...) in the parent before each spawn; after
     a build, this process's index builders and BLAS must get their threads back."""
-    from bloomdata.build.executor import dask_client
+    from bloomdata.jobs.executor import dask_client
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setenv("MKL_NUM_THREADS", "3")
@@ -292,7 +292,7 @@ def test_run_shards_inside_a_dask_task_uses_that_cluster(client):
     task on a DaskTaskRunner would, sends the shards to the same cluster, in input order."""
     import operator
 
-    from bloomdata.build.executor import run_shards
+    from bloomdata.jobs.executor import run_shards
 
     assert client.submit(run_shards, operator.neg, list(range(7)), pure=False).result(60) == [-i for i in range(7)]
 

@@ -35,7 +35,7 @@ SENTENCE_END = re.compile(r"(?<=[.!?।॥۔。！？])\s+")
 
 @pytest.fixture(scope="module")
 def client():
-    from bloomdata.build.executor import dask_client
+    from bloomdata.jobs.executor import dask_client
 
     with dask_client(2) as c:
         yield c

@@ -53,6 +53,7 @@ from distributed.client import FutureCancelledError, FuturesCancelledError
 from distributed.scheduler import KilledWorker
 
 from bloomdata.errors import BloomstackError
+from bloomdata.jobs.runner import ClusterLost
 
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
 # Dask's statistical profiler samples the task thread's stack every 10 ms (taking the GIL); we never read
@@ -62,31 +63,6 @@ WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 CONNECT_TIMEOUT_S = 30  # to reach an existing scheduler and see at least one worker
 WORKERS_GONE_S = 30.0  # an external scheduler without any worker this long, mid-run: the worker set is lost
 POLL_S = 2.0  # how often run_shards checks the workers while no task finishes
-
-
-class ClusterLost(BloomstackError):
-    """The Dask scheduler, or every worker of an external one, went away while ``run_shards`` ran.
-
-    ``lost``: what went away; ``restart``: what the user starts again before the rerun ("" when nothing)."""
-
-    def __init__(self, lost: str, restart: str, done: str = "") -> None:
-        fix = f"{restart}, then rerun the same command" if restart else "rerun the same command"
-        super().__init__(f"{lost}{done}: {fix}")
-        self.lost, self.restart = lost, restart
-
-    def counting(self, done: int, total: int, what: str = "shards") -> ClusterLost:
-        """The same error saying how much is done (the caller counts its completion markers)."""
-        return ClusterLost(self.lost, self.restart, f" with {done} of {total} {what} done (a rerun reuses them)")
-
-
-@contextlib.contextmanager
-def counting_done(done: Callable[[], int], total: int, what: str = "shards") -> Iterator[None]:
-    """Inside: a ClusterLost also says how much is done; ``done()`` counts the caller's completion markers
-    once the cluster is lost (a task may have finished after its result could no longer arrive)."""
-    try:
-        yield
-    except ClusterLost as lost:
-        raise lost.counting(done(), total, what) from None
 
 
 class _DropLostSchedulerNoise(logging.Filter):

@@ -1,0 +1,102 @@
+"""The one sharded-job runner (bloomdata.jobs.runner): what build and clean share, on a tiny job of its own."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from pydantic import BaseModel
+
+from bloomdata import durable
+from bloomdata.errors import BloomstackError
+from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
+from bloomdata.readers import Reject, Shard
+
+
+class _Summary(BaseModel):
+    out: str
+    rejects_total: int = 0
+    up_to_date: bool = False
+
+
+class _Job(ShardedJob[_Summary]):
+    files = JobFiles(writer="copy", lock=".copy.lock", summary="summary.json")
+    summary_type = _Summary
+
+    def __init__(self, out_dir, shards, fingerprint="f1", *, strict=False, rejects=0, fail=False):
+        super().__init__(JobPlan(str(out_dir), shards, fingerprint, Placement(workers=0, progress=False), strict))
+        self.rejects, self.fail, self.calls = rejects, fail, 0
+
+    def intact(self, summary: _Summary) -> bool:
+        return os.path.isfile(summary.out)
+
+    def work(self) -> _Summary:
+        self.calls += 1
+        out = os.path.join(self.plan.out_dir, "out.txt")
+        results = self.plan.where.map("copy", _read, self.plan.shards)
+        if self.fail:
+            raise RuntimeError("a bug")
+        durable.write_text(out, "".join(results))
+        return _Summary(out=out, rejects_total=self.rejects)
+
+
+def _read(shard: Shard) -> str:
+    with open(shard.path) as f:
+        return f.read()
+
+
+def _shards(tmp_path):
+    (tmp_path / "in").mkdir(exist_ok=True)
+    for name in ("a", "b"):
+        (tmp_path / "in" / f"{name}.txt").write_text(name)
+    return [Shard(path=str(tmp_path / "in" / f"{n}.txt"), format="txt", text_field="text", lang=None,
+                  lang_field="lang") for n in ("a", "b")]
+
+
+def test_runs_once_then_is_up_to_date_until_the_fingerprint_or_an_output_changes(tmp_path):
+    out, shards = tmp_path / "out", _shards(tmp_path)
+    job = _Job(out, shards)
+    first = job.run()
+    assert (out / "out.txt").read_text() == "ab" and not first.up_to_date and job.calls == 1
+    assert durable.read_manifest(out / "summary.json", "f1", _Summary) == first  # the job's marker, keyed
+    again = _Job(out, shards)
+    assert again.run().up_to_date and again.calls == 0
+    assert _Job(out, shards, "f2").run().up_to_date is False  # another fingerprint: the work runs
+    (out / "out.txt").unlink()
+    assert _Job(out, shards, "f2").run().up_to_date is False  # an output gone: not intact
+
+
+def test_strict_reruns_a_lenient_run_that_skipped_rejects(tmp_path):
+    out, shards = tmp_path / "out", _shards(tmp_path)
+    _Job(out, shards, rejects=3).run()
+    assert _Job(out, shards, rejects=3).run().up_to_date
+    strict = _Job(out, shards, strict=True)
+    assert not strict.run().up_to_date and strict.calls == 1
+
+
+def test_an_output_directory_holding_an_input_is_refused_before_anything_is_written(tmp_path):
+    shards = _shards(tmp_path)
+    with pytest.raises(BloomstackError, match=r"holds an input .*a\.txt.*choose an --out outside the inputs"):
+        _Job(tmp_path / "in", shards)
+    assert not (tmp_path / "in" / ".copy.lock").exists()
+
+
+def test_one_writer_at_a_time_and_stray_temps_swept(tmp_path):
+    out, shards = tmp_path / "out", _shards(tmp_path)
+    job = _Job(out, shards)
+    with durable.owned_directory(out, ".copy.lock", "copy"):
+        with pytest.raises(BloomstackError, match="another copy is writing there"):
+            job.run()
+    (out / "deep").mkdir()
+    stray = out / "deep" / f"x{durable.TEMP_INFIX}123"
+    stray.write_text("torn")
+    failing = _Job(out, shards, fail=True)
+    with pytest.raises(RuntimeError, match="a bug"):
+        failing.run()
+    assert not stray.exists() and not (out / "summary.json").exists()  # swept; a failed job marks nothing
+
+
+def test_the_strict_message_names_file_line_and_fix():
+    message = str(strict_error(Reject("empty_text", "/c/en.jsonl", 7, "")))
+    assert message == ("/c/en.jsonl:7: empty_text (no detail); fix or drop that row, or run without --strict to skip "
+                       "and count it")
