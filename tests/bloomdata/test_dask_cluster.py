@@ -126,7 +126,7 @@ def test_stopped_scheduler_is_one_line_and_the_rerun_resumes(tmp_path, cluster, 
 
 
 def test_every_worker_gone_is_one_line(tmp_path, cluster, big_jsonl, small_tokenizer_dir, monkeypatch):
-    from bloomdata.build import executor
+    from bloomdata.jobs import executor
 
     monkeypatch.setattr(executor, "WORKERS_GONE_S", 1.0)
     monkeypatch.setattr(executor, "POLL_S", 0.5)
