@@ -149,10 +149,10 @@ class BloomAgent(LocalElasticAgent):
         decision = after_worker_failure(views, lost, self._remaining_restarts, spec.max_restarts)
         if decision.action != "retry":
             self._wait_seen(worker_group.store, attempt, [n for n in self.peers if n != self.node and n not in lost])
-        write_record(self.exit_dir, NodeRecord(node=self.node, attempt=attempt, action="retry" if
-                                               decision.action == "retry" else "stop", cause=decision.line,
-                                               lost_nodes=sorted(lost), lost_ranks=sorted(r for v in lost.values()
-                                                                                          for r in v)))
+        write_record(self.exit_dir, NodeRecord(
+            node=self.node, attempt=attempt, at=time.time(), action="retry" if decision.action == "retry" else "stop",
+            cause=decision.cause, line=decision.line, resumes_from=decision.checkpoint, lost_nodes=sorted(lost),
+            lost_ranks=sorted(r for ranks in lost.values() for r in ranks)))
         return decision
 
     def _roll_call(self, store: Any, attempt: int, mine: NodeView) -> tuple[list[NodeView], dict[str, list[int]]]:

@@ -66,9 +66,16 @@ class NodeRecord(BaseModel):
 
     node: str
     attempt: int
+    at: float
+    """Unix time of the decision."""
     action: Literal["retry", "stop"]
     cause: str
-    """One line: the attempt's root cause as the nodes agreed on it."""
+    """The attempt's root cause as the nodes agreed on it (a rank, its node, how it ended)."""
+    line: str = ""
+    """The decision as the agent printed it."""
+    resumes_from: str | None = None
+    """The checkpoint tag the next worker group (or the next launch) resumes from; "": none yet, it starts
+    over; None: not known (no rank recorded its checkpoint dir)."""
     lost_nodes: list[str] = []
     lost_ranks: list[int] = []
 

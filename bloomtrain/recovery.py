@@ -43,6 +43,10 @@ class Decision(BaseModel):
     """For a stop: 0 ended on purpose, 2 config or input error, 1 failure."""
     line: str
     """What happened and what comes next, in one line."""
+    cause: str = ""
+    """What happened, alone (the line starts with it)."""
+    checkpoint: str | None = None
+    """The checkpoint tag the next attempt resumes from (None: it starts over)."""
 
 
 # --- the torchrun restart hook -----------------------------------------------------------------------------
@@ -112,10 +116,14 @@ def root_cause(views: list[NodeView]) -> str:
     return "a rank failed"
 
 
-def checkpoint_to_resume(views: list[NodeView]) -> str:
+def checkpoint_to_resume(views: list[NodeView]) -> str | None:
+    """The tag ``latest`` names; "" when there is none yet; None when no rank recorded its checkpoint dir."""
     ckpt = next((v.checkpoint_dir for v in views if v.checkpoint_dir), None)
-    tag = read_latest(ckpt) if ckpt else None
-    return tag or "no checkpoint yet (starts over)"
+    return None if ckpt is None else read_latest(ckpt) or ""
+
+
+def _from(tag: str | None) -> str:
+    return tag or ("no checkpoint yet (starts over)" if tag == "" else "its latest checkpoint, if any")
 
 
 def after_worker_failure(views: list[NodeView], lost: dict[str, list[int]], restarts_left: int,
@@ -124,20 +132,22 @@ def after_worker_failure(views: list[NodeView], lost: dict[str, list[int]], rest
     nodes whose agent stopped answering."""
     config = next((v.config_error for v in views if v.config_error), None)
     if config is not None:
-        return Decision(action="stop", exit_code=2, line=f"{_where(config[0], views)}: config or input error, not "
-                                                         f"retried: {config[1]}")
-    resume = checkpoint_to_resume(views)
+        cause = f"{_where(config[0], views)}: config or input error"
+        return Decision(action="stop", exit_code=2, cause=cause, line=f"{cause}, not retried: {config[1]}")
+    tag = checkpoint_to_resume(views)
     if lost:
-        names = "; ".join(f"{node} ({_ranks(r)})" if r else node for node, r in sorted(lost.items()))
-        return Decision(action="stop", exit_code=1, line=f"lost node {names}: its agent stopped answering, so no "
-                                                         f"restart on these nodes; the next attempt resumes from {resume}")
+        cause = "lost node " + "; ".join(f"{node} ({_ranks(r)})" if r else node for node, r in sorted(lost.items()))
+        return Decision(action="stop", exit_code=1, cause=cause, checkpoint=tag,
+                        line=f"{cause}: its agent stopped answering, so no restart on these nodes; the next attempt "
+                             f"resumes from {_from(tag)}")
     cause = root_cause(views)
     if restarts_left <= 0:
-        return Decision(action="stop", exit_code=1, line=f"{cause}; torchrun restarts used up ({max_restarts}); "
-                                                         f"the next attempt resumes from {resume}")
+        return Decision(action="stop", exit_code=1, cause=cause, checkpoint=tag,
+                        line=f"{cause}; no torchrun restart left (max_restarts={max_restarts}); the next attempt "
+                             f"resumes from {_from(tag)}")
     n = max_restarts - restarts_left + 1
-    return Decision(action="retry", line=f"{cause}; restart {n} of {max_restarts} on the same nodes, resuming "
-                                         f"from {resume}")
+    return Decision(action="retry", cause=cause, checkpoint=tag,
+                    line=f"{cause}; restart {n} of {max_restarts} on the same nodes, resuming from {_from(tag)}")
 
 
 # --- after a launch (the Slurm job, the flows) -------------------------------------------------------------
@@ -181,29 +191,40 @@ def _failure_cause(attempt: Attempt) -> str:
 
 _ED = {"requeue": "requeued", "relaunch": "relaunched"}
 _ING = {"requeue": "requeuing", "relaunch": "relaunching"}
+_NOUN = {"requeue": "requeues", "relaunch": "relaunches"}
 
 
 def _again(out: LaunchOutcome, why: str, after: str | None) -> Decision:
+    if out.max_requeues == 0:
+        return Decision(action="stop", exit_code=1, cause=why, checkpoint=after,
+                        line=f"{why}; not {_ED[out.again]} ({_NOUN[out.again]} are off: max 0); run it again to "
+                             f"continue from {after}")
     if out.requeues >= out.max_requeues:
-        return Decision(action="stop", exit_code=1, line=f"{why}; not {_ED[out.again]}: {_ED[out.again]} {out.requeues} "
-                                                         f"times already (max {out.max_requeues}); run it again to "
-                                                         f"continue from {after}")
-    return Decision(action="requeue", line=f"{why}; {_ING[out.again]} ({out.requeues + 1} of {out.max_requeues}): "
-                                           f"the next attempt resumes from {after}")
+        return Decision(action="stop", exit_code=1, cause=why, checkpoint=after,
+                        line=f"{why}; not {_ED[out.again]}: {_ED[out.again]} {out.requeues} times already (max "
+                             f"{out.max_requeues}); run it again to continue from {after}")
+    return Decision(action="requeue", cause=why, checkpoint=after,
+                    line=f"{why}; {_ING[out.again]} ({out.requeues + 1} of {out.max_requeues}): the next attempt "
+                         f"resumes from {after}")
 
 
 def after_launch(out: LaunchOutcome) -> Decision:
     """After a launch ended: requeue (relaunch) it, or stop; the exit code to stop with."""
     after = read_latest(out.checkpoint_dir) if out.checkpoint_dir else None
     if out.timed_out:
-        return Decision(action="stop", exit_code=1, line=f"the launch was killed at its time limit; not "
-                                                         f"{_ED[out.again]} (it would be again); latest checkpoint: {after}")
+        cause = "the launch was killed at its time limit"
+        return Decision(action="stop", exit_code=1, cause=cause, checkpoint=after,
+                        line=f"{cause}; not {_ED[out.again]} (it would be again); latest checkpoint: {after}")
     attempt = last_attempt(out.exit_dir)
     records = list(attempt.ranks.values()) if attempt else []
     config = next((r for r in records if r.kind == "config_error"), None)
     if config is not None:
-        return Decision(action="stop", exit_code=2, line=f"rank {config.rank} on {config.node}: config or input "
-                                                         f"error, not {_ED[out.again]}: {config.message}")
+        cause = f"rank {config.rank} on {config.node}: config or input error"
+        return Decision(action="stop", exit_code=2, cause=cause, checkpoint=after,
+                        line=f"{cause}, not {_ED[out.again]}: {config.message}")
+    if not records and out.returncode == 0:  # a program that keeps no exit records: its exit code is all we have
+        return Decision(action="stop", cause="the launch exited 0", checkpoint=after,
+                        line=f"the launch exited 0 (no exit records); latest checkpoint: {after}")
     progress = after is not None and after != out.before
     kind = _ended_on_purpose(records) if out.returncode == 0 else None
     iteration = max((r.iteration or 0 for r in records), default=0)
@@ -212,7 +233,8 @@ def after_launch(out: LaunchOutcome) -> Decision:
     if kind is not None and kind != "time_budget":
         what = {"finished": "training finished", "kill_switch": "stopped by the kill switch",
                 "signal": "stopped by a signal"}[kind]
-        return Decision(action="stop", line=f"{what} at iteration {iteration}; latest checkpoint: {after}")
+        return Decision(action="stop", cause=f"{what} at iteration {iteration}", checkpoint=after,
+                        line=f"{what} at iteration {iteration}; latest checkpoint: {after}")
     if attempt is None:
         cause = f"the launch exited with code {out.returncode} before any rank started"
     elif kind == "time_budget":
@@ -221,7 +243,7 @@ def after_launch(out: LaunchOutcome) -> Decision:
         cause = _failure_cause(attempt)
     if progress:
         return _again(out, f"training failed ({cause}) after saving {after}", after)
-    return Decision(action="stop", exit_code=out.returncode or 1,
+    return Decision(action="stop", exit_code=out.returncode or 1, cause=cause, checkpoint=after,
                     line=f"training failed ({cause}) without a new checkpoint in this attempt (latest: {after}); not "
                          f"{_ED[out.again]}: a retry would likely fail the same way")
 

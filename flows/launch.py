@@ -16,10 +16,9 @@ This module is Prefect-free: ``flows.train`` plugs the run logger into ``on_line
 probe into ``should_stop``. The trade-off of the reader thread is one extra thread per launch; in
 exchange every exit path, including ones we did not anticipate, goes through one cleanup.
 
-Restarts inside a launch: torchrun (``--max-restarts``) logs one line per failed worker group, and the
-trainer's rank 0 says where the next group resumed (bloomtrain.cli.train). ``run_process`` reads both from
-every line, not only the tail it keeps, into ``LaunchResult.worker_failures``; ``describe`` then says how many
-restarts torchrun made before it gave up, and the root-cause rank and exit code of its final report.
+What happened inside a launch (which rank failed, torchrun's restarts, where each resumed) is not read from
+these lines: the trainer's exit records say it, and bloomtrain.recovery decides what comes next (flows.train).
+``LaunchResult`` only says how the process ended and keeps its last lines to quote.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from __future__ import annotations
 import collections
 import os
 import queue
-import re
 import signal
 import subprocess
 import threading
@@ -47,35 +45,6 @@ class LaunchError(RuntimeError):
         self.result = result
 
 
-# torchrun's agent, for each failed worker group: "E1124 09:04:07.408000 8273 .../torch/distributed/elastic/
-# multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 8311) of binary: /usr/bin/python".
-_WORKER_FAILED = re.compile(r"\] failed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-# bloomtrain.cli.train, rank 0 of a restarted worker group (its exact words are that module's).
-STARTED_OVER = "(none: started over)"  # where a restart resumed when there was no checkpoint yet
-_TRAINER_RESTART = re.compile(r"bloomtrain: torchrun restart \d+ of \d+.*?(?:resuming from (\S+)|starting over)")
-
-
-@dataclass
-class WorkerFailure:
-    """A worker group torchrun saw fail, and where the group it started next resumed."""
-
-    seen_at: float  # Unix time the agent's line arrived
-    local_rank: int
-    exitcode: int
-    resumed_from: str | None = None  # the checkpoint tag; None: not reported (yet), or no checkpoint yet
-
-    def describe(self) -> str:
-        return f"local rank {self.local_rank} exited with code {self.exitcode}{_signal_hint(self.exitcode)}"
-
-
-def watch_torchrun(line: str, failures: list[WorkerFailure]) -> None:
-    """Record a torchrun worker-group failure, or where the restarted group resumed, from one output line."""
-    if m := _WORKER_FAILED.search(line):
-        failures.append(WorkerFailure(time.time(), int(m.group(2)), int(m.group(1))))
-    elif failures and (m := _TRAINER_RESTART.search(line)):
-        failures[-1].resumed_from = m.group(1) or STARTED_OVER
-
-
 @dataclass
 class LaunchResult:
     """What a launch left behind: exit code, why it stopped, and the last lines of its output."""
@@ -84,35 +53,8 @@ class LaunchResult:
     returncode: int | None
     reason: str  # "exited" | "timeout" | "cancelled"
     seconds: float
-    tail: list[str] = field(default_factory=list)  # the last lines seen (a few times tail_lines, see below)
+    tail: list[str] = field(default_factory=list)  # the last lines seen
     tail_lines: int = 30  # lines quoted in describe()
-    worker_failures: list[WorkerFailure] = field(default_factory=list)  # every one torchrun logged
-
-    @property
-    def torchrun_gave_up(self) -> bool:
-        """torchrun ended with its failure report (its restarts, if any, were used up)."""
-        return _torchrun_report(self.tail)
-
-    @property
-    def torchrun_restarts(self) -> int:
-        """Worker groups torchrun started again after a failure, in this launch."""
-        return len(self.worker_failures) - (1 if self.torchrun_gave_up and self.worker_failures else 0)
-
-    @property
-    def root_cause(self) -> tuple[int, int] | None:
-        """(global rank, exit code) of the first failure in torchrun's final report; None without one."""
-        if not self.torchrun_gave_up:
-            return None
-        root = _root_cause_at(self.tail)
-        block = "\n".join(self.tail[root:]) if root is not None else ""
-        rank, code = re.search(r"rank\s*:\s*(\d+)", block), re.search(r"exitcode\s*:\s*(-?\d+)", block)
-        return (int(rank.group(1)), int(code.group(1))) if rank and code else None
-
-    @property
-    def job_exitcode(self) -> int | None:
-        """The failing program's own exit code: under torchrun the root-cause rank's, else the leader's."""
-        root = self.root_cause
-        return root[1] if root is not None else self.returncode
 
     @property
     def ok(self) -> bool:
@@ -120,56 +62,18 @@ class LaunchResult:
 
     def describe(self) -> str:
         """One paragraph for a Failed state: what ran, how it ended, and its last lines."""
-        quoted = failure_excerpt(self.tail, self.tail_lines)
+        quoted = self.tail[-self.tail_lines:]
         lines = "\n".join(quoted) if quoted else "(no output)"
         return f"{self.headline()}. Last {len(quoted)} lines:\n{lines}"
 
     def headline(self) -> str:
-        """How the launch ended, in one line: exit code or signal, torchrun's restarts and root cause."""
+        """How the launch ended, in one line: exit code or signal, or the timeout / cancel that ended it."""
         prog = " ".join(self.cmd[:3]) + (" ..." if len(self.cmd) > 3 else "")
         if self.reason == "timeout":
-            head = f"`{prog}` timed out after {self.seconds:.0f} s; its process group was killed"
-        elif self.reason == "cancelled":
-            head = f"`{prog}` was cancelled after {self.seconds:.0f} s; its process group was killed"
-        else:
-            head = f"`{prog}` exited with code {self.returncode}{_signal_hint(self.returncode)}"
-        if self.worker_failures:
-            n = self.torchrun_restarts
-            head += f" after {n} torchrun restart{'s' if n != 1 else ''}"
-        if (root := self.root_cause) is not None:
-            head += f"; root cause: rank {root[0]} exited with code {root[1]}{_signal_hint(root[1])}"
-        return head
-
-
-# torchrun's agent logs like "E1122 03:46:27.979000 12376 torch/distributed/elastic/...": its report follows.
-_ELASTIC_LOG = re.compile(r"^[EWI]\d{4} [\d:.]+ \d+ \S*torch/distributed/elastic/")
-
-
-def _torchrun_report(lines: list[str]) -> bool:
-    """torchrun's final failure report is among ``lines`` (it raises ChildFailedError when it gives up)."""
-    return any("ChildFailedError" in line for line in lines)
-
-
-def _root_cause_at(lines: list[str]) -> int | None:
-    """Where the report's "Root Cause" block starts in ``lines``."""
-    return next((i for i, line in enumerate(lines) if line.startswith("Root Cause")), None)
-
-
-def failure_excerpt(lines: list[str], n: int) -> list[str]:
-    """The last ``n`` lines worth quoting. Under torchrun, the ranks' own last lines (the agent's traceback
-    and report come after them and would crowd them out) plus the agent's root-cause rank and exit code.
-    The ranks' lines end where the agent's final run of log lines starts: after a restart, earlier agent
-    lines sit among the ranks' output of the failed groups."""
-    if not _torchrun_report(lines):
-        return lines[-n:]
-    agent = [i for i, line in enumerate(lines) if _ELASTIC_LOG.match(line)]
-    first_agent = agent[-1] if agent else len(lines)
-    while first_agent - 1 in agent:
-        first_agent -= 1
-    ranks = lines[:first_agent][-n:]
-    root = _root_cause_at(lines)
-    cause = [line.strip() for line in lines[root:] if line.strip().startswith(("rank", "exitcode"))] if root else []
-    return ranks + ([f"[torchrun root cause] {' | '.join(cause)}"] if cause else [])
+            return f"`{prog}` timed out after {self.seconds:.0f} s; its process group was killed"
+        if self.reason == "cancelled":
+            return f"`{prog}` was cancelled after {self.seconds:.0f} s; its process group was killed"
+        return f"`{prog}` exited with code {self.returncode}{_signal_hint(self.returncode)}"
 
 
 def _signal_hint(rc: int | None) -> str:
@@ -246,21 +150,16 @@ def run_process(
     log_file: str | Path | None = None,
     on_start: Callable[[int], None] | None = None,
     poll_s: float = 0.2,
-    failures: list[WorkerFailure] | None = None,
 ) -> LaunchResult:
     """Run ``cmd`` in its own process group, stream its output, and always leave no process behind.
 
     ``env`` is merged over ``os.environ`` (plus ``PYTHONUNBUFFERED=1`` so Python ranks stream line by line).
     ``should_stop`` is asked every ``stop_check_s`` seconds; True ends the run as "cancelled". The result
-    is returned for every ending; callers decide what is a failure (see ``LaunchResult.ok``). Every line is
-    also read for torchrun's worker-group failures (``watch_torchrun``), into ``failures`` when given (the
-    caller can then follow them while the job runs).
+    is returned for every ending; callers decide what is a failure (see ``LaunchResult.ok``).
     """
     cmd = [str(c) for c in cmd]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    # Keep more than we quote: a launcher's own report can follow the ranks' last words (failure_excerpt).
-    tail: collections.deque[str] = collections.deque(maxlen=max(200, 5 * tail_lines))
-    failures = [] if failures is None else failures
+    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -289,7 +188,6 @@ def run_process(
                 eof = True
             elif item is not None:
                 tail.append(item)
-                watch_torchrun(item, failures)
                 if log is not None:
                     log.write(item + "\n")
                 on_line(item)
@@ -321,4 +219,4 @@ def run_process(
         proc.wait()
         if log is not None:
             log.close()
-    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail), tail_lines, failures)
+    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail), tail_lines)

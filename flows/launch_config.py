@@ -2,9 +2,10 @@
 
 The command is built here, Prefect-free, so a test can assert the exact argv and a user can copy it:
 
-- torchrun: ``python -m torch.distributed.run --standalone --nproc-per-node N --max-restarts R -m bloomtrain.cli
-  train --config X`` (single node; multi-node adds ``--nnodes/--node-rank/--rdzv-*`` through ``launcher_args``),
-  with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in its environment (``launch_env``);
+- torchrun: ``python -m bloomtrain.launcher --standalone --nproc-per-node N --max-restarts R -m bloomtrain.cli
+  train --config X``: torchrun with bloomtrain's restart hook (single node; multi-node adds
+  ``--nnodes/--rdzv-*`` through ``launcher_args``), with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` in its
+  environment (``launch_env``);
 - deepspeed: ``python -m deepspeed.launcher.runner --num_gpus N --no_local_rank --module bloomtrain.cli train ...``
   (``--no_local_rank``: our trainer reads LOCAL_RANK from the environment, not from argv);
 - sbatch: ``sbatch --wait [args] SCRIPT`` (an sbatch script, e.g. from ``bloomtrain slurm``); ``--wait``
@@ -14,12 +15,13 @@ The command is built here, Prefect-free, so a test can assert the exact argv and
 We launch through ``sys.executable -m`` rather than the ``torchrun``/``deepspeed`` scripts so the job runs in
 the same environment as the flow, whatever PATH says.
 
-Recovery has two layers. Inside one launch, torchrun restarts the worker group after a rank died
-(``max_restarts``, default 3; the trainer resumes from ``latest`` on every start): cheap, the same processes'
-environment, no new launch. When torchrun gives up (or another launcher fails), the flow launches the job
-again (``TrainStageConfig.retries``, after ``retry_delay_s``). The DeepSpeed launcher has no restarts of its
-own, so only the flow's relaunches apply to it; an sbatch job recovers inside Slurm (``bloomtrain slurm``).
-torchrun restarts on any failure, a config error (exit 2) included: it cannot tell them apart.
+Recovery has two layers, both decided by bloomtrain.recovery from the trainer's exit records. Inside one
+launch, the launcher restarts the worker group after a rank died (``max_restarts``, default 3; the trainer
+resumes from ``latest`` on every start): cheap, the same processes' environment, no new launch; never after a
+config or input error. When it gives up (or another launcher fails), the flow launches the job again
+(``TrainStageConfig.retries``, after ``retry_delay_s``) if the attempt saved a newer checkpoint. The DeepSpeed
+launcher has no restarts of its own, so only the flow's relaunches apply to it; an sbatch job recovers inside
+Slurm (``bloomtrain slurm``).
 """
 
 from __future__ import annotations
@@ -45,8 +47,9 @@ class LaunchConfig(BaseModel):
     timeout_s: float | None = Field(None, description="kill the job after this many seconds (None: no limit)")
     grace_s: float = Field(30.0, description="seconds between SIGTERM and SIGKILL when stopping the job")
     tail_lines: int = Field(40, description="output lines quoted in a Failed state")
-    max_restarts: int = Field(3, ge=0, description="torchrun --max-restarts: worker-group restarts (each resuming "
-                                                   "from the last checkpoint) before the launch fails")
+    max_restarts: int = Field(3, ge=0, description="--max-restarts of bloomtrain.launcher (torchrun): worker-group "
+                                                   "restarts (each resuming from the last checkpoint) before the "
+                                                   "launch fails")
     retry_delay_s: float = Field(5.0, ge=0, description="seconds before the flow relaunches a failed job")
 
 
@@ -54,7 +57,7 @@ def build_command(launch: LaunchConfig, config_path: str | Path, overrides: list
     """The argv that runs ``launch.module --config config_path *overrides`` under the chosen launcher."""
     program = [*launch.module_args, "--config", str(config_path), *overrides]
     if launch.launcher == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+        return [sys.executable, "-m", "bloomtrain.launcher", "--standalone",
                 f"--nproc-per-node={launch.nproc_per_node}", f"--max-restarts={launch.max_restarts}",
                 *launch.launcher_args, "-m", launch.module, *program]
     if launch.launcher == "deepspeed":

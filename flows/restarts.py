@@ -1,29 +1,35 @@
 """The training stage's record of restarts: each one, by torchrun or by the flow, and its Markdown artifact.
 
 A run restarts in two ways (flows.launch_config): torchrun starts a new worker group inside a launch
-(``launch.max_restarts``), and the flow launches the job again after a launch failed (``retries``). Both
-resume from the checkpoint ``latest`` named at that moment. Each restart is one ``Restart``: when, by whom,
-why (exit code or signal, torchrun's root cause, the job's last lines) and the checkpoint it resumed from.
-Prefect-free; flows.train publishes the list as the ``training-restarts`` artifact and in its summary.
+(``launch.max_restarts``; bloomtrain.launcher's agents decide), and the flow launches the job again after a
+launch stopped early (``retries``; bloomtrain.recovery decides). Both resume from the checkpoint ``latest``
+names at that moment. Each restart is one ``Restart``: when, by whom, why (the root cause the exit records
+give: which rank, on which node, how it ended) and the checkpoint it resumed from. torchrun's are read from
+the node records its agents wrote in the launch's exit directory (bloomtrain.exit_record), never from log
+lines. Prefect-free; flows.train publishes the list as the ``training-restarts`` artifact and in its summary.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from flows.launch import STARTED_OVER, LaunchResult, WorkerFailure, failure_excerpt
+from bloomtrain.exit_record import attempts, read_attempt
+from bloomtrain.recovery import Decision
+
+STARTED_OVER = "(none: started over)"  # where a restart resumed when there was no checkpoint yet
 
 
 @dataclass
 class Restart:
     at: float
-    """Unix time the failure was seen."""
+    """Unix time of the decision to restart."""
     by: str
     """"torchrun" (a new worker group in the same launch) or "flow" (the job launched again)."""
     cause: str
-    """What failed: the rank and exit code or signal; for a relaunch, how the launch ended."""
+    """What failed: the rank, its node and how it ended; for a relaunch, how the launch ended."""
     resumed_from: str | None
     """The checkpoint tag the restart resumed from; STARTED_OVER without one; None when not reported."""
     last_lines: list[str] = field(default_factory=list)
@@ -33,20 +39,22 @@ class Restart:
         return asdict(self)
 
 
-def torchrun_restart(failure: WorkerFailure) -> Restart:
-    """The restart torchrun made after a worker group failed."""
-    return Restart(failure.seen_at, "torchrun", failure.describe(), failure.resumed_from)
+def torchrun_restarts(exit_dir: str | Path) -> list[Restart]:
+    """The worker groups torchrun started again during one launch, from its agents' node records (one per
+    restarted attempt: every node records the same decision)."""
+    found = []
+    for number in attempts(exit_dir) if Path(exit_dir).is_dir() else []:
+        nodes = read_attempt(exit_dir, number).nodes.values()
+        node = next((n for n in nodes if n.action == "retry"), None)
+        if node is not None:
+            resumed = node.resumes_from if node.resumes_from is None else node.resumes_from or STARTED_OVER
+            found.append(Restart(node.at, "torchrun", node.cause, resumed))
+    return found
 
 
-def torchrun_restarts(result: LaunchResult) -> list[Restart]:
-    """The worker groups torchrun started again during one launch (its final failure, if any, is no restart)."""
-    return [torchrun_restart(f) for f in result.worker_failures[:result.torchrun_restarts]]
-
-
-def relaunch(result: LaunchResult, resumed_from: str | None, lines: int = 12) -> Restart:
-    """The flow's relaunch after ``result``, resuming from ``resumed_from`` (``latest`` read just before)."""
-    return Restart(time.time(), "flow", result.headline(), resumed_from or STARTED_OVER,
-                   failure_excerpt(result.tail, lines))
+def relaunch(decision: Decision, last_lines: list[str]) -> Restart:
+    """The flow's relaunch that ``decision`` (bloomtrain.recovery.after_launch) asked for."""
+    return Restart(time.time(), "flow", decision.cause, decision.checkpoint or STARTED_OVER, last_lines)
 
 
 def restarts_markdown(restarts: list[Restart], note: str = "") -> str:

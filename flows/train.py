@@ -7,16 +7,20 @@ into a Prefect state:
 - a config the trainer would reject (``BloomstackError``) -> Failed with its one line, nothing launched
   (``flows.failures``);
 - exit 0 -> Completed, a Markdown summary (loss, perplexity, tokens/s, MFU, paths) with a loss-curve PNG;
-- non-zero exit or timeout -> Failed, the message quoting the job's last lines. A non-zero exit other than 2
-  (the CLIs' "bad input" code) is relaunched up to ``retries`` times; a relaunch resumes from the last
-  checkpoint;
+- otherwise bloomtrain.recovery decides from the trainer's exit records (each launch gets its own exit
+  directory, ``run_dir/exits/launch-N-TIME``), exactly as the Slurm job does: relaunch (up to ``retries``
+  times, resuming from the last checkpoint) after a failure or a time-budget stop that saved a newer
+  checkpoint; else Failed with the decision's line, followed by the job's last lines unless it was a config or
+  input error (one line, never relaunched). A timeout (``launch.timeout_s``) is not relaunched;
 - a cancel request (the flow run going Cancelling) -> the job's process group is killed, the run Cancelled.
 
-Restarts: under torchrun a failed worker group is first restarted inside the launch (``launch.max_restarts``);
-the flow relaunches when the launch itself failed. The relaunch loop is the flow's own, not Prefect's task
-retries, so that it can read ``latest`` before each relaunch and keep one record of every restart (when,
-why, from which checkpoint: flows.restarts), published as the ``training-restarts`` artifact while the run
-goes on and kept in the stage's summary. Each launch is its own ``launch-training`` task run.
+Restarts: under torchrun (bloomtrain.launcher) a failed worker group is first restarted inside the launch
+(``launch.max_restarts``; its agents decide, and never restart a config error); the flow relaunches when the
+launch itself stopped early. The relaunch loop is the flow's own, not Prefect's task retries, so that it can
+keep one record of every restart (when, why, from which checkpoint: flows.restarts), published as the
+``training-restarts`` artifact while the run goes on and kept in the stage's summary. Each launch is its own
+``launch-training`` task run. An sbatch job recovers inside Slurm (``bloomtrain slurm``): the flow does not
+relaunch it.
 
 The launcher is called directly in the flow, never ``.submit()``-ed: only the main thread can be
 interrupted by SIGTERM or a timeout while the job runs (docs/flows.md, "Launch jobs in the flow's main thread").
@@ -37,13 +41,15 @@ from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config
+from bloomtrain.exit_record import EXIT_DIR_ENV
 from bloomtrain.metrics import read_metrics, summarize
+from bloomtrain.recovery import Decision, LaunchOutcome, after_launch
 from flows.config import TrainStageConfig
 from flows.failures import FlowEnded, user_errors
-from flows.launch import LaunchError, LaunchResult, WorkerFailure, run_process
+from flows.launch import LaunchError, LaunchResult, run_process
 from flows.launch_config import SBATCH_JOB_ID, LaunchConfig, build_command, launch_env
 from flows.report import plot_loss, training_markdown
-from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restart, torchrun_restarts
+from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restarts
 from flows.results import RunPaths, TrainedRun, TrainResult
 from flows.stages import Stage, read_marker, stage_key
 
@@ -67,16 +73,6 @@ def _cancel_requested() -> bool:
     return any(s is not None and (s.is_cancelling() or s.is_cancelled()) for s in states)
 
 
-def _not_relaunched(result: LaunchResult) -> str | None:
-    """Why a failed launch is not relaunched, or None: relaunch real crashes only, not timeouts or exit code 2
-    (a config or input error: relaunching won't help)."""
-    if result.reason == "timeout":
-        return "it timed out (launch.timeout_s), which a relaunch would repeat"
-    if result.job_exitcode == 2:
-        return "exit code 2 is a config or input error, which a relaunch would repeat"
-    return None
-
-
 def _publish_restarts(restarts: list[Restart], note: str = "") -> None:
     if restarts:
         create_markdown_artifact(restarts_markdown(restarts, note), key="training-restarts",
@@ -85,15 +81,15 @@ def _publish_restarts(restarts: list[Restart], note: str = "") -> None:
 
 @task(name="launch-training")
 def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_iters: int | None,
-                    earlier: list[Restart]) -> list[Restart]:
-    """One launch of the job; ``earlier`` is the run's restart record so far, which the ``training-restarts``
-    artifact extends while torchrun restarts worker groups. Returns torchrun's restarts in this launch."""
+                    earlier: list[Restart], exit_dir: str) -> LaunchResult:
+    """One launch of the job, its exit records going to ``exit_dir``; ``earlier`` is the run's restart record
+    so far, which the ``training-restarts`` artifact extends while torchrun restarts worker groups. Raises
+    ``LaunchError`` (the task fails) when the launch did not exit 0, ``LaunchCancelled`` on a cancel."""
     log = get_run_logger()
     run = Path(run_dir)
     metrics = run / "logs" / "metrics.jsonl"
     progress = create_progress_artifact(0.0, key="training-progress", description=f"training in {run_dir}")
     slurm_job: list[str] = []
-    failures: list[WorkerFailure] = []  # torchrun's, filled by run_process as its lines arrive
     published = [0]
 
     def on_line(line: str) -> None:
@@ -108,15 +104,16 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
             train, _ = read_metrics(metrics)
             if train:
                 update_progress_artifact(progress, min(100.0, 100.0 * train[-1]["iteration"] / total_iters))
-        if len(failures) > published[0]:  # every failure so far was followed by a restart, as the job runs on
-            published[0] = len(failures)
-            _publish_restarts([*earlier, *map(torchrun_restart, failures)])
+        restarts = torchrun_restarts(exit_dir)
+        if len(restarts) > published[0]:  # torchrun restarted a worker group since the last look
+            published[0] = len(restarts)
+            _publish_restarts([*earlier, *restarts])
         return _cancel_requested()
 
     log.info("launching: %s", " ".join(cmd))
-    result = run_process(cmd, env=launch_env(launch), cwd=os.getcwd(), on_line=on_line, should_stop=should_stop,
-                         timeout_s=launch.timeout_s, grace_s=launch.grace_s, tail_lines=launch.tail_lines,
-                         failures=failures, log_file=run / "launch.log",
+    result = run_process(cmd, env={**launch_env(launch), EXIT_DIR_ENV: exit_dir}, cwd=os.getcwd(), on_line=on_line,
+                         should_stop=should_stop, timeout_s=launch.timeout_s, grace_s=launch.grace_s,
+                         tail_lines=launch.tail_lines, log_file=run / "launch.log",
                          on_start=lambda pid: log.info("job process group %d", pid))
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
@@ -126,7 +123,7 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
     if not result.ok:
         raise LaunchError(result.describe(), result)
     update_progress_artifact(progress, 100.0)
-    return torchrun_restarts(result)
+    return result
 
 
 def with_run_dirs(train: TrainConfig, run_dir: Path) -> TrainConfig:
@@ -228,47 +225,48 @@ def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str
 
 def _launch_until_done(config: TrainStageConfig, cmd: list[str], run_dir: Path, ckpt: Path,
                        total_iters: int | None) -> list[Restart]:
-    """Launch, and relaunch after a crash up to ``config.retries`` times; return the restart record, or raise
-    ``FlowEnded`` with the Failed / Cancelled state to end the flow with."""
+    """Launch, and relaunch while bloomtrain.recovery says so (at most ``config.retries`` times); return the
+    restart record, or raise ``FlowEnded`` with the Failed / Cancelled state to end the flow with."""
     launch = config.launch
     restarts: list[Restart] = []
-    launches = config.retries + 1
     note = f"Limits: launch.max_restarts={launch.max_restarts} per launch (torchrun), train.retries={config.retries}."
-    for n in range(1, launches + 1):
+    for n in range(1, config.retries + 2):
+        exit_dir = run_dir / "exits" / f"launch-{n}-{time.strftime('%Y%m%d-%H%M%S')}"
+        before = read_latest(ckpt)
         try:
-            restarts += launch_training(cmd, launch, str(run_dir), total_iters, restarts)
+            result = launch_training(cmd, launch, str(run_dir), total_iters, restarts, str(exit_dir))
         except LaunchCancelled as exc:
-            restarts += torchrun_restarts(exc.result)
+            restarts += torchrun_restarts(exit_dir)
             _publish_restarts(restarts, note)
             raise FlowEnded(Cancelled(message=str(exc))) from None
         except LaunchError as exc:
-            restarts += torchrun_restarts(exc.result)
-            why_not = _not_relaunched(exc.result) or (f"train.retries={config.retries} relaunches used up"
-                                                       if n == launches else None)
-            if why_not is not None:
-                _publish_restarts(restarts, note)
-                raise FlowEnded(Failed(message=_failed_message(n, restarts, why_not, exc))) from None
-            _relaunch_after(exc, restarts, ckpt, note, n, launches, launch.retry_delay_s)
-            if _cancel_requested():
-                raise FlowEnded(Cancelled(message=f"cancelled before relaunch {n} of {config.retries}")) from None
-            continue
+            if launch.launcher == "sbatch":  # the job decided its requeues itself; its output says how it ended
+                raise FlowEnded(Failed(message=str(exc))) from None
+            result = exc.result
+        restarts += torchrun_restarts(exit_dir)
+        decision = after_launch(LaunchOutcome(
+            exit_dir=str(exit_dir), returncode=result.returncode or 0, checkpoint_dir=str(ckpt), before=before,
+            requeues=n - 1, max_requeues=config.retries, again="relaunch", timed_out=result.reason == "timeout"))
         _publish_restarts(restarts, note)
-        return restarts
-    raise AssertionError("unreachable: the last launch either returned or failed")
+        if decision.action == "stop":
+            if decision.exit_code == 0:
+                return restarts
+            raise FlowEnded(Failed(message=_failed_message(n, restarts, decision, result))) from None
+        restarts.append(relaunch(decision, result.tail[-12:]))
+        _publish_restarts(restarts, note)
+        get_run_logger().warning("train: launch %d: %s; relaunching in %g s", n, decision.line, launch.retry_delay_s)
+        time.sleep(launch.retry_delay_s)
+        if _cancel_requested():
+            raise FlowEnded(Cancelled(message=f"cancelled before relaunch {n} of {config.retries}")) from None
+    raise AssertionError("unreachable: after_launch stops once max_requeues relaunches were made")
 
 
-def _failed_message(launches: int, restarts: list[Restart], why_not: str, exc: LaunchError) -> str:
+def _failed_message(launches: int, restarts: list[Restart], decision: Decision, result: LaunchResult) -> str:
+    """A config or input error: its one line. Anything else: how many launches and restarts, the decision's
+    line, and the job's last lines."""
+    if decision.exit_code == 2:
+        return decision.line
     by_torchrun = sum(r.by == "torchrun" for r in restarts)
     return (f"training failed after {launches} launch{'es' if launches > 1 else ''} and {by_torchrun} torchrun "
-            f"restart{'s' if by_torchrun != 1 else ''} (see the training-restarts artifact); not relaunched: "
-            f"{why_not}. {exc}")
-
-
-def _relaunch_after(exc: LaunchError, restarts: list[Restart], ckpt: Path, note: str, n: int, launches: int,
-                    delay_s: float) -> None:
-    """Record the flow's relaunch after launch ``n`` failed (from ``latest`` as it is now) and wait."""
-    restarts.append(relaunch(exc.result, read_latest(ckpt)))
-    _publish_restarts(restarts, note)
-    get_run_logger().warning("train: launch %d of %d failed (%s); relaunching in %g s from %s", n, launches,
-                             exc.result.headline(), delay_s, restarts[-1].resumed_from)
-    time.sleep(delay_s)
+            f"restart{'s' if by_torchrun != 1 else ''} (see the training-restarts artifact): {decision.line}. "
+            f"{result.describe()}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,10 +102,13 @@ def test_a_rank_that_keeps_dying_stops_after_max_restarts_with_the_root_cause(tm
     assert lines.count("fault_job: rank 1 kills itself at launch (SIGKILL)") == 3
     ours = [line for line in lines if line.startswith("bloomtrain: node node0: ")]
     cause = "bloomtrain: node node0: rank 1 on node0 killed by SIGKILL"
-    assert ours[:3] == [f"{cause}; restart 1 of 2 on the same nodes, resuming from no checkpoint yet (starts over)",
-                        f"{cause}; restart 2 of 2 on the same nodes, resuming from no checkpoint yet (starts over)",
-                        f"{cause}; torchrun restarts used up (2); the next attempt resumes from no checkpoint yet "
-                        "(starts over)"], ours
+    # rank 1 dies before it could record anything; rank 0, stopped by the agent, may have named its checkpoint dir
+    where = "(its latest checkpoint, if any|no checkpoint yet \\(starts over\\))"
+    for line, expected in zip(ours, [f"{cause}; restart 1 of 2 on the same nodes, resuming from {where}",
+                                     f"{cause}; restart 2 of 2 on the same nodes, resuming from {where}",
+                                     f"{cause}; no torchrun restart left \\(max_restarts=2\\); the next attempt "
+                                     f"resumes from {where}"]):
+        assert re.fullmatch(expected, line), ours
     assert ours[3].startswith("bloomtrain: node node0: stopped; tracebacks beside the exit records in ")
     assert not [line for line in lines if "Traceback" in line or "ChildFailedError" in line]
     assert "Root Cause (first observed failure)" in (tmp_path / "exits" / "node-node0.log").read_text()  # kept

@@ -65,7 +65,7 @@ def test_a_rank_killed_is_the_root_cause_before_its_peers_errors(tmp_path):
     assert views[1].deaths == [(False, 1, "killed by SIGKILL")]
     assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"
     assert after_worker_failure(views, {}, restarts_left=2, max_restarts=3).line == \
-        "rank 1 on n2 killed by SIGKILL; restart 2 of 3 on the same nodes, resuming from no checkpoint yet (starts over)"
+        "rank 1 on n2 killed by SIGKILL; restart 2 of 3 on the same nodes, resuming from its latest checkpoint, if any"
     views[0] = node_view("n1", [0], {0: 1}, attempt.model_copy(update={"ranks": {0: _record(
         tmp_path, 0, "failure", message="RuntimeError: Connection closed by peer", ended=5.0)}}))
     assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"
@@ -93,8 +93,9 @@ def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path)
     assert decision.line == ("lost node n2 (ranks 2, 3): its agent stopped answering, so no restart on these nodes; "
                              "the next attempt resumes from global_step4")
     decision = after_worker_failure(views, {}, restarts_left=0, max_restarts=3)
-    assert decision.action == "stop" and decision.line.endswith("torchrun restarts used up (3); the next attempt "
-                                                                "resumes from global_step4")
+    assert decision.action == "stop" and decision.line.endswith("no torchrun restart left (max_restarts=3); the next "
+                                                                "attempt resumes from global_step4")
+    assert decision.checkpoint == "global_step4"
 
 
 @pytest.fixture
