@@ -44,7 +44,9 @@ class ParallelConfig(_Frozen):
 
 class OptimConfig(_Frozen):
     precision: Literal["bf16", "fp32"] = "bf16"
-    """bf16: DeepSpeed BF16_Optimizer (fp32 master + fp32 grad accumulation). fp32: exact, for tests."""
+    """bf16: DeepSpeed BF16_Optimizer (fp32 master + fp32 grad accumulation); on a CPU without native bf16 it trains fp32 instead (bloomtrain.precision). fp32: exact, for tests."""
+    force_bf16: bool = False
+    """Keep bf16 on a CPU without native bf16 units (no AVX512-BF16/AMX), where it runs several times slower than the fp32 it falls back to otherwise: for tests of bf16 numerics."""
     lr: float = 6e-5
     """Peak learning rate, reached at the end of the warmup."""
     min_lr: float = 6e-6

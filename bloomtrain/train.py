@@ -37,6 +37,7 @@ from bloomtrain.data import ValidSamples, build_datasets, build_valid_sets, toke
 from bloomtrain.engine import build_engine
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
 from bloomtrain.parallel.state import ParallelState
+from bloomtrain.precision import CpuInfo, PrecisionChoice, fit_precision
 from bloomtrain.schedules import BatchSchedule
 from bloomtrain.train_module import TrainModule
 from bloomtrain.trainer import Trainer, TrainResult
@@ -67,7 +68,8 @@ def init_distributed() -> None:
 
 
 def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, world: int,
-                      valid_sets: Sequence[ValidSamples] = ()) -> list[Callback]:
+                      valid_sets: Sequence[ValidSamples] = (), precision: PrecisionChoice | None = None
+                      ) -> list[Callback]:
     """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
     evaluate (the overall validation set, then each named one), enforce the skip limit (save, raise), agree on
     stop requests, save on the interval; the final save (end of the schedule, or a stop) is the checkpoint
@@ -79,7 +81,7 @@ def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, 
         byte_lengths = token_byte_lengths(load_tokenizer(cfg.data.tokenizer))
     return [
         NanDrillCallback(cfg.stability.inject_nan_at_iters),
-        MetricsCallback(cfg, rank, world),
+        MetricsCallback(cfg, rank, world, precision),
         EvaluationCallback(valid_data, interval=cfg.logging.eval_interval, eval_iters=cfg.logging.eval_iters,
                            micro_batch_size=cfg.schedule.micro_batch_size),
         *(ValidSetCallback(s, interval=cfg.logging.eval_interval, micro_batch_size=cfg.schedule.micro_batch_size,
@@ -90,12 +92,19 @@ def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, 
     ]
 
 
-def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), faults: FaultHook | None = None) -> Trainer:
+def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), faults: FaultHook | None = None,
+                  cpu: CpuInfo | None = None) -> Trainer:
     """The trainer of ``cfg``: ``default_callbacks`` followed by ``callbacks``; ``faults`` is the
-    Checkpointer's fault-injection hook (tests only)."""
+    Checkpointer's fault-injection hook (tests only); ``cpu`` describes the CPU (default: this one's)."""
     init_distributed()
     setup_console()
-    if not torch.cuda.is_available():
+    from deepspeed.accelerator import get_accelerator  # noqa: PLC0415
+
+    device = get_accelerator().device_name()
+    # The precision that fits this hardware (bloomtrain.precision), decided once: what follows gets the fitted cfg.
+    precision = fit_precision(cfg, device, cpu or (CpuInfo.detect() if device == "cpu" else None))
+    cfg = precision.apply(cfg)
+    if device == "cpu":
         # x86 CPUs take a microcode assist on every denormal operand: fp32 training steps, whose small
         # gradients and attention probabilities make many, run several times slower without this
         # (4x measured on the project's 2-vCPU EPYC). Flushing changes values below 1.2e-38 only.
@@ -121,7 +130,8 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
         valid_sets = build_valid_sets(cfg)
     checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
     return Trainer(cfg, module, state, train_data, checkpointer,
-                   [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values())), *callbacks])
+                   [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values()), precision),
+                    *callbacks])
 
 
 def run(cfg: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:

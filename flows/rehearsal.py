@@ -40,6 +40,7 @@ from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config
 from bloomtrain.metrics import read_metrics
+from bloomtrain.precision import read_precision
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
 from flows.failures import ended_unfinished, stage_result, user_errors
@@ -54,6 +55,7 @@ from flows.rehearsal_config import (
     RehearsalScale,
     override_rows,
     overrides_markdown,
+    precision_rows,
     recipe_config,
     rehearsal_train_config,
 )
@@ -157,7 +159,8 @@ def summary_markdown(result: PipelineResult, seconds: float, stages: list[tuple[
 
 def path_lines(ran: TrainConfig, spec: BlendSpec, run: TrainedRun) -> list[str]:
     """What of the recipe ran: mixture, layout, precision, ramp-up, kernels, what was kept, the training."""
-    ds = ran.to_deepspeed_config(TP * PP)
+    precision = read_precision(run.paths.metrics)  # what the trainer ran: bf16, or fp32 on a CPU without bf16
+    ds = (precision.apply(ran) if precision else ran).to_deepspeed_config(TP * PP)
     t = run.summary
     weights = ", ".join(f"{d.name} {d.weight:.4%}" for d in spec.datasets)
     return [
@@ -165,8 +168,9 @@ def path_lines(ran: TrainConfig, spec: BlendSpec, run: TrainedRun) -> list[str]:
         f"train range {spec.train_range}, valid range {spec.valid_range}, seed {spec.seed}",
         f"- layout: TP {ran.parallel.tp} x PP {ran.parallel.pp} x DP 1, gloo; activation checkpointing "
         f"{'on' if ran.parallel.activation_checkpointing else 'off'}",
-        f"- precision: {ran.optim.precision} (DeepSpeed ZeRO stage {ds['zero_optimization']['stage']}, "
-        f"gradient accumulation in {ds.get('data_types', {}).get('grad_accum_dtype', 'fp32')})",
+        f"- {precision.line() if precision else f'precision: {ran.optim.precision}'} (DeepSpeed ZeRO stage "
+        f"{ds['zero_optimization']['stage']}, gradient accumulation in "
+        f"{ds.get('data_types', {}).get('grad_accum_dtype', 'fp32')})",
         f"- batch ramp-up: {ramp_text(run.paths.metrics)}",
         f"- kernels {ran.model.kernels}, self-check: {kernels_text(run.paths.checkpoints)}"
         + ("; with attention dropout on (tr11's 0.1), attention runs over the full causal square with the "
@@ -191,6 +195,7 @@ def rehearsal_flow(config: RehearsalConfig = RehearsalConfig()) -> RehearsalResu
     root = Path(result.out_dir)
     # the config the trainer read, against the recipe (an undeclared override: Failed with its one line)
     rows = override_rows(recipe_config(), load_config(result.train.result.paths.config), config.scale)
+    rows += precision_rows(read_precision(result.train.result.paths.metrics))  # the trainer's hardware check
     seconds = time.time() - started
     stages = stage_seconds(root, started)
     overrides_md = overrides_markdown(rows, result.tokenizer.result.report.vocab_size, root)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import TrainConfig, load_config
+from bloomtrain.precision import PrecisionChoice
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = REPO / "configs" / "train" / "bloom-176b-tr11.yaml"
@@ -177,6 +178,14 @@ def override_rows(recipe: TrainConfig, run: TrainConfig, scale: RehearsalScale) 
                               f"{', '.join(f'{k} ({a[k]!r} -> {b[k]!r})' for k in undeclared)}, which is not a "
                               "declared override; keep the recipe's value or declare it in flows/rehearsal_config.py")
     return [OverrideRow(k, a[k], b[k], why[k]) for k in changed]
+
+
+def precision_rows(choice: PrecisionChoice | None) -> list[OverrideRow]:
+    """The override the trainer itself makes: tr11's bf16 trains fp32 on a CPU without native bf16
+    (``bloomtrain.precision``; its record in the run's metrics.jsonl, since train.yaml keeps the recipe's bf16)."""
+    if choice is None or not choice.changed:
+        return []
+    return [OverrideRow("optim.precision", choice.configured, choice.ran, f"hardware (the trainer's check): {choice.why}")]
 
 
 def _cell(value: Any, root: Path | None) -> str:

@@ -16,14 +16,17 @@ from typing import Any
 from bloomtrain.callbacks.base import Callback
 from bloomtrain.config import TrainConfig
 from bloomtrain.metrics import Metrics, memory_gib, progress_line
+from bloomtrain.precision import PrecisionChoice, precision_record
 
 
 class MetricsCallback(Callback):
-    def __init__(self, cfg: TrainConfig, rank: int, world_size: int) -> None:
-        self.cfg = cfg
+    def __init__(self, cfg: TrainConfig, rank: int, world_size: int, precision: PrecisionChoice | None = None) -> None:
+        self.cfg, self.precision = cfg, precision
         self.writer = Metrics(cfg, rank, world_size)
 
     def pre_train(self, trainer) -> None:
+        if self.precision is not None:  # which precision runs and why: one line, and its record in metrics.jsonl
+            self.writer.log(precision_record(self.precision), 0, f"bloomtrain: {self.precision.line()}")
         self.writer.describe(trainer.pos.iteration)
 
     def post_step(self, trainer, step) -> None:

@@ -22,7 +22,7 @@ from bloomtrain.checkpoint.format import load_merged_states
 from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest
 from bloomtrain.metrics import read_launches
 from bloomtrain.provenance import read_training_record
-from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
 from tests.gloo_harness import run_distributed, start_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,9 +144,9 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
     assert read_latest(ckpt) == f"global_step{last + 1}"
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("precision", [["optim.precision=fp32"], FORCE_BF16], ids=["fp32", "bf16"])
 def test_injected_nan_is_skipped_and_counted(precision):
-    r = _one([*EXACT, f"optim.precision={precision}", "schedule.train_iters=4", "stability.inject_nan_at_iters=[2]"])
+    r = _one([*EXACT, *precision, "schedule.train_iters=4", "stability.inject_nan_at_iters=[2]"])
     assert r["error"] is None, r["error"]
     assert math.isnan(r["losses"][2])
     assert all(math.isfinite(r["losses"][i]) for i in (1, 3, 4))

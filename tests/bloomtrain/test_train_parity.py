@@ -17,7 +17,7 @@ from bloomtrain.data import build_datasets, collate
 from bloomtrain.engine import param_groups
 from bloomtrain.model.bloom import BloomModel
 from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
-from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
 from tests.gloo_harness import run_distributed
 
 RTOL = 2e-5
@@ -123,7 +123,7 @@ def test_tp2_pp2_dp2(single):
 
 def test_bf16_builds_blooms_bf16_optimizer(single):
     """bf16: DeepSpeed's BF16_Optimizer with fp32 accumulation; losses track fp32 at bf16 precision."""
-    r = _run(1, [*EXACT, "optim.precision=bf16", "parallel.activation_checkpointing=true"])[0]
+    r = _run(1, [*EXACT, *FORCE_BF16, "parallel.activation_checkpointing=true"])[0]
     assert r["optimizer"] == "BF16_Optimizer"
     assert r["grad_acc_dtype"] == "torch.float32"
     for i in range(1, 4):

@@ -12,10 +12,10 @@ import shutil
 import pytest
 
 from bloomtrain.checkpoint.tags import commit_tag, read_latest
-from tests.bloomtrain.train_helpers import EXACT, train_rank
+from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, train_rank
 from tests.gloo_harness import run_distributed
 
-BF16 = [*EXACT, "optim.precision=bf16", "checkpoint.save_interval=3", "checkpoint.keep_last=null"]
+BF16 = [*EXACT, *FORCE_BF16, "checkpoint.save_interval=3", "checkpoint.keep_last=null"]
 
 
 def _run(world: int, overrides: list[str]) -> dict:

@@ -15,6 +15,10 @@ EXACT = [
     "schedule.warmup_samples=8", "schedule.decay_samples=64", "logging.eval_interval=0",
 ]
 
+# bf16 on any CPU: the tests of DeepSpeed's BF16 path (BF16_Optimizer, ZeRO-1, universal checkpoints) keep it where
+# a CPU without native bf16 would otherwise train fp32 (bloomtrain.precision).
+FORCE_BF16 = ["optim.precision=bf16", "optim.force_bf16=true"]
+
 
 def train_rank(overrides: list[str], faults=None, callbacks=None) -> dict:
     """Build the trainer from tiny-cpu.yaml + overrides, resume if possible, train; report what tests need.

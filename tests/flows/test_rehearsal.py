@@ -24,6 +24,7 @@ from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.mixture.tune import tune_blend
 from bloomtrain.config import load_config
 from bloomtrain.data import per_dataset_valid_sets
+from bloomtrain.precision import CpuInfo, PrecisionChoice, read_precision
 from flows.config import DEMO_LANGS
 from flows.pipeline import wire_training
 from flows.rehearsal import RehearsalConfig, pipeline_config
@@ -33,6 +34,7 @@ from flows.rehearsal_config import (
     RehearsalScale,
     override_rows,
     overrides_markdown,
+    precision_rows,
     recipe_config,
 )
 from flows.train import with_run_dirs, write_run_config
@@ -101,6 +103,16 @@ def test_the_overrides_are_exactly_the_differences_from_the_recipe(tmp_path):
     md = overrides_markdown(rows, 4000, tmp_path / "rehearsal")
     assert md.count("\n| `") == len(rows) == len(SIZES) + len(WIRED) and "`vocab_size` 250,680 -> 4,000" in md
     assert "| `schedule.rampup_batch_size` | `[192, 16, 9765625]` | `[4, 2, 800]` |" in md
+
+
+def test_a_cpu_without_native_bf16_adds_the_trainers_precision_override():
+    why = "this CPU (AMD EPYC 7B12; torch CPU kernels: AVX2) has no native bf16 (...)"
+    fallback = PrecisionChoice(configured="bf16", ran="fp32", device="cpu (AMD EPYC 7B12)", why=why)
+    rows = precision_rows(fallback)
+    assert [(r.key, r.tr11, r.rehearsal) for r in rows] == [("optim.precision", "bf16", "fp32")]
+    assert f"| `optim.precision` | `bf16` | `fp32` | hardware (the trainer's check): {why} |" in overrides_markdown(
+        rows, 4000)
+    assert precision_rows(fallback.model_copy(update={"ran": "bf16"})) == precision_rows(None) == []
 
 
 def test_an_undeclared_override_is_an_error(tmp_path):
@@ -176,7 +188,12 @@ def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
 
     config = RehearsalConfig(out_dir=str(tmp_path / "rehearsal"), scale=SMOKE)
     result = rehearsal_flow(config)
-    assert {r.key for r in result.overrides} == set(SIZES) | WIRED | {"checkpoint.save_interval"}
+    # bf16 where the CPU has native bf16, fp32 (and one more override, the trainer's) where it has not
+    precision = read_precision(result.pipeline.train.result.paths.metrics)
+    assert precision is not None and precision.ran == ("bf16" if CpuInfo.detect().native_bf16 else "fp32")
+    assert precision.line() in result.summary_markdown
+    assert {r.key for r in result.overrides} == set(SIZES) | WIRED | {"checkpoint.save_interval"} | (
+        {"optim.precision"} if precision.changed else set())
     assert artifact("rehearsal-overrides").data == result.overrides_markdown
     assert artifact("rehearsal-summary").data == result.summary_markdown
     assert [s for s, _ in result.stage_seconds] == ["clean", "tokenizer", "dataset", "blend", "train", "export",
@@ -186,11 +203,11 @@ def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
     train, _ = read_metrics(run.paths.metrics)
     batches = list(dict.fromkeys(row["global_batch"] for row in train))
     assert batches[0] == 4 and batches[-1] == 16 and len(batches) >= 4 and batches == sorted(batches)
-    # TP 2 x PP 2 checkpoints with the fused-kernel self-check in bf16, exported and loaded by transformers
+    # TP 2 x PP 2 checkpoints with the fused-kernel self-check in the precision that ran, exported and loaded
     ckpt = Path(run.paths.checkpoints)
     meta = json.loads((ckpt / (ckpt / "latest").read_text().strip() / "bloomtrain_model.json").read_text())
     assert (meta["tp_size"], meta["pp_size"]) == (2, 2)
-    assert {c["dtype"] for c in meta["kernel_selfcheck"]} == {"bfloat16"}
+    assert {c["dtype"] for c in meta["kernel_selfcheck"]} == {"bfloat16" if precision.ran == "bf16" else "float32"}
     assert len(result.pipeline.export.result.samples) == 3
     # every language evaluated on its held-out documents, in training (valid/<lang>) and after the export
     assert set(result.pipeline.evaluate.result.models["exported"].languages) == set(DEMO_LANGS)
