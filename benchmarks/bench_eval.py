@@ -24,6 +24,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -80,7 +81,7 @@ def timed(fn, device: str) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes for a smoke run")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="bloom-560m")
@@ -97,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--check", action="store_true", help="compare evaluate's NLL with the reference loop's")
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json-out", default=None, help="also write the JSON to this file (benchmarks/gpu_check.py)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.quick:
         args.layers, args.hidden, args.vocab, args.context, args.docs, args.batch = 2, 256, 32768, 128, 8, 4
     torch.set_num_threads(args.threads)
@@ -139,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         ours, reference = values["evaluate"], values["forward+logsoftmax"]
         result["nll_relative_difference"] = abs(ours - reference) / abs(reference)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=1) + "\n")
     if args.json:
         print(json.dumps(result, indent=1))
         return 0

@@ -16,9 +16,11 @@ kernels with full-square attention, and the torch kernels with block-causal atte
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
@@ -83,7 +85,7 @@ def _cases(device: str, quick: bool, dtype: torch.dtype):
            lambda k, s: k.alibi_softmax(s, slopes, 0.125), int(1.5 * heads * seq * seq * elt))
 
 
-def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> None:
+def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> list[dict]:
     warmup, iters = (2, 5) if quick else (5, 20)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     peak = peak_gbps(name) if device == "cuda" else None
@@ -93,6 +95,7 @@ def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype
     if peak:
         header += f"{'fused GB/s':>12}{'% peak':>8}"
     print(header)
+    rows = []
     for op, label, make, call, nbytes in _cases(device, quick, dtype):
         inputs = make()
         times = {}
@@ -106,13 +109,17 @@ def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype
             times[kind] = _time(step, device, warmup, iters)
         line = f"{op:<14}{label:<20}" + "".join(f"{times[k]:>14.3f}" for k in kinds)
         line += "".join(f"{times['torch'] / times[k]:>10.2f}" for k in kinds if k != "torch")
+        rows.append({"op": op, "shape": label, "ms": times, "speedup_vs_torch": {k: times["torch"] / times[k]
+                                                                               for k in kinds if k != "torch"}})
         if peak:
             with torch.no_grad():
                 fused = get_kernels("fused")
                 fwd = _time(lambda c=call, i=inputs, f=fused: c(f, *i), device, warmup, iters)
             gbps = nbytes / fwd / 1e6
             line += f"{gbps:>12.0f}{100 * gbps / peak:>7.0f}%"
+            rows[-1].update(fused_forward_gbps=gbps, peak_gbps=peak, fraction_of_peak=gbps / peak)
         print(line)
+    return rows
 
 
 def _set_kernels(model, kernels) -> None:
@@ -149,7 +156,7 @@ def _model_variants(kinds: list[str]) -> list[tuple[str, str, KernelSet | None]]
     return rows
 
 
-def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> None:
+def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> list[dict]:
     from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
 
     if device == "cuda":
@@ -160,6 +167,7 @@ def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) 
         shapes = [(2, 256, 4, 2, 256)] if quick else [(4, 512, 8, 4, 512), (2, 512, 8, 1, 2048)]
     vocab = 1024
     warmup, iters = (2, 3) if quick else (2, 7)
+    rows = []
     for layers, hidden, heads, batch, seq in shapes:
         print(f"\n== model step (forward + loss + backward), {device}, {dtype}: layers={layers} hidden={hidden} "
               f"heads={heads} batch={batch} seq={seq} vocab={vocab} ==")
@@ -179,9 +187,12 @@ def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) 
 
             times[label] = _time(step, device, warmup, iters)
             print(f"{label:<20}{times[label]:>10.1f} ms   x{times['torch'] / times[label]:.2f} vs torch", flush=True)
+            rows.append({"shape": {"layers": layers, "hidden": hidden, "heads": heads, "batch": batch, "seq": seq},
+                         "variant": label, "ms": times[label], "speedup_vs_torch": times["torch"] / times[label]})
+    return rows
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small shapes and few repeats")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -189,7 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: float32 on CPU, bfloat16 on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow first compile)")
     parser.add_argument("--skip-model", action="store_true")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", default=None, help="also write every row to this file (benchmarks/gpu_check.py)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     # As the trainer does (bloomtrain.train): without it, fp32 steps that make denormals run several times
     # slower on x86 CPUs, and which side makes more of them decides the ratio.
     torch.set_flush_denormal(True)
@@ -204,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("apex not installed: no apex column")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, kinds {kinds}")
-    bench_kernels(device, args.quick, kinds, dtype)
+    rows = {"device": device, "dtype": str(dtype).removeprefix("torch."), "kinds": kinds,
+            "kernels": bench_kernels(device, args.quick, kinds, dtype)}
     if not args.skip_model:
-        bench_model(device, args.quick, kinds, dtype)
+        rows["model"] = bench_model(device, args.quick, kinds, dtype)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 

@@ -12,8 +12,10 @@ median step time is reported. The ratio is ours / HF (goal >= 1.0x before fused 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -68,7 +70,7 @@ def timed(fn, model, ids, device) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu_start
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny shapes for a smoke run")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="bloom-560m")
@@ -81,7 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=sorted(_DTYPES), default="float32")
     parser.add_argument("--kernels", default="torch", help="our kernel set: torch, fused, compile, apex")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", default=None, help="also write the figures to this file (benchmarks/gpu_check.py)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     if args.quick:
         # bloom-560m's width (h 1024, 16 heads) with 2 layers and a 4096-row vocab: seconds per run.
         args.preset, args.layers, args.vocab, args.seq, args.batch, args.iters = "bloom-560m", 2, 4096, 128, 2, 5
@@ -120,6 +127,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{median['transformers'] / median['ours']:.2f}x median")
     if args.device == "cpu":
         print(f"  ratio by process CPU time (best): {min(cpu['transformers']) / min(cpu['ours']):.2f}x")
+    if args.json:
+        figures = {"preset": args.preset, "layers": hf.config.n_layer, "hidden": hf.config.hidden_size, "vocab": vocab,
+                   "batch": args.batch, "seq": args.seq, "dtype": args.dtype, "device": args.device,
+                   "kernels": args.kernels, "logits_max_abs_diff": diff,
+                   "tokens_per_s": {k: tokens / v for k, v in best.items()},
+                   "ratio_ours_over_transformers": best["transformers"] / best["ours"],
+                   "ratio_median": median["transformers"] / median["ours"]}
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

@@ -87,7 +87,7 @@ def bench_reference(a: argparse.Namespace, device: str) -> list[float]:
     return times[a.warmup:]
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny shapes, few iterations (CI smoke)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -102,7 +102,12 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=None)
-    a = p.parse_args()
+    p.add_argument("--json", default=None, help="also write the figures to this file (benchmarks/gpu_check.py)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     if a.quick:
         a.layers, a.hidden, a.heads, a.seq, a.vocab, a.iters, a.warmup = 2, 96, 12, 64, 256, 4, 1
     if a.threads:
@@ -124,7 +129,14 @@ def main() -> int:
     print(f"{'run':<60} {'median step s':>14} {'tokens/s':>10}")
     for name, times in rows:
         print(f"{name:<60} {statistics.median(times):>14.4f} {tokens / statistics.median(times):>10.0f}")
-    print(f"ratio bloomtrain / reference tokens/s: {statistics.median(ref) / statistics.median(ours):.3f}")
+    ratio = statistics.median(ref) / statistics.median(ours)
+    print(f"ratio bloomtrain / reference tokens/s: {ratio:.3f}")
+    if a.json:
+        figures = {"shape": {"layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": a.seq, "vocab": a.vocab},
+                   "mbs": a.mbs, "gbs": a.gbs, "precision": a.precision, "device": a.device,
+                   "tokens_per_s": {name: tokens / statistics.median(times) for name, times in
+                                    (("reference", ref), ("bloomtrain", ours))}, "ratio": ratio}
+        Path(a.json).write_text(json.dumps(figures, indent=1) + "\n")
     return 0
 
 

@@ -1,0 +1,371 @@
+"""``make gpu-check``: does this stack work on this GPU machine, and how fast? One command, one report.
+
+    python benchmarks/gpu_check.py --out gpu_report          # what `make gpu-check` runs
+    python benchmarks/gpu_check.py --out gpu_report --quick  # smaller shapes and fewer repeats (minutes)
+
+On a machine with CUDA, in order (each a subprocess with its log in OUT/logs/, a failure does not stop the next):
+
+1. ``build-kernels``: ``bloomtrain build-kernels --cuda`` compiles the fused CPU+CUDA kernels;
+2. ``kernel-selfcheck``: the first-use self-check of every fused kernel on the GPU in bf16, fp16 and fp32
+   (``bloomtrain.kernels.selfcheck``, what ``model.kernels: auto`` runs before training);
+3. ``pytest-gpu``: ``pytest -m gpu`` (CUDA kernels against PyTorch, the CLI training on one GPU);
+4. the GPU rows of ``bench_kernels``, ``bench_model``, ``bench_train`` and ``bench_eval`` (``--device cuda``);
+5. ``mfu-bloom-560m`` and ``mfu-bloom-1b7``: ``bench_mfu.py``, a training step of each shape on one GPU in bf16
+   with activation checkpointing on: TFLOP/s per GPU as Megatron-DeepSpeed counts them (``f = 4`` with
+   recomputation), model TFLOP/s (``f = 3``) and MFU against the card's dense bf16 peak.
+
+It writes OUT/gpu_report.json (``GpuReport``: device, driver, torch/CUDA versions, each check's pass/fail and
+figures) and OUT/gpu_report.md, and exits 0 only when every check passed, 1 otherwise. A check passes when its
+command exits 0 (and, for pytest, ran at least one test with no failure, error or skip; for the self-check,
+every kernel passed). Speed goals are figures, not checks: the report shows them, a slow card is not a broken
+one. Without CUDA it prints one line and exits 2 (nothing to check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+SCHEMA_VERSION = 1
+
+
+class DeviceInfo(BaseModel):
+    """The machine the report is about."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: str
+    gpu_count: int
+    compute_capability: str
+    memory_gib: float
+    driver: str | None
+    cuda_runtime: str | None
+    """torch.version.cuda: the CUDA torch was built with."""
+    nvcc: str | None
+    """The toolkit that compiles the fused kernels (``nvcc --version``)."""
+    torch: str
+    cudnn: str | None
+    deepspeed: str | None
+    python: str
+    host: str
+
+
+class CheckResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: str
+    passed: bool
+    seconds: float
+    returncode: int | None
+    """None when the command did not start or timed out."""
+    figures: dict[str, Any] = {}
+    """What it measured (a benchmark's JSON), or the counts of a test run."""
+    detail: str | None = None
+    """Why it failed: the last lines of its output, or the reason."""
+    log: str | None = None
+    """Its full output, relative to the report's directory."""
+
+
+class GpuReport(BaseModel):
+    """gpu_report.json."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    created: str
+    passed: bool
+    quick: bool
+    device: DeviceInfo
+    checks: list[CheckResult]
+
+
+@dataclass
+class Check:
+    """One step: a command, and how its output becomes a result."""
+
+    name: str
+    args: list[str]
+    timeout_s: float
+    json_out: str | None = None
+    """The file the command writes its figures to (``--json``), relative to OUT."""
+    judge: Callable[[CheckResult, Path], CheckResult] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+# --- what runs ------------------------------------------------------------------------------------------------
+
+
+def plan(quick: bool, python: str = sys.executable) -> list[Check]:
+    """The checks of a GPU machine, in order (``quick``: smaller shapes, fewer repeats)."""
+    py = [python]
+    kernels = [*py, str(BENCH / "bench_kernels.py"), "--device", "cuda", "--json", "figures/bench_kernels.json"]
+    model = [*py, str(BENCH / "bench_model.py"), "--device", "cuda", "--dtype", "bfloat16", "--kernels", "fused",
+             "--preset", "bloom-560m", "--layers", "4" if quick else "24", "--seq", "2048", "--batch", "4",
+             "--json", "figures/bench_model.json"]
+    train = [*py, str(BENCH / "bench_train.py"), "--device", "cuda", "--precision", "bf16", "--layers", "4",
+             "--hidden", "1024", "--heads", "16", "--seq", "1024", "--vocab", "50304", "--mbs", "4", "--gbs", "16",
+             "--iters", "4" if quick else "10", "--json", "figures/bench_train.json"]
+    evaluate = [*py, str(BENCH / "bench_eval.py"), "--device", "cuda", "--dtype", "bfloat16", "--layers",
+                "4" if quick else "0", "--context", "2048", "--docs", "16" if quick else "64", "--batch", "8",
+                "--check", "--json-out", "figures/bench_eval.json"]
+    checks = [
+        Check("build-kernels", [*py, "-m", "bloomtrain.cli", "build-kernels", "--cuda"], 1800),
+        Check("kernel-selfcheck", [*py, str(BENCH / "gpu_check.py"), "--selfcheck-json", "figures/selfcheck.json"],
+              600, "figures/selfcheck.json", judge_selfcheck),
+        Check("pytest-gpu", [*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--junitxml",
+                             "figures/pytest_gpu.xml", str(ROOT / "tests")], 3600, judge=judge_pytest),
+        Check("bench_kernels", kernels + (["--quick"] if quick else []), 1800, "figures/bench_kernels.json"),
+        Check("bench_model", model, 1200, "figures/bench_model.json"),
+        Check("bench_train", train, 1200, "figures/bench_train.json"),
+        Check("bench_eval", evaluate, 1200, "figures/bench_eval.json", judge_eval),
+    ]
+    for preset in ("bloom-560m", "bloom-1b7"):
+        out = f"figures/mfu_{preset}.json"
+        checks.append(Check(f"mfu-{preset}", [*py, str(BENCH / "bench_mfu.py"), "--preset", preset, "--device",
+                                               "cuda", "--iters", "3" if quick else "8", "--json", out], 1800, out))
+    return checks
+
+
+def run_check(check: Check, out: Path) -> CheckResult:
+    """Run one check in ``out`` (its relative paths land there), its output to logs/<name>.log."""
+    log = out / "logs" / f"{check.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    (out / "figures").mkdir(exist_ok=True)
+    started = time.perf_counter()
+    command = shlex.join(check.args)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), **check.env}
+    env.pop("DS_ACCELERATOR", None)  # DeepSpeed picks CUDA
+    try:
+        with open(log, "w") as sink:
+            proc = subprocess.run(check.args, cwd=out, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                  timeout=check.timeout_s)
+        rc, why = proc.returncode, None
+    except subprocess.TimeoutExpired:
+        rc, why = None, f"timed out after {check.timeout_s:.0f} s"
+    except OSError as exc:
+        rc, why = None, f"did not start: {exc}"
+    result = CheckResult(name=check.name, command=command, passed=rc == 0, seconds=time.perf_counter() - started,
+                         returncode=rc, log=str(log.relative_to(out)))
+    if check.json_out and (out / check.json_out).is_file():
+        result.figures = json.loads((out / check.json_out).read_text())
+    elif check.json_out and rc == 0:
+        result.passed, why = False, f"exited 0 without writing {check.json_out}"
+    if check.judge is not None:
+        result = check.judge(result, out)
+    if not result.passed and result.detail is None:
+        result.detail = why or tail(log)
+    return result
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def judge_pytest(result: CheckResult, out: Path) -> CheckResult:
+    """Passed: exit 0, at least one test, no failure, error or skip (a skipped GPU test means a missing piece)."""
+    try:
+        suites = ET.parse(out / "figures" / "pytest_gpu.xml").getroot()
+    except (OSError, ET.ParseError):
+        return result.model_copy(update={"passed": False})
+    counts = {k: 0 for k in ("tests", "failures", "errors", "skipped")}
+    for suite in suites.iter("testsuite"):
+        for key in counts:
+            counts[key] += int(suite.get(key, 0))
+    skipped = [f"{case.get('classname')}::{case.get('name')}: {s.get('message', '')}"
+               for case in suites.iter("testcase") for s in case.findall("skipped")]
+    ok = result.returncode == 0 and counts["tests"] > 0 and not (counts["failures"] or counts["errors"] or skipped)
+    detail = None if ok or not skipped else "skipped: " + "; ".join(skipped)
+    return result.model_copy(update={"passed": ok, "figures": {**counts, "skipped_tests": skipped},
+                                     "detail": detail})
+
+
+def judge_selfcheck(result: CheckResult, out: Path) -> CheckResult:
+    failed = [f"{c['kernel']} {c['dtype']}: {c['reason']}" for c in result.figures.get("checks", []) if not c["fused"]]
+    ok = result.passed and bool(result.figures.get("checks")) and not failed
+    return result.model_copy(update={"passed": ok, "detail": "; ".join(failed) or None})
+
+
+def judge_eval(result: CheckResult, out: Path) -> CheckResult:
+    """bench_eval --check: ``bloomtrain evaluate``'s NLL agrees with the plain loop (bf16: within 1e-2)."""
+    diff = result.figures.get("nll_relative_difference")
+    ok = result.passed and diff is not None and diff <= 1e-2
+    return result.model_copy(update={"passed": ok, "detail": None if ok or diff is None else
+                                     f"evaluate's NLL differs from the reference loop by {diff:.2g} (> 1e-2)"})
+
+
+def selfcheck_main(path: str) -> int:
+    """``--selfcheck-json``: the fused kernels' self-check on the GPU in each training dtype, as JSON."""
+    import torch
+
+    from bloomtrain.kernels import selfcheck
+
+    device = torch.device("cuda")
+    checks = [c.as_dict() for dtype in (torch.bfloat16, torch.float16, torch.float32)
+              for c in selfcheck.check(device, dtype).values()]
+    Path(path).write_text(json.dumps({"checks": checks}, indent=1) + "\n")
+    return 0 if all(c["fused"] for c in checks) else 1
+
+
+# --- the device ----------------------------------------------------------------------------------------------
+
+
+def _command_output(args: list[str]) -> str | None:
+    try:
+        out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def device_info() -> DeviceInfo:
+    import torch
+
+    props = torch.cuda.get_device_properties(0)
+    driver = _command_output(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    nvcc = _command_output(["nvcc", "--version"])
+    try:
+        import deepspeed
+
+        ds_version = deepspeed.__version__
+    except Exception:  # noqa: BLE001 - a broken DeepSpeed is reported by the checks that need it
+        ds_version = None
+    return DeviceInfo(
+        gpu=props.name, gpu_count=torch.cuda.device_count(), compute_capability=f"{props.major}.{props.minor}",
+        memory_gib=round(props.total_memory / 2**30, 1), driver=driver.splitlines()[0] if driver else None,
+        cuda_runtime=torch.version.cuda, nvcc=nvcc.splitlines()[-1] if nvcc else None, torch=torch.__version__,
+        cudnn=str(torch.backends.cudnn.version()) if torch.backends.cudnn.is_available() else None,
+        deepspeed=ds_version, python=platform.python_version(), host=platform.node())
+
+
+def no_cuda_line() -> str | None:
+    """The one line said on a machine where there is nothing to check, or None when CUDA is there."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+    return (f"gpu-check: no CUDA GPU here (torch {torch.__version__}: {why}); run it on a machine with an NVIDIA "
+            "GPU and a CUDA build of torch (docs/install.md)")
+
+
+# --- the report ----------------------------------------------------------------------------------------------
+
+
+def _figure_cells(check: CheckResult) -> str:
+    """The figures a reader looks for first, one cell."""
+    f = check.figures
+    if check.name.startswith("mfu-") and f.get("megatron_tflops") is not None:
+        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
+        return f"{f['megatron_tflops']:.1f} TFLOP/s per GPU (Megatron), MFU {mfu}"
+    if check.name == "pytest-gpu" and "tests" in f:
+        return f"{f['tests']} tests, {f['failures']} failed, {f['errors']} errors, {f['skipped']} skipped"
+    if check.name == "kernel-selfcheck" and f.get("checks"):
+        return f"{sum(c['fused'] for c in f['checks'])} of {len(f['checks'])} kernel x dtype checks fused"
+    for key in ("ratio", "ratio_vs_forward", "ratio_ours_over_transformers"):
+        if isinstance(f.get(key), int | float):
+            return f"{key} {f[key]:.3f}"
+    return ""
+
+
+def mfu_rows(report: GpuReport) -> list[str]:
+    rows = ["| shape | layers x hidden, seq | micro x accumulation | activation checkpointing | step s | tokens/s | "
+            "TFLOP/s per GPU (Megatron) | model TFLOP/s | MFU |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for c in report.checks:
+        f = c.figures
+        if not c.name.startswith("mfu-") or f.get("step_time_s") is None:
+            continue
+        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
+        rows.append(f"| {f['preset']} | {f['shape']['layers']} x {f['shape']['hidden']}, {f['shape']['seq']} | "
+                    f"{f['micro_batch']} x {f['global_batch'] // f['micro_batch']} | "
+                    f"{'on (f = 4)' if f['activation_checkpointing'] else 'off (f = 3)'} | {f['step_time_s']:.3f} | "
+                    f"{f['tokens_per_s']:,.0f} | {f['megatron_tflops']:.1f} | {f['model_tflops']:.1f} | {mfu} |")
+    return rows
+
+
+def report_markdown(report: GpuReport) -> str:
+    d = report.device
+    lines = [f"# gpu-check: {'PASSED' if report.passed else 'FAILED'} on {d.gpu_count} x {d.gpu}", "",
+             f"{report.created}, host {d.host}{' (--quick)' if report.quick else ''}", "",
+             "| device | driver | CUDA (torch) | nvcc | torch | cuDNN | DeepSpeed | Python | memory |",
+             "|---|---|---|---|---|---|---|---|---|",
+             f"| {d.gpu} (sm {d.compute_capability}) | {d.driver} | {d.cuda_runtime} | {d.nvcc} | {d.torch} | "
+             f"{d.cudnn} | {d.deepspeed} | {d.python} | {d.memory_gib} GiB |", "",
+             "| check | result | seconds | figures |", "|---|---|---:|---|"]
+    lines += [f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.seconds:.0f} | {_figure_cells(c)} |"
+              for c in report.checks]
+    lines += ["", "## Training step, one GPU", "",
+              "TFLOP/s per GPU as Megatron-DeepSpeed logs them: 24 f B s l h^2 (1 + s/(6h) + V/(16lh)) FLOPs per "
+              "iteration, f = 4 with activation checkpointing (the recomputed forward counted), 3 without; model "
+              "TFLOP/s use f = 3 always, and MFU = model TFLOP/s / the card's dense bf16 peak.", "", *mfu_rows(report)]
+    failed = [c for c in report.checks if not c.passed]
+    if failed:
+        lines += ["", "## Failures", ""]
+        for c in failed:
+            lines += [f"### {c.name}", "", f"`{c.command}` (log: `{c.log}`)", "", "```", c.detail or "", "```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def write_report(report: GpuReport, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_report.json").write_text(report.model_dump_json(indent=1) + "\n")
+    (out / "gpu_report.md").write_text(report_markdown(report))
+
+
+def run_all(checks: list[Check], out: Path, device: DeviceInfo, quick: bool) -> GpuReport:
+    results: list[CheckResult] = []
+    for check in checks:
+        print(f"gpu-check: {check.name} ...", flush=True)
+        results.append(run_check(check, out))
+        r = results[-1]
+        print(f"gpu-check: {check.name} {'pass' if r.passed else 'FAIL'} ({r.seconds:.0f} s) {_figure_cells(r)}",
+              flush=True)
+        report = GpuReport(created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                           passed=all(c.passed for c in results) and len(results) == len(checks), quick=quick,
+                           device=device, checks=results)
+        write_report(report, out)  # after every check: a killed run still leaves what it measured
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="gpu_report", help="directory for gpu_report.md/json, logs/ and figures/")
+    p.add_argument("--quick", action="store_true", help="smaller shapes and fewer repeats")
+    p.add_argument("--only", action="append", default=[], help="run only this check (repeatable; by name)")
+    p.add_argument("--selfcheck-json", help=argparse.SUPPRESS)  # the kernel-selfcheck step's own subprocess
+    a = p.parse_args(argv)
+    if a.selfcheck_json:
+        return selfcheck_main(a.selfcheck_json)
+    line = no_cuda_line()
+    if line is not None:
+        print(line, file=sys.stderr)
+        return 2
+    checks = [c for c in plan(a.quick) if not a.only or c.name in a.only]
+    out = Path(a.out).resolve()
+    report = run_all(checks, out, device_info(), a.quick)
+    print(f"gpu-check: {'PASSED' if report.passed else 'FAILED'} ({sum(c.passed for c in report.checks)} of "
+          f"{len(report.checks)} checks); report: {out / 'gpu_report.md'}")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

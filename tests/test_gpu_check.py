@@ -1,0 +1,153 @@
+"""``make gpu-check`` (benchmarks/gpu_check.py) as far as a CPU machine can check it: the one-line refusal, every
+command it would run on a GPU parsed by its script's own argument parser, the report's JSON schema and Markdown,
+the pass/fail rules, and the MFU bench's figures against the trainer's formula on a tiny CPU run.
+
+What needs a GPU (the kernels' CUDA build, ``pytest -m gpu``, the figures themselves) runs in ``make gpu-check``
+on a CUDA machine; its report goes to benchmarks/RESULTS.md with the device named.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import gpu_check
+from benchmarks.gpu_check import CheckResult, DeviceInfo, GpuReport
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE = DeviceInfo(gpu="NVIDIA H100 80GB HBM3", gpu_count=1, compute_capability="9.0", memory_gib=79.1,
+                    driver="570.124.06", cuda_runtime="12.8", nvcc="Build cuda_12.8.r12.8/compiler.35404655_0",
+                    torch="2.13.0+cu128", cudnn="91000", deepspeed="0.19.8", python="3.11.7", host="gpu-1")
+MFU = {"preset": "bloom-560m", "shape": {"layers": 24, "hidden": 1024, "heads": 16, "seq": 2048,
+                                         "vocab_padded": 250880},
+       "activation_checkpointing": True, "micro_batch": 4, "global_batch": 16, "step_time_s": 0.5,
+       "tokens_per_s": 65536.0, "megatron_tflops": 120.0, "model_tflops": 90.0, "mfu": 0.091}
+
+
+def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 2 and out.stdout == ""
+    assert len(out.stderr.splitlines()) == 1 and out.stderr.startswith("gpu-check: no CUDA GPU here (torch ")
+    assert not (tmp_path / "r").exists()
+
+
+def _script_parser(name: str):
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parser()
+
+
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+def test_every_planned_command_parses_with_its_scripts_own_parser(quick):
+    checks = gpu_check.plan(quick, python="PY")
+    assert [c.name for c in checks] == ["build-kernels", "kernel-selfcheck", "pytest-gpu", "bench_kernels",
+                                        "bench_model", "bench_train", "bench_eval", "mfu-bloom-560m", "mfu-bloom-1b7"]
+    for check in checks:
+        assert check.args[0] == "PY"
+        script = Path(check.args[1])
+        if script.suffix != ".py":  # python -m bloomtrain.cli / pytest
+            continue
+        assert script.is_file(), script
+        args = (_script_parser(script.stem) if script.stem != "gpu_check" else None), check.args[2:]
+        if args[0] is not None:
+            parsed = args[0].parse_args(args[1])
+            assert getattr(parsed, "device", "cuda") == "cuda", check.name  # the GPU rows
+        if check.json_out:
+            assert check.json_out in check.args, check.name  # the figures land where the report reads them
+    mfu = [c for c in checks if c.name.startswith("mfu-")]
+    assert [c.args[c.args.index("--preset") + 1] for c in mfu] == ["bloom-560m", "bloom-1b7"]
+    assert all((ROOT / "configs" / "train" / f"{c.name[4:]}.yaml").is_file() for c in mfu)
+
+
+def _report(checks: list[CheckResult]) -> GpuReport:
+    return GpuReport(created="2026-11-25T00:00:00+00:00", passed=all(c.passed for c in checks), quick=False,
+                     device=DEVICE, checks=checks)
+
+
+def test_the_report_round_trips_through_its_json_schema_and_reads_as_markdown(tmp_path):
+    checks = [CheckResult(name="build-kernels", command="PY -m bloomtrain.cli build-kernels --cuda", passed=True,
+                          seconds=61.0, returncode=0),
+              CheckResult(name="pytest-gpu", command="PY -m pytest -m gpu", passed=False, seconds=30.0, returncode=1,
+                          figures={"tests": 12, "failures": 1, "errors": 0, "skipped": 0, "skipped_tests": []},
+                          detail="FAILED tests/bloomtrain/test_kernels_cuda.py::test_cuda_layer_norm", log="logs/p.log"),
+              CheckResult(name="mfu-bloom-560m", command="PY benchmarks/bench_mfu.py --preset bloom-560m",
+                          passed=True, seconds=90.0, returncode=0, figures=MFU)]
+    gpu_check.write_report(_report(checks), tmp_path)
+    data = json.loads((tmp_path / "gpu_report.json").read_text())
+    assert GpuReport.model_validate(data) == _report(checks)
+    schema = GpuReport.model_json_schema()
+    assert set(schema["required"]) == {"created", "passed", "quick", "device", "checks"}
+    assert data["passed"] is False and data["schema_version"] == 1
+    assert {"driver", "cuda_runtime", "torch", "nvcc"} <= set(data["device"])
+    md = (tmp_path / "gpu_report.md").read_text()
+    assert md.startswith("# gpu-check: FAILED on 1 x NVIDIA H100 80GB HBM3")
+    assert "| 570.124.06 | 12.8 |" in md and "| pytest-gpu | **FAIL** | 30 | 12 tests, 1 failed" in md
+    assert "| bloom-560m | 24 x 1024, 2048 | 4 x 4 | on (f = 4) | 0.500 | 65,536 | 120.0 | 90.0 | 9.1% |" in md
+    assert "### pytest-gpu" in md and "test_cuda_layer_norm" in md
+
+
+def _junit(tmp_path: Path, body: str) -> None:
+    (tmp_path / "figures").mkdir(exist_ok=True)
+    (tmp_path / "figures" / "pytest_gpu.xml").write_text(f"<testsuites>{body}</testsuites>")
+
+
+@pytest.mark.parametrize(("body", "returncode", "passed"), [
+    ('<testsuite tests="3" failures="0" errors="0" skipped="0"><testcase classname="a" name="t"/></testsuite>', 0, True),
+    ('<testsuite tests="0" failures="0" errors="0" skipped="0"></testsuite>', 0, False),  # nothing ran
+    ('<testsuite tests="2" failures="0" errors="0" skipped="1"><testcase classname="a" name="t">'
+     '<skipped message="needs CUDA"/></testcase></testsuite>', 0, False),  # a GPU test skipped on a GPU machine
+    ('<testsuite tests="2" failures="1" errors="0" skipped="0"></testsuite>', 1, False),
+], ids=["ran", "none", "skipped", "failed"])
+def test_pytest_gpu_passes_only_when_tests_ran_and_none_failed_or_skipped(tmp_path, body, returncode, passed):
+    _junit(tmp_path, body)
+    result = CheckResult(name="pytest-gpu", command="c", passed=returncode == 0, seconds=1.0, returncode=returncode)
+    judged = gpu_check.judge_pytest(result, tmp_path)
+    assert judged.passed is passed
+    if "skipped message" in body:
+        assert judged.detail == "skipped: a::t: needs CUDA"
+
+
+def test_a_check_that_writes_no_figures_fails_and_the_run_fails(tmp_path):
+    ok = gpu_check.Check("fine", [sys.executable, "-c", "import json; json.dump({'ratio': 1.5}, open('f.json', 'w'))"],
+                         60, "f.json")
+    silent = gpu_check.Check("silent", [sys.executable, "-c", "print('no figures')"], 60, "g.json")
+    crash = gpu_check.Check("crash", [sys.executable, "-c", "raise SystemExit('boom')"], 60)
+    report = gpu_check.run_all([ok, silent, crash], tmp_path, DEVICE, quick=True)
+    assert [c.passed for c in report.checks] == [True, False, False] and not report.passed
+    assert report.checks[0].figures == {"ratio": 1.5}
+    assert report.checks[1].detail == "exited 0 without writing g.json"
+    assert report.checks[2].returncode == 1 and "boom" in report.checks[2].detail
+    assert "| fine | pass |" in (tmp_path / "gpu_report.md").read_text()
+    assert GpuReport.model_validate_json((tmp_path / "gpu_report.json").read_text()) == report
+
+
+def _mfu_rank() -> dict:
+    spec = importlib.util.spec_from_file_location("_bench_mfu", ROOT / "benchmarks" / "bench_mfu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench.measure(bench.parser().parse_args(["--quick", "--device", "cpu", "--precision", "fp32", "--iters",
+                                                    "3", "--warmup", "1"]))
+
+
+def test_the_mfu_bench_reports_the_trainers_figures_by_megatrons_formula():
+    """bench_mfu's CPU path on a tiny shape (one forked gloo rank): the figures are the formula over the step time."""
+    from bloomtrain.metrics import flops_per_iteration
+    from bloomtrain.model.config import ModelConfig
+    from tests.gloo_harness import run_distributed
+
+    f = json.loads(json.dumps(run_distributed(_mfu_rank, 1, timeout_s=300)[0]))  # what --json writes
+    model = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, seq_length=64, vocab_size=512, pad_vocab_size_to=512)
+    assert f["flops_per_iteration"] == {"model": flops_per_iteration(model, 16, 1, False),
+                                        "megatron": flops_per_iteration(model, 16, 1, True)}
+    assert f["activation_checkpointing"] is True and f["timed_iterations"] == 3 and f["mfu"] is None
+    assert f["precision"] == "fp32" and f["shape"]["vocab_padded"] == 512
+    # f = 4 against 3: with checkpointing Megatron's count is the model count plus one more forward
+    assert f["megatron_tflops"] == pytest.approx(f["model_tflops"] * 4 / 3, rel=1e-9)
+    assert f["model_tflops"] == pytest.approx(f["flops_per_iteration"]["model"] / f["step_time_s"] / 1e12, rel=1e-9)
