@@ -2,25 +2,47 @@
 #
 # torch: CPU machines of this class take torch==2.13.0 from local disk. On a CUDA machine, override:
 #   make install TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
+# TORCH_SPEC= (empty) keeps the torch the machine already has (the venv then sees the system site-packages).
+# Offline (docs/install.md): `make wheelhouse WHEELHOUSE=dir` where the registry is reachable, copy dir over,
+# then `make install WHEELHOUSE=dir` (pip --no-index --find-links dir).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
+EXTRAS ?= all,dev
+WHEELHOUSE ?=
+WHEEL_PYTHON ?=
+WHEEL_PLATFORM ?=
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+GPU_REPORT ?= gpu_report
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: install demo test lint bench clean
+# With a wheelhouse every pip call is offline; TORCH_INDEX only applies online.
+PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
+TORCH_FROM := $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
+VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
+
+.PHONY: install demo test lint bench clean wheelhouse gpu-check
 
 install: $(STAMP)
 
 # Re-runs only when the packaging or the C++ helpers change; a no-op otherwise.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q $(TORCH_INDEX) "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[all,dev]"
+	test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(if $(strip $(TORCH_SPEC)),$(PY) -m pip install -q $(TORCH_FROM) "$(TORCH_SPEC)")
+	$(PY) -m pip install -q $(PIP_FROM) -e ".$(if $(strip $(EXTRAS)),[$(EXTRAS)])"
 	touch $(STAMP)
+
+# Every wheel the project, its extras (dev and eval included), its build requirements and torch need, for
+# `make install WHEELHOUSE=dir` on a machine without network. WHEEL_PYTHON=3.11 WHEEL_PLATFORM=manylinux_2_28_x86_64
+# name another machine's; TORCH_SPEC= leaves torch out, TORCH_INDEX="--index-url URL" names where it comes from.
+wheelhouse:
+	@test -n "$(WHEELHOUSE)" || { echo "make wheelhouse: set WHEELHOUSE=dir (where the wheels go)"; exit 2; }
+	$(PYTHON) wheelhouse.py --out "$(WHEELHOUSE)" --extras all,dev,eval --torch-spec "$(TORCH_SPEC)" \
+		--torch-index "$(TORCH_INDEX)" $(if $(WHEEL_PYTHON),--python-version $(WHEEL_PYTHON)) \
+		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 # The whole pipeline (tokenizer -> datasets -> blend -> training -> export -> sample) as Prefect flows.
 demo: install
@@ -29,12 +51,18 @@ demo: install
 # setup.py builds the C++ index helpers as optional (installs without a compiler still work, on numpy):
 # here a failed build must fail, not skip their tests.
 test: install
-	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks
+	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py
 	@$(PY) -c "import bloomdata._index_helpers" || { echo "bloomdata._index_helpers is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
 
 lint: install
-	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks
+	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py
+
+# On a CUDA machine: build the fused kernels, run `pytest -m gpu` and the GPU rows of the benchmarks, measure
+# TFLOP/s and MFU of bloom-560m and bloom-1b7 training steps; writes $(GPU_REPORT)/gpu_report.md and .json.
+# Exit 0 only when every check passes; 2 (one line) on a machine without CUDA.
+gpu-check: install
+	$(PY) benchmarks/gpu_check.py --out $(GPU_REPORT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info demo_out
