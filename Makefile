@@ -35,12 +35,12 @@ $(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*)
 	$(PY) -m pip install -q $(PIP_FROM) -e ".$(if $(strip $(EXTRAS)),[$(EXTRAS)])"
 	touch $(STAMP)
 
-# Every wheel the project, its extras (dev and eval included), its build requirements and torch need, for
+# Every wheel the project, all its extras, its build requirements and torch need, for
 # `make install WHEELHOUSE=dir` on a machine without network. WHEEL_PYTHON=3.11 WHEEL_PLATFORM=manylinux_2_28_x86_64
 # name another machine's; TORCH_SPEC= leaves torch out, TORCH_INDEX="--index-url URL" names where it comes from.
 wheelhouse:
 	@test -n "$(WHEELHOUSE)" || { echo "make wheelhouse: set WHEELHOUSE=dir (where the wheels go)"; exit 2; }
-	$(PYTHON) wheelhouse.py --out "$(WHEELHOUSE)" --extras all,dev,eval --torch-spec "$(TORCH_SPEC)" \
+	$(PYTHON) wheelhouse.py --out "$(WHEELHOUSE)" --torch-spec "$(TORCH_SPEC)" \
 		--torch-index "$(TORCH_INDEX)" $(if $(WHEEL_PYTHON),--python-version $(WHEEL_PYTHON)) \
 		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 

@@ -2,7 +2,7 @@
 
 BLOOM's compute nodes had no internet access, as most HPC clusters: on a machine that reaches the package
 registry, this downloads into DIR the wheels of the project's dependencies (``[project].dependencies``, the
-extras named by ``--extras``), of its build requirements (``[build-system].requires``: setup.py compiles a
+extras: every one, or those ``--extras`` names), of its build requirements (``[build-system].requires``: setup.py compiles a
 pybind11 extension at install, so an offline install needs setuptools and pybind11 as wheels too), and of torch
 (``--torch-spec`` from ``--torch-index``, or none). ``make install WHEELHOUSE=DIR`` then installs from DIR
 alone (``pip --no-index --find-links DIR``). Standard library and pip only: it runs before anything is
@@ -141,7 +141,9 @@ def make(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     flags = target_flags(args.python_version, args.platform)
-    reqs = project_requirements(ROOT / "pyproject.toml", [e for e in args.extras.split(",") if e])
+    extras = args.extras.split(",") if args.extras else list(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                                                               ["project"]["optional-dependencies"])
+    reqs = project_requirements(ROOT / "pyproject.toml", [e for e in extras if e])
     torch_pin = torch_first(args.torch_spec.strip(), args.torch_index.strip(), flags, out)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -158,7 +160,7 @@ def make(args: argparse.Namespace) -> dict:
         "-r", str(out / "requirements.txt"))
     wheels = sorted(out.glob("*.whl"))
     record = {"out": str(out), "python_version": args.python_version or f"{sys.version_info.major}.{sys.version_info.minor}",
-              "platforms": args.platform or ["this machine's"], "extras": args.extras, "torch": torch_pin,
+              "platforms": args.platform or ["this machine's"], "extras": extras, "torch": torch_pin,
               "packages": len(pins), "wheels": len(wheels), "bytes": sum(p.stat().st_size for p in wheels),
               "seconds": round(time.monotonic() - started, 1)}
     (out / "wheelhouse.json").write_text(json.dumps(record, indent=1) + "\n")
@@ -168,7 +170,8 @@ def make(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the wheelhouse directory (created; wheels already there are kept)")
-    p.add_argument("--extras", default="all,dev,eval", help="the project's extras to include, comma-separated")
+    p.add_argument("--extras", default=None, help="the project's extras to include, comma-separated (default: every "
+                                                  "extra in pyproject.toml)")
     p.add_argument("--python-version", default=None, help="the target's Python, e.g. 3.11 (default: this one)")
     p.add_argument("--platform", action="append", default=[],
                    help="the target's wheel platform tag, e.g. manylinux_2_28_x86_64 (repeatable; default: this "
