@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", type=Path, default=None, help="keep data and search here (default: a temp dir)")
     p.add_argument("--proxies", type=int, default=16)
-    p.add_argument("--proxy-tokens", type=int, default=300_000)
+    p.add_argument("--proxy-tokens", type=int, default=600_000)
     p.add_argument("--prior-alpha", type=float, default=1.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seeds", type=int, default=3, help="validation seeds per mixture")

@@ -40,7 +40,7 @@ DEFAULT_SPLIT = "90,10,0"  # the pipeline blend stage's: every demo language kee
 def default_proxy_config() -> TrainConfig:
     """The built-in proxy: a 2-layer BLOOM (hidden 128, 8 heads, 64-token samples), fp32 with PyTorch kernels
     (no kernel build per proxy; bf16 is several times slower than fp32 on AVX2-only CPUs). On one core of the
-    project's 2-core EPYC it trains ~18k tokens/s, so a 300k-token proxy takes ~20 s plus ~5 s of start-up."""
+    project's 2-core EPYC it trains ~18k tokens/s, so a 600k-token proxy takes ~35 s plus ~5 s of start-up."""
     return TrainConfig(
         model=PRESETS["tiny"](num_layers=2, hidden_size=128, num_heads=8, seq_length=64, kernels="torch"),
         optim=OptimConfig(precision="fp32", lr=3e-3, min_lr=3e-4, weight_decay=0.01),
@@ -73,7 +73,7 @@ class MixtureSearchConfig(BaseModel):
                                      description="training YAML of the proxy recipe (bloomtrain train's); "
                                                  "default: a tiny CPU-sized BLOOM (default_proxy_config)")
     proxy_tokens: Annotated[int, BeforeValidator(parse_count)] = Field(
-        default=300_000, ge=1, description="training tokens per proxy, e.g. 3e5",
+        default=600_000, ge=1, description="training tokens per proxy, e.g. 6e5",
         json_schema_extra=cli_option(metavar="TOKENS"))
     seed: int = Field(default=0, ge=0, description="seed of the mixtures drawn and of every proxy's training")
     objective: Literal["mean", "weighted"] = Field(default="mean", description="mean: every dataset's validation "
@@ -96,13 +96,16 @@ class MixtureSearchConfig(BaseModel):
     valid_range: str | None = Field(default=None, description="BLOOM per-dataset valid range, e.g. 0.95:1.0")
     compat: Literal["core", "bloom"] = Field(default="core", description="split arithmetic: megatron-core's or "
                                                                         "Megatron-DeepSpeed's (BLOOM)")
-    valid_samples: int = Field(default=64, ge=1, description="validation samples per dataset and proxy, at most")
+    valid_samples: int = Field(default=256, ge=1, description="validation samples per dataset and proxy, at most "
+                                                              "(fewer where the validation split holds fewer)")
+    temperature: float = Field(default=1.0, gt=0, le=1, description="mixtures are drawn around prior ** T "
+                               "(renormalized; RegMix smooths a skewed prior with 0.5); 1: around the prior itself")
     concentration: tuple[float, float] = Field(
         default=(1.0, 30.0), json_schema_extra=cli_option(metavar="C"),
-        description="Dirichlet(C x prior) draws, C log-uniform in [MIN, MAX]: small C strays far from the prior")
+        description="Dirichlet(C x center) draws, C log-uniform in [MIN, MAX]: a small C strays far from the center")
     candidates: int = Field(default=100_000, ge=100, description="mixtures scored by the fitted regression")
     top_k: int = Field(default=100, ge=1, description="the proposal averages the best top_k candidates")
-    regressor: Literal["auto", "lightgbm", "linear"] = Field(
+    regressor: Literal["auto", "lightgbm", "linear", "power"] = Field(
         default="auto", description="the fit that picks the proposal (auto: the better held-out Spearman)")
     validate_proposal: bool = Field(default=False, json_schema_extra=cli_option("--validate"),
                                     description="train proxies on the proposal and on the prior, same tokens and "

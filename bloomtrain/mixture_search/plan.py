@@ -107,7 +107,8 @@ def proxy_job(space: SearchSpace, config: MixtureSearchConfig, train: TrainConfi
               weights: np.ndarray, seed: int) -> ProxyJob:
     """The job of one proxy: ``weights`` [d] trained with ``seed``."""
     seeded = train.model_copy(update={"seed": seed, "model": train.model.model_copy(update={"init_seed": seed})})
-    tokens = seeded.schedule.train_iters * seeded.schedule.global_batch_size * seeded.model.seq_length
+    iters = seeded.schedule.train_iters or 0  # always set by proxy_train_config
+    tokens = iters * seeded.schedule.global_batch_size * seeded.model.seq_length
     return ProxyJob(weights=space.weights(weights), seed=seed, tokens=tokens, train=seeded,
                     prefixes=space.prefixes, split=config.split, train_range=config.train_range,
                     valid_range=config.valid_range, inputs=inputs)

@@ -42,12 +42,13 @@ def run_proxies(dirs: list[Path], config: MixtureSearchConfig, trainer: ProxyTra
 
         run_array([dirs[i] for i in pending], config)
         for i in pending:
-            results[i] = finished(dirs[i], read_job(dirs[i]))
-            if results[i] is None:
+            result = finished(dirs[i], read_job(dirs[i]))
+            if result is None:
                 raise BloomstackError(f"proxy {dirs[i]} did not finish in the Slurm array; read {dirs[i] / LOG}, "
                                       "fix the cause and rerun the search (finished proxies are kept)")
+            results[i] = result
             if on_result is not None:
-                on_result(i, results[i])
+                on_result(i, result)
     elif pending:
         fn = trainer or functools.partial(run_proxy, threads=config.threads)
 
