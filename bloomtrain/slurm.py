@@ -173,12 +173,18 @@ class SlurmConfig(BaseModel):
         return nodes
 
 
-def _export(assignment: str) -> str:
-    """``export NAME=value`` with the value quoted as one word."""
+def export_line(assignment: str) -> str:
+    """``export NAME=value`` with the value quoted as one word (every script bloomtrain writes for sbatch)."""
     name, eq, value = assignment.partition("=")
     if not eq or not name.isidentifier():
         raise BloomstackError(f"--env {assignment!r}: expected NAME=VALUE with NAME a shell variable name")
     return f"export {name}={shlex.quote(value)}"
+
+
+def sbatch_lines(exclude: list[str], extra: list[str]) -> str:
+    """The user's ``#SBATCH`` lines: ``--exclude`` nodes (one line, a comma list), then each ``--sbatch`` line."""
+    lines = ([f"#SBATCH --exclude={','.join(exclude)}"] if exclude else []) + [f"#SBATCH {line}" for line in extra]
+    return "\n".join(lines)
 
 
 def _budget(job: SlurmConfig, budget: float | None) -> tuple[float, list[str]]:
@@ -214,18 +220,16 @@ def render(job: SlurmConfig) -> str:
     if cfg.checkpoint.dir is None and job.max_requeues > 0:
         raise BloomstackError("checkpoint.dir is not set, so a requeued job would start over; set "
                               "checkpoint.dir=PATH or --max-requeues 0")
-    sbatch_lines = ([f"#SBATCH --exclude={','.join(job.exclude)}"] if job.exclude else []) + \
-        [f"#SBATCH {line}" for line in job.sbatch]
     device = device_of(job)
     # relative paths are the trainer's: both run in workdir; without checkpoints the records go to the workdir
     ckpt = cfg.checkpoint.dir or "."
     port = str(job.master_port) if job.master_port else f"$(({PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN}))"
     return TEMPLATE.format(
         job_name=job.job_name or Path(job.config).stem, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
-        cpus_per_task=job.cpus_per_task, time=job.time, sbatch_lines="\n".join(sbatch_lines),
+        cpus_per_task=job.cpus_per_task, time=job.time, sbatch_lines=sbatch_lines(job.exclude, job.sbatch),
         gres=f"#SBATCH --gres=gpu:{job.gpus_per_node}\n" if device == "gpu" else "", device=device.upper(),
         config=shlex.quote(job.config), world=world, tp=cfg.parallel.tp, pp=cfg.parallel.pp, dp=dp,
-        workdir=shlex.quote(str(workdir)), master_port=port, extra_env="\n".join(_export(kv) for kv in job.env),
+        workdir=shlex.quote(str(workdir)), master_port=port, extra_env="\n".join(export_line(kv) for kv in job.env),
         python=shlex.quote(job.python), overrides=" ".join(shlex.quote(o) for o in [*job.overrides, *extra]),
         max_restarts=job.max_restarts, max_requeues=job.max_requeues, latest=shlex.quote(f"{ckpt}/latest"),
         ckpt=shlex.quote(ckpt), exits=shlex.quote(f"{ckpt}/exits"), requeue_exit=REQUEUE_EXIT,

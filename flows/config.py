@@ -35,6 +35,7 @@ from bloomtrain.config import (
     TrainConfig,
 )
 from bloomtrain.evaluation.config import EvaluateConfig, ModelSpec
+from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.model.config import PRESETS
 from flows.launch_config import LaunchConfig
 
@@ -95,6 +96,19 @@ class BlendStageConfig(BlendConfig):
 
     split: str | None = Field("90,10,0", description="train,valid,test split of every dataset (Megatron style)")
     out_dir: str = Field("runs/blend", description="blend.yaml, blend.json, blend.md, blend.png")
+
+
+class MixtureSearchStageConfig(MixtureSearchConfig):
+    """``MixtureSearchConfig`` (``bloomtrain mixture-search``) with the demo's paths and no progress bar (the flow
+    logs each proxy). In the pipeline (``PipelineConfig.mixture_search``), the datasets, tokenizer and
+    ``out_dir`` are the pipeline's, and the prior (alpha or mixture), floor, cap, max epochs, split and token
+    budget are the blend stage's: the proposal replaces the blend's weights within the blend's own bounds."""
+
+    datasets_dir: str | None = Field("runs/data", description="every PREFIX.idx in this directory, named after its "
+                                                              "file (in the pipeline: the build's outputs)")
+    tokenizer: str = Field("runs/tokenizer", description="the datasets' tokenizer (in the pipeline: its own)")
+    out_dir: str = Field("runs/search", description="search.json, search.md, search.png, blend.yaml, proxies/")
+    progress: bool = Field(False, description="a progress bar on stderr (the flow logs each proxy instead)")
 
 
 class ExportStageConfig(ExportConfig):
@@ -192,6 +206,10 @@ class PipelineConfig(BaseModel):
     fertility_docs_per_lang: int = Field(200, ge=1, description="documents per language in the fertility table")
     dataset: BuildConfig = Field(default_factory=demo_build_config)
     blend: BlendStageConfig = Field(default_factory=BlendStageConfig)
+    mixture_search: MixtureSearchStageConfig | None = Field(
+        None, description="a mixture search (flows.mixture_search) before the blend, whose proposal becomes the "
+                          "blend's weights ({} for its defaults); null (the demo's default): alpha or the mixture "
+                          "file weigh the blend")
     train: TrainStageConfig = Field(default_factory=TrainStageConfig)
     export: ExportStageConfig = Field(default_factory=ExportStageConfig)
     evaluate: EvaluateStageConfig = Field(default_factory=EvaluateStageConfig)

@@ -1,13 +1,16 @@
-"""``bloom_pipeline``: corpus -> clean -> tokenizer -> per-language datasets -> blend -> training -> HF export ->
-evaluation.
+"""``bloom_pipeline``: corpus -> clean -> tokenizer -> per-language datasets -> [mixture search] -> blend ->
+training -> HF export -> evaluation.
 
 One typed ``PipelineConfig`` drives every stage (it is the deployment's parameter schema). The pipeline
 only wires outputs to inputs and chains the stage hashes: each stage is a subflow that skips itself
 when its marker matches (``flows.stages``), so re-running a failed pipeline resumes at the failed stage,
 and changing one stage's config re-runs that stage and everything downstream of it, nothing upstream.
 The clean stage (on unless ``config.clean`` is None) writes the cleaned shards the tokenizer and the build
-read instead of the corpus; their keys fold in its key. A stage that does not complete ends the pipeline
-Failed (Cancelled for a cancelled training) with "<stage> stage <state>: <its message>" (``flows.failures``).
+read instead of the corpus; their keys fold in its key. With ``mixture_search`` set, a mixture search
+(``flows.mixture_search``) runs on the built datasets with the blend stage's prior, bounds, split and budget,
+and its proposal becomes the blend's weights (the blend's key folds in the search's). A stage that does not
+complete ends the pipeline Failed (Cancelled for a cancelled training) with "<stage> stage <state>: <its
+message>" (``flows.failures``).
 The training stage also gets one named validation set per language (each language dataset's validation
 split, ``language_valid_sets``) and the tokenizer, so the run logs every language's loss, perplexity and
 bits per byte at each evaluation, and its summary shows them. The export's model card (README.md) is built
@@ -35,6 +38,7 @@ from flows.data import dataset_flow, tokenizer_flow
 from flows.evaluate import bpb_table, evaluate_flow
 from flows.export import export_flow, model_card_task
 from flows.failures import stage_result, user_errors
+from flows.mixture_search import mixture_search_flow
 from flows.report import training_markdown
 from flows.results import (
     BlendResult,
@@ -42,6 +46,7 @@ from flows.results import (
     DatasetResult,
     EvaluateResult,
     ExportResult,
+    MixtureSearchResult,
     PipelineResult,
     TokenizerResult,
     TrainResult,
@@ -114,17 +119,41 @@ def data_stages(config: PipelineConfig, root: Path) -> tuple[CleanResult | None,
     return clean, tok, data
 
 
-def blend_stage(config: PipelineConfig, data: DatasetResult, root: Path) -> BlendResult:
+def search_stage(config: PipelineConfig, tok: TokenizerResult, data: DatasetResult,
+                 root: Path) -> MixtureSearchResult | None:
+    """The mixture search over every non-empty dataset when ``config.mixture_search`` is set (None otherwise),
+    with the blend stage's prior, bounds, split and token budget, so that its proposal can be the blend."""
+    if config.mixture_search is None:
+        return None
+    b = config.blend
+    search_cfg = derive(config.mixture_search, datasets=prefixes_of(data), datasets_dir=None,
+                        tokenizer=tok.result.tokenizer_dir, out_dir=str(root / "search"), prior_alpha=b.alpha,
+                        prior_mixture=b.mixture, floor=b.floor, cap=b.cap, max_epochs=b.max_epochs,
+                        token_budget=b.token_budget or training_tokens(config.train), split=b.split,
+                        train_range=b.train_range, valid_range=b.valid_range, compat=b.compat)
+    return stage_result("mixture-search", mixture_search_flow(search_cfg, upstream=[data.key], return_state=True),
+                        MixtureSearchResult)
+
+
+def prefixes_of(data: DatasetResult) -> dict[str, str]:
+    """The build's non-empty datasets, name -> prefix."""
+    return {name: o.prefix for name, o in data.result.outputs.items() if o.tokens > 0}
+
+
+def blend_stage(config: PipelineConfig, data: DatasetResult, root: Path,
+                search: MixtureSearchResult | None = None) -> BlendResult:
     """The blend of every non-empty dataset, for the training's token budget, sequence length and seed unless
-    the stage sets them."""
-    prefixes = {name: o.prefix for name, o in data.result.outputs.items() if o.tokens > 0}
+    the stage sets them; with a mixture search, weighed by its proposal."""
     train = config.train.train
+    proposal = {"overrides": search.result.proposal.weights} if search is not None else {}
     blend_cfg = config.blend.model_copy(update={
         "token_budget": config.blend.token_budget or training_tokens(config.train),
         "seq_length": config.blend.seq_length or train.model.seq_length,
         "seed": config.blend.seed if config.blend.seed is not None else train.data.seed,
-        "out_dir": str(root / "blend")})
-    return stage_result("blend", blend_flow(prefixes, blend_cfg, upstream=[data.key], return_state=True), BlendResult)
+        "out_dir": str(root / "blend"), **proposal})
+    upstream = [data.key, *([search.key] if search is not None else [])]
+    return stage_result("blend", blend_flow(prefixes_of(data), blend_cfg, upstream=upstream, return_state=True),
+                        BlendResult)
 
 
 def train_stage(config: PipelineConfig, tok: TokenizerResult, blend: BlendResult, root: Path) -> tuple[
@@ -186,9 +215,10 @@ def bloom_pipeline(config: PipelineConfig = PipelineConfig()) -> PipelineResult:
     # A stage that does not complete ends the pipeline in the same kind of state, its message naming the stage
     # (stage_result raises StageEnded; user_errors turns it into the state): a rerun resumes there.
     clean, tok, data = data_stages(config, root)
-    blend = blend_stage(config, data, root)
+    search = search_stage(config, tok, data, root)
+    blend = blend_stage(config, data, root, search)
     train, export, evaluation = model_stages(config, clean, tok, blend, root)
-    result = PipelineResult(out_dir=str(root), clean=clean, tokenizer=tok, dataset=data, blend=blend, train=train,
-                            export=export, evaluate=evaluation)
+    result = PipelineResult(out_dir=str(root), clean=clean, tokenizer=tok, dataset=data, mixture_search=search,
+                            blend=blend, train=train, export=export, evaluate=evaluation)
     create_markdown_artifact(summary_markdown(result), key="pipeline-summary", description="where everything is")
     return result

@@ -24,6 +24,7 @@ from bloomtrain.evaluation.exported import BlendLoss
 from bloomtrain.evaluation.heldout import HeldOutFile
 from bloomtrain.evaluation.report import ModelResult
 from bloomtrain.metrics import TrainingSummary
+from bloomtrain.mixture_search.result import SearchResult
 from flows.restarts import Restart
 from flows.stages import StageResult
 
@@ -85,6 +86,7 @@ CleanResult = StageResult[CleanSummary]
 TokenizerResult = StageResult[TrainedTokenizer]
 DatasetResult = StageResult[BuildSummary]
 BlendResult = StageResult[TunedBlend]
+MixtureSearchResult = StageResult[SearchResult]
 TrainResult = StageResult[TrainedRun]
 ExportResult = StageResult[ExportedModel]
 EvaluateResult = StageResult[Evaluation]
@@ -97,6 +99,7 @@ class PipelineResult(BaseModel):
     clean: CleanResult | None
     tokenizer: TokenizerResult
     dataset: DatasetResult
+    mixture_search: MixtureSearchResult | None = None  # None: the pipeline ran no search
     blend: BlendResult
     train: TrainResult
     export: ExportResult

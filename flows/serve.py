@@ -37,12 +37,13 @@ def deployments() -> list:
     from flows.data import dataset_flow, tokenizer_flow  # noqa: PLC0415
     from flows.evaluate import evaluate_flow  # noqa: PLC0415
     from flows.export import export_flow  # noqa: PLC0415
+    from flows.mixture_search import mixture_search_flow  # noqa: PLC0415
     from flows.pipeline import bloom_pipeline  # noqa: PLC0415
     from flows.rehearsal import rehearsal_flow  # noqa: PLC0415
     from flows.train import train_flow  # noqa: PLC0415
 
-    flows = (bloom_pipeline, clean_flow, tokenizer_flow, dataset_flow, blend_flow, train_flow, export_flow,
-             evaluate_flow, rehearsal_flow)
+    flows = (bloom_pipeline, clean_flow, tokenizer_flow, dataset_flow, blend_flow, mixture_search_flow, train_flow,
+             export_flow, evaluate_flow, rehearsal_flow)
     return [f.to_deployment(name=DEPLOYMENT, tags=["bloomstack"], description=(f.description or "").split("\n")[0],
                             enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
             for f in flows]

@@ -120,6 +120,8 @@ class MixtureSearchConfig(BaseModel):
     slurm: bool = Field(default=False, description="run the proxies as a Slurm job array (sbatch --wait)")
     sbatch: list[str] = Field(default_factory=list, description="extra #SBATCH line for the array, e.g. "
                                                                 "--sbatch=--partition=cpu (repeatable)")
+    slurm_time: str = Field(default="02:00:00", description="with --slurm: each array task's time limit [D-]HH:MM:SS")
+    env: list[str] = Field(default_factory=list, description="with --slurm: an exported VAR=value (repeatable)")
     python: str = Field(default="python", description="with --slurm: the Python that runs a proxy on a node")
     progress: bool = Field(default=True, description="a progress bar on stderr")
 

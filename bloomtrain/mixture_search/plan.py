@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from bloomdata import durable
+from bloomdata.config import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset, data_file_path, index_file_path
 from bloomdata.megatron.splits import split_range
 from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomdata.tokenizer.bpe import load_tokenizer, tokenizer_identity
-from bloomtrain.config import VALID_SET_NAME, TrainConfig
+from bloomtrain.config import VALID_SET_NAME, CheckpointConfig, DataConfig, TrainConfig, ValidSetConfig
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.proxy import BLEND, ProxyJob
 from bloomtrain.mixture_search.space import SearchSpace
@@ -76,18 +77,16 @@ def proxy_train_config(config: MixtureSearchConfig, vocab_size: int, valid_sets:
     seq, batch = recipe.model.seq_length, recipe.schedule.global_batch_size
     iters = max(1, math.ceil(config.proxy_tokens / (seq * batch)))
     samples = iters * batch
-    tree = recipe.model_dump()
-    tree["model"].update(vocab_size=vocab_size, pad_vocab_size_to=None)
-    tree["parallel"].update(tp=1, pp=1)
-    tree["schedule"].update(train_iters=iters, train_samples=None, rampup_batch_size=None, decay_samples=samples,
-                            warmup_samples=min(tree["schedule"]["warmup_samples"], samples // 10))
-    tree["data"] = {"kind": "blend", "blend": BLEND, "compat": config.compat, "cache_dir": str(cache_dir),
-                    "tokenizer": str(Path(config.tokenizer).resolve()),
-                    "valid_sets": {n: {"path": p, "samples": config.valid_samples} for n, p in valid_sets.items()}}
-    tree["checkpoint"] = {"dir": None}
-    tree["logging"].update(dir=None, tensorboard=False, eval_interval=iters, eval_iters=1,
-                           log_interval=max(1, iters // 5))
-    return TrainConfig.model_validate(tree)
+    schedule = derive(recipe.schedule, train_iters=iters, train_samples=None, rampup_batch_size=None,
+                      decay_samples=samples, warmup_samples=min(recipe.schedule.warmup_samples, samples // 10))
+    data = DataConfig(kind="blend", blend=BLEND, compat=config.compat, cache_dir=str(cache_dir),
+                      tokenizer=str(Path(config.tokenizer).resolve()),
+                      valid_sets={n: ValidSetConfig(path=p, samples=config.valid_samples) for n, p in valid_sets.items()})
+    logging = derive(recipe.logging, dir=None, tensorboard=False, eval_interval=iters, eval_iters=1,
+                     log_interval=max(1, iters // 5))
+    return derive(recipe, model=derive(recipe.model, vocab_size=vocab_size, pad_vocab_size_to=None),
+                  parallel=derive(recipe.parallel, tp=1, pp=1), schedule=schedule, data=data,
+                  checkpoint=CheckpointConfig(), logging=logging)
 
 
 def input_fingerprints(space: SearchSpace, tokenizer: str) -> dict[str, str]:

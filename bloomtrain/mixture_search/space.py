@@ -85,9 +85,10 @@ def search_space(config: MixtureSearchConfig) -> SearchSpace:
         hi = np.minimum(hi, [config.max_epochs * tokens[n] / config.token_budget for n in names])
         if hi.sum() < 1.0 - 1e-9:
             raise BloomstackError(
-                f"--budget {config.token_budget:,} with --max-epochs {config.max_epochs:g}: the datasets hold "
-                f"{sum(tokens.values()):,} training tokens, so even every one at its cap covers only "
-                f"{hi.sum():.1%} of the budget; lower --budget, raise --max-epochs or --cap, or add data")
+                f"token budget {config.token_budget:,} (--budget) with at most {config.max_epochs:g} epochs per "
+                f"dataset (--max-epochs): the datasets hold {sum(tokens.values()):,} training tokens, so even every one "
+                f"at its cap covers only {hi.sum():.1%} of the budget; lower the budget, raise max epochs or the cap, "
+                "or add data")
     prior = constrain({d.name: d.weight for d in spec.datasets}, dict(zip(names, lo)), dict(zip(names, hi)))
     source = config.prior_mixture or f"tokens ** {config.prior_alpha:g}"
     vector = np.array([prior[n] for n in names])

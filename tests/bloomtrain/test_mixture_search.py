@@ -33,13 +33,11 @@ from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.mixture.weights import water_fill
-from bloomdata.tokenizer.bpe import eod_id, save_tokenizer, train_from_texts
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.proxy import RESULT, ProxyResult, finished, read_job
 from bloomtrain.mixture_search.run import run_search
 from bloomtrain.mixture_search.space import within_bounds
-from tests.bloomtrain.mixture_stub import SEED_EFFECT, stub_proxy
-from tests.data import CORPUS_DIR
+from tests.bloomtrain.mixture_stub import SEED_EFFECT, stub_proxy, write_datasets
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = {"fr": 60, "sw": 40, "zh": 50, "yo": 24}  # unequal, so the prior is skewed
@@ -66,19 +64,7 @@ def killed_after(n: int):
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> dict[str, Path]:
     """A tokenizer and one Megatron dataset per language (tests/data/corpus), EOD after every document."""
-    root = tmp_path_factory.mktemp("mixture")
-    texts = {}
-    for lang, n in DOCS.items():
-        with (CORPUS_DIR / f"{lang}.jsonl").open(encoding="utf-8") as f:
-            texts[lang] = [json.loads(line)["text"] for _, line in zip(range(n), f)]
-    tok = train_from_texts([t for ts in texts.values() for t in ts], vocab_size=400, min_frequency=2)
-    tok_dir = save_tokenizer(tok, root / "tokenizer")
-    (root / "data").mkdir()
-    for lang, ts in texts.items():
-        with IndexedDatasetWriter(root / "data" / lang, dtype=np.uint16) as w:
-            for text in ts:
-                w.add_document(tok.encode(text, add_special_tokens=False).ids + [eod_id(tok)])
-    return {"tokenizer": tok_dir, "data": root / "data", "root": root}
+    return write_datasets(tmp_path_factory.mktemp("mixture"), DOCS)
 
 
 def _config(demo, out: Path, **fields) -> MixtureSearchConfig:
@@ -211,9 +197,11 @@ def test_slurm_array_runs_the_pending_proxies(demo, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(BloomstackError, match="killed"):
         _search(demo, tmp_path / "run", trainer=killed_after(2))
-    result = _search(demo, tmp_path / "run", slurm=True, python=python, sbatch=["--partition=cpu"])
+    result = _search(demo, tmp_path / "run", slurm=True, python=python, sbatch=["--partition=cpu"],
+                     env=["PROXY_NOTE=a b"])
     script = (tmp_path / "run" / "proxies" / "array.sbatch").read_text()
     assert "#SBATCH --array=0-5\n" in script and "#SBATCH --partition=cpu\n" in script
+    assert "#SBATCH --time=02:00:00\n" in script and "export PROXY_NOTE='a b'\n" in script
     assert len(result.proxies) == 8 and result.proposal == _search(demo, tmp_path / "whole").proposal
 
 

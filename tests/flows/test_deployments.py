@@ -1,5 +1,5 @@
 """Deployments: prefect.yaml registers through `prefect deploy --all`, `python -m flows.serve` serves the
-same nine, a run started through the API with JSON parameters reaches Completed, and a served training run
+same ten, a run started through the API with JSON parameters reaches Completed, and a served training run
 cancelled through the API ends Cancelled with none of its processes left.
 
 Both subprocesses get the shared test server's URL explicitly: the harness keeps it in a context variable
@@ -41,12 +41,12 @@ def _yaml_names() -> list[str]:
 
 
 def test_prefect_yaml_matches_serve():
-    """The same nine flows either way; distinct deployment names ("pool" vs "local"), so serving never
+    """The same ten flows either way; distinct deployment names ("pool" vs "local"), so serving never
     overwrites a pool deployment (a served copy of one inherits its pull steps and cannot load)."""
     from flows.serve import deployment_names
 
-    flows = {"bloom-pipeline", "clean", "tokenizer", "dataset", "blend", "train", "export", "evaluate",
-             "bloom-rehearsal"}
+    flows = {"bloom-pipeline", "clean", "tokenizer", "dataset", "blend", "mixture-search", "train", "export",
+             "evaluate", "bloom-rehearsal"}
     assert sorted(_yaml_names()) == sorted(f"{f}/pool" for f in flows)
     assert sorted(deployment_names()) == sorted(f"{f}/local" for f in flows)
 

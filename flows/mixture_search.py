@@ -1,0 +1,103 @@
+"""``mixture_search_flow``: blend weights found by proxy models (``bloomtrain mixture-search``), as a stage.
+
+The work is the library's own (``bloomtrain.mixture_search.run.run_search`` on the stage's
+``MixtureSearchConfig``), so the flow writes exactly the files a user running the command gets (blend.yaml,
+search.json, search.md, search.png, proxies/). The flow adds skip-or-run (``flows.stages.Stage``: the result is
+the search's ``SearchResult``; the key is the config without where the proxies run, the upstream keys, and the
+datasets', tokenizer's, proxy recipe's and mixture file's sizes and mtimes), one log line per finished proxy,
+and two artifacts: ``mixture-search-proxies`` (a table: each proxy's objective and weights, then the prior and
+the proposal, predicted and validated) and ``mixture-search`` (search.md with search.png).
+
+Finished proxies survive a failed or cancelled run in ``out_dir/proxies``, so a rerun trains only the rest.
+In ``bloom_pipeline`` (``PipelineConfig.mixture_search``) the stage runs after the build and its proposal
+becomes the blend stage's weights.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from bloomdata.megatron.indexed import data_file_path, index_file_path
+from bloomtrain.mixture_search.config import MixtureSearchConfig
+from bloomtrain.mixture_search.report import SEARCH_JSON, SEARCH_MD, SEARCH_PNG
+from bloomtrain.mixture_search.result import ProxyEntry, SearchResult
+from flows.config import MixtureSearchStageConfig
+from flows.failures import user_errors
+from flows.report import png_markdown
+from flows.results import MixtureSearchResult
+from flows.stages import Stage, stage_key
+
+# where and how the proxies run: not part of what the search finds
+RUN_ONLY = {"workers", "threads", "scheduler", "slurm", "sbatch", "slurm_time", "env", "python", "progress"}
+
+
+@task(name="mixture-search")
+def search_task(config: MixtureSearchConfig) -> SearchResult:
+    """``run_search`` (its files into ``config.out_dir``), logging each proxy as it finishes."""
+    from bloomtrain.mixture_search.run import run_search  # noqa: PLC0415 - torch only when searching
+
+    log = get_run_logger()
+
+    def finished(done: int, total: int, proxy: ProxyEntry) -> None:
+        log.info("mixture search: proxy %d/%d %s: objective %.4f bits per byte (%.0f s)", done, total, proxy.name,
+                 proxy.objective, proxy.seconds)
+
+    return run_search(config, on_proxy=finished)
+
+
+def proxy_rows(result: SearchResult) -> list[dict[str, Any]]:
+    """The table artifact: each proxy, then the proposal (predicted; measured when validated)."""
+    names = [d.name for d in result.datasets]
+    rows = [{"mixture": p.name, "objective": round(p.objective, 4), **{n: round(p.weights[n], 4) for n in names}}
+            for p in result.proxies]
+    p = result.proposal
+    rows.append({"mixture": f"proposal (predicted, {p.regressor})", "objective": round(p.predicted.objective, 4),
+                 **{n: round(p.weights[n], 4) for n in names}})
+    if (v := result.validation) is not None:
+        rows.append({"mixture": f"proposal (validated, seeds {v.seeds})", "objective": round(v.proposal.objective, 4),
+                     **{n: round(p.weights[n], 4) for n in names}})
+        rows.append({"mixture": f"prior (validated, seeds {v.seeds})", "objective": round(v.prior.objective, 4),
+                     **{d.name: round(d.prior, 4) for d in result.datasets}})
+    return rows
+
+
+def search_artifacts(result: SearchResult) -> None:
+    out = Path(result.out_dir)
+    fit = result.fit[result.selected]
+    create_table_artifact(proxy_rows(result), key="mixture-search-proxies",
+                          description=f"objective and weights per mixture; {result.selected} fit, held-out "
+                                      f"Spearman {fit.spearman:.3f}")
+    md = (out / SEARCH_MD).read_text(encoding="utf-8") if (out / SEARCH_MD).exists() else ""
+    if (out / SEARCH_PNG).exists():
+        md += "\n" + png_markdown(out / SEARCH_PNG, "mixture search") + "\n"
+    create_markdown_artifact(md, key="mixture-search", description="the proposal, the fit and every proxy")
+
+
+def input_files(config: MixtureSearchConfig) -> list[str]:
+    """What the search reads, whose change must re-run it: datasets, tokenizer, proxy recipe, mixture file."""
+    prefixes = list(config.datasets.values())
+    if config.datasets_dir:
+        prefixes += [p[: -len(".idx")] for p in sorted(glob.glob(os.path.join(config.datasets_dir, "*.idx")))]
+    tokenizer = Path(config.tokenizer)
+    files = [f(p) for p in prefixes for f in (index_file_path, data_file_path)]
+    files.append(str(tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer))
+    return files + [f for f in (config.proxy_config, config.prior_mixture) if f]
+
+
+@flow(name="mixture-search")
+@user_errors
+def mixture_search_flow(config: MixtureSearchStageConfig = MixtureSearchStageConfig(),
+                        upstream: list[str] | None = None) -> MixtureSearchResult:
+    """Search blend weights with proxy models (skipped when done); returns the proposal, the fit and every proxy."""
+    out = Path(config.out_dir).resolve()
+    run = config.model_copy(update={"out_dir": str(out), "progress": False})
+    key = stage_key(run.model_dump(exclude=RUN_ONLY), upstream=upstream or [], inputs=input_files(run))
+    return Stage("mixture-search", out, key, SearchResult, config).run(
+        lambda: search_task(run), publish=search_artifacts,
+        outputs=lambda r: {"blend": r.blend_yaml, "search": out / SEARCH_JSON, "table": out / SEARCH_MD})

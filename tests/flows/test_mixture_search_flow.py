@@ -1,0 +1,89 @@
+"""``mixture_search_flow`` and the pipeline's mixture search: the library's search as a stage, its artifacts, its
+skip on a rerun, and the blend stage weighed by its proposal.
+
+Proxies are the stub trainer of tests/bloomtrain/mixture_stub.py (bits per byte from a known law of the
+weights), put in place of ``run_proxy`` in this process; tests/bloomtrain/test_mixture_search.py trains real
+ones. The pipeline part runs the real tokenizer and build on three demo languages.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from prefect import flow
+
+from bloomdata.mixture.spec import load_blend_spec
+from bloomdata.readers import SourceConfig
+from bloomtrain.mixture_search import runner
+from flows.config import DEMO_CORPUS, MixtureSearchStageConfig, PipelineConfig
+from flows.mixture_search import mixture_search_flow
+from flows.pipeline import blend_stage, data_stages, search_stage, training_tokens
+from flows.results import MixtureSearchResult
+from flows.stages import read_marker
+from tests.bloomtrain.mixture_stub import stub_proxy, write_datasets
+from tests.flows.prefect_api import artifact
+
+CALLS: list[str] = []
+
+
+def _stub(path: str, threads: int = 1):
+    CALLS.append(path)
+    stub_proxy(path)
+    return runner.finished(path, runner.read_job(path))
+
+
+@pytest.fixture
+def stub_proxies(monkeypatch):
+    CALLS.clear()
+    monkeypatch.setattr(runner, "run_proxy", _stub)
+
+
+def _search_config(**fields) -> MixtureSearchStageConfig:
+    return MixtureSearchStageConfig.model_validate({"proxies": 6, "candidates": 1000, "top_k": 10, "workers": 0,
+                                                    **fields})
+
+
+def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
+    data = write_datasets(tmp_path, {"fr": 40, "sw": 30, "yo": 20})
+    config = _search_config(datasets_dir=str(data["data"]), tokenizer=str(data["tokenizer"]),
+                            out_dir=str(tmp_path / "search"), validate_proposal=True)
+    result = mixture_search_flow(config)
+    assert type(result) is MixtureSearchResult and not result.skipped and len(CALLS) == 7  # 6 + the proposal
+    search = result.result
+    assert [p.name for p in search.proxies][:2] == ["prior", "p01"] and search.validation is not None
+    assert load_blend_spec(search.blend_yaml).weights == pytest.approx(list(search.proposal.weights.values()))
+    assert json.loads((tmp_path / "search" / "search.json").read_text())["proposal"]["weights"] == \
+        search.proposal.weights
+    rows = json.loads(artifact("mixture-search-proxies").data)
+    assert [r["mixture"] for r in rows][:2] == ["prior", "p01"] and rows[-1]["mixture"].startswith("prior (validated")
+    assert "data:image/png;base64," in artifact("mixture-search").data
+    again = mixture_search_flow(config.model_copy(update={"workers": 2}))  # where proxies run is not in the key
+    assert again.skipped and again.result == search and len(CALLS) == 7
+
+
+def test_pipeline_blend_takes_the_search_proposal(prefect_harness, stub_proxies, tmp_path):
+    corpus = [SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in ("en", "fr", "yo")]
+    config = PipelineConfig(out_dir=str(tmp_path / "run"), corpus=corpus, clean=None, fertility_docs_per_lang=5,
+                            mixture_search=_search_config(proxies=5))
+    config.tokenizer = config.tokenizer.model_copy(update={"vocab_size": 320, "byte_budget": 120_000})
+    config.dataset = config.dataset.model_copy(update={"workers": 0})
+    # the demo's training repeats these three languages ~6 times: the search's epoch cap is the blend's
+    config.blend = config.blend.model_copy(update={"cap": 0.6, "max_epochs": 10.0})
+    root = tmp_path / "run"
+
+    @flow
+    def until_blend():
+        _, tok, data = data_stages(config, root)
+        search = search_stage(config, tok, data, root)
+        return search, blend_stage(config, data, root, search)
+
+    search, blend = until_blend()
+    proposal = search.result.proposal.weights
+    assert set(proposal) == {"en", "fr", "yo"} and max(proposal.values()) <= 0.6 + 1e-12  # the blend's own cap
+    assert search.result.token_budget == training_tokens(config.train) and Path(search.out_dir) == root / "search"
+    spec = blend.result.spec
+    assert {d.name: d.weight for d in spec.datasets} == pytest.approx(proposal)
+    assert spec.split == "90,10,0" and spec.token_budget == training_tokens(config.train)
+    assert read_marker(root / "blend").config["overrides"] == proposal
