@@ -140,6 +140,7 @@ def shorter(train: TrainConfig, iters: int) -> TrainConfig:
 
 def main(argv: list[str] | None = None) -> int:
     from flows.failures import ended_unfinished  # noqa: PLC0415
+    from flows.interrupts import run_entry_point  # noqa: PLC0415
     from flows.pipeline import bloom_pipeline  # noqa: PLC0415
 
     try:
@@ -148,13 +149,18 @@ def main(argv: list[str] | None = None) -> int:
     except BloomstackError as exc:
         print(f"flows.demo: error: {exc}", file=sys.stderr)
         return 2
-    t0 = time.monotonic()
-    state = bloom_pipeline(config, return_state=True)
-    if ended_unfinished("flows.demo", state, "the pipeline"):
-        return 1
-    print(report(state.result(), time.monotonic() - t0))
-    return 0
+    def run() -> int:
+        t0 = time.monotonic()
+        state = bloom_pipeline(config, return_state=True)
+        if ended_unfinished("flows.demo", state, "the pipeline"):
+            return 1
+        print(report(state.result(), time.monotonic() - t0))
+        return 0
+
+    return run_entry_point("flows.demo", run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flows.interrupts import exit_process
+
+    exit_process(main())

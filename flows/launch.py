@@ -150,12 +150,14 @@ def run_process(
     log_file: str | Path | None = None,
     on_start: Callable[[int], None] | None = None,
     poll_s: float = 0.2,
+    on_interrupt: Callable[[], None] | None = None,
 ) -> LaunchResult:
     """Run ``cmd`` in its own process group, stream its output, and always leave no process behind.
 
     ``env`` is merged over ``os.environ`` (plus ``PYTHONUNBUFFERED=1`` so Python ranks stream line by line).
     ``should_stop`` is asked every ``stop_check_s`` seconds; True ends the run as "cancelled". The result
-    is returned for every ending; callers decide what is a failure (see ``LaunchResult.ok``).
+    is returned for every ending; callers decide what is a failure (see ``LaunchResult.ok``). ``on_interrupt``
+    runs first when an exception (Ctrl-C, SIGTERM) stops the caller, before the group is stopped.
     """
     cmd = [str(c) for c in cmd]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
@@ -212,6 +214,8 @@ def run_process(
         interrupted = False
     finally:
         # Every way out (normal end, timeout, cancel, exceptions incl. Prefect's TerminationSignal) goes here.
+        if interrupted and on_interrupt is not None:
+            on_interrupt()
         if proc.poll() is None or group_alive(proc.pid):
             why = "interrupted: the caller is stopping" if interrupted else reason if reason != "exited" else "leftovers"
             on_line(f"[launch] terminating process group {proc.pid} ({why})")

@@ -44,6 +44,7 @@ from bloomtrain.precision import read_precision
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
 from flows.failures import ended_unfinished, stage_result, user_errors
+from flows.interrupts import run_entry_point
 from flows.launch_config import LaunchConfig
 from flows.pipeline import bloom_pipeline
 from flows.rehearsal_config import (
@@ -220,17 +221,22 @@ def main(argv: list[str] | None = None) -> int:
     except BloomstackError as exc:
         print(f"flows.rehearsal: error: {exc}", file=sys.stderr)
         return 2
-    t0 = time.monotonic()
-    state = rehearsal_flow(config, return_state=True)
-    if ended_unfinished("flows.rehearsal", state, "the rehearsal"):
-        return 1
-    result = state.result()
-    print(result.summary_markdown)
-    print(result.overrides_markdown)
-    print(f"(python -m flows.rehearsal: {time.monotonic() - t0:.0f} s, Prefect's start included; "
-          f"everything is under {result.pipeline.out_dir})")
-    return 0
+    def run() -> int:
+        t0 = time.monotonic()
+        state = rehearsal_flow(config, return_state=True)
+        if ended_unfinished("flows.rehearsal", state, "the rehearsal"):
+            return 1
+        result = state.result()
+        print(result.summary_markdown)
+        print(result.overrides_markdown)
+        print(f"(python -m flows.rehearsal: {time.monotonic() - t0:.0f} s, Prefect's start included; "
+              f"everything is under {result.pipeline.out_dir})")
+        return 0
+
+    return run_entry_point("flows.rehearsal", run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flows.interrupts import exit_process
+
+    exit_process(main())

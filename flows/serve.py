@@ -71,9 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from prefect import serve  # noqa: PLC0415
 
-    serve(*deployments(), limit=config.limit)
-    return 0
+    from flows.interrupts import run_entry_point  # noqa: PLC0415
+
+    def run() -> int:
+        serve(*deployments(), limit=config.limit)
+        return 0
+
+    return run_entry_point("flows.serve", run)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from flows.interrupts import exit_process
+
+    exit_process(main())

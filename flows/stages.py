@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from bloomdata import durable
+from flows.interrupts import stage_interrupts
 
 MARKER = "_stage.json"
 
@@ -162,7 +163,8 @@ class Stage(Generic[R]):
             if publish is not None:
                 publish(done.result)
             return done
-        result = work()
+        with stage_interrupts(self.name):  # a Ctrl-C names this stage in its one line (flows.interrupts)
+            result = work()
         if publish is not None:
             publish(result)
         write_marker(self.out_dir, stage=self.name, key=self.key, outputs=outputs(result), result=result,

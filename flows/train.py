@@ -46,6 +46,7 @@ from bloomtrain.metrics import read_metrics, summarize
 from bloomtrain.recovery import Decision, LaunchOutcome, after_launch
 from flows.config import TrainStageConfig
 from flows.failures import FlowEnded, user_errors
+from flows.interrupts import quiet_console, stage_interrupts
 from flows.launch import LaunchError, LaunchResult, run_process
 from flows.launch_config import SBATCH_JOB_ID, LaunchConfig, build_command, launch_env
 from flows.report import plot_loss, training_markdown
@@ -113,7 +114,7 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
     log.info("launching: %s", " ".join(cmd))
     result = run_process(cmd, env={**launch_env(launch), EXIT_DIR_ENV: exit_dir}, cwd=os.getcwd(), on_line=on_line,
                          should_stop=should_stop, timeout_s=launch.timeout_s, grace_s=launch.grace_s,
-                         tail_lines=launch.tail_lines, log_file=run / "launch.log",
+                         tail_lines=launch.tail_lines, log_file=run / "launch.log", on_interrupt=quiet_console,
                          on_start=lambda pid: log.info("job process group %d", pid))
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
@@ -199,7 +200,9 @@ def _train(config: TrainStageConfig, run_dir: Path, key: str) -> TrainedRun:
     s = ran.schedule
     total_iters = s.train_iters or (s.train_samples or 0) // s.global_batch_size  # approximate under a ramp-up
     cmd = build_command(config.launch, cfg_path, config.overrides)
-    restarts = _launch_until_done(config, cmd, run_dir, Path(paths.checkpoints), total_iters)
+    # Ctrl-C / SIGTERM: run_process stops the job (the trainer saves); the one line names that checkpoint
+    with stage_interrupts("train", checkpoint=lambda: read_latest(paths.checkpoints)):
+        restarts = _launch_until_done(config, cmd, run_dir, Path(paths.checkpoints), total_iters)
     if config.launch.launcher != "sbatch" and not read_metrics(paths.metrics)[0]:
         # Exit 0 without one logged iteration is not a training run (e.g. a module without a __main__
         # guard imports and exits). An sbatch script may log elsewhere, so it is not held to this.
