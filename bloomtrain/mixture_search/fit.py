@@ -11,8 +11,8 @@ Three regressors, fitted per dataset (one target each; the objective is a weight
 - ``power``: each dataset's bits per byte as a power law of its own weight, ``a + b (w + LOG_EPS) ** -1/2``
   (least squares, ``b >= 0``: more of a dataset's own data never predicts worse), the shape of a data scaling
   law ``L(D) = E + B / D ** beta`` with D = w x proxy tokens. Two parameters per dataset instead of d + 1:
-  with 16 proxies of 10 datasets it is the one whose held-out ranking holds (measured on the demo corpus:
-  leave-one-out Spearman 0.96, against 0.90 for LightGBM and 0.86 for the ridge; benchmarks/RESULTS.md), and
+  with 16 proxies of 10 datasets it is the one whose held-out ranking holds best (measured on the demo corpus:
+  leave-one-out Spearman 0.97, against 0.89 for LightGBM and 0.93 for the ridge; benchmarks/RESULTS.md), and
   its optimum is interior (a dataset's weight grows with its own slope), so the proposal does not chase the
   corners where the other two extrapolate. It ignores transfer between datasets, which the other two can
   express given enough proxies: ``auto`` picks per search.
