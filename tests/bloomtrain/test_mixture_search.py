@@ -33,6 +33,8 @@ from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.mixture.weights import water_fill
+from bloomtrain.config import load_config
+from bloomtrain.data import build_datasets
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.proxy import RESULT, ProxyResult, finished, read_job
 from bloomtrain.mixture_search.run import run_search
@@ -40,6 +42,7 @@ from bloomtrain.mixture_search.space import within_bounds
 from tests.bloomtrain.mixture_stub import SEED_EFFECT, stub_proxy, write_datasets
 
 ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "train" / "tiny-cpu.yaml"
 DOCS = {"fr": 60, "sw": 40, "zh": 50, "yo": 24}  # unequal, so the prior is skewed
 CALLS: list[str] = []  # proxies the stub trained, in order
 
@@ -220,6 +223,11 @@ def test_real_proxies_end_to_end(demo, tmp_path):
     assert set(v.proposal.bpb) == set(DOCS) and math.isfinite(v.proposal.objective)
     job = yaml.safe_load((out / "proxies" / result.proxies[0].key / "blend.yaml").read_text())
     assert job["split"] == "90,10,0" and len(job["datasets"]) == 4
+    # the proposal is a blend the trainer reads as it is (data.blend), its samples drawn in the proposed shares
+    cfg = load_config(TINY, ["data.kind=blend", f"data.blend={result.blend_yaml}", f"data.cache_dir={tmp_path}",
+                             "schedule.train_iters=50", "logging.eval_interval=10"])
+    train, valid = build_datasets(cfg)
+    assert len(train) >= 50 * cfg.schedule.global_batch_size and valid is not None
     lost = out / "proxies" / result.proxies[2].key / RESULT
     kept = {p.key: (out / "proxies" / p.key / RESULT).stat().st_mtime_ns for p in result.proxies
             if p.key != lost.parent.name}
