@@ -54,11 +54,13 @@ demo: install
 # here a failed build must fail, not skip their tests.
 test: install
 	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py
+	$(PY) -m mypy
 	@$(PY) -c "import bloomdata._index_helpers" || { echo "bloomdata._index_helpers is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py
+	$(PY) -m mypy
 
 # On a CUDA machine: build the fused kernels, run `pytest -m gpu` and the GPU rows of the benchmarks, measure
 # TFLOP/s and MFU of bloom-560m and bloom-1b7 training steps; writes $(GPU_REPORT)/gpu_report.md and .json.

@@ -42,7 +42,7 @@ from bloomdata.errors import BloomstackError
 TEMP_INFIX = ".tmp-"  # in every temporary name, so stray temps of dead writers can be found and removed
 KEY_LENGTH = 32  # hex digits of sha256 kept in content keys (128 bits)
 
-PathLike = str | os.PathLike
+PathLike = str | os.PathLike[str]
 M = TypeVar("M", bound=BaseModel)  # a pydantic manifest model
 
 
@@ -85,7 +85,7 @@ def publish(renames: Sequence[tuple[PathLike, PathLike]], *, fsync: bool = True)
             fsync_dir(directory)
 
 
-def write_with(path: PathLike, write: Callable[[IO[bytes]], None], *, fsync: bool = True) -> None:
+def write_with(path: PathLike, write: Callable[[IO[bytes]], object], *, fsync: bool = True) -> None:
     """Atomically replace ``path`` with what ``write(binary file)`` writes (see the module docstring)."""
     path = os.fspath(path)
     tmp = temp_path(path)
@@ -172,6 +172,7 @@ def digest(data: bytes | memoryview) -> str:
 
 
 def file_digest(path: PathLike, chunk: int = 1 << 24) -> str:
+    """``digest`` of a file's bytes, read in chunks."""
     h = xxhash.xxh3_128()
     with open(path, "rb") as f:
         while block := f.read(chunk):

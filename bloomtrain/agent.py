@@ -22,7 +22,7 @@ import json
 import signal
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
@@ -45,7 +45,8 @@ class Heartbeat:
     """A daemon thread that bumps ``beat/<node>`` every ``BEAT_S``; ``watch`` tells which peers stopped."""
 
     def __init__(self, node: str) -> None:
-        self.node, self.store = node, None
+        self.node = node
+        self.store: Any = None  # the rendezvous store (a torch.distributed.Store), once ``use`` gives it
         self._stop = threading.Event()
         self._seen: dict[str, tuple[int, float]] = {}  # peer -> (last counter value, when it last moved)
         threading.Thread(target=self._run, daemon=True, name="bloomtrain-heartbeat").start()
@@ -97,10 +98,10 @@ class BloomAgent(LocalElasticAgent):
 
     def _rendezvous(self, worker_group: WorkerGroup) -> None:
         super()._rendezvous(worker_group)
-        store = worker_group.store
+        store: Any = worker_group.store  # set by the rendezvous
         ranks = [w.global_rank for w in worker_group.workers]
         store.set(f"bloomtrain/node/{worker_group.group_rank}", json.dumps([self.node, ranks]))
-        names = [f"bloomtrain/node/{i}" for i in range(worker_group.group_world_size)]
+        names = [f"bloomtrain/node/{i}" for i in range(cast(int, worker_group.group_world_size))]
         self.peers = dict(json.loads(store.get(k)) for k in names)
         self.heartbeat.use(store)
 
@@ -192,7 +193,8 @@ class BloomAgent(LocalElasticAgent):
     def _exit_barrier(self) -> None:
         """Wait for the other agents to finish too (one may host the store), but only while they are alive."""
         group = self._worker_group
-        store, others = group.store, [n for n in self.peers if n != self.node]
+        store: Any = group.store
+        others = [n for n in self.peers if n != self.node]
         deadline = time.monotonic() + EXIT_BARRIER_S
         try:
             store.set(f"bloomtrain/done/{self.node}", "1")

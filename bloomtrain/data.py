@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,6 +31,15 @@ from bloomdata.errors import BloomstackError
 from bloomtrain.config import VALID_SET_NAME, TrainConfig, ValidSetConfig
 
 MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
+
+
+class Samples(Protocol):
+    """What the trainer reads samples from: ``len`` and one sample (``seq_length + 1`` token ids) per index,
+    as a bloomdata ``Blend`` or ``GPTSamples``, ``SyntheticSamples`` or ``ValidSamples`` give."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> Any: ...
 
 
 class SyntheticSamples:
@@ -77,7 +86,7 @@ def collate(samples: Sequence[Any]) -> MicroBatch:
     return tokens[:, :-1].contiguous(), (labels, torch.ones(labels.shape, dtype=torch.float32))
 
 
-def micro_batches(dataset: Sequence, consumed_samples: int, micro_batch_size: int, dp_rank: int,
+def micro_batches(dataset: Samples, consumed_samples: int, micro_batch_size: int, dp_rank: int,
                   dp_size: int) -> Iterator[MicroBatch]:
     """Infinite-looking iterator for the engine; raises a clear error when the dataset runs out."""
     for indices in pretraining_indices(consumed_samples, micro_batch_size, dp_rank, dp_size, len(dataset)):
@@ -88,7 +97,7 @@ def micro_batches(dataset: Sequence, consumed_samples: int, micro_batch_size: in
     )
 
 
-def eval_micro_batches(samples: Sequence, micro_batch_size: int, dp_rank: int,
+def eval_micro_batches(samples: Samples, micro_batch_size: int, dp_rank: int,
                        dp_size: int) -> tuple[Iterator[MicroBatch], int]:
     """This DP rank's micro-batches over all of ``samples`` (sampler order), and how many there are.
 
@@ -108,7 +117,7 @@ def eval_micro_batches(samples: Sequence, micro_batch_size: int, dp_rank: int,
     return batches(), padded // group
 
 
-def build_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
+def build_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
     """(train, valid) sample sequences for ``cfg.data``; each item is ``seq_length + 1`` token ids."""
     length = cfg.model.seq_length + 1
     if cfg.data.kind == "synthetic":
@@ -119,14 +128,14 @@ def build_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
     return _blend_datasets(cfg)
 
 
-def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
+def _blend_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
     """Blends from ``bloomdata blend`` YAMLs, sized like Megatron's builder: the train blend holds the whole
     run, the validation blend the ``eval_iters`` global batches that every evaluation reads."""
     from bloomdata.megatron.blend import blend_from_spec  # noqa: PLC0415
     from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
 
     s = cfg.schedule
-    n_train = s.train_samples if s.train_samples is not None else s.train_iters * s.global_batch_size
+    n_train = s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size
     n_valid = cfg.logging.eval_iters * s.global_batch_size
 
     def load(path: str, split: str, n: int):
@@ -139,6 +148,7 @@ def _blend_datasets(cfg: TrainConfig) -> tuple[Sequence, Sequence | None]:
         spec = spec.model_copy(update={"seq_length": cfg.model.seq_length})
         return blend_from_spec(spec, n, split, cfg.data.cache_dir, cfg.data.compat)
 
+    assert cfg.data.blend is not None  # DataConfig checks kind=blend has one
     train = load(cfg.data.blend, "train", n_train)
     valid_path = cfg.data.valid_blend or cfg.data.blend
     spec = load_blend_spec(valid_path)
@@ -207,6 +217,7 @@ def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSam
     from bloomdata.megatron.indexed import dataset_exists  # noqa: PLC0415
 
     seq = cfg.model.seq_length
+    origin: str | None  # what the validation split comes from, for the error below
     if vs.path.endswith((".yaml", ".yml")):
         spec = _blend_spec(vs.path, seq)
         prefixes, weights = spec.prefixes, spec.weights
@@ -218,12 +229,14 @@ def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSam
         spec = _blend_spec(cfg.data.blend, seq) if cfg.data.blend else None
         prefixes, weights = [vs.path], [1.0]
         split = vs.split or (spec.split_of("valid") if spec is not None else None)
-        seed, origin = spec.seed if spec is not None else None, cfg.data.blend
+        seed, origin = (spec.seed if spec is not None else None), cfg.data.blend
     if split is None:
         raise BloomstackError(f"data.valid_sets.{name}: no validation split for {vs.path} ({origin or 'no data.blend'} "
                               f"has none); set data.valid_sets.{name}.split, e.g. '0.95:1' or '949,50,1'")
     wanted = vs.samples or cfg.logging.eval_iters * cfg.schedule.global_batch_size
-    components, which, served = [], [], []
+    components: list[Any] = []
+    which: list[Any] = []
+    served: list[Any] = []
     for prefix, count in zip(prefixes, blend_counts(weights, wanted)):
         if count == 0:  # a blend's dataset whose weight gets none of the samples
             continue

@@ -34,7 +34,8 @@ from bloomtrain.parallel.state import ParallelState
 
 def param_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
     """[decay: weight matrices, no decay: biases and LayerNorm weights]; empty groups are dropped."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for mod in module.modules():
         for name, param in mod.named_parameters(recurse=False):
             if not param.requires_grad:
@@ -92,7 +93,7 @@ class ClippedAdamW(torch.optim.AdamW):
 
 def build_optimizer(module: nn.Module, cfg: TrainConfig, state: ParallelState) -> torch.optim.Optimizer:
     groups = param_groups(module, cfg.optim.weight_decay)
-    kwargs = {"lr": cfg.optim.lr, "betas": (cfg.optim.beta1, cfg.optim.beta2), "eps": cfg.optim.eps}
+    kwargs: dict[str, Any] = {"lr": cfg.optim.lr, "betas": (cfg.optim.beta1, cfg.optim.beta2), "eps": cfg.optim.eps}
     if cfg.optim.precision == "fp32":
         return ClippedAdamW(groups, parallel=state, clip_grad=cfg.optim.clip_grad, **kwargs)
     return torch.optim.AdamW(groups, **kwargs)

@@ -12,6 +12,7 @@ The embedding keeps every HF row: the config's ``pad_vocab_size_to`` is set to t
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -93,7 +94,7 @@ def copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
         if (Path(src) / name).is_file():
             Path(dst).mkdir(parents=True, exist_ok=True)
             with open(Path(src) / name, "rb") as source:
-                durable.write_with(Path(dst) / name, lambda f, source=source: shutil.copyfileobj(source, f))
+                durable.write_with(Path(dst) / name, functools.partial(shutil.copyfileobj, source))
             copied.append(name)
     return copied
 

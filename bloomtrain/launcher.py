@@ -74,11 +74,11 @@ def _bloom_agent(node: str, exit_dir: str, say) -> Iterator[list]:
         built.append(BloomAgent(*args, node=node, exit_dir=exit_dir, say=say, **kwargs))
         return built[-1]
 
-    original, api.LocalElasticAgent = api.LocalElasticAgent, make
+    original, api.LocalElasticAgent = api.LocalElasticAgent, make  # type: ignore[misc,assignment]
     try:
         yield built
     finally:
-        api.LocalElasticAgent = original
+        api.LocalElasticAgent = original  # type: ignore[misc]
 
 
 def prepare_env() -> tuple[str, str]:

@@ -81,7 +81,8 @@ class BatchSchedule:
         return cls(schedule.global_batch_size, start, increment, ramp)
 
     def __call__(self, consumed_samples: int) -> int:
-        if self.start is None or consumed_samples > self.ramp_samples:
+        if self.start is None or self.increment is None or self.ramp_samples is None \
+                or consumed_samples > self.ramp_samples:
             return self.global_batch_size
         num_increments = (self.global_batch_size - self.start) // self.increment
         if num_increments == 0:
@@ -94,4 +95,4 @@ def is_done(schedule: ScheduleConfig, iteration: int, consumed_samples: int) -> 
     """Training length in samples or iterations (exactly one is set; the config validates that)."""
     if schedule.train_iters is not None:
         return iteration >= schedule.train_iters
-    return consumed_samples >= schedule.train_samples
+    return consumed_samples >= (schedule.train_samples or 0)

@@ -15,6 +15,7 @@ import os
 import socket
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -33,7 +34,7 @@ from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig
 from bloomtrain.console import setup_console
-from bloomtrain.data import ValidSamples, build_datasets, build_valid_sets, token_byte_lengths
+from bloomtrain.data import Samples, ValidSamples, build_datasets, build_valid_sets, token_byte_lengths
 from bloomtrain.engine import build_engine
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
 from bloomtrain.parallel.state import ParallelState
@@ -67,17 +68,18 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
 
 
-def default_callbacks(cfg: TrainConfig, valid_data: Sequence | None, rank: int, world: int,
+def default_callbacks(cfg: TrainConfig, valid_data: Samples | None, rank: int, world: int,
                       valid_sets: Sequence[ValidSamples] = (), precision: PrecisionChoice | None = None
                       ) -> list[Callback]:
     """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
     evaluate (the overall validation set, then each named one), enforce the skip limit (save, raise), agree on
     stop requests, save on the interval; the final save (end of the schedule, or a stop) is the checkpoint
     callback's ``post_train``."""
-    byte_lengths = None
+    byte_lengths = np.zeros(0, dtype=np.int64)
     if valid_sets:
         from bloomdata.tokenizer.bpe import load_tokenizer  # noqa: PLC0415
 
+        assert cfg.data.tokenizer is not None  # DataConfig: valid_sets need data.tokenizer
         byte_lengths = token_byte_lengths(load_tokenizer(cfg.data.tokenizer))
     return [
         NanDrillCallback(cfg.stability.inject_nan_at_iters),

@@ -24,7 +24,7 @@ from bloomtrain.callbacks.base import Callback
 from bloomtrain.checkpoint.checkpointer import Checkpointer
 from bloomtrain.checkpoint.tags import tag_for
 from bloomtrain.config import TrainConfig
-from bloomtrain.data import MicroBatch, micro_batches
+from bloomtrain.data import MicroBatch, Samples, micro_batches
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
 from bloomtrain.train_module import StepOutput, TrainModule
@@ -86,7 +86,7 @@ class TrainResult:
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, train_data: Sequence,
+    def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, train_data: Samples,
                  checkpointer: Checkpointer, callbacks: Sequence[Callback]) -> None:
         self.cfg, self.module, self.state = cfg, module, state
         self.train_data, self.checkpointer, self.callbacks = train_data, checkpointer, list(callbacks)

@@ -154,7 +154,7 @@ class EvaluateStageConfig(EvaluateConfig):
     compat: Literal["core", "bloom"] = Field("core", description="split arithmetic, as the trainer's data.compat")
     max_docs_per_lang: int | None = Field(1000, ge=1, description="score the first N held-out documents of each "
                                                                   "language, in document order (None: all)")
-    context: int | None = Field(None, ge=1, description="tokens per forward pass at most (None: 2048; in the "
+    context: int | None = Field(None, ge=1, description="tokens per forward pass at most (None: 2048; in the "  # type: ignore[assignment]
                                                         "pipeline, the training's seq_length)")
     out_dir: str = Field("runs/eval", description="eval.json, eval.md, eval.png and heldout/<lang>.jsonl")
     progress: bool = Field(False, description="tqdm progress bar on stderr (the flow logs instead)")

@@ -20,6 +20,8 @@ import contextvars
 import glob
 import threading
 from pathlib import Path
+from typing import cast
+from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
@@ -89,7 +91,8 @@ def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), ferti
 
 def _follow_shards(out_dir: Path, total: int, stop: threading.Event, every_s: float = 1.0) -> None:
     """Progress artifact from the build's shard markers (written as each shard finishes, on any worker)."""
-    progress = create_progress_artifact(0.0, key="dataset-progress", description=f"shards tokenized of {total}")
+    progress = cast(UUID, create_progress_artifact(0.0, key="dataset-progress",
+                                                   description=f"shards tokenized of {total}"))  # sync: an id
     last = -1
     while not stop.wait(every_s):
         done = len(list((out_dir / SHARDS_DIR).glob("*.done.json")))

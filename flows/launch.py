@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 _EOF = object()
 
@@ -85,7 +86,7 @@ def _signal_hint(rc: int | None) -> str:
         return ""
 
 
-def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+def kill_group(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
     """SIGTERM the child's whole process group, wait up to ``grace_s``, then SIGKILL what is left.
 
     We signal the group even after the leader exited: grandchildren it left behind keep the group alive.
@@ -130,7 +131,7 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def _pump(stream, out: queue.Queue) -> None:
+def _pump(stream: IO[str], out: queue.Queue[object]) -> None:
     for line in iter(stream.readline, ""):
         out.put(line.rstrip("\n"))
     out.put(_EOF)
@@ -170,7 +171,7 @@ def run_process(
     # An append-only log, not a durable file (bloomdata.durable): each line goes out as it arrives, so a
     # killed flow keeps everything up to its last line. Closed in the finally below.
     log = open(log_file, "a", encoding="utf-8") if log_file else None
-    lines: queue.Queue = queue.Queue()
+    lines: queue.Queue[object] = queue.Queue()  # str lines, then _EOF
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
     reader.start()
     reason = "exited"
@@ -188,7 +189,7 @@ def run_process(
                 item = None
             if item is _EOF:
                 eof = True
-            elif item is not None:
+            elif isinstance(item, str):
                 tail.append(item)
                 if log is not None:
                     log.write(item + "\n")

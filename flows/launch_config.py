@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -53,7 +54,7 @@ class LaunchConfig(BaseModel):
     retry_delay_s: float = Field(5.0, ge=0, description="seconds before the flow relaunches a failed job")
 
 
-def build_command(launch: LaunchConfig, config_path: str | Path, overrides: list[str] = ()) -> list[str]:
+def build_command(launch: LaunchConfig, config_path: str | Path, overrides: Sequence[str] = ()) -> list[str]:
     """The argv that runs ``launch.module --config config_path *overrides`` under the chosen launcher."""
     program = [*launch.module_args, "--config", str(config_path), *overrides]
     if launch.launcher == "torchrun":

@@ -14,6 +14,7 @@ that ``prefect deploy`` created keeps its pull steps, and its runs then crash lo
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,7 +31,7 @@ DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
 PARTIAL_PARAMETERS = frozenset({"bloom-pipeline", "train"})
 
 
-def deployments() -> list:
+def deployments() -> list[Any]:
     """The RunnerDeployments of every flow; parameter defaults are the flows' own (the demo's)."""
     from flows.blend import blend_flow  # noqa: PLC0415 - keep `--help` fast
     from flows.clean import clean_flow  # noqa: PLC0415

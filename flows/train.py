@@ -28,9 +28,12 @@ interrupted by SIGTERM or a timeout while the job runs (docs/flows.md, "Launch j
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
+from typing import cast
+from uuid import UUID
 
 import yaml
 from prefect import flow, get_run_logger, task
@@ -89,7 +92,8 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
     log = get_run_logger()
     run = Path(run_dir)
     metrics = run / "logs" / "metrics.jsonl"
-    progress = create_progress_artifact(0.0, key="training-progress", description=f"training in {run_dir}")
+    progress = cast(UUID, create_progress_artifact(0.0, key="training-progress",
+                                                   description=f"training in {run_dir}"))  # sync: an id
     slurm_job: list[str] = []
     published = [0]
 
@@ -154,7 +158,7 @@ def write_run_config(train: TrainConfig, run_dir: Path) -> Path:
     return path
 
 
-def retire_stale_run(run_dir: Path, digest: str, log) -> None:
+def retire_stale_run(run_dir: Path, digest: str, log: logging.Logger | logging.LoggerAdapter[logging.Logger]) -> None:
     """Keep a retried run's checkpoints (it resumes from them) but move away a different config's.
 
     ``run.json`` records the config hash of the run that owns ``checkpoints/`` and ``logs/``. The trainer

@@ -106,7 +106,7 @@ def file_line_offsets(shards: list[Shard], manifests: list[ShardManifest]) -> li
         if not shard.local_lines:
             offsets.append(0)
             continue
-        if shard.byte_range[0] == 0:
+        if shard.byte_range is not None and shard.byte_range[0] == 0:
             before = 0
         offsets.append(before)
         before += manifest.rows

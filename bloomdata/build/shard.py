@@ -202,9 +202,10 @@ def _tokenize_rows(shard: Shard, parts: _Parts, rejects: _Rejects) -> int:
         if split_by == "none":
             name = output_name
         else:
-            name = names_of.get(item.lang)
-            if name is None:
-                name = names_of[item.lang] = output_name_of(item.lang)
+            found = names_of.get(item.lang)
+            if found is None:
+                found = names_of[item.lang] = output_name_of(item.lang)
+            name = found
         parts.add(name, item.text)
     return rows
 

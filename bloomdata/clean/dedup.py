@@ -22,6 +22,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -186,7 +187,8 @@ def components(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def resolve(out_dir: str, tasks: list[JoinTask], shards: int) -> list[np.ndarray]:
     """Stage 3: per shard, uint64[3, k] of (candidate, reason code, survivor's global id), by candidate."""
-    exact, near = [], []
+    exact: list[Any] = []
+    near: list[Any] = []
     for task in tasks:
         pairs = np.load(os.path.join(join_dir(out_dir), f"{task.name}.npy"))
         (exact if task.kind == "exact" else near).append(pairs)

@@ -42,6 +42,7 @@ def ngram_hashes(values: np.ndarray, n: int) -> np.ndarray:
                 out_len += length
         bits >>= 1
         if not bits:
+            assert out is not None  # n >= 1 has a set bit
             return out
         m = len(values) - 2 * length + 1
         block = block[:m] * _power(length) + block[length:length + m]

@@ -70,7 +70,7 @@ class MinHasher:
             for i, value in enumerate(values):
                 if value is None:
                     values[i] = cache[words[i]] = xxhash.xxh3_64_intdigest(words[i].encode())
-        return values
+        return values  # type: ignore[return-value]  # every None was filled above
 
     def shingles(self, words: list[str]) -> np.ndarray:
         """uint64 hashes of the document's n-grams of word units (one shingle of all units when fewer)."""

@@ -23,6 +23,7 @@ import importlib
 import os
 import re
 from types import ModuleType
+from typing import Any
 
 from bloomdata.clean.config import CleanConfig, LangIdConfig
 from bloomdata.clean.text import roots_strip_words, roots_tables
@@ -51,7 +52,7 @@ def require_file(path: str, setting: str, what: str) -> str:
 
 def check_models(config: CleanConfig) -> CleanConfig:
     """``config`` with absolute model paths, after checking each file exists and its package imports."""
-    update = {}
+    update: dict[str, Any] = {}
     if config.lang_id.model is not None:
         path = require_file(config.lang_id.model, "lang_id.model", "fastText language-id model")
         require_package("fasttext", "lang_id.model")
@@ -89,6 +90,7 @@ class LangId:
     """fastText language identification of one document against its declared language."""
 
     def __init__(self, config: LangIdConfig):
+        assert config.model is not None  # built only when a model is given
         identity = model_identity(config.model)
         self.model = _fasttext(config.model, identity["size"], identity["mtime_ns"])
         self.config = config

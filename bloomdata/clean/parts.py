@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import IO
 
 from bloomdata import durable
@@ -50,6 +50,7 @@ class LinesWriter:
             self._flush()
 
     def _flush(self) -> None:
+        assert self._zstd is not None  # a jsonl.zst writer
         self._zstd.write(b"".join(self._buffer))
         self._buffer.clear()
         self._buffered = 0
@@ -62,6 +63,7 @@ class LinesWriter:
             _write_parquet(self._file, self._rows)
         else:
             self._flush()
+            assert self._zstd is not None
             self._zstd.flush(zstandard.FLUSH_FRAME)
             self._zstd.close()
         durable.sync_file(self._file)
@@ -98,7 +100,7 @@ def staged(path: str, write: Callable[[IO[bytes]], object]) -> tuple[str, str]:
     return tmp, path
 
 
-def publish(writers: list[LinesWriter], others: list[tuple[str, str]] = ()) -> None:
+def publish(writers: list[LinesWriter], others: Sequence[tuple[str, str]] = ()) -> None:
     """Finish every writer and rename its file, then the ``staged`` ``others``, onto their targets: one
     group, so each directory is fsynced once (a shard's ~10 files cost 1 directory sync, not 10)."""
     durable.publish([w.finish() for w in writers] + list(others))

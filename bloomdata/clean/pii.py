@@ -64,7 +64,8 @@ _LOCAL_MAX = 256
 
 def _redact_emails(text: str, placeholder: str) -> tuple[str, int]:
     """EMAIL.subn(placeholder, text) for local parts up to _LOCAL_MAX characters, anchored on each "@"."""
-    pieces, last = [], 0
+    pieces: list[str] = []
+    last = 0
     at = text.find("@")
     while at != -1:
         domain = _DOMAIN_AT.match(text, at + 1)
@@ -177,7 +178,8 @@ def redact(text: str, config: PiiConfig) -> Redaction:
             text, ips = _sub_if(IPV6, text, config.ip_placeholder, _valid_ipv6)
         if _DIGIT_DOT.search(text):  # a cheap scan first: the IPv4 pattern tries its look-behind everywhere
             sections = {m.start() for m in SECTION.finditer(text)}
-            pieces, last, n = [], 0, 0
+            pieces: list[str] = []
+            last, n = 0, 0
             for m in IPV4.finditer(text):
                 if m.start() not in sections:
                     pieces += (text[last:m.start()], config.ip_placeholder)

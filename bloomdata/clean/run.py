@@ -177,7 +177,7 @@ class CleanJob(ShardedJob[CleanSummary]):
         digests = []
         for shard, removal in zip(shards, removals):
             data = np.ascontiguousarray(removal, dtype=np.uint64)
-            durable.write_with(write.resolve_path(out_dir, shard), lambda f, a=data: np.save(f, a, allow_pickle=False))
+            durable.write_with(write.resolve_path(out_dir, shard), functools.partial(np.save, arr=data, allow_pickle=False))
             digests.append(durable.digest(data.tobytes()))
         post = None
         if config.template_dedup.enabled:  # stage 3b: template lines, counted over the surviving documents

@@ -24,6 +24,7 @@ band + 40 per document) plus one batch of shingles; the documents themselves are
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -216,6 +217,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
             clock["write"] += t0 - t6
         t5 = time.perf_counter()
         if batch:
+            assert hasher is not None  # batches are only filled with a hasher
             band_keys.append(hasher.band_keys(batch))
         clock["minhash"] += time.perf_counter() - t5
         t6 = time.perf_counter()
@@ -226,10 +228,10 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
         arrays["minhash.npy"] = _sorted_bands(band_keys, n, config, hasher)
         arrays["simhash.npy"] = _sorted_simhash(fingerprints, simhasher)
         arrays[LINES_FILE] = sorted_lines(*line_keys)
-        others = [staged(os.path.join(work, f), lambda out, a=a: np.save(out, a, allow_pickle=False))
+        others = [staged(os.path.join(work, f), functools.partial(np.save, arr=a, allow_pickle=False))
                   for f, a in arrays.items()]
-        text = "".join(f"{line}\n" for line in examples.lines).encode("utf-8")
-        others.append(staged(os.path.join(work, "removed.jsonl"), lambda out: out.write(text)))
+        removed = "".join(f"{line}\n" for line in examples.lines).encode("utf-8")
+        others.append(staged(os.path.join(work, "removed.jsonl"), lambda out: out.write(removed)))
         publish(list(writers.values()), others)
         clock["write"] += time.perf_counter() - t6
     except BaseException:

@@ -203,6 +203,7 @@ class ClosedClassWords(Limit):
     needs = "closed"
 
     def measure(self, doc: Doc) -> float:
+        assert self.language.closed is not None  # needs = "closed": the step runs only with a list
         return self.language.word_list_ratio(doc.words, self.language.closed)
 
 
@@ -215,6 +216,7 @@ class FlaggedWords(Limit):
     needs = "flagged"
 
     def measure(self, doc: Doc) -> float:
+        assert self.language.flagged is not None  # needs = "flagged"
         return self.language.word_list_ratio(doc.words, self.language.flagged)
 
 
@@ -250,7 +252,8 @@ class LanguageId(Limit):
     needs = "lang_id"
 
     def measure(self, doc: Doc) -> float:
-        return self.language.lang_id.score(doc.text, doc.lang)
+        assert self.language.lang_id is not None  # needs = "lang_id"
+        return self.language.lang_id.score(doc.text, doc.lang or "")
 
 
 @register

@@ -8,11 +8,14 @@ the text as written (normalized and redacted).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from bloomdata.clean.config import REASONS
+
+if TYPE_CHECKING:
+    from bloomdata.clean.pii import Redaction
 from bloomdata.readers import REJECT_REASONS
 
 
@@ -30,7 +33,7 @@ class LangCounts(BaseModel):
     keys_redacted: int = 0
     users_redacted: int = 0
 
-    def redacted(self, redaction) -> None:
+    def redacted(self, redaction: Redaction) -> None:
         """Count a ``bloomdata.clean.pii.Redaction``."""
         self.emails_redacted += redaction.emails
         self.ips_redacted += redaction.ips

@@ -152,7 +152,7 @@ def roots_tables() -> tuple[dict[int, str], dict[int, str]]:
 
 
 @functools.cache
-def _roots_patterns() -> tuple[re.Pattern, re.Pattern]:
+def _roots_patterns() -> tuple[re.Pattern[str], ...]:
     """Patterns that find whether a table above has work (a translate is ~10x slower than a search)."""
     return tuple(re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(t) if t[c] != chr(c)) + "]")
                  for t in roots_tables())  # a space made a space is no work

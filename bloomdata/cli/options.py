@@ -63,7 +63,8 @@ class Option:
 
 def _meta(info: FieldInfo) -> dict[str, Any]:
     extra = info.json_schema_extra
-    return dict(extra.get("cli") or {}) if isinstance(extra, dict) else {}
+    cli = extra.get("cli") if isinstance(extra, dict) else None
+    return dict(cli) if isinstance(cli, dict) else {}
 
 
 def _strip(tp: Any) -> tuple[Any, bool]:
@@ -85,7 +86,7 @@ def _is_model(tp: Any) -> bool:
 def _default_text(info: FieldInfo) -> str:
     if info.default is PydanticUndefined and info.default_factory is None:
         return " (required)"
-    default = info.default if info.default_factory is None else info.default_factory()
+    default = info.get_default(call_default_factory=True, validated_data={})
     if default is None or default == [] or default == {} or default == ():
         return ""
     if isinstance(default, bool):
@@ -184,6 +185,7 @@ def _pairs(option: Option, items: Sequence[str]) -> dict[str, str]:
 def _item(option: Option, text: str) -> dict[str, Any]:
     """One ``items`` value in the fields its string form sets (``en=x.jsonl`` -> paths, lang)."""
     try:
+        assert option.item_model is not None  # an ``items`` option has one
         return option.item_model.model_validate(text).model_dump(exclude_unset=True)
     except ValidationError as exc:
         raise BloomstackError(f"{option.name} {text!r}: {exc.errors()[0]['msg']}") from None
@@ -200,7 +202,7 @@ def values_from(namespace: argparse.Namespace, options: Sequence[Option]) -> tup
             continue
         raw = given[option.dest]
         if option.kind == "shared":
-            shared.setdefault(option.items_key, {})[option.key[-1]] = (raw, option.name)
+            shared.setdefault(option.items_key, {})[str(option.key[-1])] = (raw, option.name)
             continue
         if option.kind == "pairs":
             value: Any = _pairs(option, raw)

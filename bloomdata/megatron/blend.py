@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import SPLIT_NAMES, WeightedSplit, check_compat, parse_weighted_split
 
 SURPLUS = 0.005  # megatron-core's mid_level_dataset_surplus default and BigScience's hard-coded 1.005
-INDEX_DTYPE = {"core": np.dtype(np.int16), "bloom": np.dtype(np.uint8)}
+INDEX_DTYPE: dict[str, np.dtype[Any]] = {"core": np.dtype(np.int16), "bloom": np.dtype(np.uint8)}
 MAX_DATASETS = {"core": 32767, "bloom": 255}  # exclusive limits asserted by BlendedDataset / BlendableDataset
 
 

@@ -57,6 +57,7 @@ def plan_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int | None,
     separate, sans_final = False, 0
     if num_epochs > 1:
         sans_final = ((num_epochs - 1) * t - 1) // sl
+        assert num_samples is not None  # one epoch when None
         from_final = num_samples - sans_final
         per_epoch = (t - 1) // sl
         separate = from_final < int(LAST_EPOCH_CUTOFF[compat] * per_epoch)
@@ -178,13 +179,14 @@ class GPTSamples:
         self.plan = plan_epochs(tokens, self.seq_length, self.num_samples, compat)
         documents = np.arange(begin, end, dtype=np.int32)
 
+        self.build_seconds: dict[str, float] = {}
+
         def build() -> dict[str, np.ndarray]:
             arrays, _, self.build_seconds = build_gpt_indices(
                 documents, np.asarray(dataset.sizes), self.seq_length, self.num_samples, self.seed, compat, backend
             )
             return arrays
 
-        self.build_seconds: dict[str, float] = {}
         if cache_dir is None:
             arrays, self.built = build(), True
             self.cache = None

@@ -47,7 +47,7 @@ def _save_npy(path: str, array: np.ndarray) -> dict:
     array in memory, so the file is never read back."""
     array = np.ascontiguousarray(array)
     durable.write_with(path, lambda f: np.save(f, array, allow_pickle=False), fsync=FSYNC)
-    return {"bytes": os.path.getsize(path), "digest": durable.digest(array), "dtype": array.dtype.str,
+    return {"bytes": os.path.getsize(path), "digest": durable.digest(array.data), "dtype": array.dtype.str,
             "shape": list(array.shape)}
 
 

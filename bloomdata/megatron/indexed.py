@@ -38,6 +38,7 @@ import struct
 from array import array
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -131,7 +132,7 @@ class IndexedDataset:
             raise BloomstackError(f"{bin_path}: data file not found next to {idx_path}")
         self.dtype = dtype
         self._index_mmap = np.memmap(idx_path, mode="r", dtype=np.uint8) if idx_size else None
-        buf = self._index_mmap
+        buf = self._index_mmap if self._index_mmap is not None else b""
         s, d = seq_count, doc_count
         self.sizes = np.frombuffer(buf, dtype="<i4", count=s, offset=HEADER_SIZE)
         self.pointers = np.frombuffer(buf, dtype="<i8", count=s, offset=HEADER_SIZE + 4 * s)
@@ -198,6 +199,12 @@ class IndexedDataset:
             raise IndexError(f"window [{offset}, {offset + length}) outside sequence {i} of length {size}")
         start = int(self.pointers[i]) + offset * self.dtype.itemsize
         return np.frombuffer(self._bin_mmap, dtype=self.dtype, count=length, offset=start)
+
+    @overload
+    def __getitem__(self, i: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[np.ndarray]: ...
 
     def __getitem__(self, i: int | slice) -> np.ndarray | list[np.ndarray]:
         if isinstance(i, slice):

@@ -75,7 +75,7 @@ def markdown_table(spec: BlendSpec, evaluation: BlendEvaluation | None = None) -
     for d in spec.datasets:
         lines.append(f"| {d.name} | {count(d.tokens)} | {d.weight:.4%} | {count(d.tokens_drawn)} | {epochs(d.epochs)} |"
                      + _eval_cells(evaluation, d.name))
-    total = sum(d.tokens for d in spec.datasets)
+    total = sum(d.tokens or 0 for d in spec.datasets)
     budget = spec.token_budget
     lines.append(f"| **total** | {total:,} | 100% | {count(budget)} | {epochs(budget and budget / total)} |"
                  + _eval_cells(evaluation, None))
@@ -106,7 +106,7 @@ def chart_png(spec: BlendSpec, max_epochs: float, evaluation: BlendEvaluation | 
     import matplotlib.pyplot as plt
 
     names = [d.name for d in spec.datasets]
-    total = sum(d.tokens for d in spec.datasets)
+    total = sum(d.tokens or 0 for d in spec.datasets)
     with_epochs = spec.token_budget is not None  # without a budget there are no epochs to draw
     rows = 1 + with_epochs + (evaluation is not None)
     fig, axes = plt.subplots(rows, 1, figsize=(max(6.0, 0.45 * len(names) + 2), 0.5 + 3.0 * rows), sharex=True,
@@ -114,7 +114,7 @@ def chart_png(spec: BlendSpec, max_epochs: float, evaluation: BlendEvaluation | 
     top, bottom = axes[0][0], axes[-1][0]
     x = range(len(names))
     blend = f"blend ({spec.mixture})" if spec.mixture else f"blend (alpha={spec.alpha})"
-    top.bar([i - 0.2 for i in x], [100 * d.tokens / total for d in spec.datasets], 0.4, label="natural share")
+    top.bar([i - 0.2 for i in x], [100 * (d.tokens or 0) / total for d in spec.datasets], 0.4, label="natural share")
     top.bar([i + 0.2 for i in x], [100 * d.weight for d in spec.datasets], 0.4, label=blend)
     top.set_ylabel("% of tokens")
     top.legend()

@@ -126,6 +126,7 @@ def tune_blend(config: BlendConfig) -> BlendSpec:
 
 def _mixture_blend(config: BlendConfig) -> BlendSpec:
     """The mixture's ratios over the datasets given, in the mixture's order (``Mixture.select``)."""
+    assert config.mixture is not None  # a mixture blend
     mixture = load_mixture(config.mixture)
     datasets = _datasets(config)
     selection = mixture.select(datasets)

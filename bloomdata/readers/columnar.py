@@ -95,7 +95,8 @@ def _rows_of(batches, columns: list[str], shard: Shard, first: int = 0) -> Itera
 def read_parquet(shard: Shard) -> Iterator[Document | Reject]:
     pf = parquet_file(shard.path)
     columns = _columns(pf.schema_arrow, shard)
-    groups, first, skipped = [], 0, 0  # skip row groups outside the range using only the footer
+    groups: list[int] = []
+    first, skipped = 0, 0  # skip row groups outside the range using only the footer
     for g in range(pf.num_row_groups):
         n = pf.metadata.row_group(g).num_rows
         if first + n > shard.start and (shard.stop is None or first < shard.stop):

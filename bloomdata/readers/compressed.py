@@ -32,7 +32,7 @@ def strip_compression(name: str) -> str:
 try:
     from zstandard import ZstdError as _ZstdError
 except ImportError:  # zstandard is a core dependency; this only keeps the module importable without it
-    _ZstdError = OSError
+    _ZstdError = OSError  # type: ignore[misc,assignment]
 
 
 class _ZstdRaw(io.RawIOBase):
@@ -80,7 +80,7 @@ def open_bytes(path: str) -> IO[bytes]:
     """A buffered binary stream of the file's (decompressed) bytes."""
     try:
         if path.endswith(".gz"):
-            return gzip.open(path, "rb")
+            return gzip.open(path, "rb")  # type: ignore[return-value]  # a GzipFile is a binary IO
         if path.endswith((".zst", ".zstd")):
             return io.BufferedReader(_ZstdRaw(path), CHUNK)
         return open(path, "rb", buffering=CHUNK)

@@ -81,7 +81,8 @@ def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
     """(rows, byte offset of rows every, 2*every, ... or None when compressed), as read_jsonl sees them."""
     if strip_compression(path) != path:
         return _count_compressed(path), None
-    lines, base, offsets, last = 0, 0, [], b"\n"
+    lines, base, last = 0, 0, b"\n"
+    offsets: list[int] = []
     try:
         with open_bytes(path) as fh:
             for chunk in iter(lambda: fh.read(CHUNK), b""):
@@ -150,6 +151,7 @@ def read_jsonl(shard: Shard) -> Iterator[Document | Reject]:
 
 def _read_byte_range(shard: Shard) -> Iterator[Document | Reject]:
     """The lines that start in [lo, hi) of a plain file, numbered from 1 at the shard's first line."""
+    assert shard.byte_range is not None  # a byte-range shard
     lo, hi = shard.byte_range
     line_no = 0
     try:

@@ -35,7 +35,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, cast
 
 from pydantic import BeforeValidator, Field
 
@@ -52,7 +52,7 @@ from bloomdata.readers.columnar import (
 from bloomdata.readers.compressed import strip_compression
 from bloomdata.readers.jsonl import count_jsonl, line_starts, lines_before, read_jsonl
 from bloomdata.readers.records import Document, Reject, Shard
-from bloomdata.readers.sources import SourceConfig, format_of, resolve_files
+from bloomdata.readers.sources import Format, SourceConfig, format_of, resolve_files
 from bloomdata.readers.txt import read_txt
 from bloomdata.units import parse_bytes
 
@@ -150,7 +150,7 @@ def shard_plan(sources: list[SourceConfig], max_rows_per_shard: int | None = Non
             else:
                 shards += _byte_ranges(source, path, size, target)
         else:
-            ranges = _unit_ranges(source, path, fmt, units, target)
+            ranges = _unit_ranges(source, path, fmt, units or [], target)
             if len(ranges) < 2:  # one row group or record batch: it cannot be cut
                 unsplittable.append(path)
                 ranges = [_whole(source, path, fmt)]
@@ -163,7 +163,7 @@ def _common(source: SourceConfig) -> dict:
 
 
 def _whole(source: SourceConfig, path: str, fmt: str) -> Shard:
-    return Shard(path, fmt, **_common(source))
+    return Shard(path, cast(Format, fmt), **_common(source))
 
 
 def _row_ranges(source: SourceConfig, path: str, fmt: str, max_rows: int) -> list[Shard]:
@@ -179,7 +179,7 @@ def _row_ranges(source: SourceConfig, path: str, fmt: str, max_rows: int) -> lis
     shards = []
     for i, start in enumerate(range(0, rows, max_rows)):
         offset = (0 if i == 0 else offsets[i - 1]) if offsets is not None else None
-        shards.append(Shard(path, fmt, start=start, stop=min(start + max_rows, rows), offset=offset,
+        shards.append(Shard(path, cast(Format, fmt), start=start, stop=min(start + max_rows, rows), offset=offset,
                             **_common(source)))
     return shards
 
@@ -220,7 +220,7 @@ def _unit_ranges(source: SourceConfig, path: str, fmt: str, units: list[tuple[in
         j = bisect.bisect_left(byte_at, goal, 1, len(units))  # first inner boundary at or past the goal
         cuts.add(j - 1 if j > 1 and goal - byte_at[j - 1] < byte_at[j] - goal else j)
     starts = sorted({0, *(row_at[j] for j in cuts if 0 < j < len(units)), row_at[-1]})
-    return [Shard(path, fmt, start=lo, stop=hi, **_common(source)) for lo, hi in zip(starts, starts[1:]) if hi > lo]
+    return [Shard(path, cast(Format, fmt), start=lo, stop=hi, **_common(source)) for lo, hi in zip(starts, starts[1:]) if hi > lo]
 
 
 _READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "arrow": read_arrow, "txt": read_txt}
@@ -228,7 +228,7 @@ _READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "arrow": read_arrow, "
 
 def read_shard(shard: Shard) -> Iterator[Document | Reject]:
     """Stream rows [start, stop) of one file: one Document or Reject per row, in file order."""
-    fmt = shard.format
+    fmt: str | None = shard.format
     if fmt in ("auto", "hf"):
         fmt = "arrow" if fmt == "hf" else format_of(shard.path)
     if fmt not in _READERS:
@@ -245,6 +245,7 @@ def read_shard_file_lines(shard: Shard) -> Iterator[Document | Reject]:
     if not shard.local_lines:
         yield from read_shard(shard)
         return
+    assert shard.byte_range is not None  # local_lines
     before = lines_before(shard.path, shard.byte_range[0])
     for item in read_shard(shard):
         yield dataclasses.replace(item, line=item.line + before)
@@ -253,7 +254,9 @@ def read_shard_file_lines(shard: Shard) -> Iterator[Document | Reject]:
 def file_line(shard: Shard, line: int) -> int:
     """The file's line number of row ``line`` of ``shard``: for a byte-range shard, counts the lines before
     it (reads the file up to the range; for an error message, not for every row)."""
-    return lines_before(shard.path, shard.byte_range[0]) + line if shard.local_lines else line
+    if shard.byte_range is None:  # not local_lines: already the file's
+        return line
+    return lines_before(shard.path, shard.byte_range[0]) + line
 
 
 def iter_documents(sources: list[SourceConfig]) -> Iterator[Document]:

@@ -122,7 +122,7 @@ class TokenizerReport(BaseModel):
     tokenizer_identity: str | None = None  # sha256 of tokenizer.json (not in the file: it hashes that file's sibling)
 
 
-def read_training_report(tokenizer_dir: str | os.PathLike) -> TokenizerReport | None:
+def read_training_report(tokenizer_dir: str | os.PathLike[str]) -> TokenizerReport | None:
     """The directory's training_report.json; None when it has none (a tokenizer trained elsewhere) or one this
     version does not read."""
     record = durable.read_json(Path(tokenizer_dir) / REPORT_FILE)
@@ -132,7 +132,7 @@ def read_training_report(tokenizer_dir: str | os.PathLike) -> TokenizerReport | 
         return None
 
 
-def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike, report: TokenizerReport | None = None) -> Path:
+def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike[str], report: TokenizerReport | None = None) -> Path:
     """Write a transformers-loadable directory: tokenizer.json, tokenizer_config.json,
     special_tokens_map.json and (when given) training_report.json.
 
@@ -210,7 +210,7 @@ def train_tokenizer(config: TokenizerTrainConfig) -> TokenizerReport:
     return report
 
 
-def _tokenizer_file(path_or_dir: str | os.PathLike) -> Path:
+def _tokenizer_file(path_or_dir: str | os.PathLike[str]) -> Path:
     path = Path(path_or_dir)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
@@ -219,7 +219,7 @@ def _tokenizer_file(path_or_dir: str | os.PathLike) -> Path:
     return file
 
 
-def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
+def load_tokenizer(path_or_dir: str | os.PathLike[str]) -> Tokenizer:
     """A ``tokenizers.Tokenizer`` from a tokenizer.json file or a directory holding one."""
     file = _tokenizer_file(path_or_dir)
     try:
@@ -228,7 +228,7 @@ def load_tokenizer(path_or_dir: str | os.PathLike) -> Tokenizer:
         raise BloomstackError(f"{file}: not a valid tokenizer.json ({exc})") from None
 
 
-def tokenizer_identity(path_or_dir: str | os.PathLike) -> str:
+def tokenizer_identity(path_or_dir: str | os.PathLike[str]) -> str:
     """sha256 (hex) of the tokenizer.json bytes: a cache key that changes whenever the tokenizer does."""
     return hashlib.sha256(_tokenizer_file(path_or_dir).read_bytes()).hexdigest()
 

@@ -151,7 +151,7 @@ def read_fertility(path: str, key: str = "--json") -> list[FertilityRow]:
     record = durable.read_json(path)
     names = {f.name for f in fields(FertilityRow)}
     try:
-        return [FertilityRow(**{k: v for k, v in row.items() if k in names}) for row in record["rows"]]
+        return [FertilityRow(**{k: v for k, v in row.items() if k in names}) for row in record["rows"]]  # type: ignore[index]
     except (TypeError, KeyError, AttributeError):
         raise BloomstackError(f"{key} {path}: not a fertility table (the JSON `bloomdata fertility --json` writes, "
                               "with its 'rows'); write it again with that command") from None

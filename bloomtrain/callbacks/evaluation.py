@@ -14,15 +14,13 @@ byte) are ``bloomtrain.callbacks.valid_sets``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from bloomtrain.callbacks.base import Callback
-from bloomtrain.data import micro_batches
+from bloomtrain.data import Samples, micro_batches
 from bloomtrain.measures import perplexity
 
 
 class EvaluationCallback(Callback):
-    def __init__(self, data: Sequence | None, *, interval: int | None, eval_iters: int, micro_batch_size: int,
+    def __init__(self, data: Samples | None, *, interval: int | None, eval_iters: int, micro_batch_size: int,
                  name: str | None = None) -> None:
         self.data, self.interval, self.eval_iters = data, interval, eval_iters
         self.micro_batch_size, self.name = micro_batch_size, name
@@ -33,6 +31,7 @@ class EvaluationCallback(Callback):
         self.report(trainer, step.iteration, self.evaluate(trainer))
 
     def evaluate(self, trainer) -> float:
+        assert self.data is not None  # post_step evaluates only with validation data
         state = trainer.state
         batches = micro_batches(self.data, 0, self.micro_batch_size, state.dp_rank, state.dp_size)
         losses = [trainer.module.eval_step(batches) for _ in range(self.eval_iters)]

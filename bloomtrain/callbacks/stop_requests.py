@@ -58,7 +58,7 @@ class StopRequests:
         """Collective: (exit record kind, reason) to stop for (signal / kill switch / time limit) if any rank has one."""
         local = [
             self.received is not None,
-            bool(self.cfg.kill_switch_path) and os.path.exists(self.cfg.kill_switch_path),
+            self.cfg.kill_switch_path is not None and os.path.exists(self.cfg.kill_switch_path),
             self.cfg.exit_duration_in_mins is not None
             and (time.time() - self.start) / 60.0 >= self.cfg.exit_duration_in_mins,
         ]

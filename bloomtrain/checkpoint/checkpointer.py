@@ -125,7 +125,8 @@ class Checkpointer:
         saved = megatron.read_client(where)
         if saved is not None and saved.get("args") is not None:
             megatron.check_model(self.cfg.model, self.state.tp_size, saved["args"], where)
-        client = safe_load.guarded(where, lambda: self.module.load(self.dir, tag))
+        checkpoints = self.dir  # not None here: load returned early without a checkpoint directory
+        client = safe_load.guarded(where, lambda: self.module.load(checkpoints, tag))
         if client is None:
             raise BloomstackError(f"checkpoint {where} could not be loaded (see DeepSpeed's log above)")
         position = megatron.position_of(client, where)

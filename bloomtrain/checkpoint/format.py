@@ -18,6 +18,7 @@ does not move ``latest`` (only ``tags.commit_tag`` does, once every file of the 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
@@ -142,7 +143,7 @@ def save_layer_states(ckpt_dir: Path, tag: str, tp_rank: int, states: dict[int, 
         path = layer_path(ckpt_dir, tag, idx, tp_rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().cpu().contiguous() for k, v in sd.items()}
-        durable.write_with(path, lambda f, tensors=tensors: torch.save(tensors, f))
+        durable.write_with(path, functools.partial(torch.save, tensors))
 
 
 def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, pp_size: int,

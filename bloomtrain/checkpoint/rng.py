@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    name, key, pos, has_gauss, cached = np.random.get_state()
+    name, key, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     state = {
         "random_rng_state": random.getstate(),
         "np_rng_state": (str(name), torch.from_numpy(key.astype(np.int64)), int(pos), int(has_gauss), float(cached)),

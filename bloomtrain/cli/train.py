@@ -81,6 +81,7 @@ def train(cfg: TrainConfig, recorder: Recorder) -> int:
     result = run(cfg, callbacks=[ExitRecordCallback(recorder)])
     if dist.get_rank() == 0:
         pos = result.position
+        assert pos is not None  # set once the loop ran
         print(f"bloomtrain: done at iteration {pos.iteration} ({pos.consumed_samples} samples, "
               f"{pos.skipped_iters} skipped); stopped by {result.stopped_by or 'the training length'}; "
               f"last checkpoint {result.last_saved}", flush=True)

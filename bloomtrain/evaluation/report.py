@@ -112,9 +112,9 @@ def markdown(report: EvalReport) -> str:
     lines += ["", "## Loss per token in nats (compare only models sharing a tokenizer)", "",
               "| language " + head, "|---" + rule]
     for lang in [*report.languages, OVERALL]:
-        values = {m: (r.overall if lang == OVERALL else r.languages.get(lang)) for m, r in report.models.items()}
+        scores = {m: (r.overall if lang == OVERALL else r.languages.get(lang)) for m, r in report.models.items()}
         cells = ["-" if s is None or s.loss is None else f"{s.loss:.4f} ({s.tokens:,} tok, ppl {s.ppl:.2f})"
-                 for s in values.values()]
+                 for s in scores.values()]
         lines.append(f"| {lang} | " + " | ".join(cells) + " |")
     if report.tasks:
         lines += ["", "## Downstream tasks (lm-evaluation-harness; higher is better, best per row in bold)", "",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -119,11 +120,12 @@ class Scorer:
     """Scores windows with one model: per-owner summed NLL (float64) and scored-token counts."""
 
     def __init__(self, model: torch.nn.Module, *, chunk_elements: int = 1 << 27) -> None:
-        self.model = model.eval()
+        lm: Any = model.eval()  # a transformers model: base_model and the embedding getters are not nn.Module's
+        self.model = lm
         self.device = next(model.parameters()).device
-        self.body = model.base_model
-        self.head = model.get_output_embeddings()
-        vocab = model.get_input_embeddings().num_embeddings
+        self.body: Any = lm.base_model
+        self.head: Any = lm.get_output_embeddings()
+        vocab = lm.get_input_embeddings().num_embeddings
         self.chunk_tokens = max(1, chunk_elements // vocab)  # fp32 logits of one chunk: chunk_elements * 4 B
         self.split_head = self.head is not None and self.body is not model and self._head_matches()
 

@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -189,7 +190,7 @@ def _run(device: torch.device, dtype: torch.dtype) -> dict[str, KernelCheck]:
     started = time.perf_counter()
     ext, build_problem = build.extension_for(device.type)
     load_ms = (time.perf_counter() - started) * 1e3
-    common = {"device": str(device), "device_name": _device_name(device, ext), "dtype": dtype_name,
+    common: dict[str, Any] = {"device": str(device), "device_name": _device_name(device, ext), "dtype": dtype_name,
               "rtol": rtol, "atol": atol}
     results: dict[str, KernelCheck] = {}
     if ext is None:

@@ -74,6 +74,7 @@ def _ridge_column(z: np.ndarray, y: np.ndarray) -> np.ndarray:
         err = float(np.mean(((y - fitted) / np.maximum(1.0 - hat, 1e-9)) ** 2))
         if err < best_err:
             best, best_err = vt.T @ (s / (s**2 + lam) * uty), err
+    assert best is not None  # RIDGE_GRID is not empty
     return best
 
 

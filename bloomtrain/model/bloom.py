@@ -140,10 +140,11 @@ class BloomAttention(nn.Module):
         qkv = self.query_key_value(x).view(b, sq, self.local_heads, 3, hd)
         q, k, v = (t.transpose(1, 2) for t in qkv.unbind(dim=3))  # each [b, np, sq, hd]
         if cache is not None:
-            if cache.key is not None:
+            if cache.key is not None and cache.value is not None:
                 k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
             cache.key, cache.value = k, v
         dropout_p = self.config.attention_dropout if self.training else 0.0
+        assert self.kernels.attention is not None  # KernelSet fills it in
         context = self.kernels.attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
         context = context.transpose(1, 2).reshape(b, sq, self.local_heads * hd)  # [b, np, sq, hd] -> [b, sq, h]
         return self.dense(context)

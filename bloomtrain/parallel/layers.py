@@ -28,9 +28,10 @@ def divide(numerator: int, denominator: int, what: str) -> int:
 
 
 def mark_sharded(param: nn.Parameter, dim: int) -> nn.Parameter:
-    param.tensor_model_parallel = True
-    param.partition_dim = dim
-    param.partition_stride = 1
+    # Megatron's attributes on a sharded parameter (read by DeepSpeed's universal checkpoint code)
+    param.tensor_model_parallel = True  # type: ignore[attr-defined]
+    param.partition_dim = dim  # type: ignore[attr-defined]
+    param.partition_stride = 1  # type: ignore[attr-defined]
     return param
 
 

@@ -52,7 +52,7 @@ class EmbeddingPipe(BloomEmbedding):
         super().__init__(config, state, head_in_same_backward=state.pp_size == 1)
         if not with_norm:
             # The head reads only the word-embedding matrix; dropping the LN keeps it off the last stage.
-            self.word_embeddings.norm = nn.Identity()
+            self.word_embeddings.norm = nn.Identity()  # type: ignore[assignment]
 
 
 class BloomTransformerLayerPipe(BloomBlock):
