@@ -211,6 +211,30 @@ class LoggingConfig(_Frozen):
     """Per-device peak (dense bf16) for MFU; None: 312 on A100, 989 on H100, no MFU on CPU."""
 
 
+CALLBACK_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+
+
+class CallbackSpec(_Frozen):
+    """A callback of the user's, added after the trainer's own (``callbacks``); its string form is ``target``."""
+
+    target: str
+    """``package.module:ClassName`` of a ``bloomtrain.callbacks.Callback`` subclass, importable on every rank."""
+    args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of its constructor."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_target(cls, value: Any) -> Any:
+        return {"target": value} if isinstance(value, str) else value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        if not CALLBACK_TARGET.fullmatch(value):
+            raise ValueError(f"{value!r} is not package.module:ClassName")
+        return value
+
+
 class TrainConfig(_Frozen):
     model: ModelConfig
     """The model's shape and numerics, or ``{preset: bloom-560m, ...}``: a preset with overrides."""
@@ -230,6 +254,8 @@ class TrainConfig(_Frozen):
     """Metrics, TensorBoard, evaluation."""
     seed: int = 42
     """Python/numpy/torch seed (+ 100 x pipeline rank, as Megatron); the weights' init seed is model.init_seed."""
+    callbacks: list[CallbackSpec] = Field(default_factory=list)
+    """Your callbacks, run after the trainer's own (before its checkpoint saves) in this order: package.module:ClassName, or {target, args}."""
 
     @field_validator("model", mode="before")
     @classmethod

@@ -29,6 +29,7 @@ from bloomtrain.callbacks import (
     StopRequestsCallback,
     ValidSetCallback,
 )
+from bloomtrain.callbacks.configured import configured_callbacks
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
@@ -69,12 +70,13 @@ def init_distributed() -> None:
 
 
 def default_callbacks(cfg: TrainConfig, valid_data: Samples | None, rank: int, world: int,
-                      valid_sets: Sequence[ValidSamples] = (), precision: PrecisionChoice | None = None
-                      ) -> list[Callback]:
+                      valid_sets: Sequence[ValidSamples] = (), *, precision: PrecisionChoice | None = None,
+                      user: Sequence[Callback] = ()) -> list[Callback]:
     """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
     evaluate (the overall validation set, then each named one), enforce the skip limit (save, raise), agree on
-    stop requests, save on the interval; the final save (end of the schedule, or a stop) is the checkpoint
-    callback's ``post_train``."""
+    stop requests, the ``user`` callbacks (the config's), save on the interval; the final save (end of the
+    schedule, or a stop) is the checkpoint callback's ``post_train``. Saving comes after every other hook of
+    the iteration, so each callback's saved state is the state after the iteration it names."""
     byte_lengths = np.zeros(0, dtype=np.int64)
     if valid_sets:
         from bloomdata.tokenizer.bpe import load_tokenizer  # noqa: PLC0415
@@ -90,14 +92,17 @@ def default_callbacks(cfg: TrainConfig, valid_data: Samples | None, rank: int, w
                            byte_lengths=byte_lengths) for s in valid_sets),
         StabilityCallback(cfg.stability),
         StopRequestsCallback(cfg.checkpoint),
+        *user,
         CheckpointCallback(cfg.checkpoint.save_interval),
     ]
 
 
 def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), faults: FaultHook | None = None,
                   cpu: CpuInfo | None = None) -> Trainer:
-    """The trainer of ``cfg``: ``default_callbacks`` followed by ``callbacks``; ``faults`` is the
-    Checkpointer's fault-injection hook (tests only); ``cpu`` describes the CPU (default: this one's)."""
+    """The trainer of ``cfg``: ``default_callbacks`` (the config's ``callbacks``, a user's imported by name, among
+    them, before the checkpoint saves), then ``callbacks``; ``faults`` is the Checkpointer's fault-injection
+    hook (tests only); ``cpu`` describes the CPU (default: this one's)."""
+    user = configured_callbacks(cfg.callbacks)  # an import error fails before any process group work
     init_distributed()
     setup_console()
     from deepspeed.accelerator import get_accelerator  # noqa: PLC0415
@@ -132,12 +137,12 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
         valid_sets = build_valid_sets(cfg)
     checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
     return Trainer(cfg, module, state, train_data, checkpointer,
-                   [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values()), precision),
-                    *callbacks])
+                   [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values()), precision=precision,
+                                       user=user), *callbacks])
 
 
 def run(cfg: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:
-    """Build the trainer (``default_callbacks``, then ``callbacks``), resume if a checkpoint exists, train."""
+    """Build the trainer (``build_trainer``), resume if a checkpoint exists, train."""
     return build_trainer(cfg, callbacks=callbacks).fit()
 
 

@@ -106,9 +106,23 @@ class Trainer:
             self.stop_reason, self.stop_kind = reason, kind
 
     def save_checkpoint(self) -> str:
-        """Collective: save the current position; returns the tag."""
-        self.result.last_saved = self.checkpointer.save(self.pos.iteration, self.pos.as_dict())
+        """Collective: save the current position and the callbacks' states; returns the tag."""
+        self.result.last_saved = self.checkpointer.save(self.pos.iteration, self.pos.as_dict(), self.callback_states())
         return self.result.last_saved
+
+    def _state_keys(self) -> list[str]:
+        """Each callback's key in a checkpoint: its ``state_key``, numbered from the second of a name on."""
+        seen: dict[str, int] = {}
+        keys = []
+        for cb in self.callbacks:
+            n = seen[cb.state_key] = seen.get(cb.state_key, 0) + 1
+            keys.append(cb.state_key if n == 1 else f"{cb.state_key}#{n}")
+        return keys
+
+    def callback_states(self) -> dict[str, dict[str, Any]]:
+        """The non-empty ``state_dict`` of every callback, by key."""
+        states = {key: cb.state_dict() for key, cb in zip(self._state_keys(), self.callbacks)}
+        return {key: state for key, state in states.items() if state}
 
     def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:
         """Hand a metrics record (and its console line) to every callback's ``log_metrics``."""
@@ -120,32 +134,43 @@ class Trainer:
     def resume(self) -> None:
         saved = self.checkpointer.load() if self.checkpointer.enabled else None
         if saved is not None:
-            self.pos = self.result.position = Position(**saved)
+            self.pos = self.result.position = Position(**saved.position)
+            for key, cb in zip(self._state_keys(), self.callbacks):
+                if key in saved.callbacks:
+                    cb.load_state_dict(saved.callbacks[key])
             self.result.last_saved = tag_for(self.pos.iteration)
             log.info("bloomtrain: resumed at iteration %d, %d samples consumed", self.pos.iteration,
                      self.pos.consumed_samples)
 
     def fit(self) -> TrainResult:
-        """Resume, train until the schedule ends or a stop is requested, and return what happened."""
+        """Resume, train until the schedule ends or a stop is requested, and return what happened. An error
+        reaches every callback's ``on_error``, then propagates."""
         try:
-            self.resume()
+            return self._fit()
+        except BaseException as error:
             for cb in self.callbacks:
-                cb.pre_train(self)
-            s = self.cfg.schedule
-            data = micro_batches(self.train_data, self.pos.consumed_samples, s.micro_batch_size,
-                                 self.state.dp_rank, self.state.dp_size)
-            while self.stop_reason is None and not is_done(s, self.pos.iteration, self.pos.consumed_samples):
-                self._iteration(data)
-            for cb in self.callbacks:
-                cb.post_train(self)
-            if self.stop_reason is not None:
-                self.result.stopped_by, self.result.stop_kind = self.stop_reason, self.stop_kind
-                log.info("bloomtrain: stopping at iteration %d (%s); checkpoint %s", self.pos.iteration,
-                         self.stop_reason, self.result.last_saved)
-            return self.result
+                cb.on_error(self, error)
+            raise
         finally:
             for cb in self.callbacks:
                 cb.close(self)
+
+    def _fit(self) -> TrainResult:
+        self.resume()
+        for cb in self.callbacks:
+            cb.pre_train(self)
+        s = self.cfg.schedule
+        data = micro_batches(self.train_data, self.pos.consumed_samples, s.micro_batch_size,
+                             self.state.dp_rank, self.state.dp_size)
+        while self.stop_reason is None and not is_done(s, self.pos.iteration, self.pos.consumed_samples):
+            self._iteration(data)
+        for cb in self.callbacks:
+            cb.post_train(self)
+        if self.stop_reason is not None:
+            self.result.stopped_by, self.result.stop_kind = self.stop_reason, self.stop_kind
+            log.info("bloomtrain: stopping at iteration %d (%s); checkpoint %s", self.pos.iteration,
+                     self.stop_reason, self.result.last_saved)
+        return self.result
 
     def _iteration(self, data: Iterator[MicroBatch]) -> None:
         pos = self.pos

@@ -8,9 +8,11 @@
 - ``stability``: skip reports, the consecutive-skip limit, loss spikes;
 - ``stop_requests``: signals, kill-switch file, time limit;
 - ``checkpointing``: save every N iterations and at the end;
-- ``exit_record``: this rank's exit record (bloomtrain.exit_record), last.
+- ``exit_record``: this rank's exit record (bloomtrain.exit_record), last;
+- ``configured``: the callbacks a training config names (``callbacks: [package.module:Class, ...]``).
 
-The run's list, in order, is built by bloomtrain.train.default_callbacks.
+The run's list, in order, is built by bloomtrain.train.build_trainer: ``default_callbacks`` (the config's among
+them, before the checkpoint callback), then the caller's.
 """
 
 from bloomtrain.callbacks.base import Callback

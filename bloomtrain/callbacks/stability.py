@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import Any
 
 from bloomdata.errors import BloomstackError
 from bloomtrain.callbacks.base import Callback
@@ -22,7 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class LossSpikes:
-    """Flags a loss above ``factor`` x its running mean (EMA, decay 0.9, over finite losses only)."""
+    """Flags a loss above ``factor`` x its running mean (EMA, decay 0.9, over finite losses only). The mean is
+    the state a resume must restore, or the first iterations after it would compare against nothing."""
 
     def __init__(self, factor: float) -> None:
         self.factor = factor
@@ -40,6 +42,12 @@ class StabilityCallback(Callback):
     def __init__(self, cfg: StabilityConfig) -> None:
         self.max_consecutive_skips = cfg.max_consecutive_skips
         self.spikes = LossSpikes(cfg.spike_factor)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"loss_mean": self.spikes.mean}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.spikes.mean = state.get("loss_mean")
 
     def post_train_batch(self, trainer, step) -> None:
         out, pos = step.output, trainer.pos

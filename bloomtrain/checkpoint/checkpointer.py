@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,18 @@ and (rank 0) metadata files; after the barrier, before rank 0 moves ``latest``."
 FaultHook = Callable[[str, str], None]
 """``faults(point, tag)``: called at each of SAVE_POINTS during the save of ``tag`` (tests only)."""
 
+CALLBACKS_KEY = "bloomtrain_callbacks"
+"""The client-state key of the callbacks' states (``Callback.state_dict`` by ``state_key``)."""
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What a resume hands the trainer: its position and its callbacks' states."""
+
+    position: dict[str, Any]
+    callbacks: dict[str, dict[str, Any]]
 
 
 class Checkpointer:
@@ -75,7 +87,8 @@ class Checkpointer:
         if self.faults is not None:
             self.faults(point, tag)
 
-    def save(self, iteration: int, position: dict[str, Any]) -> str:
+    def save(self, iteration: int, position: dict[str, Any], callbacks: dict[str, dict[str, Any]] | None = None) -> str:
+        """Collective: the checkpoint of ``iteration`` (trainer ``position``, the callbacks' states by key)."""
         assert self.dir is not None
         tag = tag_for(iteration)
         if self.rank == 0 and (self.dir / tag).is_dir() and read_latest(self.dir) != tag:
@@ -85,6 +98,7 @@ class Checkpointer:
         client_state = {
             **megatron.client_state(self.cfg, position, self.state),
             "bloomtrain": position,
+            CALLBACKS_KEY: callbacks or {},
             "train_config": self.cfg.model_dump(mode="json"),
             "world_size": self.world,
             "universal_checkpoint_info": universal_checkpoint_info(self.cfg.model),
@@ -107,8 +121,9 @@ class Checkpointer:
         dist.barrier()
         return tag
 
-    def load(self) -> dict[str, Any] | None:
-        """Resume from ``latest`` (or its universal conversion); returns the trainer position or None."""
+    def load(self) -> Resumed | None:
+        """Resume from ``latest`` (or its universal conversion): the trainer position and the callbacks' states
+        (none in a checkpoint from before they were saved, or from Megatron-DeepSpeed); None without one."""
         if self.dir is None or not self.cfg.checkpoint.load:
             return None
         tag = read_latest(self.dir)
@@ -131,7 +146,7 @@ class Checkpointer:
             raise BloomstackError(f"checkpoint {where} could not be loaded (see DeepSpeed's log above)")
         position = megatron.position_of(client, where)
         self._restore_rng(tag, client, position["iteration"])
-        return position
+        return Resumed(position, dict(client.get(CALLBACKS_KEY) or {}))
 
     def _restore_rng(self, tag: str, client: dict[str, Any], iteration: int) -> None:
         """This rank's RNG file; else (a Megatron-DeepSpeed checkpoint) the mp_rank file's RNG, which is this

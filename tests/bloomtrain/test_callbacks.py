@@ -1,0 +1,71 @@
+"""Callbacks: named in the config (no edit of the trainer), their state saved in checkpoints, on_error.
+
+The state test is the one that matters for a long run: loss-spike detection compares each loss with a running
+mean, which a resume used to forget (the first iterations after it compared against nothing). A spike factor
+of 0.5 flags every iteration that has a mean before it, so a forgotten mean shows at once.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bloomdata.errors import BloomstackError
+from bloomtrain.callbacks.configured import configured_callbacks
+from bloomtrain.config import CallbackSpec, load_config
+from bloomtrain.metrics import read_metrics
+from tests.bloomtrain.callback_probe import Probe
+from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.gloo_harness import run_distributed
+
+PROBE = "tests.bloomtrain.callback_probe:Probe"
+
+
+def _run(run_dir: Path, iters: int, *extra: str) -> dict:
+    overrides = [*EXACT, f"schedule.train_iters={iters}", f"checkpoint.dir={run_dir / 'ckpt'}",
+                 "checkpoint.save_interval=3", f"logging.dir={run_dir / 'logs'}", "stability.spike_factor=0.5",
+                 f"callbacks=[{{target: {PROBE}, args: {{out: {run_dir / 'probe.json'}}}}}]", *extra]
+    return run_distributed(train_rank, 1, overrides, timeout_s=300)[0]
+
+
+def _spikes(run_dir: Path) -> dict[int, int]:
+    train, _ = read_metrics(run_dir / "logs" / "metrics.jsonl")
+    return {r["iteration"]: r["loss_spike"] for r in train}
+
+
+def test_a_resumed_run_flags_the_same_loss_spikes_and_keeps_user_callback_state(tmp_path):
+    whole = _run(tmp_path / "whole", 6)
+    assert whole["error"] is None, whole["error"]
+    first = _run(tmp_path / "resumed", 3)  # saves at iteration 3 and ends
+    resumed = _run(tmp_path / "resumed", 6)  # resumes there
+    assert first["error"] is None and resumed["error"] is None, (first["error"], resumed["error"])
+    assert [resumed["losses"][i] for i in (4, 5, 6)] == [whole["losses"][i] for i in (4, 5, 6)]  # fp32: bitwise
+    assert _spikes(tmp_path / "resumed") == _spikes(tmp_path / "whole") == {1: 0, **dict.fromkeys(range(2, 7), 1)}
+    # the probe, added by the config alone, ran and got its state back from the checkpoint
+    probe = json.loads((tmp_path / "resumed" / "probe.json").read_text())
+    assert probe == {"label": "probe", "seen": 6, "resumed_with": {"seen": 3}, "ended": "finished"}
+
+
+def test_on_error_sees_the_error_before_it_propagates(tmp_path):
+    run = _run(tmp_path, 4, "stability.inject_nan_at_iters=[2]", "stability.max_consecutive_skips=1")
+    assert run["error"] is not None and "consecutive iterations had a non-finite loss" in run["error"]
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert probe["ended"] == "error" and probe["seen"] == 1 and "non-finite loss" in probe["error"]
+
+
+def test_a_configured_callback_that_cannot_be_built_is_one_line_naming_it(tmp_path):
+    with pytest.raises(BloomstackError, match=r"^callbacks\[0\] \(tests\.nowhere:Probe\): cannot import it"):
+        configured_callbacks([CallbackSpec(target="tests.nowhere:Probe")])
+    with pytest.raises(BloomstackError, match=r"^callbacks\[1\] .*: not a subclass of bloomtrain\.callbacks\.Callback"):
+        configured_callbacks([CallbackSpec(target=PROBE, args={"out": "x"}),
+                              CallbackSpec(target="bloomtrain.config:TrainConfig")])
+    with pytest.raises(BloomstackError, match=r"constructor rejected args \{'outt': 'x'\}.*fix callbacks\[0\]\.args"):
+        configured_callbacks([CallbackSpec(target=PROBE, args={"outt": "x"})])
+    assert CallbackSpec.model_validate(PROBE) == CallbackSpec(target=PROBE)  # the string form
+    assert isinstance(configured_callbacks([CallbackSpec(target=PROBE, args={"out": "x"})])[0], Probe)
+    # a malformed target is the loader's error, naming the key and where it was set
+    with pytest.raises(BloomstackError, match=r"override callbacks=\[probe\]: callbacks\.0\.target: .*"
+                                              r"not package\.module:ClassName"):
+        load_config(TINY, ["callbacks=[probe]"])
