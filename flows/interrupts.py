@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from types import ModuleType
 
 from prefect.exceptions import TerminationSignal
 
@@ -81,7 +82,8 @@ def interrupted_in(exc: BaseException | None) -> Interrupted | None:
     while exc is not None:
         if isinstance(exc, Interrupted):
             return exc
-        if (found := getattr(exc, "bloomstack_interrupted", None)) is not None:
+        found: Interrupted | None = getattr(exc, "bloomstack_interrupted", None)
+        if found is not None:
             return found
         exc = exc.__context__
     return None
@@ -98,7 +100,7 @@ def _stop_on_first_signal(received: list[int]) -> Callable[[int, object], None]:
     return handler
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -152,9 +154,9 @@ def _drain_prefect() -> None:
     EventsWorker.drain_all()
 
 
-def _healthy(httpx, url: str) -> bool:
+def _healthy(httpx: ModuleType, url: str) -> bool:
     try:
-        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+        return bool(httpx.get(f"{url}/health", timeout=2.0).status_code == 200)
     except httpx.HTTPError:
         return False
 
