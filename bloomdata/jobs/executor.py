@@ -49,7 +49,7 @@ from typing import Any
 import dask.config
 from dask.utils import funcname
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker, wait, worker_client
-from distributed.client import FutureCancelledError, FuturesCancelledError
+from distributed.client import AllExit, FutureCancelledError, FuturesCancelledError
 from distributed.scheduler import KilledWorker
 
 from bloomdata.errors import BloomstackError
@@ -75,6 +75,17 @@ class _DropLostSchedulerNoise(logging.Filter):
 
 
 logging.getLogger("distributed.client").addFilter(_DropLostSchedulerNoise())
+
+
+class _DropAbandonedGather(logging.Filter):
+    """asyncio's "Task exception was never retrieved ... AllExit": the inner task of a result gather that
+    ``_result`` stopped waiting for, ended when the client closes its futures after a lost worker set."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info is not None and isinstance(record.exc_info[1], AllExit))
+
+
+logging.getLogger("asyncio").addFilter(_DropAbandonedGather())
 
 
 class _WorkerEnv(WorkerPlugin):
@@ -213,7 +224,7 @@ def _collect(client: Client, futures: list, position: dict, items: Sequence[Any]
         for future in sorted(done, key=lambda f: position[f.key]):
             i = position[future.key]
             try:
-                results[i] = future.result()
+                results[i] = _result(client, future)
             except KilledWorker as exc:
                 what = getattr(items[i], "name", None) or repr(items[i])
                 raise BloomstackError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
@@ -225,6 +236,18 @@ def _collect(client: Client, futures: list, position: dict, items: Sequence[Any]
                 raise results[i].error from None
             if on_result is not None:
                 on_result(i, results[i])
+
+
+def _result(client: Client, future: Any) -> Any:
+    """``future.result()``, checking the workers while it waits: a finished task whose worker died before its
+    result was gathered is rescheduled ("Couldn't gather 1 keys, rescheduling") and, with every worker gone,
+    would wait forever."""
+    idle_since = None
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except TimeoutError:
+            idle_since = _check_workers(client, idle_since)
 
 
 def _raise_if_scheduler_lost(client: Client, exc: Exception) -> None:

@@ -17,7 +17,6 @@ seeded iteration (once, a marker file remembers it), or as soon as it starts (ev
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -30,7 +29,7 @@ import psutil
 from bloomtrain.callbacks.stop_requests import launch_time
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from bloomtrain.exit_record import attempts, read_attempt
-from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
 from tests.gloo_harness import run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,20 +54,6 @@ def _launch(run_dir: Path, max_restarts: int, overrides: tuple[str, ...] = (), *
     return out.returncode, (out.stdout + out.stderr).splitlines()
 
 
-def _losses(log_dir: Path) -> tuple[dict[int, float], list[list[int]]]:
-    """Loss per iteration (last record wins) and the iterations each process start logged, in order."""
-    losses: dict[int, float] = {}
-    starts: list[list[int]] = []
-    for line in (log_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("event") == "throughput_formula":  # the header every start writes first
-            starts.append([])
-        elif "loss" in rec:
-            losses[rec["iteration"]] = rec["loss"]
-            starts[-1].append(rec["iteration"])
-    return losses, starts
-
-
 def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_for_bit(tmp_path):
     baseline = run_distributed(train_rank, 2, [*RUN, *_dirs(tmp_path / "baseline")], timeout_s=300)[0]
     assert baseline["error"] is None, baseline["error"]
@@ -89,7 +74,7 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_f
     assert [(r.kind, r.iteration, r.checkpoint, r.resumed_from) for r in restarted.ranks.values()] == \
         [("finished", ITERS, tag_for(ITERS), tag_for(KILL_AFTER))] * 2
 
-    losses, starts = _losses(run / "logs")
+    losses, starts = losses_by_start(run / "logs")
     assert len(starts) == 2 and starts[1] == list(range(KILL_AFTER + 1, ITERS + 1))  # the rest, redone once
     assert set(starts[0]) >= set(range(1, KILL_AFTER + 1))
     assert losses == baseline["losses"]  # bitwise: fp32 on CPU, every iteration 1..ITERS

@@ -16,14 +16,13 @@ Four jobs run side by side (the nodes offer 4 CPU slots each, so that they fit a
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import pytest
 
 from bloomtrain.cli.slurm import main as slurm_main
-from tests.bloomtrain.train_helpers import EXACT, TINY
+from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start
 from tests.slurm_cluster import INSTALL, missing_binaries, start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,20 +44,6 @@ def _write_job(out: Path, name: str, nodes: int, procs: int, *overrides: str, fa
         text = text.replace("-m bloomtrain.cli train", FAULT_JOB)
     script.write_text(text)
     return script
-
-
-def _losses(log_dir: Path) -> tuple[dict[int, float], list[list[int]]]:
-    """Loss per iteration (the last record wins) and the iterations each start logged."""
-    losses: dict[int, float] = {}
-    starts: list[list[int]] = []
-    for line in (log_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("event") == "throughput_formula":
-            starts.append([])
-        elif "loss" in rec:
-            losses[rec["iteration"]] = rec["loss"]
-            starts[-1].append(rec["iteration"])
-    return losses, starts
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +89,9 @@ def test_two_nodes_train_as_one(jobs):
     (job, output, run), (_, _, one_node) = jobs["two-nodes"], jobs["time-budget"]
     _finished(job)
     assert job["NodeList"] == "n[1-2]"
-    losses, starts = _losses(run / "logs")
+    losses, starts = losses_by_start(run / "logs")
     assert sorted(losses) == list(range(1, ITERS + 1)) and len(starts) == 1
-    assert losses == _losses(one_node / "logs")[0]  # bitwise: fp32, one node x 2 ranks
+    assert losses == losses_by_start(one_node / "logs")[0]  # bitwise: fp32, one node x 2 ranks
     lines = output.splitlines()
     # srun --label, then the rank: node ranks come from the rendezvous, so rank 0 runs on task 0 or task 1
     assert any(line.startswith(("0: [rank0]:iter 6/6 ", "1: [rank0]:iter 6/6 ")) for line in lines), output[-2000:]
@@ -121,9 +106,9 @@ def test_a_killed_rank_is_restarted_on_both_nodes_and_matches(jobs):
         assert (f"{task}: bloomtrain: node {node}: rank 1 on {victim} killed by SIGKILL; restart 1 of 1 on the same "
                 "nodes, resuming from global_step3") in output.splitlines(), output[-3000:]
     assert "Traceback" not in output
-    losses, starts = _losses(run / "logs")
+    losses, starts = losses_by_start(run / "logs")
     assert starts[1] == list(range(4, ITERS + 1))
-    assert losses == _losses(reference / "logs")[0]
+    assert losses == losses_by_start(reference / "logs")[0]
 
 
 def test_a_time_budget_requeues_the_job_and_the_run_matches(jobs):
@@ -132,9 +117,9 @@ def test_a_time_budget_requeues_the_job_and_the_run_matches(jobs):
     assert ("the trainer stopped at its time budget at iteration 1 and saved global_step1; requeuing (1 of 2): the next "
             "attempt resumes from global_step1") in output
     assert "attempt 2 of at most 3 on n" in output
-    losses, starts = _losses(run / "logs")
+    losses, starts = losses_by_start(run / "logs")
     assert [s[0] for s in starts] == [1, 2] and starts[-1][-1] == ITERS
-    assert losses == _losses(reference / "logs")[0]
+    assert losses == losses_by_start(reference / "logs")[0]
 
 
 def test_a_bad_input_exits_2_without_requeue(jobs):

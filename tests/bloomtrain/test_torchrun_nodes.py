@@ -9,7 +9,6 @@ nodes then start again (a new rendezvous) and resume: the losses equal an uninte
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import subprocess
@@ -22,7 +21,7 @@ import psutil
 
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from bloomtrain.exit_record import read_attempt
-from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
 from tests.gloo_harness import free_port, run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,11 +65,6 @@ def _start(run: Path, **env: str) -> tuple[Node, Node]:
     return first, Node("n2", run, rdzv, env)
 
 
-def _losses(log_dir: Path) -> dict[int, float]:
-    records = (json.loads(line) for line in (log_dir / "metrics.jsonl").read_text().splitlines())
-    return {r["iteration"]: r["loss"] for r in records if "loss" in r}
-
-
 def test_a_lost_node_stops_the_other_within_60_s_and_the_restart_matches(tmp_path):
     baseline = run_distributed(train_rank, 2, [*RUN, f"checkpoint.dir={tmp_path / 'baseline'}"], timeout_s=300)[0]
     assert baseline["error"] is None, baseline["error"]
@@ -111,4 +105,4 @@ def test_a_lost_node_stops_the_other_within_60_s_and_the_restart_matches(tmp_pat
     assert f"bloomtrain: resumed at iteration {latest.removeprefix('global_step')}, " in "\n".join(
         line for _, line in n1.output())
     assert read_latest(run / "ckpt") == tag_for(ITERS)
-    assert _losses(run / "logs") == baseline["losses"]
+    assert losses_by_start(run / "logs")[0] == baseline["losses"]

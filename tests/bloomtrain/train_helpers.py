@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch.distributed as dist
+
+from bloomtrain.metrics import START_EVENT
 
 TINY = Path(__file__).resolve().parents[2] / "configs" / "train" / "tiny-cpu.yaml"
 
@@ -63,3 +66,18 @@ def train_rank(overrides: list[str], faults=None, callbacks=None) -> dict:
         "coords": (state.tp_rank, state.pp_rank, state.dp_rank),
         "recorded": [getattr(cb, "recorded", None) for cb in extra],
     }
+
+
+def losses_by_start(log_dir: Path) -> tuple[dict[int, float], list[list[int]]]:
+    """From ``log_dir/metrics.jsonl``: the loss per iteration (the last record of an iteration wins: a restart
+    redoes the iterations after its checkpoint) and the iterations each process start logged, in order."""
+    losses: dict[int, float] = {}
+    starts: list[list[int]] = []
+    for line in (log_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("event") == START_EVENT:  # the header every start writes (after its precision record)
+            starts.append([])
+        elif "loss" in rec:
+            losses[rec["iteration"]] = rec["loss"]
+            starts[-1].append(rec["iteration"])
+    return losses, starts
