@@ -10,7 +10,8 @@ language of tests/data/corpus (27 languages), drawn at random with a fixed seed,
 The build's tokenizer is a byte-level BPE of vocabulary 3000 trained once on tests/data/corpus.
 
 Each run is the CLI in a fresh process (``python -m bloomdata.cli clean|build --input FILE --workers 2``): its wall
-time per GB of input, and the peak resident memory of the process tree (the CLI and its Dask workers, sampled
+time per GB of input, its CPU seconds (the CLI and its Dask workers: less sensitive than wall time to a loaded
+machine, though a plan's gain is in wall time), and the peak resident memory of the process tree (the CLI and its Dask workers, sampled
 every 0.1 s with psutil: ``tree``) and of its largest process (``max proc``). ``--plans`` also checks that every
 plan writes the same cleaned documents (the concatenated data files, per language, in plan order). Goal (issue
 24): clean's default throughput within 10% of the best --max-rows-per-shard on one 250 MB file with 2 workers.
@@ -22,6 +23,7 @@ import argparse
 import json
 import random
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -66,8 +68,9 @@ def make_tokenizer(out: Path) -> Path:
 
 
 def run(cmd: list[str]) -> dict:
-    """Wall seconds and peak RSS (MB) of the tree and of its largest process, for one CLI run."""
-    start = time.perf_counter()
+    """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers) and peak RSS (MB) of the
+    tree and of its largest process, for one CLI run."""
+    start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root, tree_peak, proc_peak = psutil.Process(proc.pid), 0, 0
     while proc.poll() is None:
@@ -81,7 +84,9 @@ def run(cmd: list[str]) -> dict:
     stderr = proc.stderr.read()
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {stderr.strip()[-500:]}")
-    return {"wall_s": time.perf_counter() - start, "tree_mb": tree_peak / 1e6, "proc_mb": proc_peak / 1e6}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
+    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "tree_mb": tree_peak / 1e6, "proc_mb": proc_peak / 1e6}
 
 
 def cli(command: str, src: Path, out: Path, workers: int, extra: list[str]) -> list[str]:
@@ -104,7 +109,8 @@ def cleaned(out: Path) -> dict[str, bytes]:
 
 def line(what: str, mb: int, r: dict) -> str:
     return (f"{what:<34} {mb:>5} MB  {r['wall_s']:7.1f} s  {r['wall_s'] / (mb / 1000):6.0f} s/GB  "
-            f"{mb / r['wall_s']:5.2f} MB/s  tree {r['tree_mb']:5.0f} MB  max proc {r['proc_mb']:4.0f} MB")
+            f"{mb / r['wall_s']:5.2f} MB/s  CPU {r['cpu_s']:6.0f} s  tree {r['tree_mb']:5.0f} MB  "
+            f"max proc {r['proc_mb']:4.0f} MB")
 
 
 def main() -> None:
