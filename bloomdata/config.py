@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from bloomdata.errors import BloomstackError
+from bloomdata.errors import BloomstackError, FieldValueError
 
 M = TypeVar("M", bound=BaseModel)
 Key = tuple[str | int, ...]  # a dotted key as a path: ("sources", 0, "paths")
@@ -247,8 +247,8 @@ def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[
     """The first error of ``exc`` as one line: where, key, message, value found, fix."""
     errors = exc.errors()
     err = errors[0]
-    key, info, siblings = _resolve(model, tuple(err["loc"]), err["type"] == "extra_forbidden")
-    others = len({_resolve(model, tuple(e["loc"]), e["type"] == "extra_forbidden")[0] for e in errors} - {key})
+    key, info, siblings = _resolve(model, _field_loc(err, layers), err["type"] == "extra_forbidden")
+    others = len({_resolve(model, _field_loc(e, layers), e["type"] == "extra_forbidden")[0] for e in errors} - {key})
     where = next((layer.where(key) for layer in reversed(layers) if key and layer.sets(key)), fallback)
     dotted = ".".join(map(str, key)) or "(top level)"
     msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -257,6 +257,20 @@ def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[
     fix = _fix(err["type"], key, info, siblings, flag_of)
     more = f" (and {others} more error{'s' * (others > 1)})" if others else ""
     return f"{where}: {dotted}: {msg}{got}{more}; fix: {fix}"
+
+
+def _field_loc(err: Any, layers: Sequence[_Layer]) -> Key:
+    """Where an error is: pydantic's location, plus the field a ``FieldValueError`` of a model validator names
+    (the first of its fields that the highest layer set: a bad ``num_heads`` in the file is named there)."""
+    loc = tuple(err["loc"])
+    cause = (err.get("ctx") or {}).get("error")
+    if not isinstance(cause, FieldValueError) or not cause.fields:
+        return loc
+    for layer in reversed(layers):
+        for name in cause.fields:
+            if layer.sets((*loc, name)):
+                return (*loc, name)
+    return (*loc, cause.fields[0])
 
 
 def close_name_hint(name: str, known: Sequence[str]) -> str:

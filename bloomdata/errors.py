@@ -10,3 +10,14 @@ raise it without importing upward.
 
 class BloomstackError(Exception):
     """A user-facing error: one line naming the culprit and the fix; CLIs exit with code 2."""
+
+
+class FieldValueError(ValueError):
+    """A model validator's check across fields, about one of them. A ``ValueError`` as pydantic expects (the
+    config loader turns it into ``FILE:LINE: KEY: message; fix: ...``); ``fields`` (the one at fault first)
+    let the loader name ``<section>.<field>`` and its line instead of the whole section: the first of them
+    that the highest layer (override, flag, file) set."""
+
+    def __init__(self, message: str, *fields: str) -> None:
+        super().__init__(message)
+        self.fields = fields

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from bloomdata import config as loader
 from bloomdata.config import cli_option
-from bloomdata.errors import BloomstackError
+from bloomdata.errors import BloomstackError, FieldValueError
 from bloomtrain.model.config import PRESETS, ModelConfig
 
 
@@ -91,12 +91,12 @@ class ScheduleConfig(_Frozen):
                 f"(got train_samples={self.train_samples}, train_iters={self.train_iters})"
             )
         if self.rampup_batch_size is not None and self.train_iters is not None:
-            raise ValueError("rampup_batch_size needs train_samples (as in Megatron), not train_iters")
+            raise FieldValueError("rampup_batch_size needs train_samples (as in Megatron), not train_iters",
+                                  "rampup_batch_size", "train_iters")
         if self.global_batch_size % self.micro_batch_size:
-            raise ValueError(
+            raise FieldValueError(
                 f"global_batch_size {self.global_batch_size} is not a multiple of "
-                f"micro_batch_size {self.micro_batch_size}"
-            )
+                f"micro_batch_size {self.micro_batch_size}", "global_batch_size", "micro_batch_size")
         return self
 
 

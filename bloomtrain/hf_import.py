@@ -23,7 +23,7 @@ from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.checkpoint.tags import commit_tag
-from bloomtrain.model.config import ModelConfig
+from bloomtrain.model.config import ModelConfig, model_config_from
 from bloomtrain.parallel.state import ParallelState
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
@@ -35,7 +35,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
     if hf.get("apply_residual_connection_post_layernorm"):
         raise BloomstackError("config.json: apply_residual_connection_post_layernorm=true is not BLOOM's layout")
     vocab = hf["vocab_size"]
-    return ModelConfig(
+    return model_config_from(dict(
         num_layers=hf.get("n_layer", hf.get("num_hidden_layers")),
         hidden_size=hf.get("hidden_size", hf.get("n_embed")),
         num_heads=hf.get("n_head", hf.get("num_attention_heads")),
@@ -47,7 +47,7 @@ def config_from_hf(hf: dict) -> ModelConfig:
         init_std=hf.get("initializer_range", 0.02),
         hidden_dropout=hf.get("hidden_dropout", 0.0),
         attention_dropout=hf.get("attention_dropout", 0.0),
-    )
+    ), "config.json")
 
 
 def read_hf_weights(hf_dir: Path) -> dict[str, torch.Tensor]:

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from bloomdata.config import cli_option, close_name_hint
+from bloomdata.errors import FieldValueError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
@@ -337,7 +338,8 @@ class SimHashConfig(BaseModel):
     @model_validator(mode="after")
     def _blocks_above_distance(self) -> SimHashConfig:
         if self.blocks <= self.hamming_distance:
-            raise ValueError(f"blocks ({self.blocks}) must be more than hamming_distance ({self.hamming_distance})")
+            raise FieldValueError(f"blocks ({self.blocks}) must be more than hamming_distance "
+                                  f"({self.hamming_distance})", "blocks", "hamming_distance")
         return self
 
 

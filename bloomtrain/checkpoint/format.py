@@ -30,7 +30,7 @@ from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import safe_load
 from bloomtrain.checkpoint.tags import LATEST, read_latest
-from bloomtrain.model.config import ModelConfig
+from bloomtrain.model.config import ModelConfig, model_config_from
 
 EMBED_INDEX = 1
 FIRST_BLOCK_INDEX = 3
@@ -176,7 +176,7 @@ def read_config(ckpt_dir: Path, tag: str) -> ModelConfig:
             f"{path} not found: this checkpoint has no bloomtrain model metadata; write it with "
             "bloomtrain.checkpoint.format.save_metadata(ckpt_dir, tag, config, tp, pp)"
         )
-    return ModelConfig(**json.loads(path.read_text())["model"])
+    return model_config_from(json.loads(path.read_text())["model"], str(path))
 
 
 def load_merged_states(ckpt_dir: Path, tag: str | None = None) -> tuple[ModelConfig, dict[int, dict]]:

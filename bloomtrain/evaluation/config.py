@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from bloomdata.config import cli_option
+from bloomdata.errors import FieldValueError
 from bloomdata.readers import SourceConfig, sources_field
 from bloomtrain.config import Dtype
 
@@ -88,8 +89,8 @@ class EvaluateConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> EvaluateConfig:
         if self.stride is not None and self.stride > self.context:
-            raise ValueError(f"stride {self.stride} is larger than the context {self.context}: tokens between "
-                             "windows would never be scored; use a stride <= context")
+            raise FieldValueError(f"stride {self.stride} is larger than the context {self.context}: tokens "
+                                  "between windows would never be scored; use a stride <= context", "stride", "context")
         labels = [m.label for m in self.models]
         duplicates = sorted({n for n in labels if labels.count(n) > 1})
         if duplicates:

@@ -10,11 +10,11 @@ multiple of ``make_vocab_size_divisible_by * tp_size`` (250752 at TP=1, 250880 a
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from bloomdata.errors import BloomstackError
+from bloomdata.errors import BloomstackError, FieldValueError
 
 BLOOM_VOCAB = 250680  # len(tokenizer) of bigscience/tokenizer
 BLOOM_PADDED_VOCAB = 250880  # = 1960 * 128; the rows in every released BLOOM checkpoint
@@ -57,27 +57,27 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
-        if min(self.num_layers, self.hidden_size, self.num_heads, self.vocab_size) < 1:
-            raise BloomstackError(f"ModelConfig: sizes must be >= 1, got {self!r}")
+        # ValueError (FieldValueError), as pydantic expects: the config loader names the file, line and key
+        for name in ("num_layers", "hidden_size", "num_heads", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise FieldValueError(f"{name} must be >= 1, got {getattr(self, name)}", name)
         if self.hidden_size % self.num_heads:
-            raise BloomstackError(
-                f"ModelConfig: hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
-                "pick a head count that divides it"
-            )
+            raise FieldValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}; "
+                "pick a head count that divides it", "hidden_size", "num_heads")
         if self.pad_vocab_size_to is not None:
             if self.pad_vocab_size_to < self.vocab_size:
-                raise BloomstackError(
-                    f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is smaller than "
-                    f"vocab_size={self.vocab_size}; raise it or set it to None"
-                )
+                raise FieldValueError(
+                    f"pad_vocab_size_to={self.pad_vocab_size_to} is smaller than vocab_size={self.vocab_size}; "
+                    "raise it or set it to null", "pad_vocab_size_to", "vocab_size")
             if self.pad_vocab_size_to % self.make_vocab_size_divisible_by:
-                raise BloomstackError(
-                    f"ModelConfig: pad_vocab_size_to={self.pad_vocab_size_to} is not a multiple of "
-                    f"make_vocab_size_divisible_by={self.make_vocab_size_divisible_by}"
-                )
+                raise FieldValueError(
+                    f"pad_vocab_size_to={self.pad_vocab_size_to} is not a multiple of "
+                    f"make_vocab_size_divisible_by={self.make_vocab_size_divisible_by}",
+                    "pad_vocab_size_to", "make_vocab_size_divisible_by")
         for name in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
-                raise BloomstackError(f"ModelConfig: {name} must be in [0, 1), got {getattr(self, name)}")
+                raise FieldValueError(f"{name} must be in [0, 1), got {getattr(self, name)}", name)
         return self
 
     @property
@@ -160,3 +160,17 @@ PRESETS = {
     "bloom-176b": ModelConfig.bloom_176b,
     "tiny": ModelConfig.tiny,
 }
+
+
+def model_config_from(values: dict[str, Any], source: str) -> ModelConfig:
+    """A ``ModelConfig`` from a file that is not a config the loader reads (a checkpoint's metadata, a
+    transformers ``config.json``): a bad value is one ``BloomstackError`` line naming ``source`` and the key."""
+    try:
+        return ModelConfig.model_validate(values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        cause = (err.get("ctx") or {}).get("error")
+        key = ".".join(map(str, err["loc"])) or (cause.fields[0] if isinstance(cause, FieldValueError) else "model")
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise BloomstackError(f"{source}: {key}: {msg}; this is no BLOOM model configuration bloomtrain can build")\
+            from None

@@ -122,3 +122,23 @@ def test_a_bad_value_in_a_recipe_names_its_line(tmp_path):
         load_config(tmp_path / "bad.yaml")
     assert str(info.value).startswith(f"{tmp_path / 'bad.yaml'}:{line}: optim.lr: Input should be a valid number")
     assert "(got 'fast'); fix: change optim.lr: Peak learning rate" in str(info.value)
+
+
+@pytest.mark.parametrize("edit,key,needle", [
+    ("  hidden_size: 100", "model.hidden_size", "hidden_size 100 is not divisible by num_heads 12"),
+    ("  num_heads: 7", "model.num_heads", "hidden_size 96 is not divisible by num_heads 7"),
+    ("  attention_dropout: 1.5", "model.attention_dropout", "attention_dropout must be in [0, 1), got 1.5"),
+])
+def test_a_model_validator_error_names_file_line_and_key(tmp_path, edit, key, needle):
+    # ModelConfig's checks across fields raise ValueError, so the loader places them: file, the line of the
+    # field at fault (the one the file set), the dotted key (not the line of `model:` nor a bare message)
+    text = (CONFIGS / "tiny-cpu.yaml").read_text().replace("  kernels: auto", f"{edit}\n  kernels: auto")
+    line = text.splitlines().index(edit) + 1
+    (tmp_path / "bad.yaml").write_text(text)
+    with pytest.raises(BloomstackError) as info:
+        load_config(tmp_path / "bad.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'bad.yaml'}:{line}: {key}: {needle}"), str(info.value)
+    assert f"fix: change {key}" in str(info.value) and "more error" not in str(info.value)
+    # the same check through an override names the override
+    with pytest.raises(BloomstackError, match=r"^override model\.hidden_size=100: model\.hidden_size: hidden_size"):
+        load_config(CONFIGS / "tiny-cpu.yaml", ["model.hidden_size=100"])

@@ -15,7 +15,7 @@ from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import config_from_hf
 from bloomtrain.model import BloomModel, ModelConfig
 from bloomtrain.model.alibi import alibi_slopes, local_alibi_slopes
-from bloomtrain.model.config import PRESETS
+from bloomtrain.model.config import PRESETS, model_config_from
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,8 +48,11 @@ def test_vocab_padding_rule():
     megatron = ModelConfig.bloom_176b(pad_vocab_size_to=None)
     assert [megatron.padded_vocab_size(tp) for tp in (1, 2, 4, 8)] == [250752, 250880, 250880, 250880]
     assert ModelConfig.tiny(pad_vocab_size_to=None).padded_vocab_size(4) == 512
-    with pytest.raises(BloomstackError, match="smaller than"):
+    with pytest.raises(ValueError, match="smaller than"):  # a validator's ValueError: the loader places it
         ModelConfig.tiny(pad_vocab_size_to=128)
+    with pytest.raises(BloomstackError, match=r"^ckpt/bloomtrain_model.json: pad_vocab_size_to: pad_vocab_size_to"
+                                              r"=128 is smaller than vocab_size=250"):
+        model_config_from(ModelConfig.tiny().model_dump() | {"pad_vocab_size_to": 128}, "ckpt/bloomtrain_model.json")
     with pytest.raises(BloomstackError, match="not divisible by tensor-parallel size 3"):
         ModelConfig.tiny().padded_vocab_size(3)
 
