@@ -212,10 +212,10 @@ def read_manifest(path: PathLike, key: str, model: type[M]) -> M | None:
 
 
 @contextlib.contextmanager
-def owned_directory(path: PathLike, lock_name: str, writer: str, flag: str = "--out") -> Iterator[str]:
+def owned_directory(path: PathLike, lock_name: str, writer: str, key: str = "out_dir") -> Iterator[str]:
     """Create ``path`` and hold its lock file ``lock_name`` for the block: one writer (a build, a clean run)
     owns the directory at a time, so temps found there belong to dead writers. The lock is an flock: it dies
-    with its process. Yields the path; a second writer fails at once with one line naming ``flag``."""
+    with its process. Yields the path; a second writer fails at once with one line naming the config ``key``."""
     import filelock
 
     path = os.fspath(path)
@@ -225,10 +225,10 @@ def owned_directory(path: PathLike, lock_name: str, writer: str, flag: str = "--
         lock.acquire(timeout=0)
     except filelock.Timeout:
         raise BloomstackError(f"{path}: another {writer} is writing there ({lock_name} is locked); wait for it "
-                              f"or choose another {flag}") from None
+                              f"or choose another {key}", keys=[key]) from None
     except OSError as exc:
         raise BloomstackError(f"{path}: cannot create or write the output directory ({exc.strerror or exc}); "
-                              f"choose a writable {flag}") from None
+                              f"choose a writable {key}", keys=[key]) from None
     try:
         yield path
     finally:

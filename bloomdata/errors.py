@@ -8,8 +8,19 @@ raise it without importing upward.
 """
 
 
+from collections.abc import Sequence
+
+
 class BloomstackError(Exception):
-    """A user-facing error: one line naming the culprit and the fix; CLIs exit with code 2."""
+    """A user-facing error: one line naming the culprit and the fix; CLIs exit with code 2.
+
+    Library code names config keys (``out_dir``, ``sources``, ``data.blend``), never the flags of one CLI: a
+    flow or a YAML file set the value just as well. ``keys`` lists the dotted keys the message names; a CLI
+    prints each as the flag that sets it (``bloomdata.cli.options.ConfigParser.message``), the flows as is."""
+
+    def __init__(self, message: str = "", *, keys: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.keys = tuple(keys)
 
 
 class FieldValueError(ValueError):

@@ -107,7 +107,8 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
     source = tokenizer_dir or ckpt_dir
     copied = copy_tokenizer_files(source, out_dir)
     if tokenizer_dir is not None and not copied:
-        raise BloomstackError(f"--tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there")
+        raise BloomstackError(f"tokenizer {tokenizer_dir}: no tokenizer.json or tokenizer_config.json there",
+                              keys=["tokenizer"])
     record = ExportRecord(dtype=str(dtype).removeprefix("torch."), embedding_rows=rows,
                           tokenizer=str(Path(source).resolve()) if copied else None,
                           software=software_versions(EXPORT_PACKAGES))

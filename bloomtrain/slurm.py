@@ -177,7 +177,8 @@ def export_line(assignment: str) -> str:
     """``export NAME=value`` with the value quoted as one word (every script bloomtrain writes for sbatch)."""
     name, eq, value = assignment.partition("=")
     if not eq or not name.isidentifier():
-        raise BloomstackError(f"--env {assignment!r}: expected NAME=VALUE with NAME a shell variable name")
+        raise BloomstackError(f"env {assignment!r}: expected NAME=VALUE with NAME a shell variable name",
+                              keys=["env"])
     return f"export {name}={shlex.quote(value)}"
 
 
@@ -194,13 +195,14 @@ def _budget(job: SlurmConfig, budget: float | None) -> tuple[float, list[str]]:
         # stop with a checkpoint before Slurm kills the job, leaving time for the save
         budget = limit - job.save_margin_minutes
         if budget <= 0:
-            raise BloomstackError(f"--time {job.time} leaves no training time after --save-margin-minutes")
+            raise BloomstackError(f"time {job.time} leaves nothing to train after save_margin_minutes",
+                                  keys=["time", "save_margin_minutes"])
         return budget, [f"checkpoint.exit_duration_in_mins={budget:g}"]
     if budget > limit:
         raise BloomstackError(
-            f"checkpoint.exit_duration_in_mins={budget:g} is past the --time {job.time} limit ({limit:g} min): "
+            f"checkpoint.exit_duration_in_mins={budget:g} is past the time {job.time} limit ({limit:g} min): "
             "Slurm would kill the job before the trainer saves; pass checkpoint.exit_duration_in_mins=null (stop "
-            f"{job.save_margin_minutes:g} min before the limit) or a longer --time")
+            f"{job.save_margin_minutes:g} min before the limit) or a longer time", keys=["time"])
     return budget, []
 
 
@@ -219,7 +221,7 @@ def render(job: SlurmConfig) -> str:
     _, extra = _budget(job, cfg.checkpoint.exit_duration_in_mins)
     if cfg.checkpoint.dir is None and job.max_requeues > 0:
         raise BloomstackError("checkpoint.dir is not set, so a requeued job would start over; set "
-                              "checkpoint.dir=PATH or --max-requeues 0")
+                              "checkpoint.dir=PATH or max_requeues to 0", keys=["max_requeues"])
     device = device_of(job)
     # relative paths are the trainer's: both run in workdir; without checkpoints the records go to the workdir
     ckpt = cfg.checkpoint.dir or "."

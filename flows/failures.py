@@ -42,7 +42,7 @@ class FlowEnded(BloomstackError):
 
     def __init__(self, state: State[Any]):
         self.state = state
-        super().__init__(state.message or state.name)
+        super().__init__(state.message or state.name or "")
 
 
 class StageEnded(FlowEnded):

@@ -262,3 +262,56 @@ def test_a_hand_declared_config_flag_is_refused():
     p = _parser("bloomdata build")
     with pytest.raises(ValueError, match="make it a model field"):
         p.add_argument("--workers", type=int)
+
+
+def test_a_library_error_names_the_config_key_and_the_cli_its_flag(tmp_path, capsys):
+    # the library is called by the flows as much as by a CLI: its message names the config key (out_dir);
+    # `bloomdata clean` prints the same line with the key as its flag (--out), from the generated options
+    from bloomdata.clean import run_clean
+    from bloomdata.clean.config import CleanConfig
+    from bloomdata.cli import main as bloomdata_main
+    from bloomdata.errors import BloomstackError
+
+    (tmp_path / "a.jsonl").write_text('{"text": "one line of text to clean here", "lang": "en"}\n')
+    config = CleanConfig(sources=[str(tmp_path / "a.jsonl")], out_dir=str(tmp_path), workers=0, progress=False)
+    with pytest.raises(BloomstackError) as info:
+        run_clean(config)
+    assert str(info.value).endswith("choose an out_dir outside the inputs") and info.value.keys == ("out_dir",)
+    assert bloomdata_main(["clean", "--input", str(tmp_path / "a.jsonl"), "--out", str(tmp_path), "--workers", "0",
+                           "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"bloomdata clean: error: {str(info.value).replace('an out_dir', 'an --out')}"
+
+
+def test_keys_become_flags_as_whole_words_only():
+    from bloomdata.errors import BloomstackError
+
+    parser = importlib.import_module("bloomtrain.cli.evaluate").parser()
+    exc = BloomstackError("tasks xnli: not a task (runs/tasks/a.yaml, my_tasks, lm_eval.tasks); list them with "
+                          "`lm-eval ls tasks`, or add its directory to task_paths; context 9 > 8", keys=["tasks", "task_paths"])
+    assert parser.message(exc) == ("--tasks xnli: not a task (runs/tasks/a.yaml, my_tasks, lm_eval.tasks); list them "
+                                   "with `lm-eval ls tasks`, or add its directory to --task-path; context 9 > 8")
+
+
+def test_every_key_a_library_error_names_is_a_flag_of_some_command():
+    # keys=[...] in bloomdata/bloomtrain (outside the CLIs) must be config keys a command can set: a misspelt
+    # key would reach the CLI user as the key, not as the flag
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    named: dict[str, str] = {}
+    for path in [*root.glob("bloomdata/**/*.py"), *root.glob("bloomtrain/**/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            for kw in getattr(node, "keywords", []) if isinstance(node, ast.Call) else []:
+                if kw.arg == "keys" and isinstance(kw.value, ast.List | ast.Tuple):
+                    for item in kw.value.elts:
+                        if isinstance(item, ast.Constant):
+                            named[item.value] = f"{path.relative_to(root)}:{node.lineno}"
+    assert len(named) >= 20
+    flags = set()
+    for module in COMMANDS.values():
+        made = importlib.import_module(module).parser()
+        if isinstance(made, ConfigParser):
+            flags |= {".".join(map(str, o.key)) for o in made.options if o.flags}
+    missing = {key: where for key, where in named.items() if key not in flags}
+    assert not missing, f"keys no command has a flag for: {missing}"

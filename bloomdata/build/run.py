@@ -154,7 +154,7 @@ class BuildJob(ShardedJob[BuildSummary]):
         self.shard_plan = plan_build(config)
         shards = self.shard_plan.shards
         if not shards:
-            raise BloomstackError("the sources hold no input files; check the --input paths")
+            raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
         tok = load_tokenizer(config.tokenizer)
         self.tokenizer_sha = tokenizer_identity(config.tokenizer)
         if config.append_eod:

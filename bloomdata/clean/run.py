@@ -116,7 +116,7 @@ class CleanJob(ShardedJob[CleanSummary]):
         self.started = time.perf_counter()
         shards = plan_job(config).shards
         if not shards:
-            raise BloomstackError("the sources hold no input files; check the --input paths")
+            raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
         self.config = config = check_models(config)
         self.closed, self.flagged = load_word_lists(config.quality)
         self.settings = durable.content_key(filter_settings(config, self.closed, self.flagged))

@@ -53,11 +53,20 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | 
     try:
         return int(module.main(rest) or 0)
     except BloomstackError as exc:
-        print(f"{prog} {name}: error: {exc}", file=sys.stderr)
+        print(f"{prog} {name}: error: {_as_flags(module, exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{prog} {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def _as_flags(module: object, exc: BloomstackError) -> str:
+    """The error's line with the config keys it names as the subcommand's flags (its ``parser()``)."""
+    from bloomdata.cli.options import ConfigParser  # noqa: PLC0415 - only on an error
+
+    make_parser = getattr(module, "parser", None)
+    parser = make_parser() if exc.keys and callable(make_parser) else None
+    return parser.message(exc) if isinstance(parser, ConfigParser) else str(exc)
 
 
 def main(argv: list[str] | None = None) -> int:

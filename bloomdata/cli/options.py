@@ -26,6 +26,7 @@ to a model field.
 from __future__ import annotations
 
 import argparse
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -275,6 +276,17 @@ class ConfigParser(Generic[M]):
 
     def flag_of(self, key: Key) -> str | None:
         return next((o.name for o in self.options if o.key == key), None)
+
+    def message(self, exc: BloomstackError) -> str:
+        """``exc``'s line with the config keys it names (``exc.keys``) written as this command's flags: the one
+        mapping from a library error's keys to a CLI's flags, from the generated options. A key is replaced as a
+        whole word: not inside a path, a dotted name or a `quoted command`."""
+        text = str(exc)
+        for key in exc.keys:
+            flag = self.flag_of(tuple(key.split(".")))
+            if flag and flag.startswith("-"):
+                text = re.sub(rf"(?<![\w./`-]){re.escape(key)}(?![\w/`-]|\.\w)", flag.replace("\\", r"\\"), text)
+        return text
 
     def parse(self, argv: Sequence[str]) -> tuple[M, argparse.Namespace]:
         # intermixed: options and KEY=VALUE overrides in any order (`--nodes 2 a=1 --time 1:00:00 b=2`)

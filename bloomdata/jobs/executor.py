@@ -104,8 +104,9 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         try:
             client = Client(scheduler_address, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError, ValueError) as exc:
-            raise BloomstackError(f"cannot connect to the Dask scheduler at {scheduler_address} ({exc}); start "
-                                 "one with `dask scheduler` plus `dask worker ADDR`, or drop --scheduler") from None
+            raise BloomstackError(f"cannot connect to Dask at {scheduler_address} ({exc}); start a cluster there "
+                                 "with `dask scheduler` plus `dask worker ADDR`, or unset scheduler",
+                                 keys=["scheduler"]) from None
         with client:
             try:
                 client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)

@@ -44,9 +44,9 @@ S = TypeVar("S", bound=BaseModel)
 
 
 def strict_error(reject: Reject) -> BloomstackError:
-    """--strict's error for a rejected row, ``reject.line`` being the file's line."""
+    """``strict``'s error for a rejected row, ``reject.line`` being the file's line."""
     return BloomstackError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
-                           "drop that row, or run without --strict to skip and count it")
+                           "drop that row, or turn strict off to skip and count it", keys=["strict"])
 
 
 class ClusterLost(BloomstackError):
@@ -172,7 +172,8 @@ class ShardedJob(ABC, Generic[S]):
         inside = [s.path for s in plan.shards if os.path.commonpath([plan.out_dir, s.path]) == plan.out_dir]
         if inside:
             raise BloomstackError(f"the output directory {plan.out_dir} holds an input ({inside[0]}); a rerun would "
-                                  "read the outputs back as inputs: choose an --out outside the inputs")
+                                  "read the outputs back as inputs: choose an out_dir outside the inputs",
+                                  keys=["out_dir"])
         self.plan = plan
 
     @property

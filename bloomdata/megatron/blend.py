@@ -272,7 +272,7 @@ def blend_from_spec(
 ) -> Blend:
     """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
     if spec.seq_length is None:
-        raise BloomstackError("the blend YAML has no seq_length; set it (or re-run `bloomdata blend --seq-length`)")
+        raise BloomstackError("the blend YAML has no seq_length; set it (or tune the blend again with its seq_length set)")
     split = spec.split_of(split_name)
     seed = 1234 if spec.seed is None else spec.seed
     return build_blend(

@@ -76,21 +76,22 @@ def read_eval(path: str, model: str | None = None) -> tuple[str, dict[str, float
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise BloomstackError(f"--eval {path}: no such file; give the eval.json that `bloomtrain evaluate --out DIR` "
-                              "or the flows' evaluate stage wrote") from None
+        raise BloomstackError(f"eval_reports {path}: no such file; give the eval.json that `bloomtrain evaluate` "
+                              "or the flows' evaluate stage wrote", keys=["eval_reports"]) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BloomstackError(f"--eval {path}: not a JSON file ({exc}); give an eval.json") from None
+        raise BloomstackError(f"eval_reports {path}: not a JSON file ({exc}); give an eval.json",
+                              keys=["eval_reports"]) from None
     try:
         report = EvalFile.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        raise BloomstackError(f"--eval {path}: not an eval.json ({where}: {err['msg']}); give the eval.json of "
-                              "`bloomtrain evaluate`") from None
+        raise BloomstackError(f"eval_reports {path}: not an eval.json ({where}: {err['msg']}); give the eval.json "
+                              "of `bloomtrain evaluate`", keys=["eval_reports"]) from None
     name = model if model is not None else next(iter(report.models))
     if name not in report.models:
-        raise BloomstackError(f"--eval-model {name}: {path} has no such model (it has {', '.join(report.models)}); "
-                              "pick one of those")
+        raise BloomstackError(f"eval_model {name}: {path} has no such model (it has {', '.join(report.models)}); "
+                              "pick one of those", keys=["eval_model"])
     return name, {lang: s.bpb for lang, s in report.models[name].languages.items()}
 
 
@@ -133,16 +134,17 @@ class BlendEvaluation:
 def blend_evaluation(spec: BlendSpec, reports: list[str], model: str | None = None) -> BlendEvaluation:
     """The bits per byte of ``reports`` (one or two eval.json files) for each dataset of ``spec``, by name."""
     if not 1 <= len(reports) <= MAX_REPORTS:
-        raise BloomstackError(f"--eval: give one eval.json, or two to compare (before, after); got {len(reports)}")
+        raise BloomstackError(f"eval_reports: give one eval.json, or two to compare (before, after); got "
+                              f"{len(reports)}", keys=["eval_reports"])
     names = [d.name for d in spec.datasets]
     models, scores = [], []
     for path in reports:
         shown, bpb = read_eval(path, model)
         if not set(bpb) & set(names):
-            raise BloomstackError(f"--eval {path}: none of its languages ({', '.join(bpb) or 'none'}) is a dataset of "
+            raise BloomstackError(f"eval_reports {path}: none of its languages ({', '.join(bpb) or 'none'}) is a dataset of "
                                   f"the blend ({', '.join(names)}); a dataset takes the scores of the language of the "
                                   "same name: evaluate with `bloomtrain evaluate --data NAME=PATH` using the blend's "
-                                  "names")
+                                  "names", keys=["eval_reports"])
         models.append(shown)
         scores.append(bpb)
     unmatched = sorted({lang for bpb in scores for lang in bpb} - set(names))

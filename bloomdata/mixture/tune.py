@@ -82,7 +82,8 @@ def _datasets(config: BlendConfig) -> dict[str, str]:
         for path in found:
             named.setdefault(os.path.basename(path)[: -len(".idx")], path[: -len(".idx")])
     if not named:
-        raise BloomstackError("no datasets: give --dataset NAME=PREFIX (repeatable) or --datasets-dir DIR")
+        raise BloomstackError("nothing to blend: give datasets (NAME=PREFIX) or datasets_dir",
+                              keys=["datasets", "datasets_dir"])
     return named
 
 
@@ -115,7 +116,7 @@ def tune_blend(config: BlendConfig) -> BlendSpec:
     if config.mixture:
         return _mixture_blend(config)
     if config.token_budget is None:
-        raise BloomstackError("token_budget is not set: give --budget TOKENS (e.g. 350e9)")
+        raise BloomstackError("token_budget is not set: give token_budget in tokens (e.g. 350e9)", keys=["token_budget"])
     datasets = _datasets(config)
     tokens = {name: _train_tokens(p, config.split, config.train_range, config.compat) for name, p in datasets.items()}
     weights = constrain(alpha_weights(tokens, config.alpha), config.floor, config.cap, config.overrides)
@@ -131,9 +132,9 @@ def _mixture_blend(config: BlendConfig) -> BlendSpec:
     datasets = _datasets(config)
     selection = mixture.select(datasets)
     if not selection.ratios:
-        raise BloomstackError(f"none of the datasets ({', '.join(datasets)}) matches a group of {config.mixture}; "
+        raise BloomstackError(f"no dataset name ({', '.join(datasets)}) matches a group of {config.mixture}; "
                               f"name them after its group keys ({', '.join(list(mixture.groups)[:6])}, ...), e.g. "
-                              "DIR/en.bin/.idx or --dataset en=PREFIX")
+                              "DIR/en.bin/.idx or datasets en=PREFIX", keys=["datasets"])
     explicit = config.split or config.train_range or config.valid_range
     train_range = config.train_range if explicit else mixture.train_range
     valid_range = config.valid_range if explicit else mixture.valid_range

@@ -171,7 +171,8 @@ def check_budget(config: TokenizerTrainConfig) -> None:
     msg = (f"byte_budget {config.byte_budget:,} B exceeds {MAX_SAFE_BUDGET:,} B: the BPE trainer would "
            f"need ~{need_gb:.0f} GB of RAM ({TRAINER_BYTES_PER_BYTE}x the text)")
     if not config.allow_large_budget:
-        raise BloomstackError(msg + "; lower byte_budget or pass --allow-large-budget")
+        raise BloomstackError(msg + "; lower byte_budget or set allow_large_budget",
+                              keys=["byte_budget", "allow_large_budget"])
     warnings.warn(msg, stacklevel=2)
 
 

@@ -146,7 +146,7 @@ def write_fertility(path: str, rows: list[FertilityRow], tokenizer: str, compare
                        indent=2)
 
 
-def read_fertility(path: str, key: str = "--json") -> list[FertilityRow]:
+def read_fertility(path: str, key: str) -> list[FertilityRow]:
     """The rows of a fertility JSON file (``write_fertility``); an error naming ``key`` when it is not one."""
     record = durable.read_json(path)
     names = {f.name for f in fields(FertilityRow)}
@@ -154,4 +154,4 @@ def read_fertility(path: str, key: str = "--json") -> list[FertilityRow]:
         return [FertilityRow(**{k: v for k, v in row.items() if k in names}) for row in record["rows"]]  # type: ignore[index]
     except (TypeError, KeyError, AttributeError):
         raise BloomstackError(f"{key} {path}: not a fertility table (the JSON `bloomdata fertility --json` writes, "
-                              "with its 'rows'); write it again with that command") from None
+                              "with its 'rows'); write it again with that command", keys=[key]) from None

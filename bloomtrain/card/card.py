@@ -75,8 +75,8 @@ def rebuild_model_card(path: Path, card: CardConfig | None = None, *, tag: str |
     A checkpoint's card needs ``out`` (nothing is written into a checkpoint directory)."""
     provenance = load_provenance(path, tag, card)
     if out is None and provenance.export is None:
-        raise BloomstackError(f"{path} is a checkpoint: give --out PATH for its card (an export's card goes into the "
-                              f"export, as {CARD_FILE})")
+        raise BloomstackError(f"{path} is a checkpoint: set out (a file path) for its card (an export's card goes "
+                              f"into the export, as {CARD_FILE})", keys=["out"])
     out = out or Path(path) / CARD_FILE
     records = load_records(provenance, Path(path))
     if provenance.export is not None:

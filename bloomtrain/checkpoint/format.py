@@ -165,7 +165,7 @@ def read_tag(ckpt_dir: Path, tag: str | None = None) -> str:
     latest = read_latest(ckpt_dir)
     if latest is None:
         raise BloomstackError(f"{Path(ckpt_dir) / LATEST} not found: {ckpt_dir} is not a checkpoint directory "
-                              "(or pass --tag)")
+                              "(or set tag)", keys=["tag"])
     return latest
 
 

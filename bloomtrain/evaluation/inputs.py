@@ -78,12 +78,12 @@ def read_documents(sources: list[SourceConfig], max_docs_per_lang: int | None = 
     for source in sources:
         if source.lang is not None and not out.texts.get(source.lang):
             rejected = {k: v for k, v in out.rejects.items() if v}
-            raise BloomstackError(f"--data {source.lang}={','.join(source.paths)}: no documents for language "
+            raise BloomstackError(f"sources {source.lang}={','.join(source.paths)}: no documents for language "
                                   f"{source.lang!r} (rejected rows: {rejected or 'none'}); check the path and "
                                   f"the text field ({source.text_field!r})")
     if not out.texts:
         rejected = {k: v for k, v in out.rejects.items() if v}
         paths = ", ".join(p for s in sources for p in s.paths)
-        raise BloomstackError(f"--data {paths}: no documents to score ({out.rows_read} rows read, rejected: "
-                              f"{rejected or 'none'}); check the inputs and --text-field")
+        raise BloomstackError(f"sources {paths}: no documents to score ({out.rows_read} rows read, rejected: "
+                              f"{rejected or 'none'}); check the inputs and their text_field", keys=["sources"])
     return out

@@ -58,7 +58,7 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
-        raise BloomstackError("--device cuda: no CUDA device is visible to torch; use --device cpu")
+        raise BloomstackError("device cuda: torch sees no CUDA GPU; set device to cpu", keys=["device"])
     return torch.device(device)
 
 
@@ -100,7 +100,7 @@ def load_causal_lm(path: str | os.PathLike, *, name: str | None = None, dtype: s
 
     path = str(path)
     if not (Path(path) / "config.json").is_file():
-        raise BloomstackError(f"--model {path}: not a transformers model directory (no config.json); give a "
+        raise BloomstackError(f"{path}: not a transformers model directory (no config.json); give a "
                               "directory written by `bloomtrain export` or save_pretrained")
     torch_device = resolve_device(device)
     try:
@@ -108,22 +108,22 @@ def load_causal_lm(path: str | os.PathLike, *, name: str | None = None, dtype: s
             path, dtype=getattr(torch, dtype), local_files_only=True))
     except Exception as exc:  # noqa: BLE001 - whatever transformers raises, the directory does not load
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise BloomstackError(f"--model {path}: the model does not load ({type(exc).__name__}: {first}); check "
+        raise BloomstackError(f"model directory {path}: the model does not load ({type(exc).__name__}: {first}); check "
                               "config.json and the weight files (re-export with `bloomtrain export`)") from None
     has_tokenizer = any((Path(path) / f).is_file() for f in
                         ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tokenizer_config.json"))
     if not has_tokenizer:
-        raise BloomstackError(f"--model {path}: no tokenizer files (tokenizer.json) in the model directory; copy "
+        raise BloomstackError(f"model directory {path}: no tokenizer files (tokenizer.json) in the model directory; copy "
                               "them there, or export with `bloomtrain export --tokenizer DIR`")
     try:
         tokenizer = _load_quietly(lambda: AutoTokenizer.from_pretrained(path, local_files_only=True))
     except Exception as exc:  # noqa: BLE001
         first = (str(exc).strip().splitlines() or [""])[0][:300]
-        raise BloomstackError(f"--model {path}: the tokenizer does not load ({type(exc).__name__}: {first}); "
+        raise BloomstackError(f"model directory {path}: the tokenizer does not load ({type(exc).__name__}: {first}); "
                               "check tokenizer.json / tokenizer_config.json there") from None
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
-        raise BloomstackError(f"--model {path}: the tokenizer has {len(tokenizer)} tokens but the model's "
+        raise BloomstackError(f"model directory {path}: the tokenizer has {len(tokenizer)} tokens but the model's "
                               f"embedding only {rows} rows; the tokenizer files belong to another model")
     start_id, start_token = document_start(tokenizer, path)
     model = model.to(torch_device).eval()

@@ -38,8 +38,8 @@ def score_model(lm: CausalLM, docs: EvalDocuments, *, context: int, stride: int,
     from tqdm import tqdm  # noqa: PLC0415
 
     if lm.max_positions is not None and context > lm.max_positions:
-        raise BloomstackError(f"--context {context}: model {lm.name} ({lm.path}) takes at most {lm.max_positions} "
-                              f"positions; pass --context {lm.max_positions} or less")
+        raise BloomstackError(f"context {context}: model {lm.name} ({lm.path}) takes at most {lm.max_positions} "
+                              f"positions; set context to {lm.max_positions} or less", keys=["context"])
     langs = list(docs.texts)
     texts = [t for lang in langs for t in docs.texts[lang]]
     ids = encode(lm.tokenizer, texts)

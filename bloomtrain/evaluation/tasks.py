@@ -67,8 +67,8 @@ def _import_lm_eval():
         from lm_eval.models.huggingface import HFLM  # noqa: PLC0415
         from lm_eval.tasks import TaskManager  # noqa: PLC0415
     except ImportError as exc:
-        raise BloomstackError(f"--tasks needs lm-evaluation-harness ({exc}); install the eval extra: "
-                              "pip install 'bloomstack[eval]'") from None
+        raise BloomstackError(f"tasks needs lm-evaluation-harness ({exc}); install the eval extra: "
+                              "pip install 'bloomstack[eval]'", keys=["tasks"]) from None
     return lm_eval, HFLM, TaskManager
 
 
@@ -81,7 +81,8 @@ def task_manager(task_paths: Sequence[str] = ()):
     _, _, TaskManager = _import_lm_eval()
     for path in task_paths:
         if not os.path.isdir(path):
-            raise BloomstackError(f"--task-path {path}: not a directory; give a directory of lm-eval task YAMLs")
+            raise BloomstackError(f"task_paths {path}: not a directory; give a directory of lm-eval task YAMLs",
+                                  keys=["task_paths"])
     return TaskManager(include_path=list(task_paths) or None)
 
 
@@ -89,8 +90,8 @@ def check_task_names(manager, tasks: Sequence[str]) -> None:
     known = set(manager.all_tasks)
     for name in tasks:
         if name not in known:
-            raise BloomstackError(f"--tasks {name}: not an lm-eval task, group or tag; list them with `lm-eval ls "
-                                  "tasks`, or add the directory of its YAML with --task-path DIR")
+            raise BloomstackError(f"tasks {name}: not an lm-eval task, group or tag; list them with `lm-eval ls "
+                                  "tasks`, or add the directory of its YAML to task_paths", keys=["tasks", "task_paths"])
 
 
 def _data_error(manager, tasks: Sequence[str]) -> BloomstackError | None:
@@ -101,11 +102,11 @@ def _data_error(manager, tasks: Sequence[str]) -> BloomstackError | None:
                 manager.load([name])
         except Exception as exc:  # noqa: BLE001 - datasets raises many types for missing data
             return BloomstackError(
-                f"--tasks {name}: its data is not available offline ({_one_line(exc)}); fetch it once where there is "
+                f"tasks {name}: its data is not available offline ({_one_line(exc)}); fetch it once where there is "
                 f"network: HF_DATASETS_OFFLINE=0 python -c \"from lm_eval.tasks import TaskManager; "
                 f"TaskManager().load(['{name}'])\" fills the HF datasets cache (HF_DATASETS_CACHE, default "
                 "~/.cache/huggingface/datasets; copy it here), or point the task's dataset_path/data_files at local "
-                "files in a YAML under --task-path DIR")
+                "files in a YAML in a directory of task_paths", keys=["tasks", "task_paths"])
     return None
 
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from bloomdata.config import cli_option
+from bloomdata.errors import FieldValueError
 from bloomdata.mixture.tune import Bound
 from bloomdata.units import parse_count
 from bloomtrain.config import (
@@ -141,7 +142,8 @@ class MixtureSearchConfig(BaseModel):
             raise ValueError("the proxies are scored on each dataset's validation documents: give split (e.g. "
                              "90,10,0) or valid_range (e.g. 0.95:1)")
         if self.objective_weights and self.objective != "weighted":
-            raise ValueError("objective_weights apply with objective=weighted; add --objective weighted")
+            raise FieldValueError("objective_weights apply with objective=weighted; set objective to weighted",
+                                  "objective", "objective_weights")
         if any(not w >= 0 for w in self.objective_weights.values()):
             raise ValueError(f"objective weights must be >= 0, got {self.objective_weights}")
         lo, hi = self.concentration

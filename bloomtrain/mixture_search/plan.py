@@ -44,7 +44,8 @@ def check_datasets(space: SearchSpace, config: MixtureSearchConfig, seq_length: 
     for name, prefix in space.prefixes.items():
         if not VALID_SET_NAME.fullmatch(name):
             raise BloomstackError(f"dataset {name!r} ({prefix}): a name of letters, digits, '_', '.' or '-' is needed "
-                                  "(it becomes the metric valid/NAME/bpb); rename it with --dataset NAME=PREFIX")
+                                  "(it becomes the metric valid/NAME/bpb); rename it in datasets (NAME=PREFIX)",
+                                  keys=["datasets"])
         ds = IndexedDataset(prefix)
         begin, end = split_range(split, "valid", len(ds), config.compat)
         tokens = int(ds.sizes[begin:end].sum(dtype=np.int64))
@@ -52,7 +53,8 @@ def check_datasets(space: SearchSpace, config: MixtureSearchConfig, seq_length: 
             raise BloomstackError(
                 f"dataset {name} ({prefix}) has no validation split to score proxies on: the valid part of "
                 f"{split} is documents [{begin}, {end}) of {len(ds)}, {tokens} tokens, less than one sample of "
-                f"{seq_length + 1}; give a split with a larger validation part (e.g. --split 80,20,0) or drop it")
+                f"{seq_length + 1}; give a split with a larger validation part (e.g. split 80,20,0) or drop it",
+                keys=["split"])
 
 
 def write_valid_sets(space: SearchSpace, config: MixtureSearchConfig, seq_length: int, out: Path) -> dict[str, str]:

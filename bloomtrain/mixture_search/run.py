@@ -74,11 +74,12 @@ def objective_weights(space: SearchSpace, config: MixtureSearchConfig) -> np.nda
     """[d] weights of the datasets' bits per byte in the objective (sum 1)."""
     unknown = sorted(set(config.objective_weights) - set(space.names))
     if unknown:
-        raise BloomstackError(f"--objective-weight: no dataset {', '.join(unknown)} (datasets: "
-                              f"{', '.join(space.names)})")
+        raise BloomstackError(f"objective_weights: no dataset {', '.join(unknown)} (datasets: "
+                              f"{', '.join(space.names)})", keys=["objective_weights"])
     raw = np.array([config.objective_weights.get(n, 1.0) for n in space.names])
     if raw.sum() <= 0:
-        raise BloomstackError("--objective-weight: every dataset weighs 0; give at least one a positive weight")
+        raise BloomstackError("objective_weights: every dataset weighs 0; give at least one a positive weight",
+                              keys=["objective_weights"])
     return raw / raw.sum()
 
 

@@ -65,10 +65,11 @@ def run_array(dirs: list[Path], config: MixtureSearchConfig) -> None:
     durable.write_text(script, render(dirs, config, proxies_dir))
     script.chmod(0o755)
     if shutil.which("sbatch") is None:
-        raise BloomstackError(f"--slurm: no sbatch on PATH; run the search on a Slurm login node, or submit "
-                              f"{script} yourself and rerun the search without --slurm once it has ended")
+        raise BloomstackError(f"slurm: no sbatch on PATH; run the search on a Slurm login node, or submit "
+                              f"{script} yourself and rerun the search without slurm once it has ended",
+                              keys=["slurm"])
     proc = subprocess.run(["sbatch", "--wait", str(script)], capture_output=True, text=True, check=False)
     if proc.returncode != 0 and "Submitted batch job" not in proc.stdout:  # refused, not a failed task
         lines = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BloomstackError(f"--slurm: sbatch {script} failed (exit {proc.returncode}): "
+        raise BloomstackError(f"slurm: sbatch {script} failed (exit {proc.returncode}): "
                               f"{lines[-1] if lines else 'no output'}")

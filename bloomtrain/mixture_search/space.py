@@ -74,9 +74,9 @@ def search_space(config: MixtureSearchConfig) -> SearchSpace:
         mixture=config.prior_mixture, split=config.split, train_range=config.train_range,
         valid_range=config.valid_range, compat=config.compat, out_dir=config.out_dir))
     if spec.unmatched:
-        raise BloomstackError(f"--prior-mixture {config.prior_mixture}: no group for dataset(s) "
+        raise BloomstackError(f"prior_mixture {config.prior_mixture}: no group for dataset(s) "
                               f"{', '.join(spec.unmatched)}, so they have no prior weight; drop them or use "
-                              "--prior-alpha")
+                              "prior_alpha", keys=["prior_mixture", "prior_alpha"])
     names = [d.name for d in spec.datasets]
     tokens = {d.name: int(d.tokens or 0) for d in spec.datasets}
     lo = np.array([_bound(config.floor, n, 0.0) for n in names])
@@ -85,10 +85,10 @@ def search_space(config: MixtureSearchConfig) -> SearchSpace:
         hi = np.minimum(hi, [config.max_epochs * tokens[n] / config.token_budget for n in names])
         if hi.sum() < 1.0 - 1e-9:
             raise BloomstackError(
-                f"token budget {config.token_budget:,} (--budget) with at most {config.max_epochs:g} epochs per "
-                f"dataset (--max-epochs): the datasets hold {sum(tokens.values()):,} training tokens, so even every one "
+                f"token budget {config.token_budget:,} (token_budget) with at most {config.max_epochs:g} epochs per "
+                f"dataset (max_epochs): the datasets hold {sum(tokens.values()):,} training tokens, so even every one "
                 f"at its cap covers only {hi.sum():.1%} of the budget; lower the budget, raise max epochs or the cap, "
-                "or add data")
+                "or add data", keys=["token_budget", "max_epochs"])
     prior = constrain({d.name: d.weight for d in spec.datasets}, dict(zip(names, lo)), dict(zip(names, hi)))
     source = config.prior_mixture or f"tokens ** {config.prior_alpha:g}"
     vector = np.array([prior[n] for n in names])

@@ -103,7 +103,7 @@ def test_cli_override_and_errors(data_dir, tmp_path, capsys):
                      "--train-range", "0:0.9", "--out", str(out)]) == 2
     assert "give either split or train_range/valid_range" in capsys.readouterr().err
     assert cli.main(["blend", "--datasets-dir", str(data_dir), "--out", str(out)]) == 2
-    assert "token_budget is not set: give --budget" in capsys.readouterr().err
+    assert "--budget is not set: give --budget in tokens" in capsys.readouterr().err
     (tmp_path / "bad.yaml").write_text("seq_length: 8\ndatasets:\n  - {name: en, prefix: x, weight: -1}\n")
     with pytest.raises(BloomstackError, match=r"bad\.yaml:3: datasets\.0\.weight: Input should be greater than 0 "
                                               r"\(got -1\); fix: change datasets\.0\.weight: fraction of the blend"):

@@ -76,7 +76,7 @@ def test_strict_reruns_a_lenient_run_that_skipped_rejects(tmp_path):
 
 def test_an_output_directory_holding_an_input_is_refused_before_anything_is_written(tmp_path):
     shards = _shards(tmp_path)
-    with pytest.raises(BloomstackError, match=r"holds an input .*a\.txt.*choose an --out outside the inputs"):
+    with pytest.raises(BloomstackError, match=r"holds an input .*a\.txt.*choose an out_dir outside the inputs"):
         _Job(tmp_path / "in", shards)
     assert not (tmp_path / "in" / ".copy.lock").exists()
 
@@ -98,5 +98,5 @@ def test_one_writer_at_a_time_and_stray_temps_swept(tmp_path):
 
 def test_the_strict_message_names_file_line_and_fix():
     message = str(strict_error(Reject("empty_text", "/c/en.jsonl", 7, "")))
-    assert message == ("/c/en.jsonl:7: empty_text (no detail); fix or drop that row, or run without --strict to skip "
-                       "and count it")
+    assert message == ("/c/en.jsonl:7: empty_text (no detail); fix or drop that row, or turn strict off to skip "
+                       "and count it")  # the key: `bloomdata build` prints it as --strict

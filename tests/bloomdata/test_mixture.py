@@ -180,7 +180,7 @@ def test_mixture_with_budget_floor_and_errors(data_dir, tmp_path, capsys):
         tune_blend(BlendConfig(mixture=str(MIXTURE), datasets={"en": one}, train_range="0.6:1", out_dir=str(tmp_path)))
     out = str(tmp_path / "o")
     assert cli.main(["blend", "--mixture", str(MIXTURE), "--dataset", f"de={data_dir / 'de'}", "--out", out]) == 2
-    assert "none of the datasets (de) matches a group of" in capsys.readouterr().err
+    assert "no dataset name (de) matches a group of" in capsys.readouterr().err
     assert cli.main(["blend", "--mixture", str(MIXTURE), "--datasets-dir", str(data_dir), "--alpha", "0.5",
                      "--out", out]) == 2
     assert "--alpha does not apply with --mixture" in capsys.readouterr().err

@@ -230,7 +230,7 @@ def test_model_card_of_a_checkpoint_and_errors_that_name_the_fix(tmp_path, tiny_
     assert f"bloomtrain export {ckpt.resolve()} OUT_DIR" in body and (tmp_path / "card" / "languages.png").is_file()
 
     assert cli(["model-card", str(ckpt)]) == 2
-    assert "is a checkpoint: give --out PATH" in capsys.readouterr().err
+    assert "is a checkpoint: set --out (a file path) for its card" in capsys.readouterr().err
     assert cli(["model-card", str(tmp_path)]) == 2
     assert "neither an exported model (no provenance.json) nor a checkpoint directory" in capsys.readouterr().err
     # A record given on purpose that is not there: refused before anything is written

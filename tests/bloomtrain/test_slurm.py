@@ -81,9 +81,9 @@ def test_world_that_does_not_fit_is_refused(tr11_dir):
 
 def test_a_budget_past_the_time_limit_or_no_checkpoint_dir_is_refused(tr11_dir):
     # tr11's 5990 minutes in a 20 h job: Slurm would kill the trainer before it saves
-    with pytest.raises(BloomstackError, match="past the --time 20:00:00 limit"):
+    with pytest.raises(BloomstackError, match="past the time 20:00:00 limit"):
         main(["--config", str(CONFIG), "--nodes", "48", "--time", "20:00:00", "--workdir", str(tr11_dir)])
-    with pytest.raises(BloomstackError, match="set checkpoint.dir=PATH or --max-requeues 0"):
+    with pytest.raises(BloomstackError, match="set checkpoint.dir=PATH or max_requeues to 0"):
         main(["--config", str(TINY), "--nodes", "1", "--gpus-per-node", "2"])
     with pytest.raises(BloomstackError, match="'a b' is not a node name"):
         main(["--config", str(CONFIG), "--nodes", "48", "--exclude", "a b", "--workdir", str(tr11_dir)])

@@ -134,7 +134,7 @@ def test_sources_replace_the_validation_documents(prefect_harness, built, tmp_pa
 def test_a_user_error_fails_the_run_with_its_one_line_message(prefect_harness, built, tmp_path, case):
     if case == "model":
         cfg = _config(built, tmp_path / "eval", models=[str(tmp_path / "nowhere")])
-        expected = f"--model {tmp_path / 'nowhere'}: not a transformers model directory"
+        expected = f"{tmp_path / 'nowhere'}: not a transformers model directory"
     else:
         spec = (built / "blend" / "blend.yaml").read_text().replace(f"split: {SPLIT}", "split: 100,0,0")
         (tmp_path / "blend.yaml").write_text(spec)

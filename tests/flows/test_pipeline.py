@@ -84,7 +84,7 @@ def test_pipeline_fails_in_training_then_resumes_there(prefect_harness, tmp_path
     cfg.evaluate.reference_models = [str(tmp_path / "no-such-model")]
     state = bloom_pipeline(cfg, return_state=True)
     assert state.is_failed() and state.message == (
-        f"evaluate stage Failed: --model {tmp_path / 'no-such-model'}: not a transformers model directory (no "
+        f"evaluate stage Failed: {tmp_path / 'no-such-model'}: not a transformers model directory (no "
         "config.json); give a directory written by `bloomtrain export` or save_pretrained")
     assert not (tmp_path / "run" / "eval" / MARKER).exists()
     stamps |= {s: (tmp_path / "run" / s / MARKER).stat().st_mtime_ns for s in ("train", "hf")}
