@@ -124,128 +124,157 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
     work = shard_dir(out_dir, shard)
     shutil.rmtree(work, ignore_errors=True)  # stray temps or stale files of an earlier attempt
     os.makedirs(work, exist_ok=True)
-
-    quality = QualityFilter(config, closed, flagged)
-    hasher = MinHasher(config.near_dedup) if config.near_dedup.enabled else None
-    simhasher = SimHasher(config.simhash) if config.simhash.enabled else None
-    fingerprints: list[int] = []
-    templates = config.template_dedup
-    line_keys: tuple[list[int], list[int]] = ([], [])  # (hash, candidate) of long lines
-    counts: dict[str, LangCounts] = {}
-    rejects: Counter[str] = Counter()
-    examples = _Examples(config.max_removed_examples, config.max_example_chars)
-    writers: dict[str, LinesWriter] = {}
-    ids: dict[str, list[int]] = {}
-    lines: list[int] = []
-    sizes: list[int] = []
-    exact: list[tuple[int, int]] = []
-    band_keys: list[np.ndarray] = []
-    batch: list[np.ndarray] = []
-    names_of: dict[str | None, str] = {}
-    clock = dict.fromkeys(STEPS, 0.0)
+    state = _ShardFilter(config, closed, flagged, work)
     try:
+        state.read(shard)
+        state.publish()
+    except BaseException:
+        state.abort()
+        shutil.rmtree(work, ignore_errors=True)  # and the staged temps in it
+        raise
+    manifest = FilterManifest(
+        shard=shard.name, identity=durable.to_jsonable(identity), candidates=len(state.lines),
+        languages=dict(sorted(state.counts.items())), rejects=dict(sorted(state.rejects.items())),
+        examples=len(state.examples.lines), step_seconds={k: round(v, 4) for k, v in state.clock.items()},
+        seconds=round(time.perf_counter() - t_start, 3), cpu_seconds=round(time.process_time() - cpu_start, 3))
+    # the commit point: written after every file above is published
+    durable.write_marker(marker_path(out_dir, shard), key, manifest.model_dump(mode="json", exclude={"reused"}))
+    return manifest
+
+
+class _ShardFilter:
+    """One shard's stage 1 in progress: the steps, the counts, and what it keeps of each candidate (a
+    document that passed the filters, numbered in read order): its line, size, hashes and redacted text."""
+
+    def __init__(self, config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]],
+                 work: str):
+        self.config, self.work = config, work
+        self.quality = QualityFilter(config, closed, flagged)
+        self.hasher = MinHasher(config.near_dedup) if config.near_dedup.enabled else None
+        self.simhasher = SimHasher(config.simhash) if config.simhash.enabled else None
+        self.counts: dict[str, LangCounts] = {}
+        self.rejects: Counter[str] = Counter()
+        self.examples = _Examples(config.max_removed_examples, config.max_example_chars)
+        self.names_of: dict[str | None, str] = {}
+        self.clock = dict.fromkeys(STEPS, 0.0)  # seconds per step
+        # per candidate: its file line, its UTF-8 size, its number within its output file
+        self.lines: list[int] = []
+        self.sizes: list[int] = []
+        self.writers: dict[str, LinesWriter] = {}
+        self.ids: dict[str, list[int]] = {}
+        # the dedup keys of the candidates
+        self.exact: list[tuple[int, int]] = []
+        self.band_keys: list[np.ndarray] = []
+        self.batch: list[np.ndarray] = []  # shingles waiting for their MinHash batch
+        self.fingerprints: list[int] = []
+        self.line_keys: tuple[list[int], list[int]] = ([], [])  # (hash, candidate) of long lines
+
+    def read(self, shard: Shard) -> None:
+        clock = self.clock
         t0 = time.perf_counter()
         for item in read_shard_file_lines(shard):  # file lines, for byte ranges too
             t1 = time.perf_counter()
             clock["read"] += t1 - t0
             if isinstance(item, Reject):
-                if config.strict:
+                if self.config.strict:
                     raise strict_error(item)
-                rejects[item.reason] += 1
-                examples.add(item.reason, f"{item.path}:{item.line}", None, detail=item.detail)
-                t0 = time.perf_counter()
-                continue
-            lang = item.lang
-            name = names_of.get(lang)
-            if name is None:
-                name = names_of[lang] = output_name_of(lang)
-                counts[name] = LangCounts()
-            c = counts[name]
-            nbytes = len(item.text) if item.text.isascii() else len(item.text.encode("utf-8"))
-            c.documents_in += 1
-            c.bytes_in += nbytes
-            doc = quality.document(item.text, lang)
-            text = doc.text
-            t2 = time.perf_counter()
-            reason = quality.reason(doc)
-            t3 = time.perf_counter()
-            clock["normalize"] += t2 - t1
-            clock["filter"] += t3 - t2
-            if reason is not None:
-                c.remove(reason, nbytes)
-                examples.add(reason, f"{item.path}:{item.line}", lang, item.text)
-                t0 = time.perf_counter()
-                continue
-            redaction = redact(text, config.pii)
-            text = redaction.text
-            redacted = any(redaction[1:])
-            if redacted:
-                c.redacted(redaction)
-            t4 = time.perf_counter()
-            if config.exact_dedup.enabled:
-                exact.append(document_key(text, config.exact_dedup))
-            t5 = time.perf_counter()
-            if hasher is not None:
-                # the filters' word units serve when they are units of this text (default words, no PII)
-                same = not (redacted or doc.language.roots)
-                batch.append(hasher.shingles(doc.words if same else word_units(text)))
-                if len(batch) == BATCH:
-                    band_keys.append(hasher.band_keys(batch))
-                    batch.clear()
-            if simhasher is not None:
-                fingerprints.append(simhasher.fingerprint(text, lang))
-            if templates.enabled:
-                found = line_hashes(text, templates.min_line_chars)
-                line_keys[0].extend(found)
-                line_keys[1].extend([len(lines)] * len(found))
-            t6 = time.perf_counter()
-            line = json.dumps({"text": text, "lang": lang}, ensure_ascii=False).encode("utf-8") + b"\n"
-            writer = writers.get(name)
-            if writer is None:
-                writer = writers[name] = LinesWriter(os.path.join(work, f"{name}.jsonl.zst"))
-                ids[name] = []
-            ids[name].append(len(lines))
-            writer.write(line)
-            lines.append(item.line)
-            sizes.append(len(text) if text.isascii() else len(text.encode("utf-8")))  # isascii: O(1)
-            c.documents_kept += 1
-            c.bytes_kept += sizes[-1]
+                self.rejects[item.reason] += 1
+                self.examples.add(item.reason, f"{item.path}:{item.line}", None, detail=item.detail)
+            else:
+                self.document(item.text, item.lang, item.path, item.line)
             t0 = time.perf_counter()
-            clock["pii"] += t4 - t3
-            clock["exact_hash"] += t5 - t4
-            clock["minhash"] += t6 - t5
-            clock["write"] += t0 - t6
-        t5 = time.perf_counter()
-        if batch:
-            assert hasher is not None  # batches are only filled with a hasher
-            band_keys.append(hasher.band_keys(batch))
-        clock["minhash"] += time.perf_counter() - t5
+        if self.batch:
+            assert self.hasher is not None  # batches are only filled with a hasher
+            self.band_keys.append(self.hasher.band_keys(self.batch))
+        clock["minhash"] += time.perf_counter() - t0
+
+    def document(self, raw: str, lang: str | None, path: str, line: int) -> None:
+        """Normalize and filter one document; a candidate is redacted, hashed and written."""
+        clock = self.clock
+        t1 = time.perf_counter()
+        name = self.names_of.get(lang)
+        if name is None:
+            name = self.names_of[lang] = output_name_of(lang)
+            self.counts[name] = LangCounts()
+        c = self.counts[name]
+        nbytes = len(raw) if raw.isascii() else len(raw.encode("utf-8"))
+        c.documents_in += 1
+        c.bytes_in += nbytes
+        doc = self.quality.document(raw, lang)
+        t2 = time.perf_counter()
+        reason = self.quality.reason(doc)
+        t3 = time.perf_counter()
+        clock["normalize"] += t2 - t1
+        clock["filter"] += t3 - t2
+        if reason is not None:
+            c.remove(reason, nbytes)
+            self.examples.add(reason, f"{path}:{line}", lang, raw)
+            return
+        redaction = redact(doc.text, self.config.pii)
+        text = redaction.text
+        redacted = any(redaction[1:])
+        if redacted:
+            c.redacted(redaction)
+        clock["pii"] += time.perf_counter() - t3
+        # the filters' word units serve MinHash when they are units of this text (default words, no PII)
+        self.hash(text, lang, doc.words if not (redacted or doc.language.roots) else None)
         t6 = time.perf_counter()
-        n = len(lines)
-        arrays = {f"{name}.ids.npy": np.array(numbers, dtype=np.uint64) for name, numbers in ids.items()}
-        arrays["candidates.npy"] = np.array([lines, sizes], dtype=np.uint64).reshape(2, n)
-        arrays["exact.npy"] = _sorted_exact(exact)
-        arrays["minhash.npy"] = _sorted_bands(band_keys, n, config, hasher)
-        arrays["simhash.npy"] = _sorted_simhash(fingerprints, simhasher)
-        arrays[LINES_FILE] = sorted_lines(*line_keys)
-        others = [staged(os.path.join(work, f), functools.partial(np.save, arr=a, allow_pickle=False))
-                  for f, a in arrays.items()]
-        removed = "".join(f"{line}\n" for line in examples.lines).encode("utf-8")
-        others.append(staged(os.path.join(work, "removed.jsonl"), lambda out: out.write(removed)))
-        publish(list(writers.values()), others)
+        self.write(name, text, lang, line)
+        c.documents_kept += 1
+        c.bytes_kept += self.sizes[-1]
         clock["write"] += time.perf_counter() - t6
-    except BaseException:
-        abort(list(writers.values()))
-        shutil.rmtree(work, ignore_errors=True)  # and the staged temps in it
-        raise
-    manifest = FilterManifest(
-        shard=shard.name, identity=durable.to_jsonable(identity), candidates=n,
-        languages=dict(sorted(counts.items())), rejects=dict(sorted(rejects.items())),
-        examples=len(examples.lines), step_seconds={k: round(v, 4) for k, v in clock.items()},
-        seconds=round(time.perf_counter() - t_start, 3), cpu_seconds=round(time.process_time() - cpu_start, 3))
-    # the commit point: written after every file above is published
-    durable.write_marker(marker_path(out_dir, shard), key, manifest.model_dump(mode="json", exclude={"reused"}))
-    return manifest
+
+    def hash(self, text: str, lang: str | None, words: list[str] | None) -> None:
+        """The dedup keys of the next candidate; ``words``: its word units when the filters' apply."""
+        config = self.config
+        t4 = time.perf_counter()
+        if config.exact_dedup.enabled:
+            self.exact.append(document_key(text, config.exact_dedup))
+        t5 = time.perf_counter()
+        if self.hasher is not None:
+            self.batch.append(self.hasher.shingles(words if words is not None else word_units(text)))
+            if len(self.batch) == BATCH:
+                self.band_keys.append(self.hasher.band_keys(self.batch))
+                self.batch.clear()
+        if self.simhasher is not None:
+            self.fingerprints.append(self.simhasher.fingerprint(text, lang))
+        if config.template_dedup.enabled:
+            found = line_hashes(text, config.template_dedup.min_line_chars)
+            self.line_keys[0].extend(found)
+            self.line_keys[1].extend([len(self.lines)] * len(found))
+        self.clock["exact_hash"] += t5 - t4
+        self.clock["minhash"] += time.perf_counter() - t5
+
+    def write(self, name: str, text: str, lang: str | None, line: int) -> None:
+        record = json.dumps({"text": text, "lang": lang}, ensure_ascii=False).encode("utf-8") + b"\n"
+        writer = self.writers.get(name)
+        if writer is None:
+            writer = self.writers[name] = LinesWriter(os.path.join(self.work, f"{name}.jsonl.zst"))
+            self.ids[name] = []
+        self.ids[name].append(len(self.lines))
+        writer.write(record)
+        self.lines.append(line)
+        self.sizes.append(len(text) if text.isascii() else len(text.encode("utf-8")))  # isascii: O(1)
+
+    def publish(self) -> None:
+        """Every file of the shard (the module docstring), each published whole."""
+        t6 = time.perf_counter()
+        n = len(self.lines)
+        arrays = {f"{name}.ids.npy": np.array(numbers, dtype=np.uint64) for name, numbers in self.ids.items()}
+        arrays["candidates.npy"] = np.array([self.lines, self.sizes], dtype=np.uint64).reshape(2, n)
+        arrays["exact.npy"] = _sorted_exact(self.exact)
+        arrays["minhash.npy"] = _sorted_bands(self.band_keys, n, self.config, self.hasher)
+        arrays["simhash.npy"] = _sorted_simhash(self.fingerprints, self.simhasher)
+        arrays[LINES_FILE] = sorted_lines(*self.line_keys)
+        others = [staged(os.path.join(self.work, f), functools.partial(np.save, arr=a, allow_pickle=False))
+                  for f, a in arrays.items()]
+        removed = "".join(f"{line}\n" for line in self.examples.lines).encode("utf-8")
+        others.append(staged(os.path.join(self.work, "removed.jsonl"), lambda out: out.write(removed)))
+        publish(list(self.writers.values()), others)
+        self.clock["write"] += time.perf_counter() - t6
+
+    def abort(self) -> None:
+        abort(list(self.writers.values()))
 
 
 def _sorted_exact(keys: list[tuple[int, int]]) -> np.ndarray:
