@@ -137,32 +137,43 @@ def _pump(stream: IO[str], out: queue.Queue[object]) -> None:
     out.put(_EOF)
 
 
-def run_process(
-    cmd: Sequence[str],
-    *,
-    env: dict[str, str] | None = None,
-    cwd: str | Path | None = None,
-    on_line: Callable[[str], None] = print,
-    should_stop: Callable[[], bool] | None = None,
-    stop_check_s: float = 2.0,
-    timeout_s: float | None = None,
-    grace_s: float = 10.0,
-    tail_lines: int = 30,
-    log_file: str | Path | None = None,
-    on_start: Callable[[int], None] | None = None,
-    poll_s: float = 0.2,
-    on_interrupt: Callable[[], None] | None = None,
-) -> LaunchResult:
+@dataclass(frozen=True)
+class Watch:
+    """How ``run_process`` follows a job: where its lines go, when it is stopped, how long it may take."""
+
+    on_line: Callable[[str], None] = print
+    """Each output line (stdout and stderr merged), as it arrives."""
+    log_file: str | Path | None = None
+    """Append every line here too."""
+    tail_lines: int = 30
+    """Last lines kept for ``LaunchResult.describe``."""
+    should_stop: Callable[[], bool] | None = None
+    """Asked every ``stop_check_s`` seconds; True ends the run as "cancelled"."""
+    stop_check_s: float = 2.0
+    timeout_s: float | None = None
+    """Wall-clock limit; past it the run ends as "timeout"."""
+    grace_s: float = 10.0
+    """SIGTERM to SIGKILL of the process group."""
+    poll_s: float = 0.2
+    """How often the calling thread wakes without a line (the latency of a signal or a stop)."""
+    on_start: Callable[[int], None] | None = None
+    """Called with the job's pid (its process group)."""
+    on_interrupt: Callable[[], None] | None = None
+    """Runs first when an exception (Ctrl-C, SIGTERM) stops the caller, before the group is stopped."""
+
+
+def run_process(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: str | Path | None = None,
+                watch: Watch | None = None) -> LaunchResult:
     """Run ``cmd`` in its own process group, stream its output, and always leave no process behind.
 
-    ``env`` is merged over ``os.environ`` (plus ``PYTHONUNBUFFERED=1`` so Python ranks stream line by line).
-    ``should_stop`` is asked every ``stop_check_s`` seconds; True ends the run as "cancelled". The result
-    is returned for every ending; callers decide what is a failure (see ``LaunchResult.ok``). ``on_interrupt``
-    runs first when an exception (Ctrl-C, SIGTERM) stops the caller, before the group is stopped.
+    ``env`` is merged over ``os.environ`` (plus ``PYTHONUNBUFFERED=1`` so Python ranks stream line by line);
+    ``watch`` says where the lines go and when to stop. The result is returned for every ending; callers
+    decide what is a failure (see ``LaunchResult.ok``).
     """
+    watch = watch or Watch()
     cmd = [str(c) for c in cmd]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+    tail: collections.deque[str] = collections.deque(maxlen=watch.tail_lines)
     start = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -170,58 +181,63 @@ def run_process(
     )
     # An append-only log, not a durable file (bloomdata.durable): each line goes out as it arrives, so a
     # killed flow keeps everything up to its last line. Closed in the finally below.
-    log = open(log_file, "a", encoding="utf-8") if log_file else None
+    log = open(log_file, "a", encoding="utf-8") if (log_file := watch.log_file) else None
     lines: queue.Queue[object] = queue.Queue()  # str lines, then _EOF
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
     reader.start()
     reason = "exited"
     interrupted = True  # until the try block completes: an exception (e.g. TerminationSignal) is on its way
     try:
-        if on_start is not None:
-            on_start(proc.pid)
-        next_check = start + stop_check_s
-        eof = False
-        leader_gone = 0.0
-        while not eof:
-            try:
-                item = lines.get(timeout=poll_s)
-            except queue.Empty:
-                item = None
-            if item is _EOF:
-                eof = True
-            elif isinstance(item, str):
-                tail.append(item)
-                if log is not None:
-                    log.write(item + "\n")
-                on_line(item)
-            # Checked after every line too: a job that never stops printing must still be stoppable.
-            now = time.monotonic()
-            if item is None and proc.poll() is not None:
-                # The leader exited but something it forked still holds the pipe open: stop reading
-                # after a short drain; the finally below kills the leftovers.
-                leader_gone = leader_gone or now
-                if now - leader_gone > 1.0:
-                    break
-            if timeout_s is not None and now - start > timeout_s:
-                reason = "timeout"
-                break
-            if should_stop is not None and now >= next_check:
-                next_check = now + stop_check_s
-                if should_stop():
-                    reason = "cancelled"
-                    break
+        if watch.on_start is not None:
+            watch.on_start(proc.pid)
+        reason = _follow(proc, lines, watch, tail, log)
         if reason == "exited":
             proc.wait()
         interrupted = False
     finally:
         # Every way out (normal end, timeout, cancel, exceptions incl. Prefect's TerminationSignal) goes here.
-        if interrupted and on_interrupt is not None:
-            on_interrupt()
+        if interrupted and watch.on_interrupt is not None:
+            watch.on_interrupt()
         if proc.poll() is None or group_alive(proc.pid):
             why = "interrupted: the caller is stopping" if interrupted else reason if reason != "exited" else "leftovers"
-            on_line(f"[launch] terminating process group {proc.pid} ({why})")
-            kill_group(proc, grace_s)
+            watch.on_line(f"[launch] terminating process group {proc.pid} ({why})")
+            kill_group(proc, watch.grace_s)
         proc.wait()
         if log is not None:
             log.close()
-    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail), tail_lines)
+    return LaunchResult(cmd, proc.returncode, reason, time.monotonic() - start, list(tail), watch.tail_lines)
+
+
+def _follow(proc: subprocess.Popen[str], lines: queue.Queue[object], watch: Watch, tail: collections.deque[str],
+            log: IO[str] | None) -> str:
+    """Pass the job's lines on until its output ends ("exited"), its time is up ("timeout") or ``should_stop``
+    says so ("cancelled")."""
+    start = time.monotonic()
+    next_check = start + watch.stop_check_s
+    leader_gone = 0.0
+    while True:
+        try:
+            item = lines.get(timeout=watch.poll_s)
+        except queue.Empty:
+            item = None
+        if item is _EOF:
+            return "exited"
+        if isinstance(item, str):
+            tail.append(item)
+            if log is not None:
+                log.write(item + "\n")
+            watch.on_line(item)
+        # Checked after every line too: a job that never stops printing must still be stoppable.
+        now = time.monotonic()
+        if item is None and proc.poll() is not None:
+            # The leader exited but something it forked still holds the pipe open: stop reading
+            # after a short drain; the finally of run_process kills the leftovers.
+            leader_gone = leader_gone or now
+            if now - leader_gone > 1.0:
+                return "exited"
+        if watch.timeout_s is not None and now - start > watch.timeout_s:
+            return "timeout"
+        if watch.should_stop is not None and now >= next_check:
+            next_check = now + watch.stop_check_s
+            if watch.should_stop():
+                return "cancelled"

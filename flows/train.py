@@ -50,7 +50,7 @@ from bloomtrain.recovery import Decision, LaunchOutcome, after_launch
 from flows.config import TrainStageConfig
 from flows.failures import FlowEnded, user_errors
 from flows.interrupts import quiet_console, stage_interrupts
-from flows.launch import LaunchError, LaunchResult, run_process
+from flows.launch import LaunchError, LaunchResult, Watch, run_process
 from flows.launch_config import SBATCH_JOB_ID, LaunchConfig, build_command, launch_env
 from flows.report import plot_loss, training_markdown
 from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restarts
@@ -116,13 +116,13 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
         return _cancel_requested()
 
     log.info("launching: %s", " ".join(cmd))
-    result = run_process(cmd, env={**launch_env(launch), EXIT_DIR_ENV: exit_dir}, cwd=os.getcwd(), on_line=on_line,
-                         should_stop=should_stop, timeout_s=launch.timeout_s, grace_s=launch.grace_s,
-                         tail_lines=launch.tail_lines, log_file=run / "launch.log", on_interrupt=quiet_console,
-                         on_start=lambda pid: log.info("job process group %d", pid))
+    watch = Watch(on_line=on_line, should_stop=should_stop, timeout_s=launch.timeout_s, grace_s=launch.grace_s,
+                  tail_lines=launch.tail_lines, log_file=run / "launch.log", on_interrupt=quiet_console,
+                  on_start=lambda pid: log.info("job process group %d", pid))
+    result = run_process(cmd, env={**launch_env(launch), EXIT_DIR_ENV: exit_dir}, cwd=os.getcwd(), watch=watch)
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
-        run_process(["scancel", slurm_job[0]], on_line=log.warning)
+        run_process(["scancel", slurm_job[0]], watch=Watch(on_line=log.warning))
     if result.reason == "cancelled":
         raise LaunchCancelled(result.describe(), result)
     if not result.ok:

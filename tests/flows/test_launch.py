@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.launch import LaunchResult, group_alive, run_process
+from flows.launch import LaunchResult, Watch, group_alive, run_process
 from tests.flows.prefect_api import alive
 
 DUMMY = str(Path(__file__).with_name("dummy_job.py"))
@@ -26,7 +26,7 @@ def _pids(pidfile: Path) -> list[int]:
 def _run(tmp_path: Path, *args: str, **kw) -> tuple[LaunchResult, list[int], list[str]]:
     pidfile = tmp_path / "pids"
     seen: list[str] = []
-    res = run_process([sys.executable, DUMMY, "--pidfile", str(pidfile), *args], on_line=seen.append, **kw)
+    res = run_process([sys.executable, DUMMY, "--pidfile", str(pidfile), *args], watch=Watch(on_line=seen.append, **kw))
     return res, _pids(pidfile), seen
 
 
@@ -52,7 +52,7 @@ def test_cancel_kills_grandchildren(tmp_path):
     t0 = time.monotonic()
     res = run_process(
         [sys.executable, DUMMY, "--pidfile", str(pidfile), "--grandchildren", "2", "--hang"],
-        on_line=lambda _: None, should_stop=pidfile.exists, stop_check_s=0.2, grace_s=5,
+        watch=Watch(on_line=lambda _: None, should_stop=pidfile.exists, stop_check_s=0.2, grace_s=5),
     )
     pids = _pids(pidfile)
     assert res.reason == "cancelled" and not res.ok
@@ -92,14 +92,14 @@ def test_exception_in_the_caller_still_kills_the_group(tmp_path):
 
     with pytest.raises(_Terminated):
         run_process([sys.executable, DUMMY, "--pidfile", str(pidfile), "--grandchildren", "2", "--hang"],
-                    on_line=lambda _: None, should_stop=stop, stop_check_s=0.2, grace_s=5)
+                    watch=Watch(on_line=lambda _: None, should_stop=stop, stop_check_s=0.2, grace_s=5))
     assert not any(alive(p) for p in _pids(pidfile))
     assert os.path.exists(pidfile)
 
 
 def test_a_job_that_never_stops_printing_can_still_be_cancelled(tmp_path):
     flag = tmp_path / "stop"
-    res = run_process(["bash", "-c", "while true; do echo spam; done"], on_line=lambda _: None,
-                      should_stop=lambda: flag.exists() or flag.touch() or False, stop_check_s=0.5,
-                      timeout_s=30, grace_s=2)
+    res = run_process(["bash", "-c", "while true; do echo spam; done"],
+                      watch=Watch(on_line=lambda _: None, should_stop=lambda: flag.exists() or flag.touch() or False,
+                                  stop_check_s=0.5, timeout_s=30, grace_s=2))
     assert res.reason == "cancelled" and res.seconds < 10
