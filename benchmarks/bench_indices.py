@@ -53,7 +53,7 @@ import numpy as np
 from bloomdata import durable
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.blend import samples_per_dataset
-from bloomdata.megatron.gpt_samples import GPTSamples, build_gpt_indices, plan_epochs
+from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings, build_gpt_indices, plan_epochs
 from bloomdata.megatron.indexed import _write_index, data_file_path, index_file_path
 
 NAMES = ["document_index", "sample_index", "shuffle_index"]
@@ -88,7 +88,7 @@ def megatron_build(sizes: np.ndarray, documents: np.ndarray, seq_length: int, nu
 
 
 def ours_build(sizes, documents, seq_length, num_samples, seed):
-    arrays, _, times = build_gpt_indices(documents, sizes, seq_length, num_samples, seed, "core", "cpp")
+    arrays, _, times = build_gpt_indices(documents, sizes, num_samples, SampleSettings(seq_length, seed, "core", backend="cpp"))
     return arrays, times
 
 
@@ -185,7 +185,7 @@ def megatron_cached(prefix: str, seq_length: int, num_samples: int, seed: int, c
 def ours_cached(prefix: str, seq_length: int, num_samples: int, seed: int, cache_dir: str):
     """bloomdata's GPTSamples from the files, its cache in ``cache_dir`` (built and written when empty)."""
     t0 = time.perf_counter()
-    s = GPTSamples(prefix, seq_length, num_samples, seed, None, "train", cache_dir, "core", backend="cpp")
+    s = GPTSamples(prefix, num_samples, SampleSettings(seq_length, seed, "core", cache_dir, backend="cpp"))
     arrays = {name: getattr(s, name) for name in NAMES}
     return arrays, {"end_to_end": time.perf_counter() - t0}
 
@@ -257,9 +257,10 @@ def bench_cached(entries: int, epochs: int, seq_length: int, seed: int, runs: Ru
         check_load = digest_seconds(mapped, runs.repeat)  # mapped, as loaded (page cache warm)
         nbytes = sum(a.nbytes for a in ours.values())
         del ours, mapped
-    build_gpt_indices(np.arange(num_docs, dtype=np.int32), sizes, seq_length, num_samples, seed, "core", "cpp")
-    build = min(sum(build_gpt_indices(np.arange(num_docs, dtype=np.int32), sizes, seq_length, num_samples, seed,
-                                      "core", "cpp")[2].values()) for _ in range(max(1, runs.repeat)))
+    settings = SampleSettings(seq_length, seed, "core", backend="cpp")
+    build_gpt_indices(np.arange(num_docs, dtype=np.int32), sizes, num_samples, settings)
+    build = min(sum(build_gpt_indices(np.arange(num_docs, dtype=np.int32), sizes, num_samples, settings)[2].values())
+                for _ in range(max(1, runs.repeat)))
     build = min(build, t_ours["end_to_end"])  # the build alone is faster still: the share is never flattered
     print(f"  {'step':<22} {'megatron':>12} {'bloomdata':>12} {'ratio':>9}")
     print(row("cold: build + write", t_theirs["end_to_end"], t_ours["end_to_end"]))

@@ -15,6 +15,7 @@ from bloomdata.megatron.indexed import (
 # name -> module, imported on first attribute access (PEP 562) so `import bloomdata` stays cheap.
 _LAZY = {
     "GPTSamples": "bloomdata.megatron.gpt_samples",
+    "SampleSettings": "bloomdata.megatron.gpt_samples",
     "Blend": "bloomdata.megatron.blend",
 }
 
@@ -31,6 +32,7 @@ __all__ = [
     "BloomstackError",
     "Blend",
     "GPTSamples",
+    "SampleSettings",
     "IndexedDataset",
     "IndexedDatasetWriter",
     "best_fitting_dtype",

@@ -213,7 +213,7 @@ def _blend_spec(path: str, seq_length: int):
 
 def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSamples:
     """The fixed samples of ``data.valid_sets[name]`` (see ``ValidSetConfig`` for which)."""
-    from bloomdata.megatron.gpt_samples import GPTSamples  # noqa: PLC0415
+    from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings  # noqa: PLC0415
     from bloomdata.megatron.indexed import dataset_exists  # noqa: PLC0415
 
     seq = cfg.model.seq_length
@@ -241,8 +241,8 @@ def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSam
         if count == 0:  # a blend's dataset whose weight gets none of the samples
             continue
         try:
-            samples = GPTSamples(prefix, seq, None, 1234 if seed is None else seed, split, "valid",
-                                 cfg.data.cache_dir, cfg.data.compat)
+            settings = SampleSettings(seq, 1234 if seed is None else seed, cfg.data.compat, cfg.data.cache_dir)
+            samples = GPTSamples(prefix, None, settings, split, "valid")
         except BloomstackError as exc:
             raise BloomstackError(f"data.valid_sets.{name}: {exc}") from None
         chosen = spread_indices(samples, count)

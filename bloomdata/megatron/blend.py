@@ -30,7 +30,7 @@ import numpy as np
 
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
-from bloomdata.megatron.gpt_samples import GPTSamples
+from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings
 from bloomdata.megatron.index_cache import IndexCache
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import SPLIT_NAMES, WeightedSplit, check_compat, parse_weighted_split
@@ -198,27 +198,15 @@ def check_same_dtype(datasets: Sequence[IndexedDataset]) -> None:
         )
 
 
-def build_blend(
-    prefixes: Sequence[str],
-    weights: Sequence[float],
-    num_samples: int,
-    seq_length: int,
-    seed: int = 1234,
-    split: str | Sequence[str] | None = None,
-    split_name: str = "train",
-    cache_dir: str | os.PathLike | None = None,
-    compat: str = "core",
-    *,
-    tokenizer_id: str | None = None,
-    backend: str | None = None,
-) -> Blend:
+def build_blend(prefixes: Sequence[str], weights: Sequence[float], num_samples: int, settings: SampleSettings,
+                split: str | Sequence[str] | None = None, split_name: str = "train") -> Blend:
     """Open ``prefixes``, build each component with its builder-computed sample count, and blend them.
 
     ``split`` is one spec for every prefix (e.g. ``"949,50,1"``) or one per prefix (e.g. ``"0:0.95"``).
     Equal to megatron-core's ``BlendedMegatronDatasetBuilder`` (core) or to Megatron-DeepSpeed's
     ``build_dataset_group`` (bloom) for the same inputs.
     """
-    check_compat(compat)
+    compat = settings.compat
     if len(prefixes) != len(weights):
         raise BloomstackError(f"{len(prefixes)} prefixes but {len(weights)} weights; give one weight per prefix")
     weights = check_weights(weights, list(prefixes))
@@ -228,26 +216,17 @@ def build_blend(
     datasets = [IndexedDataset(p) for p in prefixes]
     check_same_dtype(datasets)
     targets, to_build = samples_per_dataset(weights, num_samples, compat)
-    components = [
-        GPTSamples(ds, seq_length, n, seed, sp, split_name, cache_dir, compat, tokenizer_id=tokenizer_id, backend=backend)
-        for ds, n, sp in zip(datasets, to_build, splits)
-    ]
+    components = [GPTSamples(ds, n, settings, sp, split_name) for ds, n, sp in zip(datasets, to_build, splits)]
+    cache_dir, backend = settings.cache_dir, settings.backend
     if compat == "core":
         return Blend(components, normalize(weights, "numpy"), sum(targets), "core", cache_dir=cache_dir, backend=backend)
     return Blend(components, normalize(weights, "python"), None, "bloom", cache_dir=cache_dir, backend=backend)
 
 
-def blend_from_weighted_split(
-    group: str | WeightedSplit,
-    num_samples: int,
-    seq_length: int,
-    seed: int = 1234,
-    cache_dir: str | os.PathLike | None = None,
-    compat: str = "bloom",
-    split_name: str | None = None,
-    **kwargs,
-) -> Blend:
-    """A blend from BLOOM's ``"train: 0.5 0:0.95 PREFIX_A, 0.5 0:0.95 PREFIX_B"`` syntax."""
+def blend_from_weighted_split(group: str | WeightedSplit, num_samples: int, settings: SampleSettings,
+                              split_name: str | None = None) -> Blend:
+    """A blend from BLOOM's ``"train: 0.5 0:0.95 PREFIX_A, 0.5 0:0.95 PREFIX_B"`` syntax (``compat="bloom"`` in
+    ``settings`` for BLOOM's arithmetic). ``split_name`` None: train/valid/test from the group's name."""
     if isinstance(group, str):
         group = parse_weighted_split(group)
     if split_name is None:
@@ -257,9 +236,7 @@ def blend_from_weighted_split(
                 f"weighted split group {group.name!r}: cannot tell train/valid/test from its name; pass split_name"
             )
     ranges = [f"{e.start}:{e.end}" for e in group.entries]
-    return build_blend(
-        group.prefixes, group.weights, num_samples, seq_length, seed, ranges, split_name, cache_dir, compat, **kwargs
-    )
+    return build_blend(group.prefixes, group.weights, num_samples, settings, ranges, split_name)
 
 
 def blend_from_spec(
@@ -270,11 +247,9 @@ def blend_from_spec(
     compat: str = "core",
     **kwargs,
 ) -> Blend:
-    """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``."""
+    """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``;
+    ``kwargs``: the other ``SampleSettings`` (tokenizer_id, backend)."""
     if spec.seq_length is None:
         raise BloomstackError("the blend YAML has no seq_length; set it (or tune the blend again with its seq_length set)")
-    split = spec.split_of(split_name)
-    seed = 1234 if spec.seed is None else spec.seed
-    return build_blend(
-        spec.prefixes, spec.weights, num_samples, spec.seq_length, seed, split, split_name, cache_dir, compat, **kwargs
-    )
+    settings = SampleSettings(spec.seq_length, 1234 if spec.seed is None else spec.seed, compat, cache_dir, **kwargs)
+    return build_blend(spec.prefixes, spec.weights, num_samples, settings, spec.split_of(split_name), split_name)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,27 @@ class EpochPlan:
     separate_final_epoch: bool
     num_samples_sans_final_epoch: int  # samples covered by the first E-1 epochs (when separate)
     total_samples: int  # rows of sample_index minus one: every full sample of the E epochs
+
+
+@dataclass(frozen=True)
+class SampleSettings:
+    """How samples are cut from a dataset, alike for every dataset of a blend: megatron-core's
+    ``GPTDatasetConfig`` (sequence length, seed, the reference arithmetic) plus where the indices are cached."""
+
+    seq_length: int  # tokens per sample, minus the one shared with the next
+    seed: int = 1234  # the RandomState(seed) of the document and sample shuffles
+    compat: str = "core"  # "core": megatron-core 0.16.1; "bloom": BigScience's Megatron-DeepSpeed
+    cache_dir: str | os.PathLike | None = None  # load the arrays from / save them to this directory
+    tokenizer_id: str | None = None  # any string naming the tokenizer: part of the cache key only
+    backend: str | None = None  # "cpp" or "numpy" (tests); None: the C++ helpers when built
+    verify_cache: bool = True  # check the digests of cached arrays on load
+
+    def __post_init__(self) -> None:
+        check_compat(self.compat)
+        if int(self.seq_length) < 1:
+            raise BloomstackError(f"seq_length must be >= 1, got {self.seq_length}")
+        if not 0 <= int(self.seed) < 2**32:
+            raise BloomstackError(f"seed must be in [0, 2**32), got {self.seed}")
 
 
 def plan_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int | None, compat: str) -> EpochPlan:
@@ -73,19 +95,14 @@ def sample_index_dtype(document_index_len: int, max_size: int, compat: str) -> n
 
 
 def build_gpt_indices(
-    documents: np.ndarray,
-    sizes: np.ndarray,
-    seq_length: int,
-    num_samples: int | None,
-    seed: int,
-    compat: str = "core",
-    backend: str | None = None,
+    documents: np.ndarray, sizes: np.ndarray, num_samples: int | None, settings: SampleSettings
 ) -> tuple[dict[str, np.ndarray], EpochPlan, dict[str, float]]:
     """The three arrays for ``documents`` (sequence ids) of a dataset with lengths ``sizes``.
 
-    Returns (arrays, plan, seconds per step). Pure: no files, no dataset object.
+    Returns (arrays, plan, seconds per step). Pure: no files, no dataset object (``settings.cache_dir`` unused).
     """
-    backend = index_builders.resolve_backend(backend)
+    seq_length, compat = int(settings.seq_length), settings.compat
+    backend = index_builders.resolve_backend(settings.backend)
     tokens = int(np.sum(sizes[documents], dtype=np.int64))
     if tokens == 0:
         raise BloomstackError("no tokens in the requested documents")
@@ -97,7 +114,7 @@ def build_gpt_indices(
         )
     times = {}
     t0 = time.perf_counter()
-    stream = index_builders.RandomStream(seed, backend)
+    stream = index_builders.RandomStream(int(settings.seed), backend)
     document_index, lengths = index_builders.build_document_index(
         documents, sizes, plan.num_epochs, plan.separate_final_epoch, stream
     )
@@ -132,82 +149,68 @@ class GPTSamples:
     """Samples of ``seq_length + 1`` tokens over one split of an IndexedDataset.
 
     ``split`` is None (all sequences), ``(begin, end)``, ``"START:END"`` fractions or a ``"949,50,1"``
-    vector (see ``bloomdata.megatron.splits``); ``split_name`` picks train/valid/test. With ``cache_dir`` the
-    arrays are loaded from / saved to that directory. ``tokenizer_id`` (any string naming the tokenizer)
-    is part of the cache key only. ``backend`` forces "cpp" or "numpy" (tests).
+    vector (see ``bloomdata.megatron.splits``); ``split_name`` picks train/valid/test; ``settings`` holds the
+    sequence length, seed, reference arithmetic and cache (``SampleSettings``). ``num_samples`` None: one epoch.
     """
 
-    def __init__(
-        self,
-        dataset: IndexedDataset | str | os.PathLike,
-        seq_length: int,
-        num_samples: int | None,
-        seed: int = 1234,
-        split: str | tuple[int, int] | None = None,
-        split_name: str = "train",
-        cache_dir: str | os.PathLike | None = None,
-        compat: str = "core",
-        *,
-        tokenizer_id: str | None = None,
-        backend: str | None = None,
-        verify_cache: bool = True,
-    ):
-        check_compat(compat)
+    def __init__(self, dataset: IndexedDataset | str | os.PathLike, num_samples: int | None,
+                 settings: SampleSettings, split: str | tuple[int, int] | None = None, split_name: str = "train"):
         split_position(split_name)
         if not isinstance(dataset, IndexedDataset):
             dataset = IndexedDataset(dataset)
-        if int(seq_length) < 1:
-            raise BloomstackError(f"seq_length must be >= 1, got {seq_length}")
         if num_samples is not None and int(num_samples) < 0:
             raise BloomstackError(f"num_samples must be >= 0 or None, got {num_samples}")
-        if not 0 <= int(seed) < 2**32:
-            raise BloomstackError(f"seed must be in [0, 2**32), got {seed}")
-        self.dataset = dataset
-        self.seq_length, self.seed, self.compat = int(seq_length), int(seed), compat
+        self.dataset, self.settings = dataset, settings
+        self.seq_length, self.seed, self.compat = int(settings.seq_length), int(settings.seed), settings.compat
         self.num_samples = None if num_samples is None else int(num_samples)
         self.split, self.split_name = split, split_name
-        self.document_range = split_range(split, split_name, len(dataset), compat)
+        self.document_range = split_range(split, split_name, len(dataset), self.compat)
+        self.plan = plan_epochs(self._tokens(), self.seq_length, self.num_samples, self.compat)
+        self.build_seconds: dict[str, float] = {}
+        if settings.cache_dir is None:
+            arrays, self.built = self._build(), True
+            self.cache = None
+        else:
+            self.cache = IndexCache(settings.cache_dir, "GPTSamples", split_name, self._description())
+            arrays, self.built = self.cache.load_or_build(ARRAY_NAMES, self._build, verify=settings.verify_cache)
+        self.document_index = arrays["document_index"]
+        self.sample_index = arrays["sample_index"]
+        self.shuffle_index = arrays["shuffle_index"]
+
+    def _tokens(self) -> int:
+        """The split's tokens; a split without documents, tokens or one whole sample is an error."""
         begin, end = self.document_range
-        where = f"{dataset.prefix} split {split_name!r} ({split!r} -> sequences [{begin}, {end}))"
+        where = f"{self.dataset.prefix} split {self.split_name!r} ({self.split!r} -> sequences [{begin}, {end}))"
         if end <= begin:
             raise BloomstackError(f"{where} holds no documents; change the split or use more data")
-        tokens = int(dataset.sizes[begin:end].sum(dtype=np.int64))
+        tokens = int(self.dataset.sizes[begin:end].sum(dtype=np.int64))
         if tokens == 0:
             raise BloomstackError(f"{where} holds no tokens (all its documents are empty)")
         if self.num_samples is None and tokens - 1 < self.seq_length:
             raise BloomstackError(f"{where} holds {tokens} tokens, fewer than one sample of {self.seq_length + 1}")
-        self.plan = plan_epochs(tokens, self.seq_length, self.num_samples, compat)
-        documents = np.arange(begin, end, dtype=np.int32)
+        return tokens
 
-        self.build_seconds: dict[str, float] = {}
+    def _build(self) -> dict[str, np.ndarray]:
+        documents = np.arange(*self.document_range, dtype=np.int32)
+        arrays, _, self.build_seconds = build_gpt_indices(
+            documents, np.asarray(self.dataset.sizes), self.num_samples, self.settings)
+        return arrays
 
-        def build() -> dict[str, np.ndarray]:
-            arrays, _, self.build_seconds = build_gpt_indices(
-                documents, np.asarray(dataset.sizes), self.seq_length, self.num_samples, self.seed, compat, backend
-            )
-            return arrays
-
-        if cache_dir is None:
-            arrays, self.built = build(), True
-            self.cache = None
-        else:
-            description = {
-                "dataset": _dataset_identity(dataset),
-                "document_range": [begin, end],
-                "split": list(split) if isinstance(split, tuple | list) else split,
-                "split_name": split_name,
-                "compat": compat,
-                "tokenizer": tokenizer_id,
-                "seed": self.seed,
-                "seq_length": self.seq_length,
-                "num_samples": self.num_samples,
-                "plan": asdict(self.plan),
-            }
-            self.cache = IndexCache(cache_dir, "GPTSamples", split_name, description)
-            arrays, self.built = self.cache.load_or_build(ARRAY_NAMES, build, verify=verify_cache)
-        self.document_index = arrays["document_index"]
-        self.sample_index = arrays["sample_index"]
-        self.shuffle_index = arrays["shuffle_index"]
+    def _description(self) -> dict[str, Any]:
+        """Everything that determines the arrays: the cache key."""
+        split = self.split
+        return {
+            "dataset": _dataset_identity(self.dataset),
+            "document_range": list(self.document_range),
+            "split": list(split) if isinstance(split, tuple | list) else split,
+            "split_name": self.split_name,
+            "compat": self.compat,
+            "tokenizer": self.settings.tokenizer_id,
+            "seed": self.seed,
+            "seq_length": self.seq_length,
+            "num_samples": self.num_samples,
+            "plan": asdict(self.plan),
+        }
 
     @property
     def prefix(self) -> str:

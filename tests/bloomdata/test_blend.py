@@ -10,7 +10,7 @@ import pytest
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.blend import Blend, blend_from_weighted_split, build_blend, samples_per_dataset
-from bloomdata.megatron.gpt_samples import GPTSamples
+from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings
 from tests.bloomdata.megatron_oracle import blended_build, megatron_tokens, write_dataset
 
 BACKENDS = ["numpy"] + (["cpp"] if index_builders.cpp_available() else [])
@@ -33,8 +33,8 @@ def test_build_blend_equals_megatron_builder(prefixes, weights, sizes, seed, seq
     theirs = blended_build(prefixes, weights, sizes, seed, seq_length, split)
     for i, name in enumerate(("train", "valid", "test")):
         for backend in BACKENDS:
-            ours = build_blend(prefixes, weights, sizes[i], seq_length, seed, split, name, compat="core",
-                               backend=backend)
+            ours = build_blend(prefixes, weights, sizes[i], SampleSettings(seq_length, seed, "core", backend=backend),
+                               split, name)
             ref = theirs[i]
             assert ours.dataset_index.dtype == ref.dataset_index.dtype == np.int16
             np.testing.assert_array_equal(ours.dataset_index, ref.dataset_index)
@@ -55,7 +55,7 @@ def test_blend_class_equals_blended_dataset_directly(prefixes):
 
     comps = [gpt_dataset(p, 0, 100, 300, 5, 16) for p in prefixes]
     theirs = BlendedDataset(comps, [5.0, 3.0, 2.0], 700, gpt_config(5, 16, split="1"))
-    ours = Blend([GPTSamples(p, 16, 300, 5, (0, 100)) for p in prefixes], [5.0, 3.0, 2.0], 700)
+    ours = Blend([GPTSamples(p, 300, SampleSettings(16, 5), (0, 100)) for p in prefixes], [5.0, 3.0, 2.0], 700)
     np.testing.assert_array_equal(ours.dataset_index, theirs.dataset_index)
     np.testing.assert_array_equal(ours.dataset_sample_index, theirs.dataset_sample_index)
 
@@ -81,7 +81,7 @@ def test_samples_per_dataset_bloom_formula():
 
 def test_bloom_blend_from_weighted_split(prefixes):
     text = f"train: 0.5 0:0.95 {prefixes[0]}, 0.3 0:0.95 {prefixes[1]}, 0.2 0:0.95 {prefixes[2]}"
-    blend = blend_from_weighted_split(text, 400, 16, seed=42, compat="bloom")
+    blend = blend_from_weighted_split(text, 400, SampleSettings(16, 42, "bloom"))
     assert blend.dataset_index.dtype == np.uint8
     assert len(blend) == sum(len(s) for s in blend.samples)  # BigScience: full lengths of the components
     assert [s.num_samples for s in blend.samples] == [math.ceil(400 * w * 1.005) for w in (0.5, 0.3, 0.2)]
@@ -92,7 +92,7 @@ def test_bloom_blend_from_weighted_split(prefixes):
 
 
 def test_oversampling_is_an_error(prefixes):
-    small = [GPTSamples(p, 16, 10, 1, (0, 20)) for p in prefixes]
+    small = [GPTSamples(p, 10, SampleSettings(16, 1), (0, 20)) for p in prefixes]
     with pytest.raises(BloomstackError, match="asks .* for"):
         Blend(small, [0.98, 0.01, 0.01], 10_000)
 
@@ -109,12 +109,12 @@ def test_oversampling_is_an_error(prefixes):
 )
 def test_bad_weights_name_the_culprit(prefixes, weights, message):
     with pytest.raises(BloomstackError, match=message):
-        build_blend(prefixes, weights, 100, 16, 1, "90,7,3")
+        build_blend(prefixes, weights, 100, SampleSettings(16, 1), "90,7,3")
 
 
 def test_mixed_dtypes_and_missing_prefix(prefixes, tmp_path):
     wide = write_dataset(tmp_path / "wide", num_docs=100, dtype=np.int32)
     with pytest.raises(BloomstackError, match="share one token dtype"):
-        build_blend([prefixes[0], wide], [1, 1], 100, 16, 1, "90,7,3")
+        build_blend([prefixes[0], wide], [1, 1], 100, SampleSettings(16, 1), "90,7,3")
     with pytest.raises(BloomstackError, match="missing_lang.idx"):
-        build_blend([prefixes[0], str(tmp_path / "missing_lang")], [1, 1], 100, 16, 1, "90,7,3")
+        build_blend([prefixes[0], str(tmp_path / "missing_lang")], [1, 1], 100, SampleSettings(16, 1), "90,7,3")

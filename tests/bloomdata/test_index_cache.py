@@ -15,7 +15,7 @@ import pytest
 
 from bloomdata import durable
 from bloomdata.megatron.blend import build_blend
-from bloomdata.megatron.gpt_samples import GPTSamples
+from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings
 from tests.bloomdata.megatron_oracle import write_dataset
 
 NAMES = ["document_index", "sample_index", "shuffle_index"]
@@ -27,8 +27,9 @@ def prefix(tmp_path_factory):
 
 
 def _samples(prefix, cache, **kw):
-    args = {"seq_length": 16, "num_samples": 2000, "seed": 5, "split": "90,8,2", "cache_dir": cache, **kw}
-    return GPTSamples(prefix, **args)
+    args = {"seq_length": 16, "seed": 5, "cache_dir": cache, **kw}
+    split, name, num_samples = args.pop("split", "90,8,2"), args.pop("split_name", "train"), args.pop("num_samples", 2000)
+    return GPTSamples(prefix, num_samples, SampleSettings(**args), split, name)
 
 
 def _assert_equal(a: GPTSamples, b: GPTSamples):
@@ -123,11 +124,11 @@ def test_stray_temp_files_of_a_dead_builder_are_removed(prefix, tmp_path):
 
 _WORKER = """
 import hashlib, json, sys, time
-from bloomdata.megatron.gpt_samples import GPTSamples
+from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings
 prefix, cache, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
 while time.time() < start:
     time.sleep(0.001)
-s = GPTSamples(prefix, 16, 200_000, 5, "90,8,2", "train", cache)
+s = GPTSamples(prefix, 200_000, SampleSettings(16, 5, cache_dir=cache), "90,8,2", "train")
 digest = hashlib.sha256(b"".join(getattr(s, n).tobytes() for n in ("document_index", "sample_index", "shuffle_index")))
 print(json.dumps({"built": s.built, "sha": digest.hexdigest()}))
 """
@@ -153,10 +154,10 @@ def test_eight_processes_build_once_and_agree(prefix, tmp_path):
 def test_blend_cache_roundtrip(tmp_path):
     prefixes = [write_dataset(tmp_path / f"l{k}", num_docs=120, seed=k) for k in range(2)]
     cache = tmp_path / "cache"
-    first = build_blend(prefixes, [0.7, 0.3], 500, 16, 1, "90,8,2", cache_dir=cache)
-    second = build_blend(prefixes, [0.7, 0.3], 500, 16, 1, "90,8,2", cache_dir=cache)
+    first = build_blend(prefixes, [0.7, 0.3], 500, SampleSettings(16, 1, cache_dir=cache), "90,8,2")
+    second = build_blend(prefixes, [0.7, 0.3], 500, SampleSettings(16, 1, cache_dir=cache), "90,8,2")
     assert first.built and not second.built and not any(s.built for s in second.samples)
     np.testing.assert_array_equal(first.dataset_index, second.dataset_index)
     np.testing.assert_array_equal(first.dataset_sample_index, second.dataset_sample_index)
-    third = build_blend(prefixes, [0.6, 0.4], 500, 16, 1, "90,8,2", cache_dir=cache)
+    third = build_blend(prefixes, [0.6, 0.4], 500, SampleSettings(16, 1, cache_dir=cache), "90,8,2")
     assert third.built

@@ -12,7 +12,7 @@ import pytest
 
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
-from bloomdata.megatron.gpt_samples import GPTSamples, plan_epochs
+from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings, plan_epochs
 from tests.bloomdata.megatron_oracle import gpt_dataset, megatron_tokens, write_dataset
 
 BACKENDS = ["numpy"] + (["cpp"] if index_builders.cpp_available() else [])
@@ -57,7 +57,7 @@ def test_core_matches_megatron_grid(prefix, seed, seq_length, doc_range):
     for case, n in _sample_counts(tokens, seq_length).items():
         theirs = gpt_dataset(prefix, *doc_range, n, seed, seq_length)
         for backend in BACKENDS:
-            ours = GPTSamples(ds, seq_length, n, seed, doc_range, compat="core", backend=backend)
+            ours = GPTSamples(ds, n, SampleSettings(seq_length, seed, "core", backend=backend), doc_range)
             _assert_same(ours, theirs)
         separations.add((ours.plan.num_epochs > 1, ours.plan.separate_final_epoch))
         assert len(ours[0]) == seq_length + 1, case
@@ -67,7 +67,7 @@ def test_core_matches_megatron_grid(prefix, seed, seq_length, doc_range):
 
 def test_core_split_names_and_valid_split(prefix):
     theirs = gpt_dataset(prefix, 100, 200, 500, 9, 16, split="valid")
-    ours = GPTSamples(prefix, 16, 500, 9, (100, 200), "valid", compat="core")
+    ours = GPTSamples(prefix, 500, SampleSettings(16, 9, "core"), (100, 200), "valid")
     _assert_same(ours, theirs)
 
 
@@ -75,7 +75,7 @@ def test_empty_documents_are_skipped_like_megatron(tmp_path):
     prefix = write_dataset(tmp_path / "holes", num_docs=120, seed=5, empty_every=4)
     theirs = gpt_dataset(prefix, 1, 120, 400, 11, 12)
     for backend in BACKENDS:
-        _assert_same(GPTSamples(prefix, 12, 400, 11, (1, 120), backend=backend), theirs)
+        _assert_same(GPTSamples(prefix, 400, SampleSettings(12, 11, backend=backend), (1, 120)), theirs)
 
 
 def _bloom_reference(sizes, documents, num_samples, seq_length, seed):
@@ -132,14 +132,14 @@ def test_bloom_mode_uses_the_095_cutoff(prefix, backend):
     tokens = int(ds.sizes.sum())
     per_epoch = (tokens - 1) // seq_length
     n = per_epoch + int(0.9 * per_epoch)  # last epoch at 90%: separate under 0.95, joint under 0.80
-    bloom = GPTSamples(ds, seq_length, n, seed, compat="bloom", backend=backend)
+    bloom = GPTSamples(ds, n, SampleSettings(seq_length, seed, "bloom", backend=backend))
     doc, sample, shuffle, separate = _bloom_reference(np.asarray(ds.sizes), np.arange(300, dtype=np.int32), n,
                                                       seq_length, seed)
     assert separate and bloom.plan.separate_final_epoch
     for ours, ref in zip((bloom.document_index, bloom.sample_index, bloom.shuffle_index), (doc, sample, shuffle)):
         assert ours.dtype == ref.dtype
         np.testing.assert_array_equal(ours, ref)
-    core = GPTSamples(ds, seq_length, n, seed, compat="core", backend=backend)
+    core = GPTSamples(ds, n, SampleSettings(seq_length, seed, "core", backend=backend))
     assert not core.plan.separate_final_epoch
     assert not np.array_equal(core.document_index, bloom.document_index)
 
@@ -151,9 +151,9 @@ def test_plan_epochs_counts():
 
 
 def test_bloom_split_syntax_range(prefix):
-    ours = GPTSamples(prefix, 16, 100, 1, "0:0.95", compat="bloom")
+    ours = GPTSamples(prefix, 100, SampleSettings(16, 1, "bloom"), "0:0.95")
     assert ours.document_range == (0, 285)
-    valid = GPTSamples(prefix, 16, 10, 1, "0.95:1.0", "valid", compat="bloom")
+    valid = GPTSamples(prefix, 10, SampleSettings(16, 1, "bloom"), "0.95:1.0", "valid")
     assert valid.document_range == (285, 300)
 
 
@@ -170,17 +170,18 @@ def test_bloom_split_syntax_range(prefix):
     ],
 )
 def test_bad_input_raises(prefix, kwargs, message):
-    args = {"dataset": prefix, "seq_length": 16, "num_samples": 10, "seed": 1, **kwargs}
+    settings = {"seq_length": 16, "seed": 1, **{k: v for k, v in kwargs.items() if k in ("seq_length", "seed", "compat")}}
+    rest = {"num_samples": 10, **{k: v for k, v in kwargs.items() if k in ("num_samples", "split", "split_name")}}
     with pytest.raises(BloomstackError, match=message):
-        GPTSamples(**args)
+        GPTSamples(prefix, settings=SampleSettings(**settings), **rest)
 
 
 def test_split_without_tokens_raises_instead_of_looping(tmp_path):
     prefix = write_dataset(tmp_path / "holes", num_docs=40, seed=1, empty_every=1)  # every sequence empty
     with pytest.raises(BloomstackError, match="holds no tokens"):
-        GPTSamples(prefix, 4, 10, 1, (10, 20))
+        GPTSamples(prefix, 10, SampleSettings(4, 1), (10, 20))
 
 
 def test_missing_prefix_names_the_file(tmp_path):
     with pytest.raises(BloomstackError, match="nothing_here.idx"):
-        GPTSamples(str(tmp_path / "nothing_here"), 16, 10, 1)
+        GPTSamples(str(tmp_path / "nothing_here"), 10, SampleSettings(16, 1))
