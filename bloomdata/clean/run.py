@@ -78,9 +78,9 @@ def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[
     return dedup.join(item[0], out_dir, shard_dirs, item[1], hamming_distance)
 
 
-def _write_item(item: tuple[Shard, int, FilterManifest, str], post=None, **kw) -> WriteManifest:
+def _write_item(item: tuple[Shard, int, FilterManifest, str], settings: write.WriteSettings, post=None) -> WriteManifest:
     shard, index, filtered, key = item
-    return write.write_shard(shard, index, filtered=filtered, key=key, post=post() if post else None, **kw)
+    return write.write_shard(shard, index, filtered, key, settings, post() if post else None)
 
 
 def _template_item(item: tuple[dedup.JoinTask, str], **kw):
@@ -192,9 +192,9 @@ class CleanJob(ShardedJob[CleanSummary]):
         config, shards, t0 = self.config, self.plan.shards, time.perf_counter()
         items = [(s, i, m, write.write_key(k, d, i, config.output_format))
                  for i, (s, m, k, d) in enumerate(zip(shards, manifests, self.keys, digests))]
-        step = functools.partial(_write_item, post=post, out_dir=self.plan.out_dir, shard_names=[s.name for s in shards],
-                                 output_format=config.output_format, max_examples=config.max_removed_examples,
-                                 max_chars=config.max_example_chars)
+        settings = write.WriteSettings(self.plan.out_dir, [s.name for s in shards], config.output_format,
+                                       config.max_removed_examples, config.max_example_chars)
+        step = functools.partial(_write_item, settings=settings, post=post)
         written = self.plan.where.map("write", step, items)
         self.stage_seconds["write"] = time.perf_counter() - t0
         return written

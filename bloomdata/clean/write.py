@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -96,76 +97,103 @@ class TemplateRemoval:
         return line, len(text.encode("utf-8")), None
 
 
-def write_shard(shard: Shard, index: int, out_dir: str, filtered: FilterManifest, key: str,
-                shard_names: list[str], output_format: str, max_examples: int, max_chars: int,
+@dataclass(frozen=True)
+class WriteSettings:
+    """What stage 4 of every shard shares: where parts go, their format, the removed examples kept."""
+
+    out_dir: str
+    shard_names: list[str]  # plan order: a near duplicate names its survivor's shard by plan index
+    output_format: str
+    max_examples: int  # removed documents kept as examples, per reason
+    max_chars: int  # characters of an example's text
+
+
+def write_shard(shard: Shard, index: int, filtered: FilterManifest, key: str, settings: WriteSettings,
                 post: TemplateRemoval | None = None) -> WriteManifest:
     """Stage 4 of one shard (see the module docstring); idempotent."""
     t0 = time.perf_counter()
+    out_dir = settings.out_dir
     manifest = load_marker(out_dir, shard, key)
     if manifest is not None:
         return manifest.model_copy(update={"reused": True})
-    work = os.path.join(out_dir, WORK_DIR, "filter", shard.name)
-    removals = np.load(resolve_path(out_dir, shard))
-    gone = {int(c): (int(r), int(s)) for c, r, s in zip(*removals)}
-    lines, sizes = np.load(os.path.join(work, "candidates.npy")).tolist()
-    removed: dict[str, LangCounts] = {}
-    taken: Counter[str] = Counter()
-    examples: list[str] = []
-    parts: dict[str, PartStats] = {}
-    writers: list[LinesWriter] = []
+    state = _ShardWriter(shard, index, settings, post)
     try:
         for name in filtered.languages:
-            if not os.path.isfile(os.path.join(work, f"{name}.ids.npy")):
-                continue  # no candidates in this language
-            ids = np.load(os.path.join(work, f"{name}.ids.npy")).tolist()
-            target = part_name(name, index, shard, output_format)
-            os.makedirs(os.path.dirname(os.path.join(out_dir, target)), exist_ok=True)
-            writer = LinesWriter(os.path.join(out_dir, target), parquet=output_format == "parquet")
-            kept_bytes = 0
-            for line, cid in zip(read_lines(os.path.join(work, f"{name}.jsonl.zst")), ids, strict=True):
-                if cid not in gone:
-                    line, size, reason = (line, sizes[cid], None) if post is None else post.apply(line)
-                    if reason is None:
-                        writer.write(line)
-                        kept_bytes += size
-                        continue
-                    removed.setdefault(name, LangCounts()).remove(reason, sizes[cid])
-                    if taken[reason] < max_examples:
-                        taken[reason] += 1
-                        record = json.loads(line)
-                        examples.append(json.dumps({
-                            "reason": reason, "where": f"{shard.path}:{lines[cid]}", "lang": record["lang"],
-                            "text": record["text"][:max_chars], "truncated": len(record["text"]) > max_chars},
-                            ensure_ascii=False))
-                    continue
-                code, survivor = gone[cid]
-                reason = REASON_OF.get(code, NEAR_REASON)
-                removed.setdefault(name, LangCounts()).remove(reason, sizes[cid])
-                if taken[reason] < max_examples:
-                    taken[reason] += 1
-                    record = json.loads(line)
-                    where = f"{shard.path}:{lines[cid]}"
-                    s, c = survivor >> SHARD_BITS, survivor & ((1 << SHARD_BITS) - 1)
-                    examples.append(json.dumps({
-                        "reason": reason, "where": where, "lang": record["lang"], "text": record["text"][:max_chars],
-                        "truncated": len(record["text"]) > max_chars,
-                        "duplicate_of": {"shard": shard_names[s], "candidate": c}}, ensure_ascii=False))
-            if writer.lines:
-                writers.append(writer)
-                parts[name] = PartStats(file=target, documents=writer.lines, bytes=kept_bytes, file_bytes=0)
-            else:
-                writer.abort()
-        os.makedirs(os.path.join(write_dir(out_dir), shard.name), exist_ok=True)
-        text = "".join(f"{e}\n" for e in examples).encode("utf-8")
-        publish(writers, [staged(os.path.join(write_dir(out_dir), shard.name, "removed.jsonl"),
-                                 lambda out: out.write(text))])
+            state.language(name)
+        state.publish()
     except BaseException:
-        abort(writers)
+        abort(state.writers)
         raise
-    for part in parts.values():
+    for part in state.parts.values():
         part.file_bytes = os.path.getsize(os.path.join(out_dir, part.file))
-    manifest = WriteManifest(shard=shard.name, parts=parts, removed=dict(sorted(removed.items())),
-                             examples=len(examples), seconds=round(time.perf_counter() - t0, 3))
+    manifest = WriteManifest(shard=shard.name, parts=state.parts, removed=dict(sorted(state.removed.items())),
+                             examples=len(state.examples), seconds=round(time.perf_counter() - t0, 3))
     durable.write_marker(os.path.join(write_dir(out_dir), f"{shard.name}.done.json"), key,
                          manifest.model_dump(mode="json", exclude={"reused"}))
     return manifest
+
+
+class _ShardWriter:
+    """One shard's stage 4 in progress: its candidates, the removals of stage 3, the parts written and the
+    removed documents (counts per language and reason, the first examples of each reason)."""
+
+    def __init__(self, shard: Shard, index: int, settings: WriteSettings, post: TemplateRemoval | None):
+        self.shard, self.index, self.settings, self.post = shard, index, settings, post
+        self.work = os.path.join(settings.out_dir, WORK_DIR, "filter", shard.name)
+        removals = np.load(resolve_path(settings.out_dir, shard))
+        self.gone = {int(c): (int(r), int(s)) for c, r, s in zip(*removals)}  # candidate -> (code, survivor)
+        self.lines, self.sizes = np.load(os.path.join(self.work, "candidates.npy")).tolist()
+        self.removed: dict[str, LangCounts] = {}
+        self.taken: Counter[str] = Counter()
+        self.examples: list[str] = []
+        self.parts: dict[str, PartStats] = {}
+        self.writers: list[LinesWriter] = []
+
+    def language(self, name: str) -> None:
+        """The part of language ``name``: its candidates that stage 3 and the template removal kept."""
+        ids_file = os.path.join(self.work, f"{name}.ids.npy")
+        if not os.path.isfile(ids_file):
+            return  # no candidates in this language
+        ids = np.load(ids_file).tolist()
+        out_dir, output_format = self.settings.out_dir, self.settings.output_format
+        target = part_name(name, self.index, self.shard, output_format)
+        os.makedirs(os.path.dirname(os.path.join(out_dir, target)), exist_ok=True)
+        writer = LinesWriter(os.path.join(out_dir, target), parquet=output_format == "parquet")
+        kept_bytes = 0
+        for line, cid in zip(read_lines(os.path.join(self.work, f"{name}.jsonl.zst")), ids, strict=True):
+            if cid in self.gone:
+                code, survivor = self.gone[cid]
+                self.remove(name, REASON_OF.get(code, NEAR_REASON), line, cid, survivor)
+                continue
+            line, size, reason = (line, self.sizes[cid], None) if self.post is None else self.post.apply(line)
+            if reason is None:
+                writer.write(line)
+                kept_bytes += size
+            else:
+                self.remove(name, reason, line, cid)
+        if writer.lines:
+            self.writers.append(writer)
+            self.parts[name] = PartStats(file=target, documents=writer.lines, bytes=kept_bytes, file_bytes=0)
+        else:
+            writer.abort()
+
+    def remove(self, name: str, reason: str, line: bytes, cid: int, survivor: int | None = None) -> None:
+        """Count candidate ``cid`` of language ``name`` as removed; keep it as an example while there is room."""
+        self.removed.setdefault(name, LangCounts()).remove(reason, self.sizes[cid])
+        if self.taken[reason] >= self.settings.max_examples:
+            return
+        self.taken[reason] += 1
+        record = json.loads(line)
+        max_chars = self.settings.max_chars
+        example = {"reason": reason, "where": f"{self.shard.path}:{self.lines[cid]}", "lang": record["lang"],
+                   "text": record["text"][:max_chars], "truncated": len(record["text"]) > max_chars}
+        if survivor is not None:
+            s, c = survivor >> SHARD_BITS, survivor & ((1 << SHARD_BITS) - 1)
+            example["duplicate_of"] = {"shard": self.settings.shard_names[s], "candidate": c}
+        self.examples.append(json.dumps(example, ensure_ascii=False))
+
+    def publish(self) -> None:
+        folder = os.path.join(write_dir(self.settings.out_dir), self.shard.name)
+        os.makedirs(folder, exist_ok=True)
+        text = "".join(f"{e}\n" for e in self.examples).encode("utf-8")
+        publish(self.writers, [staged(os.path.join(folder, "removed.jsonl"), lambda out: out.write(text))])
