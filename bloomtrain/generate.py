@@ -9,6 +9,7 @@ never picks the padded vocabulary rows beyond the tokenizer's size.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -49,39 +50,42 @@ def _filter_logits(logits: torch.Tensor, top_k: int | None, top_p: float | None)
     return logits
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """How ``generate`` picks each next token (transformers' GenerationConfig, the part we use)."""
+
+    max_new_tokens: int = 32
+    greedy: bool = False  # argmax; else a draw from the filtered, tempered distribution
+    temperature: float = 1.0
+    top_k: int | None = None  # keep the k most likely tokens
+    top_p: float | None = None  # keep the most likely tokens holding this much probability
+    eos_token_id: int | None = None  # a row that produced it keeps emitting it; all rows done: stop
+    vocab_limit: int | None = None  # embedding rows past the tokenizer's vocabulary are never drawn
+
+
 @torch.no_grad()
-def generate(
-    model: BloomModel,
-    input_ids: torch.Tensor,
-    *,
-    attention_mask: torch.Tensor | None = None,
-    max_new_tokens: int = 32,
-    greedy: bool = False,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    eos_token_id: int | None = None,
-    vocab_limit: int | None = None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
+def generate(model: BloomModel, input_ids: torch.Tensor, sampling: Sampling | None = None, *,
+             attention_mask: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """Extend ``input_ids`` ``[b, s]`` (left-padded when ``attention_mask`` has zeros) -> ``[b, s + n]``.
 
-    Rows that produced ``eos_token_id`` keep emitting it; stops early when every row has.
+    Rows that produced ``sampling.eos_token_id`` keep emitting it; stops early when every row has.
     """
+    s = sampling or Sampling()
+    eos_token_id = s.eos_token_id
     if model.state.tp_size != 1:
         raise ValueError("generate runs an unsharded model (tp_size 1)")
     cache = model.new_cache()
     tokens, step_input = input_ids, input_ids
     mask = attention_mask
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool)
-    for _ in range(max_new_tokens):
+    for _ in range(s.max_new_tokens):
         logits = model(step_input, mask, cache=cache)[:, -1].float()  # [b, V]
-        if vocab_limit is not None:
-            logits[:, vocab_limit:] = float("-inf")
-        if greedy:
+        if s.vocab_limit is not None:
+            logits[:, s.vocab_limit:] = float("-inf")
+        if s.greedy:
             next_ids = logits.argmax(dim=-1)
         else:
-            logits = _filter_logits(logits / max(temperature, 1e-6), top_k, top_p)
+            logits = _filter_logits(logits / max(s.temperature, 1e-6), s.top_k, s.top_p)
             next_ids = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator).squeeze(-1)
         if eos_token_id is not None:
             next_ids = next_ids.masked_fill(done, eos_token_id)

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
     import torch  # noqa: PLC0415
     from tokenizers import Tokenizer  # noqa: PLC0415
 
-    from bloomtrain.generate import generate, load_model  # noqa: PLC0415
+    from bloomtrain.generate import Sampling, generate, load_model  # noqa: PLC0415
 
     tok_path = Path(config.tokenizer or config.model) / "tokenizer.json"
     if not tok_path.is_file():
@@ -56,9 +56,9 @@ def main(argv: list[str]) -> int:
     pad = tokenizer.token_to_id("<pad>") or 0
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])  # left padding
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-    out = generate(model, ids, attention_mask=mask, max_new_tokens=config.max_new_tokens, greedy=config.greedy,
-                   temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, eos_token_id=eos,
-                   vocab_limit=tokenizer.get_vocab_size(), generator=torch.Generator().manual_seed(config.seed))
+    sampling = Sampling(max_new_tokens=config.max_new_tokens, greedy=config.greedy, temperature=config.temperature,
+                        top_k=config.top_k, top_p=config.top_p, eos_token_id=eos, vocab_limit=tokenizer.get_vocab_size())
+    out = generate(model, ids, sampling, attention_mask=mask, generator=torch.Generator().manual_seed(config.seed))
     for prompt, row in zip(config.prompts, out[:, width:].tolist()):
         if eos is not None and eos in row:
             row = row[: row.index(eos)]

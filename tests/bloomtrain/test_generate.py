@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from bloomtrain.cli import main as cli
-from bloomtrain.generate import _filter_logits, generate, load_model
+from bloomtrain.generate import Sampling, _filter_logits, generate, load_model
 
 
 def _saved_hf(tmp_path, hf_bloom, tokenizer_dir):
@@ -25,7 +25,7 @@ def test_greedy_equals_transformers_generate(tmp_path, hf_bloom, tiny_tokenizer_
     ids[1, :3] = 3
     expected = hf.generate(ids, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=3,
                            eos_token_id=None)
-    got = generate(ours, ids, attention_mask=mask, max_new_tokens=10, greedy=True)
+    got = generate(ours, ids, Sampling(max_new_tokens=10, greedy=True), attention_mask=mask)
     assert torch.equal(got, expected)
 
 
@@ -44,7 +44,7 @@ def test_sampling_is_seeded_and_stays_in_top_k(tmp_path, hf_bloom, tiny_tokenize
     ids = torch.randint(4, 250, (3, 5), generator=torch.Generator().manual_seed(1))
 
     def sample(seed):
-        return generate(model, ids, max_new_tokens=8, top_k=3, temperature=2.0,
+        return generate(model, ids, Sampling(max_new_tokens=8, top_k=3, temperature=2.0),
                         generator=torch.Generator().manual_seed(seed))
 
     out = sample(5)
@@ -53,8 +53,8 @@ def test_sampling_is_seeded_and_stays_in_top_k(tmp_path, hf_bloom, tiny_tokenize
         logits = model(out[:, :-1])[:, 4:]  # the distribution each new token was drawn from
     top3 = logits.topk(3, dim=-1).indices
     assert (top3 == out[:, 5:, None]).any(-1).all()
-    greedy = generate(model, ids, max_new_tokens=8, greedy=True)
-    assert torch.equal(generate(model, ids, max_new_tokens=8, top_k=1, generator=torch.Generator()), greedy)
+    greedy = generate(model, ids, Sampling(max_new_tokens=8, greedy=True))
+    assert torch.equal(generate(model, ids, Sampling(max_new_tokens=8, top_k=1), generator=torch.Generator()), greedy)
 
 
 def test_cli_generates_from_checkpoint_and_export(tmp_path, hf_bloom, tiny_tokenizer_dir, capsys):
