@@ -200,16 +200,25 @@ class _Layer:
         return self.name
 
 
+@dataclass(frozen=True)
+class FlagValues:
+    """Values from a command line's flags, and how to name them: the flag that set each key, and the flag
+    that sets any key (for the fix of a missing or wrong value)."""
+
+    values: Mapping
+    flags: Mapping[Key, str] = field(default_factory=dict)
+    flag_of: Callable[[Key], str | None] | None = None
+
+
 def load_config(model: type[M], path: str | Path | None = None, *, defaults: BaseModel | Mapping | None = None,
-                values: Mapping | None = None, flags: Mapping[Key, str] | None = None,
-                overrides: Sequence[str] = (), origin: str = "config",
-                flag_of: Callable[[Key], str | None] | None = None) -> M:
+                values: Mapping | FlagValues | None = None, overrides: Sequence[str] = (),
+                origin: str = "config") -> M:
     """``model`` from ``defaults`` <- the YAML file at ``path`` <- ``values`` <- ``overrides``, validated.
 
-    ``flags`` names the flag that set each key of ``values`` (when they came from a command line);
-    ``flag_of`` gives the flag that sets a key, for the fix of a missing or wrong value; ``origin`` names
-    the values when no file or flag did (``"command line"``, ``"parameters"``).
+    ``values``: a partial dict (a deployment's parameters), or ``FlagValues`` from a command line;
+    ``origin`` names the values when no file or flag did (``"command line"``, ``"parameters"``).
     """
+    given = values if isinstance(values, FlagValues) else FlagValues(values or {})
     layers: list[_Layer] = []
     if defaults is not None:
         data = defaults.model_dump() if isinstance(defaults, BaseModel) else dict(defaults)
@@ -217,8 +226,8 @@ def load_config(model: type[M], path: str | Path | None = None, *, defaults: Bas
     if path is not None:
         data, lines = read_yaml(path)
         layers.append(_Layer(data, str(path), lines=lines))
-    if values:
-        layers.append(_Layer(dict(values), origin, flags=dict(flags or {})))
+    if given.values:
+        layers.append(_Layer(dict(given.values), origin, flags=dict(given.flags)))
     tree: dict = {}
     for layer in layers:
         tree = merge(tree, layer.data)
@@ -234,7 +243,7 @@ def load_config(model: type[M], path: str | Path | None = None, *, defaults: Bas
     try:
         return model.model_validate(tree)
     except ValidationError as exc:
-        raise BloomstackError(format_error(model, exc, layers, fallback, flag_of)) from None
+        raise BloomstackError(format_error(model, exc, layers, fallback, given.flag_of)) from None
     except BloomstackError as exc:  # raised inside a validator of a nested model: name where it was set
         raise BloomstackError(f"{fallback}: {exc}") from None
 

@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.exit_record import ENDED_ON_PURPOSE, Attempt, ExitRecord, attempts, read_attempt
 
@@ -250,7 +250,7 @@ def after_launch(out: LaunchOutcome) -> Decision:
 
 def parser() -> ConfigParser[LaunchOutcome]:
     return ConfigParser(LaunchOutcome, "python -m bloomtrain.recovery",
-                        "decide after a launch: print one line; exit 0/1/2 to stop, 75 to requeue", config_file=False)
+                        "decide after a launch: print one line; exit 0/1/2 to stop, 75 to requeue", sources=FLAGS_ONLY)
 
 
 def main(argv: list[str] | None = None) -> int:

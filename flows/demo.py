@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config import cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
@@ -49,7 +49,7 @@ class DemoConfig(BaseModel):
 
 
 def parser() -> ConfigParser[DemoConfig]:
-    return ConfigParser(DemoConfig, "python -m flows.demo", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(DemoConfig, "python -m flows.demo", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def corpus_sources(sources: list[SourceConfig]) -> list[SourceConfig]:

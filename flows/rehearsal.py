@@ -32,7 +32,7 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata import durable
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.mixture.spec import BlendSpec
@@ -211,7 +211,7 @@ def rehearsal_flow(config: RehearsalConfig = RehearsalConfig()) -> RehearsalResu
 
 
 def parser() -> ConfigParser[RehearsalConfig]:
-    return ConfigParser(RehearsalConfig, "python -m flows.rehearsal", __doc__.split("\n\n")[0], config_file=False,
+    return ConfigParser(RehearsalConfig, "python -m flows.rehearsal", __doc__.split("\n\n")[0], sources=FLAGS_ONLY,
                         nested=True)
 
 

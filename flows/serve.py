@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.errors import BloomstackError
 
 DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
@@ -61,7 +61,7 @@ class ServeConfig(BaseModel):
 
 
 def parser() -> ConfigParser[ServeConfig]:
-    return ConfigParser(ServeConfig, "python -m flows.serve", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(ServeConfig, "python -m flows.serve", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,11 +21,12 @@ import json
 import sys
 
 from bloomdata.clean import PRESETS, CleanConfig, format_summary, run_clean
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import ConfigParser, Sources
 
 
 def parser() -> ConfigParser[CleanConfig]:
-    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True, overrides=True, presets=PRESETS)
+    p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True,
+                     sources=Sources(overrides=True, presets=PRESETS))
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     return p
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 
@@ -76,7 +76,7 @@ class DemoConfig(BaseModel):
 
 
 def parser() -> ConfigParser[DemoConfig]:
-    return ConfigParser(DemoConfig, "python -m bloomdata.cli.demo", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(DemoConfig, "python -m bloomdata.cli.demo", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.megatron.indexed import CODE_OF_DTYPE, IndexedDataset, data_file_path, index_file_path
 
@@ -111,7 +111,7 @@ class InspectConfig(BaseModel):
 
 
 def parser() -> ConfigParser[InspectConfig]:
-    p = ConfigParser(InspectConfig, "bloomdata inspect", __doc__.split("\n\n")[0], config_file=False)
+    p = ConfigParser(InspectConfig, "bloomdata inspect", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
     return p
 

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from bloomdata.config import Key, load_config
+from bloomdata.config import FlagValues, Key, load_config
 from bloomdata.errors import BloomstackError
 
 M = TypeVar("M", bound=BaseModel)
@@ -115,58 +115,66 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], *, nest
         dotted = ".".join(map(str, key)) if shared_of is None else name
         flags = meta.get("flags") or [f"--{dotted.replace('_', '-')}"]
         dest = "field:" + ".".join(map(str, key))
-        metavar = meta.get("metavar")
-        origin, args = typing.get_origin(tp), typing.get_args(tp)
+        metavar = meta.get("metavar") or name.upper()
+        args = typing.get_args(tp)
         if meta.get("positional"):
-            required = info.is_required()
-            many = origin in (list, tuple)
-            parser.add_argument(dest, nargs="*" if many else None if required else "?", help=_help(info),
-                                metavar=metavar or name.upper(), default=argparse.SUPPRESS)
+            many = typing.get_origin(tp) in (list, tuple)
+            nargs = "*" if many else None if info.is_required() else "?"
+            parser.add_argument(dest, nargs=nargs, help=_help(info), metavar=metavar, default=argparse.SUPPRESS)
             options.append(Option(key, [], dest, "list" if many else "value"))
             continue
-        kind = "shared" if shared_of is not None else "value"
         kw: dict[str, Any] = {"dest": dest, "default": argparse.SUPPRESS, "help": _help(info)}
         if tp is bool:
-            parser.add_argument(*flags, action=argparse.BooleanOptionalAction, **kw)
-            for off in meta.get("off", []):
-                parser.add_argument(off, dest=dest, action="store_false", default=argparse.SUPPRESS,
-                                    help=f"same as --no-{flags[0].removeprefix('--')}")
-            options.append(Option(key, flags, dest, "bool" if kind == "value" else kind, items_key=shared_of or (),
-                                  off=list(meta.get("off", []))))
-            continue
-        if _is_model(tp):
+            options.append(_switch(parser, Option(key, flags, dest, "bool" if shared_of is None else "shared",
+                                                  items_key=shared_of or (), off=list(meta.get("off", []))), kw))
+        elif _is_model(tp):
             if nested and shared_of is None:
                 options += add_options(parser, tp, nested=True, prefix=key)
-            continue
-        kw["metavar"] = metavar or name.upper()
-        if origin is Literal:
-            kw["choices"] = [str(a) for a in args]
-            kw["metavar"] = metavar or "{" + ",".join(kw["choices"]) + "}"
-        elif origin is list and args and _is_model(args[0]):
-            kw["action"] = "append"
-            parser.add_argument(*flags, **kw)
+        elif typing.get_origin(tp) is list and args and _is_model(args[0]):
+            parser.add_argument(*flags, action="append", metavar=metavar, **kw)
             options.append(Option(key, flags, dest, "items", item_model=args[0]))
             options += add_options(parser, args[0], prefix=key, shared_of=key)
-            continue
-        elif origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
-            kw["action"] = "append" if origin is not tuple else "extend"
-            if origin is tuple:
-                kw["nargs"] = "+"
-            kind = "list"
-        elif origin is tuple:
-            kw["nargs"] = len(args)
-            kind = "list"
-        elif origin is dict:
-            kw.update(action="append", metavar=metavar or "NAME=VALUE")
-            kind = "pairs"
-        elif origin in (typing.Union, types.UnionType) and any(typing.get_origin(a) is dict for a in args):
-            kw.update(action="extend", nargs="+", metavar=metavar or "V|NAME=V")
-            kind = "number_or_pairs"
-        elif _is_model_union(tp):
-            continue  # sections set in YAML only
-        parser.add_argument(*flags, **kw)
-        options.append(Option(key, flags, dest, kind, items_key=shared_of or ()))
+        elif (kind := _value_kind(tp, kw, meta.get("metavar"), metavar)) is not None:
+            parser.add_argument(*flags, **kw)
+            kind = "shared" if kind == "value" and shared_of is not None else kind
+            options.append(Option(key, flags, dest, kind, items_key=shared_of or ()))
     return options
+
+
+def _switch(parser: argparse.ArgumentParser, option: Option, kw: dict[str, Any]) -> Option:
+    """A bool field: ``--flag/--no-flag``, plus its extra ``off`` spellings."""
+    parser.add_argument(*option.flags, action=argparse.BooleanOptionalAction, **kw)
+    for off in option.off:
+        parser.add_argument(off, dest=option.dest, action="store_false", default=argparse.SUPPRESS,
+                            help=f"same as --no-{option.flags[0].removeprefix('--')}")
+    return option
+
+
+def _value_kind(tp: Any, kw: dict[str, Any], metavar: str | None, default_metavar: str) -> str | None:
+    """How a value field's strings parse (sets argparse's action, nargs, choices and metavar in ``kw``):
+    value, list, pairs or number_or_pairs; None for a section set in YAML only."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    kw["metavar"] = metavar or default_metavar
+    if origin is Literal:
+        kw["choices"] = [str(a) for a in args]
+        kw["metavar"] = metavar or "{" + ",".join(kw["choices"]) + "}"
+    elif origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
+        kw["action"] = "append" if origin is not tuple else "extend"
+        if origin is tuple:
+            kw["nargs"] = "+"
+        return "list"
+    elif origin is tuple:
+        kw["nargs"] = len(args)
+        return "list"
+    elif origin is dict:
+        kw.update(action="append", metavar=metavar or "NAME=VALUE")
+        return "pairs"
+    elif origin in (typing.Union, types.UnionType) and any(typing.get_origin(a) is dict for a in args):
+        kw.update(action="extend", nargs="+", metavar=metavar or "V|NAME=V")
+        return "number_or_pairs"
+    elif _is_model_union(tp):
+        return None  # sections set in YAML only
+    return "value"
 
 
 def _is_model_union(tp: Any) -> bool:
@@ -236,6 +244,19 @@ def values_from(namespace: argparse.Namespace, options: Sequence[Option]) -> tup
     return values, flags
 
 
+@dataclass(frozen=True)
+class Sources:
+    """Where a command's config may come from besides its generated flags (each a hand-declared option)."""
+
+    file: bool = True  # --config FILE
+    file_required: bool = False
+    overrides: bool = False  # KEY=VALUE positionals, on top of everything
+    presets: dict[str, Any] = field(default_factory=dict)  # --preset NAME: a shipped config file by name
+
+
+FLAGS_ONLY = Sources(file=False)
+
+
 class ConfigParser(Generic[M]):
     """An argparse parser generated from ``model``, plus ``--config FILE`` and ``key=value`` overrides.
 
@@ -243,24 +264,22 @@ class ConfigParser(Generic[M]):
     through ``bloomdata.config.load_config``) and the namespace, for hand-declared output switches.
     """
 
-    def __init__(self, model: type[M], prog: str, description: str | None = None, *, config_file: bool = True,
-                 config_required: bool = False, overrides: bool = False, nested: bool = False,
-                 defaults: BaseModel | None = None, presets: dict[str, Any] | None = None):
-        self.model, self.defaults = model, defaults
+    def __init__(self, model: type[M], prog: str, description: str | None = None, *, sources: Sources = Sources(),
+                 nested: bool = False):
+        self.model = model
         self.parser = argparse.ArgumentParser(prog=prog, description=(description or "").replace("``", "`"),
                                               formatter_class=argparse.RawDescriptionHelpFormatter)
         self.options = add_options(self.parser, model, nested=nested)
         self.hand_declared: list[str] = []
-        if config_file:
-            self.add_argument("--config", metavar="FILE", required=config_required,
+        if sources.file:
+            self.add_argument("--config", metavar="FILE", required=sources.file_required,
                               help=f"YAML file holding a {model.__name__} (flags and overrides go on top of it)")
-        self.presets = presets or {}
+        self.presets = sources.presets
         if self.presets:
             self.add_argument("--preset", choices=sorted(self.presets),
                               help="a shipped config file by name, in place of --config (" + ", ".join(
                                   f"{name}: {path}" for name, path in sorted(self.presets.items())) + ")")
-        self.overrides = overrides
-        if overrides:
+        if sources.overrides:
             self.parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                                      help="dotted overrides on top of everything, values parsed as YAML "
                                           "(e.g. optim.lr=1e-4 schedule.rampup_batch_size=[32,32,1000])")
@@ -298,7 +317,7 @@ class ConfigParser(Generic[M]):
             if path is not None:
                 raise BloomstackError(f"--preset {preset} and --config {path}: give one (a preset is a config file)")
             path = self.presets[preset]
-        config = load_config(self.model, path, defaults=self.defaults, values=values,
-                             flags=flags, overrides=getattr(args, "overrides", None) or (),
-                             origin="command line", flag_of=self.flag_of)
+        given = FlagValues(values, flags=flags, flag_of=self.flag_of)
+        config = load_config(self.model, path, values=given, overrides=getattr(args, "overrides", None) or (),
+                             origin="command line")
         return config, args

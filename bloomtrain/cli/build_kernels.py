@@ -7,7 +7,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config import cli_option
 from bloomdata.errors import BloomstackError
 
@@ -22,7 +22,7 @@ class KernelBuildConfig(BaseModel):
 
 
 def parser() -> ConfigParser[KernelBuildConfig]:
-    return ConfigParser(KernelBuildConfig, "bloomtrain build-kernels", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(KernelBuildConfig, "bloomtrain build-kernels", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str]) -> int:

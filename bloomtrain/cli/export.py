@@ -4,12 +4,12 @@ records (``bloomtrain.export.run_export``; flags from ``ExportConfig``)."""
 
 from __future__ import annotations
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomtrain.config import ExportConfig
 
 
 def parser() -> ConfigParser[ExportConfig]:
-    return ConfigParser(ExportConfig, "bloomtrain export", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(ExportConfig, "bloomtrain export", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str]) -> int:

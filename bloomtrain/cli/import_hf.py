@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config import cli_option
 from bloomtrain.cli import torch_dtype
 from bloomtrain.config import Dtype
@@ -26,7 +26,7 @@ class ImportConfig(BaseModel):
 
 
 def parser() -> ConfigParser[ImportConfig]:
-    return ConfigParser(ImportConfig, "bloomtrain import", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(ImportConfig, "bloomtrain import", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str]) -> int:

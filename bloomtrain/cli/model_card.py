@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomtrain.config import ModelCardConfig
 
 
 def parser() -> ConfigParser[ModelCardConfig]:
-    return ConfigParser(ModelCardConfig, "bloomtrain model-card", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(ModelCardConfig, "bloomtrain model-card", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str]) -> int:

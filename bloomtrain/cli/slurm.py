@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 from bloomdata import durable
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomtrain.slurm import SlurmConfig, render
 
 
 def parser() -> ConfigParser[SlurmConfig]:
     # --config is SlurmConfig's own field here (the training YAML), not a file of SlurmConfig
-    return ConfigParser(SlurmConfig, "bloomtrain slurm", __doc__.split("\n\n")[0], config_file=False)
+    return ConfigParser(SlurmConfig, "bloomtrain slurm", __doc__.split("\n\n")[0], sources=FLAGS_ONLY)
 
 
 def main(argv: list[str]) -> int:

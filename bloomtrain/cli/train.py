@@ -22,7 +22,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-from bloomdata.cli.options import ConfigParser
+from bloomdata.cli.options import ConfigParser, Sources
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig
@@ -32,8 +32,8 @@ from bloomtrain.launcher import die_with_agent
 
 
 def parser() -> ConfigParser[TrainConfig]:
-    return ConfigParser(TrainConfig, "bloomtrain train", __doc__.split("\n\n")[0], config_required=True,
-                        overrides=True, nested=True)
+    return ConfigParser(TrainConfig, "bloomtrain train", __doc__.split("\n\n")[0], nested=True,
+                        sources=Sources(file_required=True, overrides=True))
 
 
 def warn_shared_store() -> None:

@@ -8,8 +8,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from bloomdata.cli.options import ConfigParser
-from bloomdata.config import cli_option, complete, derive, load_config, merge, read_yaml
+from bloomdata.cli.options import ConfigParser, Sources
+from bloomdata.config import FlagValues, cli_option, complete, derive, load_config, merge, read_yaml
 from bloomdata.errors import BloomstackError
 
 
@@ -104,11 +104,11 @@ def test_the_same_format_for_flags_overrides_defaults_and_missing_values(tmp_pat
     # the highest layer that set the key is named: here the override, not the file's line 2
     msg = _error(path=path, overrides=["steps=0"])
     assert msg.startswith("override steps=0: steps: Input should be greater than or equal to 1 (got 0); fix: ")
-    msg = _error(values={"name": "a", "steps": "many"}, flags={("steps",): "--steps"}, origin="command line",
-                 flag_of=lambda key: "--" + key[-1])
+    msg = _error(values=FlagValues({"name": "a", "steps": "many"}, flags={("steps",): "--steps"},
+                                   flag_of=lambda key: "--" + key[-1]), origin="command line")
     assert msg == ("--steps: steps: Input should be a valid integer, unable to parse string as an integer "
                    "(got 'many'); fix: change --steps (or steps in the config file): optimizer steps")
-    assert _error(values={}, origin="command line", flag_of=lambda key: "--" + key[-1]) == \
+    assert _error(values=FlagValues({}, flag_of=lambda key: "--" + key[-1]), origin="command line") == \
         "command line: name: Field required; fix: set --name (or name in the config file): what the run is called"
     # a model validator's message, located at the section the file set
     msg = _error(path=path, overrides=["mode=exact", "steps=500"])
@@ -135,7 +135,7 @@ def test_yaml_and_file_errors_are_one_line_with_the_line(tmp_path):
 
 
 def test_generated_flags_feed_the_same_loader(tmp_path, capsys):
-    parser = ConfigParser(Run, "run", nested=True, overrides=True)
+    parser = ConfigParser(Run, "run", nested=True, sources=Sources(overrides=True))
     path = _yaml(tmp_path, "name: file\nsteps: 5\noptim:\n  lr: 0.5\n")
     cfg, _ = parser.parse(["--config", str(path), "--out", "o", "--optim.betas", "0.1", "0.2", "--mode", "exact",
                            "--steps", "7", "optim.lr=0.25"])
