@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -69,14 +70,22 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend=get_accelerator().communication_backend_name())
 
 
-def default_callbacks(cfg: TrainConfig, valid_data: Samples | None, rank: int, world: int,
-                      valid_sets: Sequence[ValidSamples] = (), *, precision: PrecisionChoice | None = None,
-                      user: Sequence[Callback] = ()) -> list[Callback]:
+@dataclass(frozen=True)
+class Validation:
+    """What a run evaluates on: the overall validation samples (None: none) and the named validation sets."""
+
+    data: Samples | None = None
+    sets: Sequence[ValidSamples] = ()
+
+
+def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world: int, *,
+                      precision: PrecisionChoice | None = None, user: Sequence[Callback] = ()) -> list[Callback]:
     """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
     evaluate (the overall validation set, then each named one), enforce the skip limit (save, raise), agree on
     stop requests, the ``user`` callbacks (the config's), save on the interval; the final save (end of the
     schedule, or a stop) is the checkpoint callback's ``post_train``. Saving comes after every other hook of
     the iteration, so each callback's saved state is the state after the iteration it names."""
+    valid_data, valid_sets = validation.data, validation.sets
     byte_lengths = np.zeros(0, dtype=np.int64)
     if valid_sets:
         from bloomdata.tokenizer.bpe import load_tokenizer  # noqa: PLC0415
@@ -137,8 +146,8 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
         valid_sets = build_valid_sets(cfg)
     checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
     return Trainer(cfg, module, state, train_data, checkpointer,
-                   [*default_callbacks(cfg, valid_data, rank, world, list(valid_sets.values()), precision=precision,
-                                       user=user), *callbacks])
+                   [*default_callbacks(cfg, Validation(valid_data, list(valid_sets.values())), rank, world,
+                                       precision=precision, user=user), *callbacks])
 
 
 def run(cfg: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:

@@ -18,7 +18,7 @@ from bloomtrain.evaluation.config import EvaluateConfig
 from bloomtrain.evaluation.inputs import EvalDocuments, read_documents
 from bloomtrain.evaluation.models import CausalLM, load_causal_lm
 from bloomtrain.evaluation.report import DataSummary, EvalReport, ModelResult, Score, write_report
-from bloomtrain.evaluation.scoring import Scorer, score_documents
+from bloomtrain.evaluation.scoring import Scorer, Sliding, score_documents
 
 ENCODE_BATCH = 1000  # documents per tokenizer call
 
@@ -45,7 +45,7 @@ def score_model(lm: CausalLM, docs: EvalDocuments, *, context: int, stride: int,
     ids = encode(lm.tokenizer, texts)
     with tqdm(total=sum(len(i) for i in ids), unit="tok", desc=f"evaluate {lm.name}", file=sys.stderr,
               disable=not progress, dynamic_ncols=True) as bar:
-        nll, tokens = score_documents(Scorer(lm.model), ids, lm.start_id, context=context, stride=stride,
+        nll, tokens = score_documents(Scorer(lm.model), ids, lm.start_id, Sliding(context, stride),
                                       batch_size=batch_size, progress=bar)
     nbytes = np.array([len(t.encode("utf-8")) for t in texts], dtype=np.int64)
     languages: dict[str, Score] = {}
@@ -78,10 +78,10 @@ def run_evaluation(config: EvaluateConfig) -> EvalReport:
         models[lm.name] = score_model(lm, docs, context=config.context, stride=config.window_stride,
                                       batch_size=config.batch_size, progress=config.progress)
         if config.tasks:
-            from bloomtrain.evaluation.tasks import run_tasks  # noqa: PLC0415 - lm-eval only when asked
+            from bloomtrain.evaluation.tasks import TaskOptions, run_tasks  # noqa: PLC0415 - lm-eval only when asked
 
-            metrics, splits = run_tasks(lm, config.tasks, task_paths=config.task_paths, limit=config.task_limit,
-                                        batch_size=config.batch_size, max_length=config.context)
+            options = TaskOptions(config.task_paths, config.task_limit, config.batch_size, max_length=config.context)
+            metrics, splits = run_tasks(lm, config.tasks, options)
             for task, values in metrics.items():
                 tasks.setdefault(task, {})[lm.name] = values
             task_splits.update(splits)

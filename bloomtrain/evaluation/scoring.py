@@ -189,10 +189,18 @@ class Scorer:
         return nll, tokens
 
 
-def score_documents(scorer: Scorer, docs: Sequence[Sequence[int]], start_id: int, *, context: int, stride: int,
-                    batch_size: int = 8, progress=None) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class Sliding:
+    """How a long document is scored: windows of ``context`` tokens at most, advancing ``stride`` tokens."""
+
+    context: int
+    stride: int
+
+
+def score_documents(scorer: Scorer, docs: Sequence[Sequence[int]], start_id: int, sliding: Sliding, *,
+                    batch_size: int = 8, progress: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """Per document: (summed NLL of its tokens [n] float64, its token count [n]) under the module's convention."""
-    windows = windows_for_documents(docs, start_id, context, stride)
+    windows = windows_for_documents(docs, start_id, sliding.context, sliding.stride)
     return scorer.score(windows, len(docs), batch_size=batch_size, progress=progress)
 
 

@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bloomdata.errors import BloomstackError
@@ -110,18 +111,29 @@ def _data_error(manager, tasks: Sequence[str]) -> BloomstackError | None:
     return None
 
 
-def evaluate_tasks(lm: CausalLM, tasks: Sequence[str], *, task_paths: Sequence[str] = (), limit: int | None = None,
-                   batch_size: int = 8, max_length: int | None = None, log_samples: bool = False) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TaskOptions:
+    """How lm-eval runs the tasks: where extra task YAMLs are, how many examples, batches and positions."""
+
+    task_paths: Sequence[str] = ()  # directories of extra lm-eval task YAMLs
+    limit: int | None = None  # the first N examples of each task only
+    batch_size: int = 8
+    max_length: int | None = None  # positions the model takes (lm-eval truncates contexts to it)
+    log_samples: bool = False  # keep every example's inputs and scores in the results (``samples``)
+
+
+def evaluate_tasks(lm: CausalLM, tasks: Sequence[str], options: TaskOptions | None = None) -> dict[str, Any]:
     """lm-eval's ``simple_evaluate`` results for ``tasks`` on the loaded model (offline)."""
+    o = options or TaskOptions()
     lm_eval, HFLM, _ = _import_lm_eval()
-    manager = task_manager(task_paths)
+    manager = task_manager(o.task_paths)
     check_task_names(manager, tasks)
     with _quiet("lm_eval"):  # its warnings that a pre-loaded model is passed: that is the point here
-        harness_lm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size, max_length=max_length)
+        harness_lm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=o.batch_size, max_length=o.max_length)
     try:
         with offline():
-            results = lm_eval.simple_evaluate(model=harness_lm, tasks=list(tasks), task_manager=manager, limit=limit,
-                                              log_samples=log_samples, bootstrap_iters=1000, verbosity=None)
+            results = lm_eval.simple_evaluate(model=harness_lm, tasks=list(tasks), task_manager=manager, limit=o.limit,
+                                              log_samples=o.log_samples, bootstrap_iters=1000, verbosity=None)
     except Exception:
         error = _data_error(manager, tasks)
         if error is not None:
@@ -157,7 +169,8 @@ def task_splits(results: dict[str, Any]) -> dict[str, str]:
     return splits
 
 
-def run_tasks(lm: CausalLM, tasks: Sequence[str], **kwargs: Any) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
+def run_tasks(lm: CausalLM, tasks: Sequence[str],
+              options: TaskOptions | None = None) -> tuple[dict[str, dict[str, float]], dict[str, str]]:
     """``evaluate_tasks`` reduced to what the report keeps: ``task_metrics`` and ``task_splits``."""
-    results = evaluate_tasks(lm, tasks, **kwargs)
+    results = evaluate_tasks(lm, tasks, options)
     return task_metrics(results), task_splits(results)

@@ -14,7 +14,7 @@ import torch
 
 from bloomtrain.cli import main as bloomtrain_main
 from bloomtrain.evaluation import load_causal_lm
-from bloomtrain.evaluation.tasks import evaluate_tasks, task_metrics
+from bloomtrain.evaluation.tasks import TaskOptions, evaluate_tasks, task_metrics
 from tests.bloomtrain.conftest import build_hf_bloom, write_tiny_tokenizer
 from tests.data import CORPUS_DIR
 
@@ -95,7 +95,7 @@ def _direct_loglikelihoods(model, tokenizer, context: str, continuation: str) ->
 
 def test_harness_accuracy_equals_a_direct_computation(model_dir, task_dir):
     lm = load_causal_lm(model_dir, device="cpu")
-    results = evaluate_tasks(lm, [TASK], task_paths=[str(task_dir)], batch_size=4, log_samples=True)
+    results = evaluate_tasks(lm, [TASK], TaskOptions([str(task_dir)], batch_size=4, log_samples=True))
     docs = _mc_docs()
     correct, correct_norm = [], []
     samples = sorted(results["samples"][TASK], key=lambda s: s["doc_id"])
