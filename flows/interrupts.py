@@ -124,7 +124,11 @@ def temporary_server(timeout_s: float = 180.0) -> Iterator[None]:
         return
     port = SubprocessASGIServer().find_available_port()
     env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
-           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+           # Prefect's telemetry heartbeat (analytics: a call home that offline clusters cannot make) printed an
+           # ERROR traceback, 'sqlite3.OperationalError: database is locked', at a start of `python -m
+           # flows.rehearsal`; make demo and the tests already turn it off. A user's own setting wins.
+           "PREFECT_SERVER_ANALYTICS_ENABLED": os.environ.get("PREFECT_SERVER_ANALYTICS_ENABLED", "false")}
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
                              "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
                             env=env, stdin=subprocess.DEVNULL, start_new_session=True)
