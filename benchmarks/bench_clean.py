@@ -91,7 +91,7 @@ def best(fn, repeat: int) -> tuple[float, float]:
 
 def preset_config(name: str, **values):
     from bloomdata.clean import PRESETS, CleanConfig
-    from bloomdata.config import load_config
+    from bloomdata.config_loader import load_config
 
     return load_config(CleanConfig, PRESETS[name], values={"sources": ["x"], "out_dir": "y", **values})
 

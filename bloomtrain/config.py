@@ -1,7 +1,7 @@
 """``TrainConfig``: one typed object describes a training run; the DeepSpeed JSON is derived from it.
 
 A run is ``model + parallel + optim + schedule + data + checkpoint + stability + logging``, each a small
-frozen pydantic model, loaded by the project's one loader (``bloomdata.config.load_config``): YAML, then the
+frozen pydantic model, loaded by the project's one loader (``bloomdata.config_loader.load_config``): YAML, then the
 generated ``--section.field`` flags, then ``key.sub=value`` overrides (OLMo-core's dotlist merge). A field's
 docstring is its description, hence its ``--help`` text and the fix in an error message.
 DeepSpeed never reads a hand-written JSON: ``to_deepspeed_config`` generates it, so there is a single source
@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bloomdata import config as loader
-from bloomdata.config import cli_option
+from bloomdata import config_loader as loader
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError, FieldValueError
 from bloomtrain.model.config import PRESETS, ModelConfig
 
@@ -336,7 +336,7 @@ class TrainConfig(_Frozen):
 def load_config(path: str | Path | None, overrides: list[str] | None = None,
                 base: TrainConfig | dict[str, Any] | None = None) -> TrainConfig:
     """A YAML file (on top of ``base``) with ``key.sub=value`` overrides, validated; errors name the file
-    line or the override, the key and the fix (``bloomdata.config.load_config``)."""
+    line or the override, the key and the fix (``bloomdata.config_loader.load_config``)."""
     return loader.load_config(TrainConfig, path, defaults=base, overrides=list(overrides or []),
                               origin="training config")
 

@@ -131,8 +131,8 @@ def build_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
 def _blend_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
     """Blends from ``bloomdata blend`` YAMLs, sized like Megatron's builder: the train blend holds the whole
     run, the validation blend the ``eval_iters`` global batches that every evaluation reads."""
+    from bloomdata.blend.spec import load_blend_spec  # noqa: PLC0415
     from bloomdata.megatron.blend import blend_from_spec  # noqa: PLC0415
-    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
 
     s = cfg.schedule
     n_train = s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size
@@ -200,7 +200,7 @@ def blend_counts(weights: Sequence[float], n: int) -> list[int]:
 
 
 def _blend_spec(path: str, seq_length: int):
-    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
+    from bloomdata.blend.spec import load_blend_spec  # noqa: PLC0415
 
     spec = load_blend_spec(path)
     if spec.seq_length is not None and spec.seq_length != seq_length:
@@ -263,9 +263,9 @@ def per_dataset_valid_sets(blend_yaml: str, seq_length: int, compat: str = "core
     """One validation set per dataset of a blend (a language in the pipeline): ``{name: prefix}`` for those
     whose validation split (``BlendSpec.split_of("valid")``, with the trainer's ``compat`` arithmetic) holds at
     least one sample of ``seq_length + 1`` tokens, and the names left out (too little held-out text)."""
+    from bloomdata.blend.spec import load_blend_spec  # noqa: PLC0415
     from bloomdata.megatron.indexed import IndexedDataset  # noqa: PLC0415
     from bloomdata.megatron.splits import split_range  # noqa: PLC0415
-    from bloomdata.mixture.spec import load_blend_spec  # noqa: PLC0415
 
     spec = load_blend_spec(blend_yaml)
     split = spec.split_of("valid")

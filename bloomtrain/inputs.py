@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bloomdata.blend.spec import load_blend_spec
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import load_blend_spec
 from bloomtrain.config import TrainConfig
 
 DATASET_SUFFIXES = (".bin", ".idx")  # a Megatron dataset prefix names both files

@@ -47,7 +47,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import load_config
 from bloomtrain.inputs import check_inputs

@@ -15,8 +15,8 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from bloomdata.mixture.report import over_repeated, write_blend
-from bloomdata.mixture.tune import BlendConfig, tune_blend
+from bloomdata.blend.report import over_repeated, write_blend
+from bloomdata.blend.tune import BlendConfig, tune_blend
 from flows.config import BlendStageConfig
 from flows.failures import user_errors
 from flows.report import png_markdown

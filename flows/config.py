@@ -6,7 +6,7 @@ the UI shows. Library configs are embedded as they are, not re-declared, so a fi
 is a flow parameter at once: ``TokenizerTrainConfig``, ``BuildConfig`` and ``TrainConfig`` directly, the
 clean, blend and export stages as subclasses of ``CleanConfig``, ``BlendConfig`` and ``ExportConfig`` that
 only change defaults (and add the export's samples). A partial dict from the UI or a deployment is completed from the demo's
-defaults by the loader's own merge (``bloomdata.config.complete``), as a YAML file is under a command.
+defaults by the loader's own merge (``bloomdata.config_loader.complete``), as a YAML file is under a command.
 
 Paths: each stage writes under its own ``out_dir``; ``PipelineConfig.out_dir`` places them all and the
 pipeline wires each stage's outputs into the next stage's inputs (a user never types a blend path).
@@ -19,10 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from bloomdata.blend.tune import BlendConfig
 from bloomdata.build import BuildConfig
 from bloomdata.clean import CleanConfig
-from bloomdata.config import complete
-from bloomdata.mixture.tune import BlendConfig
+from bloomdata.config_loader import complete
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.config import (

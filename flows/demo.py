@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config import cli_option, derive
+from bloomdata.config_loader import cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 

@@ -21,8 +21,8 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from bloomdata.blend.spec import load_blend_spec
 from bloomdata.megatron.indexed import data_file_path, index_file_path
-from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.readers import SourceConfig
 from bloomtrain.card import CARD_FILES
 from bloomtrain.evaluation.config import ModelSpec

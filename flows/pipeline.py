@@ -26,7 +26,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from bloomdata.clean import SUMMARY_FILE
-from bloomdata.config import derive
+from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
 from bloomtrain.config import CardConfig
 from bloomtrain.data import per_dataset_valid_sets

@@ -32,10 +32,10 @@ from prefect.artifacts import create_markdown_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata import durable
+from bloomdata.blend.spec import BlendSpec
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import BlendSpec
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
+from bloomdata.blend.spec import BlendSpec
 from bloomdata.build.summary import BuildSummary
 from bloomdata.clean.summary import CleanSummary
-from bloomdata.mixture.spec import BlendSpec
 from bloomdata.tokenizer.bpe import TokenizerReport
 from bloomdata.tokenizer.fertility import FertilityRow
 from bloomtrain.evaluation.exported import BlendLoss

@@ -24,7 +24,7 @@ from bloomdata.errors import BloomstackError
 DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
 
 # Flows whose parameters may be partial configs ({"train": {"schedule": {"train_iters": 50}}}): their
-# pydantic models complete a partial dict from the demo's defaults (bloomdata.config.complete), but the
+# pydantic models complete a partial dict from the demo's defaults (bloomdata.config_loader.complete), but the
 # server checks parameters against the JSON schema *before* that, where the embedded library configs
 # (TrainConfig.model, TokenizerTrainConfig.sources) are required. So the server's check is off for them;
 # the flow validates the completed config as it starts and fails at once, naming the field, when it is wrong.

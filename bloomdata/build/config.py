@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
 MARKER_VERSION = 2  # bump when the shard output format changes: every old marker becomes invalid

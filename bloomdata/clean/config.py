@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from bloomdata.config import cli_option, close_name_hint
+from bloomdata.config_loader import cli_option, close_name_hint
 from bloomdata.errors import FieldValueError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 

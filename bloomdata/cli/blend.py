@@ -5,11 +5,11 @@
     bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --out data/tr11
     bloomdata blend --datasets-dir data/ --budget 1e9 --eval before/eval.json --eval after/eval.json --out blend/
 
-A thin command line over ``bloomdata.mixture`` (flags generated from ``BlendEvalConfig``: ``BlendConfig`` and
+A thin command line over ``bloomdata.blend`` (flags generated from ``BlendEvalConfig``: ``BlendConfig`` and
 the evaluation reports to show): ``tune_blend`` counts each prefix's tokens (the train range only, when a
 split or range is given) and weighs them, by ``tokens ** alpha`` or, with ``--mixture``, by the mixture's
 ratios over the groups the datasets cover (a dataset matches the group of its name: data/en.bin/.idx is
-group en; see ``bloomdata.mixture.mixture``).
+group en; see ``bloomdata.blend.mixture``).
 ``write_blend`` writes OUT/blend.md and OUT/blend.json (table: language, tokens, weight, tokens drawn,
 effective epochs; for a mixture, its missing groups), OUT/blend.png (weights and epochs per language) and
 OUT/blend.yaml (``BlendSpec``, read by the trainer and the flows), and, when the blend has a validation
@@ -17,7 +17,7 @@ split, OUT/valid_sets.yaml (``NAME: PREFIX`` per dataset: the trainer's ``data.v
 validation as tr11's). Prints the table, and warns on stderr about languages repeated more than
 --max-epochs and about mixture groups with no dataset.
 
-``--eval EVAL_JSON`` (``bloomdata.mixture.evaluation``) adds each language's bits per byte from an eval.json
+``--eval EVAL_JSON`` (``bloomdata.blend.evaluation``) adds each language's bits per byte from an eval.json
 of ``bloomtrain evaluate`` or the flows' evaluate stage to the table, blend.json and blend.png (the dataset
 named like the evaluated language; ``--eval-model NAME``, else the report's first model); given twice
 (before, after), both and the change. blend.yaml does not change.
@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import sys
 
+from bloomdata.blend.evaluation import BlendEvalConfig, blend_evaluation
+from bloomdata.blend.report import markdown_table, over_repeated, write_blend
+from bloomdata.blend.tune import tune_blend
 from bloomdata.cli.options import ConfigParser
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.evaluation import BlendEvalConfig, blend_evaluation
-from bloomdata.mixture.report import markdown_table, over_repeated, write_blend
-from bloomdata.mixture.tune import tune_blend
 
 
 def parser() -> ConfigParser[BlendEvalConfig]:

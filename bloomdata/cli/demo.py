@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import ConfigParser
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.tokenizer.bpe import load_tokenizer
 from bloomdata.tokenizer.fertility import fertility_table, to_markdown, write_fertility

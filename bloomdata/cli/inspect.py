@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.megatron.indexed import CODE_OF_DTYPE, IndexedDataset, data_file_path, index_file_path
 
 BAR_WIDTH = 40

@@ -14,7 +14,7 @@
 - help is the field's description with its default; ``cli_option(positional=True)`` makes an argument.
 
 Every flag's default is ``argparse.SUPPRESS``: only flags given on the command line become values, which
-``bloomdata.config.load_config`` puts above the ``--config`` file and below ``key=value`` overrides, and
+``bloomdata.config_loader.load_config`` puts above the ``--config`` file and below ``key=value`` overrides, and
 pydantic converts (so a bad value is reported like a bad YAML value, naming the flag). Values are passed
 as the strings typed; the model's own validators parse units (``50MB``, ``350e9``).
 
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from bloomdata.config import FlagValues, Key, load_config
+from bloomdata.config_loader import FlagValues, Key, load_config
 from bloomdata.errors import BloomstackError
 
 M = TypeVar("M", bound=BaseModel)
@@ -261,7 +261,7 @@ class ConfigParser(Generic[M]):
     """An argparse parser generated from ``model``, plus ``--config FILE`` and ``key=value`` overrides.
 
     ``parse(argv)`` -> ``(config, namespace)``: the validated model (defaults <- file <- flags <- overrides,
-    through ``bloomdata.config.load_config``) and the namespace, for hand-declared output switches.
+    through ``bloomdata.config_loader.load_config``) and the namespace, for hand-declared output switches.
     """
 
     def __init__(self, model: type[M], prog: str, description: str | None = None, *, sources: Sources = Sources(),

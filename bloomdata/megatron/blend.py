@@ -1,5 +1,8 @@
 """Blends of several GPTSamples: megatron's greedy blend index and its per-dataset sample counts.
 
+The samples of a blend (megatron's BlendedDataset); its weights are chosen, and its YAML written, by
+``bloomdata.blend`` (see that package for what "blend" and "mixture" name).
+
 Sample k of a blend comes from dataset ``argmax_i(w_i * max(k, 1) - c_i)`` (ties to the lowest i), where
 ``c_i`` counts what dataset i has given so far; ``dataset_sample_index[k] = c_i`` is the sample taken from
 it. No randomness: each component's own shuffle index randomises its samples (docs/megatron-data.md,
@@ -247,7 +250,7 @@ def blend_from_spec(
     compat: str = "core",
     **kwargs,
 ) -> Blend:
-    """The Blend a ``bloomdata.mixture.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``;
+    """The Blend a ``bloomdata.blend.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``;
     ``kwargs``: the other ``SampleSettings`` (tokenizer_id, backend)."""
     if spec.seq_length is None:
         raise BloomstackError("the blend YAML has no seq_length; set it (or tune the blend again with its seq_length set)")

@@ -39,7 +39,7 @@ from typing import Annotated, Any, Protocol, cast
 
 from pydantic import BeforeValidator, Field
 
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers.columnar import (
     arrow_reader,

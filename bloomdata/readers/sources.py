@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers.compressed import strip_compression
 

@@ -11,7 +11,7 @@ Algorithm (two streaming passes, deterministic for a seed, memory ~1.25x the bud
 2. Turn probabilities into byte quotas by water-filling (``byte_quotas``): ``q = budget * p``; a language
    whose quota exceeds its size is capped at its size and the excess is shared among the others in
    proportion to their ``p``, until nothing is capped anew. The weights and the water-fill are the blend's
-   own (``bloomdata.mixture.weights``), in bytes instead of fractions.
+   own (``bloomdata.blend.weights``), in bytes instead of fractions.
 3. Give every document a key ``blake2b(seed, text)`` (a seeded shuffle that depends on content only, so
    the sample does not change when files are renamed or reordered, and exact duplicates collapse into
    one). In the second pass keep, per language, only documents whose key falls under the fraction
@@ -29,8 +29,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from bloomdata.blend.weights import alpha_weights, water_fill
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.weights import alpha_weights, water_fill
 from bloomdata.readers import UNKNOWN_LANG, Document, SourceConfig, plan_shards, read_shard
 
 _KEY_SPACE = 1 << 64

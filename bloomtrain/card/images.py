@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bloomdata import durable
-from bloomdata.mixture.spec import BlendSpec
+from bloomdata.blend.spec import BlendSpec
 from bloomtrain.metrics import set_curves
 
 LANGUAGES_PNG = "languages.png"

@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from bloomdata import durable
+from bloomdata.blend.spec import BlendSpec, load_blend_spec
 from bloomdata.clean.summary import CleanSummary
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import BlendSpec, load_blend_spec
 from bloomdata.tokenizer.bpe import TokenizerReport, read_training_report
 from bloomdata.tokenizer.fertility import FertilityRow, read_fertility
 from bloomtrain.evaluation.report import EvalReport, ModelResult

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bloomdata.blend.spec import BlendSpec
 from bloomdata.clean.config import REASONS
 from bloomdata.clean.summary import CleanSummary, LangCounts
-from bloomdata.mixture.spec import BlendSpec
 from bloomtrain.card.images import LANGUAGES_PNG, languages_pie
 from bloomtrain.card.markdown import fmt, note, pct, table
 from bloomtrain.card.records import CardRecords

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import ConfigParser
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomtrain.cli import torch_dtype
 from bloomtrain.config import Dtype

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from bloomdata.config import cli_option
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import FieldValueError
 from bloomdata.readers import SourceConfig, sources_field
 from bloomtrain.config import Dtype

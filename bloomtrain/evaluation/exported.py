@@ -16,8 +16,8 @@ import torch
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
+from bloomdata.blend.spec import load_blend_spec
 from bloomdata.megatron.blend import blend_from_spec
-from bloomdata.mixture.spec import load_blend_spec
 from bloomtrain.evaluation.scoring import Scorer, score_sequences
 from bloomtrain.measures import perplexity
 

@@ -34,10 +34,10 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from bloomdata import durable
+from bloomdata.blend.spec import load_blend_spec
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import split_range
-from bloomdata.mixture.spec import load_blend_spec
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer
 
 

@@ -4,7 +4,7 @@ One typed model is the command line's (flags generated from it), the ``--config`
 parts, in the order a search uses them:
 
 - the datasets (``--dataset NAME=PREFIX`` / ``--datasets-dir``) and the tokenizer they were built with;
-- the prior, ``tokens ** prior_alpha`` or a mixture file's ratios (``bloomdata.mixture.tune_blend`` computes
+- the prior, ``tokens ** prior_alpha`` or a mixture file's ratios (``bloomdata.blend.tune_blend`` computes
   either), around which the proxies' mixtures are drawn;
 - the bounds every mixture of the search keeps: ``floor``/``cap`` per dataset and, with a final token
   ``budget``, at most ``max_epochs`` repetitions of any dataset (``weight <= max_epochs x tokens / budget``);
@@ -21,9 +21,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from bloomdata.config import cli_option
+from bloomdata.blend.tune import Bound
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import FieldValueError
-from bloomdata.mixture.tune import Bound
 from bloomdata.units import parse_count
 from bloomtrain.config import (
     CheckpointConfig,

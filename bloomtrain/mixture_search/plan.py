@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.config import derive
+from bloomdata.blend.spec import BlendDataset, BlendSpec
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset, data_file_path, index_file_path
 from bloomdata.megatron.splits import split_range
-from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomdata.tokenizer.bpe import load_tokenizer, tokenizer_identity
 from bloomtrain.config import VALID_SET_NAME, CheckpointConfig, DataConfig, TrainConfig, ValidSetConfig
 from bloomtrain.mixture_search.config import MixtureSearchConfig

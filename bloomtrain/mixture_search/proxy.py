@@ -147,7 +147,7 @@ class ValidSetRecorder(Callback):
 
 def proxy_blend(job: ProxyJob):
     """The proxy's training blend: the datasets it draws from (weight > 0), the search's split, the job's seed."""
-    from bloomdata.mixture.spec import BlendDataset, BlendSpec  # noqa: PLC0415
+    from bloomdata.blend.spec import BlendDataset, BlendSpec  # noqa: PLC0415
 
     return BlendSpec(seq_length=job.train.model.seq_length, seed=job.seed, split=job.split,
                      train_range=job.train_range, valid_range=job.valid_range,

@@ -2,7 +2,7 @@
 ``search.json`` (``SearchResult``), ``search.md`` (tables) and ``search.png`` (charts).
 
 Written through ``bloomdata.durable``, search.json last: it is the search's own completion record (it names
-blend.yaml, written first by ``bloomdata.mixture.report.write_blend``).
+blend.yaml, written first by ``bloomdata.blend.report.write_blend``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import io
 from pathlib import Path
 
 from bloomdata import durable
-from bloomdata.mixture.report import write_blend
-from bloomdata.mixture.spec import BlendSpec
+from bloomdata.blend.report import write_blend
+from bloomdata.blend.spec import BlendSpec
 from bloomtrain.mixture_search.result import SearchResult
 
 SEARCH_JSON, SEARCH_MD, SEARCH_PNG = "search.json", "search.md", "search.png"

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from bloomdata import durable
+from bloomdata.blend.spec import BlendSpec
+from bloomdata.blend.tune import blend_rows
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import BlendSpec
-from bloomdata.mixture.tune import blend_rows
 from bloomtrain.config import TrainConfig
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.fit import Fitted, choose, fit_all

@@ -4,7 +4,7 @@ A mixture is a weight per dataset (a point of the simplex). Every mixture of a s
 candidates' and the proposal, lies within the bounds ``lo <= w <= hi``: ``lo`` is the floor, ``hi`` the
 smaller of the cap and, with a final token budget B, ``max_epochs x tokens / B`` (a dataset drawn
 ``w x B`` tokens is repeated ``w x B / tokens`` times). A draw outside them is moved inside by
-``bloomdata.mixture.weights.water_fill`` (the blend's own clamp-and-share rule), so the regression is fitted
+``bloomdata.blend.weights.water_fill`` (the blend's own clamp-and-share rule), so the regression is fitted
 where the proposal is searched.
 
 Draws follow RegMix (sail-sg/regmix, mixture_config/synthesize_mixture.py): ``Dirichlet(C x center)`` with a
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bloomdata.blend.spec import BlendSpec
+from bloomdata.blend.tune import BlendConfig, tune_blend
+from bloomdata.blend.weights import constrain
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import BlendSpec
-from bloomdata.mixture.tune import BlendConfig, tune_blend
-from bloomdata.mixture.weights import constrain
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 
 MIN_WEIGHT = 1e-4  # smaller drawn weights become 0
@@ -67,7 +67,7 @@ def _bound(value: float | dict[str, float] | None, name: str, default: float) ->
 
 
 def search_space(config: MixtureSearchConfig) -> SearchSpace:
-    """The datasets of ``config`` with their prior (``bloomdata.mixture.tune_blend``) and bounds."""
+    """The datasets of ``config`` with their prior (``bloomdata.blend.tune_blend``) and bounds."""
     spec = tune_blend(BlendConfig(
         datasets=config.datasets, datasets_dir=config.datasets_dir,
         token_budget=config.token_budget or config.proxy_tokens, alpha=config.prior_alpha,
@@ -99,7 +99,7 @@ def search_space(config: MixtureSearchConfig) -> SearchSpace:
 
 def within_bounds(w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Each row of ``w`` [n, d] (weights >= 0, any sum) moved onto the simplex within ``[lo, hi]``: the rule of
-    ``bloomdata.mixture.weights.water_fill`` (share 1 in proportion to the weights, clamp the side further out
+    ``bloomdata.blend.weights.water_fill`` (share 1 in proportion to the weights, clamp the side further out
     of bounds, share the rest again), for all rows at once. Assumes ``sum(lo) <= 1 <= sum(hi)``."""
     n, d = w.shape
     value = np.zeros_like(w, dtype=np.float64)

@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from bloomdata import cli
+from bloomdata.blend.spec import load_blend_spec
+from bloomdata.blend.tune import BlendConfig, tune_blend
+from bloomdata.blend.weights import alpha_weights, constrain, water_fill
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDataset
-from bloomdata.mixture.spec import load_blend_spec
-from bloomdata.mixture.tune import BlendConfig, tune_blend
-from bloomdata.mixture.weights import alpha_weights, constrain, water_fill
 from tests.bloomdata.megatron_oracle import write_dataset
 
 

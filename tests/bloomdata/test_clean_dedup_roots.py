@@ -19,7 +19,7 @@ from bloomdata.clean.dedup import _simhash_pairs, components
 from bloomdata.clean.filters import QualityFilter, load_word_lists
 from bloomdata.clean.minhash import document_key
 from bloomdata.clean.simhash import SimHasher, fingerprint_of
-from bloomdata.config import load_config
+from bloomdata.config_loader import load_config
 from tests.data import CORPUS_DIR
 
 

@@ -13,7 +13,7 @@ import pytest
 from bloomdata.clean.config import PRESETS, CleanConfig
 from bloomdata.clean.filters import QualityFilter, load_word_lists
 from bloomdata.clean.models import check_models, perplexity, perplexity_model, sentencepiece_model
-from bloomdata.config import load_config
+from bloomdata.config_loader import load_config
 from tests.data import CORPUS_DIR
 
 # KenLM reads bigram models and up; backoff weights 0 and one bigram equal to its unigram: every score below is

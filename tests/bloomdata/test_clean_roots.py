@@ -24,7 +24,7 @@ from bloomdata.clean.measures import word_ratio
 from bloomdata.clean.steps import FILTERS, Filter
 from bloomdata.clean.text import roots_remove_words, roots_words
 from bloomdata.cli.clean import parser
-from bloomdata.config import load_config
+from bloomdata.config_loader import load_config
 from tests.bloomdata.roots_reference import roots_language_settings
 from tests.data import CORPUS_DIR
 

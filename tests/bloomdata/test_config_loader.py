@@ -1,4 +1,4 @@
-"""bloomdata.config.load_config: the layers' precedence, the preset rule, and one error format for every
+"""bloomdata.config_loader.load_config: the layers' precedence, the preset rule, and one error format for every
 kind of bad input (YAML syntax, unreadable file, bad value from a file, a flag, an override or defaults)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from bloomdata.cli.options import ConfigParser, Sources
-from bloomdata.config import FlagValues, cli_option, complete, derive, load_config, merge, read_yaml
+from bloomdata.config_loader import FlagValues, cli_option, complete, derive, load_config, merge, read_yaml
 from bloomdata.errors import BloomstackError
 
 

@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from bloomdata import cli
+from bloomdata.blend.mixture import Mixture, load_mixture
+from bloomdata.blend.spec import load_blend_spec
+from bloomdata.blend.tune import BlendConfig, tune_blend
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import parse_range, range_to_documents
-from bloomdata.mixture.mixture import Mixture, load_mixture
-from bloomdata.mixture.spec import load_blend_spec
-from bloomdata.mixture.tune import BlendConfig, tune_blend
 from tests.bloomdata.megatron_oracle import write_dataset
 
 ROOT = Path(__file__).resolve().parents[2]

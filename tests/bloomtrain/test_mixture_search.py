@@ -29,10 +29,10 @@ import numpy as np
 import pytest
 import yaml
 
+from bloomdata.blend.spec import load_blend_spec
+from bloomdata.blend.weights import water_fill
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
-from bloomdata.mixture.spec import load_blend_spec
-from bloomdata.mixture.weights import water_fill
 from bloomtrain.config import load_config
 from bloomtrain.data import build_datasets
 from bloomtrain.mixture_search.config import MixtureSearchConfig

@@ -16,9 +16,9 @@ import re
 import pytest
 from huggingface_hub import ModelCard
 
+from bloomdata.blend.spec import BlendDataset, BlendSpec
 from bloomdata.clean import CleanConfig, CleanSummary, run_clean
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import REPORT_FILE, TokenizerReport
 from bloomdata.tokenizer.fertility import FertilityRow, write_fertility

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from bloomdata import cli as bloomdata_cli
+from bloomdata.blend.spec import load_blend_spec
 from bloomdata.cli.blend import parser as blend_parser
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDataset
-from bloomdata.mixture.spec import load_blend_spec
 from bloomtrain.cli.slurm import main as slurm_main
 from bloomtrain.config import load_config
 from bloomtrain.data import build_valid_sets

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import torch
 
+from bloomdata.blend.spec import BlendDataset, BlendSpec
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDatasetWriter
-from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomtrain.callbacks import Callback, EvaluationCallback
 from tests.bloomtrain.train_helpers import EXACT, train_rank
 from tests.gloo_harness import run_distributed

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bloomdata.blend.spec import BlendDataset, BlendSpec
 from bloomdata.megatron.indexed import IndexedDatasetWriter
-from bloomdata.mixture.spec import BlendDataset, BlendSpec
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, save_tokenizer, train_from_texts
 from bloomtrain.config import load_config
 from bloomtrain.data import build_valid_sets, eval_micro_batches, spread_indices, token_byte_lengths

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from bloomdata.config import load_config
+from bloomdata.blend.tune import BlendConfig
+from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.tune import BlendConfig
 from bloomtrain.config import ExportConfig
 from bloomtrain.metrics import read_metrics, summarize
 from flows.config import BlendStageConfig, ExportStageConfig, PipelineConfig, TrainStageConfig

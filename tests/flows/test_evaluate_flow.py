@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from bloomdata.blend.report import write_blend
+from bloomdata.blend.tune import BlendConfig, tune_blend
 from bloomdata.build import BuildConfig, run_build
 from bloomdata.megatron.splits import split_range
-from bloomdata.mixture.report import write_blend
-from bloomdata.mixture.tune import BlendConfig, tune_blend
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
 from bloomtrain.card import CARD_FILE

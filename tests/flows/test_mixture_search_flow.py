@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prefect import flow
 
-from bloomdata.mixture.spec import load_blend_spec
+from bloomdata.blend.spec import load_blend_spec
 from bloomdata.readers import SourceConfig
 from bloomtrain.mixture_search import runner
 from flows.config import DEMO_CORPUS, MixtureSearchStageConfig, PipelineConfig

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 import yaml
 
+from bloomdata.blend.report import write_blend
+from bloomdata.blend.spec import load_blend_spec
+from bloomdata.blend.tune import tune_blend
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
-from bloomdata.mixture.report import write_blend
-from bloomdata.mixture.spec import load_blend_spec
-from bloomdata.mixture.tune import tune_blend
 from bloomtrain.config import load_config
 from bloomtrain.data import per_dataset_valid_sets
 from bloomtrain.precision import CpuInfo, PrecisionChoice, read_precision

@@ -1,7 +1,7 @@
 """``Mixture``: a published training mixture (fixed ratios per dataset group) and the part of it a user has.
 
 A mixture file (``configs/data/bloom-tr11-mixture.yaml``: BLOOM's tr11 mix) is the other way to weigh a blend.
-Instead of ``p ∝ tokens ** alpha`` over whatever datasets are given (``bloomdata.mixture.weights``), the
+Instead of ``p ∝ tokens ** alpha`` over whatever datasets are given (``bloomdata.blend.weights``), the
 weights are the mixture's ratios, so a run draws its languages as the published one did.
 
 Matching a dataset to a group is by name only (a dataset's name is its file name: ``en`` for ``en.bin/.idx``
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from bloomdata.config import load_config
+from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.splits import parse_range
 
@@ -163,5 +163,5 @@ class Selection:
 
 
 def load_mixture(path: str) -> Mixture:
-    """A mixture YAML, validated; errors name the file line (``bloomdata.config.load_config``)."""
+    """A mixture YAML, validated; errors name the file line (``bloomdata.config_loader.load_config``)."""
     return load_config(Mixture, path, origin="mixture")

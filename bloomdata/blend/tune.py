@@ -1,8 +1,8 @@
 """``BlendConfig`` and ``tune_blend``: per-language blend weights (``bloomdata blend``).
 
 Two ways to weigh: for a token budget, ``constrain(alpha_weights(tokens, alpha), floor, cap, overrides)``
-(bloomdata.mixture.weights), or with a ``mixture`` file, its ratios renormalized over the groups present
-(bloomdata.mixture.mixture), with the same floor, cap and overrides on top. Token counts come from each
+(bloomdata.blend.weights), or with a ``mixture`` file, its ratios renormalized over the groups present
+(bloomdata.blend.mixture), with the same floor, cap and overrides on top. Token counts come from each
 prefix's ``.idx`` (the train range only, when a split or range is given); with a budget they give the tokens
 drawn and effective epochs per dataset. The same model is the command line's (flags generated from it) and
 the flows' blend stage, which calls ``tune_blend`` directly.
@@ -16,13 +16,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from bloomdata.config import cli_option
+from bloomdata.blend.mixture import load_mixture
+from bloomdata.blend.spec import BlendDataset, BlendSpec
+from bloomdata.blend.weights import alpha_weights, constrain
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import parse_range, range_to_documents, split_range
-from bloomdata.mixture.mixture import load_mixture
-from bloomdata.mixture.spec import BlendDataset, BlendSpec
-from bloomdata.mixture.weights import alpha_weights, constrain
 from bloomdata.units import parse_count
 
 Bound = float | dict[str, float] | None

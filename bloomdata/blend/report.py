@@ -4,7 +4,7 @@ valid_sets.yaml (one validation set per dataset) when the blend has a validation
 Written atomically through ``bloomdata.durable``, blend.yaml last: the trainer and the flows read only it,
 so its presence means the other files are there too.
 
-With evaluation reports (``bloomdata.mixture.evaluation``: ``bloomdata blend --eval``), blend.md and blend.json
+With evaluation reports (``bloomdata.blend.evaluation``: ``bloomdata blend --eval``), blend.md and blend.json
 also hold each dataset's bits per byte (and, with two reports, the change) and blend.png a bits-per-byte
 panel; blend.yaml is the same with or without them.
 
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 import yaml
 
 from bloomdata import durable
-from bloomdata.mixture.spec import BlendDataset, BlendSpec
+from bloomdata.blend.spec import BlendDataset, BlendSpec
 
 if TYPE_CHECKING:
-    from bloomdata.mixture.evaluation import BlendEvaluation
+    from bloomdata.blend.evaluation import BlendEvaluation
 
 
 def _eval_columns(evaluation: BlendEvaluation | None) -> tuple[str, str]:

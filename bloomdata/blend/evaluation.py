@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bloomdata.config import cli_option
+from bloomdata.blend.spec import BlendSpec
+from bloomdata.blend.tune import BlendConfig
+from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
-from bloomdata.mixture.spec import BlendSpec
-from bloomdata.mixture.tune import BlendConfig
 
 MAX_REPORTS = 2  # before and after
 

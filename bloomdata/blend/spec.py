@@ -13,7 +13,7 @@ from __future__ import annotations
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.config import load_config
+from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
 
 
@@ -84,7 +84,7 @@ class BlendSpec(BaseModel):
         return f"{group}: " + ", ".join(f"{d.weight!r} {rng} {d.prefix}" for d in self.datasets)
 
     def to_yaml(self) -> str:
-        header = "# Blend for bloomtrain / flows; written by `bloomdata blend` (schema: bloomdata.mixture.spec)\n"
+        header = "# Blend for bloomtrain / flows; written by `bloomdata blend` (schema: bloomdata.blend.spec)\n"
         return header + yaml.safe_dump(self.model_dump(exclude_none=True), sort_keys=False)
 
 
