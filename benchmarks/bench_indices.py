@@ -9,8 +9,8 @@ read from disk and both sides time only the build. megatron's side runs the exac
 ``GPTDataset._build_document_sample_shuffle_indices`` makes, in the same order on one
 ``RandomState(seed)``: ``_build_document_index`` (np.mgrid + shuffle), ``helpers.build_sample_idx`` (its
 C++), ``_build_shuffle_index`` (numpy shuffle); the blend runs ``helpers.build_blending_indices`` and the
-oversampling count of ``BlendedDataset``. Ours runs ``bloomdata.samples.build_gpt_indices`` with the C++
-backend, the per-dataset counts of ``bloomdata.blend.samples_per_dataset`` and the same oversampling
+oversampling count of ``BlendedDataset``. Ours runs ``bloomdata.megatron.gpt_samples.build_gpt_indices`` with the C++
+backend, the per-dataset counts of ``bloomdata.megatron.blend.samples_per_dataset`` and the same oversampling
 check. Every array is compared (values and dtype) and the script exits 1 on any difference.
 
 "With the cache" (the first --entries case, 1M documents x 10 epochs at 10M entries; --cache-entries 0 skips

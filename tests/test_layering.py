@@ -1,6 +1,6 @@
 """The import direction is part of the design: flows -> bloomtrain -> bloomdata, never back.
 
-bloomdata never imports torch, deepspeed or prefect (its workers stay light); only bloomdata/parallel.py
+bloomdata never imports torch, deepspeed or prefect (its workers stay light); only bloomdata/jobs/executor.py
 imports dask; only flows/ imports prefect; deepspeed stays out of the model code. Checked on the source
 with ast, so a violation fails here before it reaches a user.
 """

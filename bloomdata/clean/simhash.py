@@ -92,8 +92,3 @@ class SimHasher:
         number (so that equal bits in two bands are different keys)."""
         fp = fingerprints.astype(np.uint64)[:, None] & self.band_masks[None, :]
         return _mix(fp ^ (np.arange(len(self.bands), dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))[None, :])
-
-
-def hamming(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Bits that differ between two uint64 arrays."""
-    return np.bitwise_count(np.bitwise_xor(a, b))

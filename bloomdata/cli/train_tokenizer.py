@@ -6,7 +6,7 @@ without ``LANG=`` each row's ``lang`` field names its language).
 
     bloomdata train-tokenizer --input ../shared/corpus --out tok --vocab-size 32000 --byte-budget 50MB
     bloomdata train-tokenizer --input en=data/en/*.jsonl.zst --input fr=data/fr --out tok
-    bloomdata train-tokenizer --config configs/data/tokenizer.yaml
+    bloomdata train-tokenizer --config my-tokenizer.yaml   (a TokenizerTrainConfig in YAML)
 """
 
 from __future__ import annotations

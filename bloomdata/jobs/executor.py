@@ -1,7 +1,7 @@
 """Run one function over many shards on Dask: the only module of bloomdata that imports dask/distributed.
 
 ``run_shards(fn, items, ...)`` is the executor half of datatrove's step/executor split: ``fn`` is a pure,
-idempotent, importable step (``bloomdata.build.tokenize_shard``) that takes a shard and returns a small
+idempotent, importable step (``bloomdata.build.shard.tokenize_shard``) that takes a shard and returns a small
 manifest; this module only decides *where* it runs. Choices and their reasons:
 
 - A ``distributed.LocalCluster`` of N worker *processes* with one thread each (the tokenizer's Python

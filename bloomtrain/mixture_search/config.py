@@ -4,7 +4,7 @@ One typed model is the command line's (flags generated from it), the ``--config`
 parts, in the order a search uses them:
 
 - the datasets (``--dataset NAME=PREFIX`` / ``--datasets-dir``) and the tokenizer they were built with;
-- the prior, ``tokens ** prior_alpha`` or a mixture file's ratios (``bloomdata.blend.tune_blend`` computes
+- the prior, ``tokens ** prior_alpha`` or a mixture file's ratios (``bloomdata.blend.tune.tune_blend`` computes
   either), around which the proxies' mixtures are drawn;
 - the bounds every mixture of the search keeps: ``floor``/``cap`` per dataset and, with a final token
   ``budget``, at most ``max_epochs`` repetitions of any dataset (``weight <= max_epochs x tokens / budget``);

@@ -67,7 +67,7 @@ def _bound(value: float | dict[str, float] | None, name: str, default: float) ->
 
 
 def search_space(config: MixtureSearchConfig) -> SearchSpace:
-    """The datasets of ``config`` with their prior (``bloomdata.blend.tune_blend``) and bounds."""
+    """The datasets of ``config`` with their prior (``bloomdata.blend.tune.tune_blend``) and bounds."""
     spec = tune_blend(BlendConfig(
         datasets=config.datasets, datasets_dir=config.datasets_dir,
         token_budget=config.token_budget or config.proxy_tokens, alpha=config.prior_alpha,
