@@ -3,7 +3,8 @@
 - A worker SIGKILLed mid-build: its nanny starts a new one, the shard is redone, the bytes are identical.
 - The scheduler stopped mid-build: ``bloomdata build`` exits 2 with one line (the scheduler, the shards done,
   what to restart); after a restart, the rerun reuses the finished shards and writes identical bytes.
-- Every worker gone (in-process, with the wait shortened): the same kind of one-line error.
+- Every worker gone (in-process, with the wait shortened): the same kind of one-line error; also when the last
+  worker died holding a finished result (a fake future and client: the wait that hung once on CI).
 """
 
 from __future__ import annotations
@@ -150,3 +151,54 @@ def test_every_worker_gone_is_one_line(tmp_path, cluster, big_jsonl, small_token
     assert isinstance(error, ClusterLost)
     assert str(error).startswith(f"the Dask scheduler at {cluster.address} has had no workers for 1 s with ")
     assert str(error).endswith(f"start workers with `dask worker {cluster.address}`, then rerun the same command")
+
+
+class _LostResult:
+    """A finished future whose worker died before its result was gathered: Dask reschedules the key, and with
+    no worker left its ``result()`` never returns (each bounded wait times out)."""
+
+    key = "tokenize_shard-lost-0"
+
+    def result(self, timeout=None):
+        if timeout is None:
+            time.sleep(3600)  # what Dask's unbounded wait did (the test's thread is a daemon)
+        time.sleep(min(timeout, 0.01))
+        raise TimeoutError
+
+
+class _NoWorkers:
+    """An external scheduler's client whose workers are all gone."""
+
+    cluster = None
+    status = "running"
+
+    class scheduler:  # noqa: N801 - the attribute Dask's Client has
+        address = "tcp://127.0.0.1:1"
+
+    def nthreads(self) -> dict:
+        return {}
+
+
+def test_a_result_lost_with_its_worker_ends_in_cluster_lost_not_a_hang(monkeypatch):
+    """CI hung here once (test_every_worker_gone_is_one_line): 'Couldn't gather 1 keys, rescheduling' left
+    ``future.result()`` waiting forever; the result is now taken in bounded waits that check the workers."""
+    from bloomdata.jobs import executor
+
+    monkeypatch.setattr(executor, "WORKERS_GONE_S", 0.05)
+    monkeypatch.setattr(executor, "POLL_S", 0.01)
+    done: dict = {}
+    thread = threading.Thread(target=lambda: done.setdefault("error", _raises(executor._result, _NoWorkers(),
+                                                                              _LostResult())), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "run_shards' result wait did not notice that every worker was gone"
+    assert isinstance(done["error"], ClusterLost)
+    assert str(done["error"]).startswith("the Dask scheduler at tcp://127.0.0.1:1 has had no workers for ")
+
+
+def _raises(fn, *args) -> BaseException | None:
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - returned for the assertion
+        return exc
+    return None
