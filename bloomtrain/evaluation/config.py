@@ -94,7 +94,7 @@ class EvaluateConfig(BaseModel):
         labels = [m.label for m in self.models]
         duplicates = sorted({n for n in labels if labels.count(n) > 1})
         if duplicates:
-            raise ValueError(f"two models are named {duplicates[0]!r}; name them in models as NAME=DIR",
+            raise FieldValueError(f"two models are named {duplicates[0]!r}; name them in models as NAME=DIR",
                                   "models")
         return self
 

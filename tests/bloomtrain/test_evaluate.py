@@ -299,3 +299,13 @@ def test_flags_parse_to_the_config():
     assert (config.batch_size, config.device, config.dtype) == (2, "cpu", "bfloat16")
     assert config.tasks == ["xnli", "xstorycloze", "xwinograd"] and args.json
     assert EvaluateConfig(models=["m"], sources=["x"], out_dir="o", context=101).window_stride == 50
+
+
+def test_two_models_with_one_name_is_an_error_naming_models():
+    from bloomdata.config_loader import load_config
+    from bloomdata.errors import BloomstackError
+
+    # was ValueError(message, "models"): the loader printed the tuple under "(top level)"
+    with pytest.raises(BloomstackError, match=r"^eval\.yaml: models: two models are named 'a'; name them in models"):
+        load_config(EvaluateConfig, values={"models": ["a=x", "a=y"], "sources": ["s"], "out_dir": "o"},
+                    origin="eval.yaml")
