@@ -52,9 +52,7 @@ demo: install
 
 # setup.py builds the C++ index helpers as optional (installs without a compiler still work, on numpy):
 # here a failed build must fail, not skip their tests.
-test: install
-	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py
-	$(PY) -m mypy
+test: lint
 	@$(PY) -c "import bloomdata._index_helpers" || { echo "bloomdata._index_helpers is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
 

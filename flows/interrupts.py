@@ -32,6 +32,8 @@ from types import ModuleType
 
 from prefect.exceptions import TerminationSignal
 
+from flows.launch import kill_group
+
 INTERRUPTS = (KeyboardInterrupt, TerminationSignal)  # Ctrl-C; SIGTERM inside a Prefect flow run
 
 
@@ -100,17 +102,6 @@ def _stop_on_first_signal(received: list[int]) -> Callable[[int, object], None]:
     return handler
 
 
-def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 @contextlib.contextmanager
 def temporary_server(timeout_s: float = 180.0) -> Iterator[None]:
     """Prefect's temporary API server (as Prefect starts one when ``PREFECT_API_URL`` is unset), but in a
@@ -146,7 +137,7 @@ def temporary_server(timeout_s: float = 180.0) -> Iterator[None]:
             finally:
                 _drain_prefect()  # the runs' last logs and events reach the server before it stops
     finally:
-        _stop_group(proc)
+        kill_group(proc)  # the whole group, the server's own children too
 
 
 def _drain_prefect() -> None:

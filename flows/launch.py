@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 _EOF = object()
 
@@ -86,7 +86,7 @@ def _signal_hint(rc: int | None) -> str:
         return ""
 
 
-def kill_group(proc: subprocess.Popen[str], grace_s: float = 10.0) -> None:
+def kill_group(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:
     """SIGTERM the child's whole process group, wait up to ``grace_s``, then SIGKILL what is left.
 
     We signal the group even after the leader exited: grandchildren it left behind keep the group alive.

@@ -129,10 +129,15 @@ def search_stage(config: PipelineConfig, tok: TokenizerResult, data: DatasetResu
     search_cfg = derive(config.mixture_search, datasets=prefixes_of(data), datasets_dir=None,
                         tokenizer=tok.result.tokenizer_dir, out_dir=str(root / "search"), prior_alpha=b.alpha,
                         prior_mixture=b.mixture, floor=b.floor, cap=b.cap, max_epochs=b.max_epochs,
-                        token_budget=b.token_budget or training_tokens(config.train), split=b.split,
+                        token_budget=blend_budget(config), split=b.split,
                         train_range=b.train_range, valid_range=b.valid_range, compat=b.compat)
     return stage_result("mixture-search", mixture_search_flow(search_cfg, upstream=[data.key], return_state=True),
                         MixtureSearchResult)
+
+
+def blend_budget(config: PipelineConfig) -> int:
+    """The training tokens the blend (and a mixture search for it) is sized for: the blend's own, else the run's."""
+    return config.blend.token_budget or training_tokens(config.train)
 
 
 def prefixes_of(data: DatasetResult) -> dict[str, str]:
@@ -147,7 +152,7 @@ def blend_stage(config: PipelineConfig, data: DatasetResult, root: Path,
     train = config.train.train
     proposal = {"overrides": search.result.proposal.weights} if search is not None else {}
     blend_cfg = config.blend.model_copy(update={
-        "token_budget": config.blend.token_budget or training_tokens(config.train),
+        "token_budget": blend_budget(config),
         "seq_length": config.blend.seq_length or train.model.seq_length,
         "seed": config.blend.seed if config.blend.seed is not None else train.data.seed,
         "out_dir": str(root / "blend"), **proposal})

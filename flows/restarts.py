@@ -43,11 +43,11 @@ def torchrun_restarts(exit_dir: str | Path) -> list[Restart]:
     """The worker groups torchrun started again during one launch, from its agents' node records (one per
     restarted attempt: every node records the same decision)."""
     found = []
-    for number in attempts(exit_dir) if Path(exit_dir).is_dir() else []:
+    for number in attempts(exit_dir):
         nodes = read_attempt(exit_dir, number).nodes.values()
         node = next((n for n in nodes if n.action == "retry"), None)
         if node is not None:
-            resumed = node.resumes_from if node.resumes_from is None else node.resumes_from or STARTED_OVER
+            resumed = STARTED_OVER if node.resumes_from == "" else node.resumes_from
             found.append(Restart(node.at, "torchrun", node.cause, resumed))
     return found
 

@@ -109,7 +109,7 @@ def _tokenizer(path: str):
 
 def file_reject(shard: Shard, reject: Reject) -> Reject:
     """The reject with its file line number: a byte-range shard counts lines from its own first line."""
-    return dataclasses.replace(reject, line=file_line(shard, reject.line)) if shard.local_lines else reject
+    return dataclasses.replace(reject, line=file_line(shard, reject.line))  # file_line: as it is without a range
 
 
 class _Parts:
