@@ -57,10 +57,15 @@ sys.path.insert(0, str(REPO))
 SENTENCE_END = re.compile(r"(?<=[.!?।॥۔。！？])\s+")
 
 
+def sentence_pools(corpus: Path) -> dict[str, list[str]]:
+    """Language -> the sentences of its corpus file (also benchmarks/bench_scale.py's input)."""
+    return {f.stem: [s for line in f.read_text(encoding="utf-8").splitlines()
+                     for s in SENTENCE_END.split(json.loads(line)["text"])] for f in sorted(corpus.glob("*.jsonl"))}
+
+
 def make_docs(corpus: Path, target_bytes: int, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
-    sentences = {f.stem: [s for line in f.read_text(encoding="utf-8").splitlines()
-                          for s in SENTENCE_END.split(json.loads(line)["text"])] for f in sorted(corpus.glob("*.jsonl"))}
+    sentences = sentence_pools(corpus)
     docs, size = [], 0
     while size < target_bytes:
         for lang, pool in sentences.items():

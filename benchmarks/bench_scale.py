@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import re
 import resource
 import shutil
 import subprocess
@@ -31,10 +30,10 @@ import time
 from pathlib import Path
 
 import psutil
+from bench_clean import sentence_pools  # this script's folder is sys.path[0]
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "tests" / "data" / "corpus"
-SENTENCE_END = re.compile(r"(?<=[.!?।॥۔。！？])\s+")
 
 
 def make_input(path: Path, mb: int, seed: int = 0) -> Path:
@@ -42,8 +41,7 @@ def make_input(path: Path, mb: int, seed: int = 0) -> Path:
     if path.is_file():
         return path
     rng = random.Random(seed)
-    pools = {f.stem: [s for line in f.read_text(encoding="utf-8").splitlines()
-                      for s in SENTENCE_END.split(json.loads(line)["text"])] for f in sorted(CORPUS.glob("*.jsonl"))}
+    pools = sentence_pools(CORPUS)
     langs, size, tmp = sorted(pools), 0, path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as out:
         while size < mb * 1_000_000:
