@@ -2,7 +2,9 @@
 
 - auto (the default): per kernel, the fused kernel where it passed its first-use self-check on the tensors'
   device type and dtype (bloomtrain.kernels.selfcheck), the PyTorch reference where it failed or the extension
-  did not build, with one warning line per reason.
+  did not build, with one warning line per reason. On CUDA, attention is the Triton flash kernel
+  (bloomtrain.kernels.flash_attention: online softmax, dropout inside, no [s, s] tensor) wherever it serves
+  the call; a padding mask or a failed self-check takes the paths below.
 - fused: our extension (csrc/kernels), CPU or CUDA by the tensors' device, after the same self-check; a build
   failure or a failed check is a BloomstackError (the run asked for fused kernels and would not get them). Every
   call checks shape/dtype/device and falls back to the reference with one log line per reason (a padding mask,
@@ -26,9 +28,10 @@ from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference, fused_alib
 from bloomtrain.kernels.attention import attention_reference, fused_causal_attention
 from bloomtrain.kernels.bias_gelu import bias_gelu_reference, fused_bias_gelu
 from bloomtrain.kernels.fallback import log_fallback
+from bloomtrain.kernels.flash_attention import flash_attention
 from bloomtrain.kernels.layer_norm import fused_layer_norm, layer_norm_reference
 from bloomtrain.kernels.reference import KernelSet
-from bloomtrain.kernels.selfcheck import use_fused
+from bloomtrain.kernels.selfcheck import use_flash, use_fused
 
 logger = logging.getLogger("bloomtrain.kernels")
 
@@ -64,7 +67,10 @@ def _checked_kernels(strict: bool) -> KernelSet:
         return alibi_softmax_reference(scores, slopes, scale, mask)
 
     def attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0):
-        # Calls outside the block path (a KV-cache step, a padding mask) use this set's softmax, fused or not.
+        # CUDA: the flash kernel (dropout inside, KV-cache steps too). Elsewhere, and for a padding mask, the
+        # block path; calls outside it (a KV-cache step, a padding mask) use this set's softmax, fused or not.
+        if q.is_cuda and use_flash(q, k, v, slopes, mask, strict=strict):
+            return flash_attention(q, k, v, slopes, scale, dropout_p)
         if use_fused("attention", q, strict=strict):
             return fused_causal_attention(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax)
         return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax)

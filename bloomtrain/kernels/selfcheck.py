@@ -53,11 +53,19 @@ from bloomtrain.kernels.alibi_softmax import FusedAlibiSoftmaxFunction, alibi_so
 from bloomtrain.kernels.attention import BlockCausalAttentionFunction, attention_reference
 from bloomtrain.kernels.bias_gelu import FusedBiasGeLUFunction, bias_gelu_reference
 from bloomtrain.kernels.fallback import log_fallback, unsupported
+from bloomtrain.kernels.flash_attention import flash_attention, flash_problem
 from bloomtrain.kernels.layer_norm import FusedLayerNormFunction, layer_norm_reference
 
 logger = logging.getLogger("bloomtrain.kernels")
 
 KERNELS = ("layer_norm", "bias_gelu", "alibi_softmax", "attention")
+# Checked on CUDA only: the Triton flash attention (bloomtrain.kernels.flash_attention) needs no C++ extension.
+CUDA_KERNELS = (*KERNELS, "flash_attention")
+
+
+def kernels_on(device_type: str) -> tuple[str, ...]:
+    """The kernels checked (and dispatched) on a device type."""
+    return CUDA_KERNELS if device_type == "cuda" else KERNELS
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # (rtol, atol x max|reference|); see the module docstring
     torch.float64: (1e-5, 1e-5),
@@ -108,7 +116,7 @@ class _Case:
     reference_dtype: torch.dtype
 
 
-def _case(kernel: str, ext: ModuleType, device: torch.device, dtype: torch.dtype, gen: torch.Generator) -> _Case:
+def _case(kernel: str, ext: ModuleType | None, device: torch.device, dtype: torch.dtype, gen: torch.Generator) -> _Case:
     def rand(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
         # Drawn on the CPU from the check's own generator: the run's global RNG streams are left alone.
         t = torch.randn(shape, generator=gen, dtype=torch.float64) * scale + shift
@@ -128,12 +136,17 @@ def _case(kernel: str, ext: ModuleType, device: torch.device, dtype: torch.dtype
         return _Case(lambda s: FusedAlibiSoftmaxFunction.apply(s, slopes, 0.125, ext),
                      lambda s: alibi_softmax_reference(s, slopes, 0.125),
                      (rand(2, 4, 24, 40, scale=4.0),), ("scores",), torch.float64)
+    if kernel == "flash_attention":
+        # 136 rows over 144 keys (row i at key 8 + i): two query tiles, the diagonal tiles and a padded head dim.
+        return _Case(lambda q, k, v: flash_attention(q, k, v, slopes, 0.25),
+                     lambda q, k, v: attention_reference(q, k, v, slopes, 0.25, softmax=alibi_softmax_reference),
+                     (rand(1, 4, 136, 24), rand(1, 4, 144, 24), rand(1, 4, 144, 24)), ("q", "k", "v"), dtype)
     if kernel == "attention":
         # 136 rows: two blocks of the block-causal path ([0, 68) and [68, 136)); reference in the run's dtype.
         return _Case(lambda q, k, v: BlockCausalAttentionFunction.apply(q, k, v, slopes, 0.25, ext),
                      lambda q, k, v: attention_reference(q, k, v, slopes, 0.25, softmax=alibi_softmax_reference),
                      (rand(1, 4, 136, 16), rand(1, 4, 136, 16), rand(1, 4, 136, 16)), ("q", "k", "v"), dtype)
-    raise ValueError(f"no self-check for kernel {kernel!r}; expected one of {KERNELS}")
+    raise ValueError(f"no self-check for kernel {kernel!r}; expected one of {CUDA_KERNELS}")
 
 
 def _compare(case: _Case, rtol: float, atol: float, gen: torch.Generator) -> tuple[float, float, str]:
@@ -166,7 +179,7 @@ def _device_name(device: torch.device, ext: ModuleType | None) -> str:
     return f"cpu ({ext.cpu_isa()})" if ext is not None else "cpu"
 
 
-def _check_one(kernel: str, seed: int, ext: ModuleType, device: torch.device, dtype: torch.dtype,
+def _check_one(kernel: str, seed: int, ext: ModuleType | None, device: torch.device, dtype: torch.dtype,
                common: dict) -> KernelCheck:
     started = time.perf_counter()
     rtol, atol = common["rtol"], common["atol"]
@@ -193,11 +206,12 @@ def _run(device: torch.device, dtype: torch.dtype) -> dict[str, KernelCheck]:
     common: dict[str, Any] = {"device": str(device), "device_name": _device_name(device, ext), "dtype": dtype_name,
               "rtol": rtol, "atol": atol}
     results: dict[str, KernelCheck] = {}
+    kernels = kernels_on(device.type)
     if ext is None:
         for kernel in KERNELS:
             results[kernel] = KernelCheck(kernel, fused=False, reason=f"the extension did not build: {build_problem}",
                                           failure="build", max_error=None, tolerance_used=None, ms=0.0, **common)
-        return results
+        kernels = tuple(k for k in kernels if k not in KERNELS)  # the Triton kernel needs no extension
     # The first call may come from inside no_grad, inference_mode or autocast (evaluation, generation): the
     # check needs autograd and its own dtypes. On the CPU it runs on one thread: its problems are below the
     # kernels' parallel grain anyway, and waking torch's intra-op pool for each tiny op costs more than the op
@@ -207,8 +221,8 @@ def _run(device: torch.device, dtype: torch.dtype) -> dict[str, KernelCheck]:
         torch.set_num_threads(1)
     try:
         with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
-            for i, kernel in enumerate(KERNELS):
-                results[kernel] = _check_one(kernel, 1000 + i, ext, device, dtype, common)
+            for kernel in kernels:
+                results[kernel] = _check_one(kernel, 1000 + CUDA_KERNELS.index(kernel), ext, device, dtype, common)
     finally:
         torch.set_num_threads(threads)
     check_ms = sum(c.ms for c in results.values())
@@ -266,6 +280,17 @@ def use_fused(kernel: str, t: torch.Tensor, *, strict: bool) -> bool:
             f"{result.reason}; {fix}model.kernels=auto (PyTorch for the kernels that fail) or model.kernels=torch")
     _warn_fallbacks(t.device.type, t.dtype)
     return False
+
+
+def use_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor, mask: torch.Tensor | None,
+              *, strict: bool) -> bool:
+    """Whether the flash kernel serves this attention call: it supports the call (else one log line per reason, INFO
+    for a padding mask, which generation passes by design) and passed its self-check (``use_fused``'s rules)."""
+    problem = flash_problem(q, k, v, slopes, mask)
+    if problem is not None:
+        log_fallback("flash attention", problem, logging.INFO if mask is not None else logging.WARNING)
+        return False
+    return use_fused("flash_attention", q, strict=strict)
 
 
 def selfcheck_report() -> list[dict]:

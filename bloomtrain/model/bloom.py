@@ -119,6 +119,14 @@ class LayerCache:
     value: torch.Tensor | None = None
 
 
+@torch.compiler.disable
+def _attend(kernels: KernelSet, q, k, v, slopes, scale: float, mask, dropout_p: float) -> torch.Tensor:
+    """The kernel set's attention, opaque to torch.compile: a compiled block runs it eagerly between two graphs,
+    so the kernel dispatch (self-checks, fallbacks) and the flash kernel are never traced."""
+    assert kernels.attention is not None  # KernelSet fills it in
+    return kernels.attention(q, k, v, slopes, scale, mask, dropout_p)
+
+
 class BloomAttention(nn.Module):
     def __init__(self, config: ModelConfig, state: ParallelState, kernels: KernelSet, *, dtype=None, device=None):
         super().__init__()
@@ -144,8 +152,7 @@ class BloomAttention(nn.Module):
                 k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
             cache.key, cache.value = k, v
         dropout_p = self.config.attention_dropout if self.training else 0.0
-        assert self.kernels.attention is not None  # KernelSet fills it in
-        context = self.kernels.attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
+        context = _attend(self.kernels, q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
         context = context.transpose(1, 2).reshape(b, sq, self.local_heads * hd)  # [b, np, sq, hd] -> [b, sq, h]
         return self.dense(context)
 
@@ -179,6 +186,11 @@ class BloomBlock(nn.Module):
 
     def reset_parameters(self) -> None:
         _init_weights(self, f"h.{self.layer_number}.", self.config, self.state)
+
+    def use_kernels(self, kernels: KernelSet) -> None:
+        """Run this block's LayerNorms, bias + GeLU and attention through ``kernels`` (bloomtrain.model.compiled)."""
+        for module in (self.input_layernorm, self.self_attention, self.post_attention_layernorm, self.mlp):
+            module.kernels = kernels
 
     def forward(
         self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, cache: LayerCache | None = None

@@ -54,6 +54,11 @@ class ModelConfig(BaseModel):
     auto: each fused kernel that passes a self-check against PyTorch on first use per device type and dtype,
     PyTorch for the others (one warning each); fused: the fused kernels, an error where one fails to build or
     check; torch: PyTorch only; compile: torch.compile of the PyTorch ops; apex: NVIDIA apex where it applies."""
+    compile: Literal["auto", "on", "off"] = "auto"
+    """torch.compile each transformer block with the attention kernel left opaque, so LayerNorm, bias + GeLU, the
+    dropouts and the residual adds become a few generated kernels around the matmuls (bloomtrain.model.compiled).
+    auto: on where the blocks run on CUDA, off on the CPU; on: on any device (the CPU needs a C++ compiler);
+    off: eager. The first step's compile time is logged."""
 
     @model_validator(mode="after")
     def _check(self) -> ModelConfig:
@@ -79,6 +84,10 @@ class ModelConfig(BaseModel):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise FieldValueError(f"{name} must be in [0, 1), got {getattr(self, name)}", name)
         return self
+
+    def compiles(self, device_type: str) -> bool:
+        """Whether ``compile`` turns block compilation on for blocks on ``device_type`` ("cuda", "cpu")."""
+        return self.compile == "on" or (self.compile == "auto" and device_type == "cuda")
 
     @property
     def head_dim(self) -> int:

@@ -5,7 +5,10 @@
 // Keys j >= limit = sk - sq + i + 1 are masked: they are never loaded and are written as 0 (the
 // reference's finfo.min fill gives exactly 0 there), so a causal square reads half its scores.
 // ELEMS <= 16 per thread and blockDim <= 1024 give rows of up to 16384 keys (Megatron's kernel
-// stops at 2048/4096); Python falls back to the reference above that.
+// stops at 2048/4096); Python falls back to the reference above that. __launch_bounds__(1024) caps the
+// registers at 64 a thread, so the widest launch (1024 x 16) fits the SM's 64K registers: without it
+// the compiler took 71-80 and that launch failed with "too many resources requested" (values past the
+// cap spill to local memory, which only rows of > 8192 keys pay for).
 #include "cuda_common.cuh"
 
 namespace bloomkernels::cuda {
@@ -15,7 +18,7 @@ constexpr int kMaxElems = 16;
 constexpr int kMaxThreads = 1024;
 
 template <typename T, int ELEMS>
-__global__ void alibi_softmax_fwd_kernel(const T* __restrict__ scores, const float* __restrict__ slopes,
+__global__ void __launch_bounds__(kMaxThreads) alibi_softmax_fwd_kernel(const T* __restrict__ scores, const float* __restrict__ slopes,
                                          T* __restrict__ probs, int64_t heads, int64_t sq, int64_t sk,
                                          float scale) {
   __shared__ float scratch[32];
@@ -55,7 +58,7 @@ __global__ void alibi_softmax_fwd_kernel(const T* __restrict__ scores, const flo
 }
 
 template <typename T, int ELEMS>
-__global__ void alibi_softmax_bwd_kernel(const T* __restrict__ dprobs, const T* __restrict__ probs,
+__global__ void __launch_bounds__(kMaxThreads) alibi_softmax_bwd_kernel(const T* __restrict__ dprobs, const T* __restrict__ probs,
                                          T* __restrict__ dscores, int64_t sq, int64_t sk, float scale) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;

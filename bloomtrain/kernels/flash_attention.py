@@ -1,0 +1,245 @@
+"""BLOOM's causal ALiBi attention as one flash kernel (Triton), forward and backward, dropout inside.
+
+``flash_attention(q, k, v, slopes, scale, dropout_p)`` has the contract of ``attention_reference`` without a
+padding mask: q ``[b, np, sq, hd]``, k/v ``[b, np, sk, hd]``, ``sq <= sk`` (query row i at key ``sk - sq + i``),
+``slopes`` ``[np]`` fp32 (this rank's heads under TP), output ``[b, np, sq, hd]`` laid out as ``[b, sq, np, hd]`` so
+the model's ``[b, sq, h]`` view of it is free. Memory is O(s) per row: no ``[sq, sk]`` scores, probabilities or
+dropout mask exist (bloomtrain.kernels.flash_triton holds the kernels and the maths).
+
+The kernels run as two ``torch.library`` custom ops (forward -> (out, lse), backward -> (dq, dk, dv)) joined by
+``register_autograd``: ``torch.compile`` of a block sees one opaque op and compiles the rest around it.
+
+Dropout: a Philox counter per (head, row, key) keyed by a 64-bit seed. Each call draws the seed from the torch
+generator of the tensors' device, so the run's RNG state (saved in every checkpoint, restored by activation
+checkpointing's recompute) replays the same masks, and ``keep_mask(seed, ...)`` rebuilds a call's mask for tests.
+The kept values are scaled by ``dropout_scale(p)`` (p quantised to 1/65536).
+
+Where it runs: CUDA, in fp32 (IEEE matmuls, no TF32), fp16 and bf16, head dims up to 256 (padded to a power of
+two >= 16 inside). On the CPU only under ``TRITON_INTERPRET=1`` (the exactness tests); the CPU model keeps its own
+paths. ``flash_problem`` says why a call is not served, for the dispatcher's one log line.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+import torch
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_HEAD_DIM = 256
+
+
+@dataclass(frozen=True)
+class Tiles:
+    """One kernel's launch shape: query rows and keys per tile, warps and software-pipeline stages."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    fwd: Tiles
+    dkdv: Tiles
+    dq: Tiles
+
+
+def interpreted() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (``TRITON_INTERPRET=1``, read when triton is imported)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@functools.cache
+def _triton() -> tuple[ModuleType | None, str | None]:
+    try:
+        from bloomtrain.kernels import flash_triton  # noqa: PLC0415  (triton is optional on CPU machines)
+    except ImportError as exc:
+        return None, f"triton is not importable ({exc})"
+    return flash_triton, None
+
+
+def plan(head_dim: int, on_cuda: bool) -> LaunchPlan:
+    """Tile sizes. Fixed per head dim, never autotuned: a timing-dependent choice would change the summation order
+    between runs, and a resumed run must be bit-exact. Measured on H100/H200 (benchmarks/RESULTS.md); the
+    interpreter gets small tiles of different shapes per kernel, so the CPU tests cross block edges."""
+    if not on_cuda:
+        return LaunchPlan(Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(32, 16, 4, 1))
+    if head_dim <= 64:
+        return LaunchPlan(Tiles(128, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3))
+    return LaunchPlan(Tiles(128, 64, 8, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 2))
+
+
+def flash_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor,
+                  mask: torch.Tensor | None) -> str | None:
+    """Why the flash kernel cannot serve this call (None: it can)."""
+    if mask is not None:
+        return "a padding mask was given (the flash kernel applies the causal mask only)"
+    if q.dim() != 4 or k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        return "q, k, v are not [b, np, s, hd] tensors of one batch, head count and head dim"
+    if q.shape[2] > k.shape[2]:
+        return "more queries than keys"
+    if q.numel() == 0 or k.shape[2] == 0:
+        return "an empty tensor"
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtype {q.dtype} (the flash kernel takes one of fp32, fp16, bf16 for q, k and v)"
+    if q.shape[3] > MAX_HEAD_DIM:
+        return f"head dim {q.shape[3]} > {MAX_HEAD_DIM}"
+    if not (q.is_cuda or (q.device.type == "cpu" and interpreted())):
+        return f"device type {q.device.type!r} (the flash kernel runs on CUDA)"
+    if slopes.shape != q.shape[1:2] or slopes.device != q.device or slopes.requires_grad:
+        return "slopes is not a constant [np] tensor on the inputs' device"
+    return _triton()[1]
+
+
+def _strides(t: torch.Tensor) -> tuple[int, int, int]:
+    return t.stride(0), t.stride(1), t.stride(2)
+
+
+def _like_heads_last(t: torch.Tensor, seq: int) -> torch.Tensor:
+    """An empty ``[b, np, seq, hd]`` tensor stored as ``[b, seq, np, hd]`` (the model's layout)."""
+    b, heads, _, hd = t.shape
+    return t.new_empty(b, seq, heads, hd).transpose(1, 2)
+
+
+def _common(q: torch.Tensor, k: torch.Tensor, scale: float, dropout_p: float) -> dict:
+    kernels, _ = _triton()
+    assert kernels is not None
+    b, heads, sq, hd = q.shape
+    return {"H": heads, "SQ": sq, "SK": k.shape[2], "HEAD_DIM": hd, "qk_scale2": scale * kernels.LOG2E,
+            "threshold": kernels.dropout_threshold(dropout_p) if dropout_p else 0,
+            "keep_scale": kernels.dropout_scale(dropout_p) if dropout_p else 1.0,
+            "BLOCK_D": max(16, 1 << (hd - 1).bit_length()), "DROPOUT": bool(dropout_p),
+            "DOT_MODE": _dot_mode(q.dtype)}
+
+
+def _dot_mode(dtype: torch.dtype) -> str:
+    if dtype == torch.float32:
+        return "ieee"
+    return "upcast" if dtype == torch.bfloat16 and interpreted() else "tf32"
+
+
+def _tile_args(t: Tiles) -> dict:
+    return {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "num_warps": t.num_warps, "num_stages": t.num_stages}
+
+
+def _forward(q, k, v, slopes, seed, scale: float, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    kernels, _ = _triton()
+    assert kernels is not None
+    b, heads, sq, _ = q.shape
+    out = _like_heads_last(q, sq)
+    lse = q.new_empty(b * heads, sq, dtype=torch.float32)  # base-2 log-sum-exp of each row's scaled scores
+    tiles = plan(q.shape[3], q.is_cuda).fwd
+    grid = (triton_cdiv(sq, tiles.block_m), b * heads)
+    kernels.attention_fwd_kernel[grid](q, k, v, slopes, seed, out, lse, *_strides(q), *_strides(k), *_strides(v),
+                                       *_strides(out), **_common(q, k, scale, dropout_p), **_tile_args(tiles))
+    return out, lse
+
+
+def _backward(do, q, k, v, out, lse, slopes, seed, scale: float, dropout_p: float):
+    kernels, _ = _triton()
+    assert kernels is not None
+    b, heads, sq, hd = q.shape
+    sk = k.shape[2]
+    delta = (out.float() * do.float()).sum(-1).reshape(b * heads, sq)  # dO . O per row, fp32
+    dq, dk, dv = _like_heads_last(q, sq), _like_heads_last(k, sk), _like_heads_last(v, sk)
+    common = dict(_common(q, k, scale, dropout_p), sm_scale=scale)
+    tiles = plan(hd, q.is_cuda)
+    args = (q, k, v, do, slopes, seed, lse, delta)
+    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
+    kernels.attention_bwd_dkdv_kernel[(triton_cdiv(sk, tiles.dkdv.block_n), b * heads)](
+        *args, dk, dv, *strides, *_strides(dk), *_strides(dv), **common, **_tile_args(tiles.dkdv))
+    kernels.attention_bwd_dq_kernel[(triton_cdiv(sq, tiles.dq.block_m), b * heads)](
+        *args, dq, *strides, *_strides(dq), **common, **_tile_args(tiles.dq))
+    return dq, dk, dv
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _last_dim_dense(t: torch.Tensor) -> torch.Tensor:
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
+@torch.library.custom_op("bloomtrain::flash_alibi_attention", mutates_args=())
+def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor, seed: torch.Tensor,
+                  scale: float, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return _forward(_last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), slopes.float().contiguous(), seed,
+                    scale, dropout_p)
+
+
+@_attention_op.register_fake
+def _(q, k, v, slopes, seed, scale, dropout_p):
+    b, heads, sq, _ = q.shape
+    return _like_heads_last(q, sq), q.new_empty(b * heads, sq, dtype=torch.float32)
+
+
+@torch.library.custom_op("bloomtrain::flash_alibi_attention_backward", mutates_args=())
+def _attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                           lse: torch.Tensor, slopes: torch.Tensor, seed: torch.Tensor, scale: float,
+                           dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward(_last_dim_dense(do), _last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), out, lse,
+                     slopes.float().contiguous(), seed, scale, dropout_p)
+
+
+@_attention_backward_op.register_fake
+def _(do, q, k, v, out, lse, slopes, seed, scale, dropout_p):
+    return _like_heads_last(q, q.shape[2]), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
+
+
+def _setup_context(ctx, inputs, output) -> None:
+    q, k, v, slopes, seed, scale, dropout_p = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, slopes, seed)
+    ctx.scale, ctx.dropout_p = scale, dropout_p
+
+
+def _attention_grad(ctx, dout, _dlse):
+    q, k, v, out, lse, slopes, seed = ctx.saved_tensors
+    dq, dk, dv = _attention_backward_op(dout, q, k, v, out, lse, slopes, seed, ctx.scale, ctx.dropout_p)
+    return dq, dk, dv, None, None, None, None
+
+
+_attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
+
+
+def draw_seed(device: torch.device) -> torch.Tensor:
+    """A Philox key from the torch generator of ``device`` (int64 ``[1]`` on that device: no host sync)."""
+    return torch.randint(0, 2**62, (1,), device=device, dtype=torch.int64)
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor, scale: float,
+                    dropout_p: float = 0.0, seed: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal ALiBi attention ``dropout(softmax(scale q k^T + alibi)) v``; ``seed``: the dropout key (tests)."""
+    if dropout_p and seed is None:
+        seed = draw_seed(q.device)
+    elif seed is None:
+        seed = torch.zeros(1, dtype=torch.int64, device=q.device)
+    out, _ = _attention_op(q, k, v, slopes, seed, float(scale), float(dropout_p))
+    return out
+
+
+def keep_mask(seed: torch.Tensor, shape: tuple[int, int, int, int], dropout_p: float) -> torch.Tensor:
+    """The keep mask (bool ``[b, np, sq, sk]``) that a call with this seed and ``dropout_p`` applies."""
+    kernels, problem = _triton()
+    if kernels is None:
+        raise RuntimeError(problem)
+    b, heads, sq, sk = shape
+    out = torch.empty(b * heads, sq, sk, dtype=torch.int8, device=seed.device)
+    block_m, block_n = 32, 32
+    grid = (triton_cdiv(sq, block_m), triton_cdiv(sk, block_n), b * heads)
+    kernels.keep_mask_kernel[grid](seed, out, heads, sq, sk, kernels.dropout_threshold(dropout_p),
+                                   BLOCK_M=block_m, BLOCK_N=block_n)
+    return out.view(b, heads, sq, sk).bool()
+
+
+def dropout_scale(dropout_p: float) -> float:
+    kernels, problem = _triton()
+    if kernels is None:
+        raise RuntimeError(problem)
+    return kernels.dropout_scale(dropout_p)

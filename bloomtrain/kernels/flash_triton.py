@@ -1,0 +1,287 @@
+"""Triton kernels of BLOOM's causal ALiBi attention, flash-style, with attention dropout inside.
+
+Shapes: q ``[b, np, sq, hd]``, k and v ``[b, np, sk, hd]`` (any strides, the last one 1), ``sq <= sk``;
+query row i sits at key position ``sk - sq + i`` (a KV-cache step of sq = 1 sees every key). Per head h the
+score of (i, j) is ``scale * q_i . k_j + slope_h * (j - pos_i)`` for ``j <= pos_i``: BLOOM's bias
+``slope_h * j`` shifted by a constant per row, which softmax ignores. The shifted form is 0 on the diagonal, so
+no large bias is added to a score in fp32 (``slope * 2047`` would cost ~7 bits of a score's precision).
+
+Forward (FlashAttention-2's loop): one program per (query block, b * np); it walks the key blocks left of the
+diagonal without a mask, then the diagonal blocks with the causal mask, keeping a running max ``m`` and sum ``l``
+per row (base-2 exponentials: scores are pre-multiplied by log2(e)). It writes the output and the row's
+log-sum-exp ``lse = m + log2(l)`` (fp32, base 2, ``[b * np, sq]``): no ``[sq, sk]`` tensor exists.
+
+Backward: ``delta_i = sum_d dO_i O_i`` (torch, in the wrapper), then two kernels that recompute ``P`` from
+``lse``: one program per key block accumulates dK and dV over the query blocks that see it, one per query
+block accumulates dQ over its keys. Neither uses atomics, so gradients are deterministic (bit-exact reruns).
+With dropout (``O = (P * Z / (1 - p)) V``, Z the keep mask), ``delta`` is unchanged
+(``sum_j P_ij dP_ij = dO_i . O_i``), and dP gets the same mask and scale as P.
+
+Dropout mask: Philox4x32-10 (``tl.randint4x``), keyed by a 64-bit seed that the caller draws from the device's
+torch generator (so a checkpoint's RNG state replays it). One Philox call gives four 32-bit words, split into
+eight 16-bit numbers for eight consecutive keys of one row; key j of row i of head bh is dropped when its number
+is below ``threshold = round(p * 65536)``. The counter is ``(bh * sq + i) * ceil(sk / 8) + j // 8``, a global
+position: forward, both backward kernels and ``keep_mask`` (tests) rebuild the same mask whatever their block
+sizes. Kept values are scaled by ``65536 / (65536 - threshold)``, so the expectation is exact for the
+quantised p (``dropout_scale``).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+RNG_GROUP = 8  # keys per Philox call: four 32-bit words, two 16-bit numbers each
+RNG_RANGE = 65536
+
+
+def dropout_threshold(p: float) -> int:
+    """Keys whose 16-bit number is below this are dropped: p quantised to 1/65536."""
+    return round(p * RNG_RANGE)
+
+
+def dropout_scale(p: float) -> float:
+    """The scale of kept values, 1 / (1 - quantised p): the expectation of the output is unchanged."""
+    return RNG_RANGE / (RNG_RANGE - dropout_threshold(p))
+
+
+@triton.jit
+def _keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Keep mask ``[BLOCK_M, BLOCK_N]`` of rows ``rows`` x keys ``[start_n, start_n + BLOCK_N)``; start_n % 8 == 0."""
+    groups = (SK + 7) // 8
+    g = start_n // 8 + tl.arange(0, BLOCK_N // 8)
+    counter = (bh.to(tl.int64) * SQ + rows.to(tl.int64)[:, None]) * groups + g.to(tl.int64)[None, :]
+    r0, r1, r2, r3 = tl.randint4x(seed, counter)
+    words = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK_M, BLOCK_N // 2])
+    halves = tl.reshape(tl.join(words & 0xFFFF, words >> 16), [BLOCK_M, BLOCK_N])
+    return halves >= threshold
+
+
+@triton.jit
+def _mma(a, b, acc, DOT_MODE: tl.constexpr):
+    """``a @ b (+ acc)`` in fp32. DOT_MODE: "ieee" (fp32 inputs, no TF32), "tf32" (fp16/bf16 inputs: the mode is
+    ignored), "upcast" (bf16 in Triton's CPU interpreter, whose bf16 dot is wrong: the inputs widened to fp32 give
+    the same exact products a tensor core forms)."""
+    if DOT_MODE == "upcast":
+        out = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc, input_precision=DOT_MODE)
+    return out
+
+
+@triton.jit
+def _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL: tl.constexpr,
+            DOT_MODE: tl.constexpr):
+    """Base-2 scores ``[BLOCK_M, BLOCK_N]`` of q ``[BLOCK_M, D]`` against k ``[BLOCK_N, D]``, -inf where masked."""
+    s = _mma(q, tl.trans(k), None, DOT_MODE) * qk_scale2
+    rel = cols[None, :] - (rows[:, None] + POS0)  # key position minus the query's position, <= 0 where allowed
+    s += slope2 * rel.to(tl.float32)
+    if CAUSAL:
+        s = tl.where(rel <= 0, s, float("-inf"))
+    return s
+
+
+@triton.jit
+def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, bh, seed, slope2, qk_scale2,
+               POS0, SQ, SK, threshold, d_mask, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, DOT_MODE: tl.constexpr):
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (cols < SK)[:, None] & d_mask[None, :]
+        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
+        s = _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.math.exp2(s - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None]
+        if DROPOUT:
+            p = tl.where(_keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N), p, 0.0)
+        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        acc = _mma(p.to(v.dtype), v, acc, DOT_MODE)
+        m_i = m_new
+    return acc, m_i, l_i
+
+
+@triton.jit
+def attention_fwd_kernel(Q, K, V, Slopes, Seed, Out, Lse,
+                         stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                         stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
+                         H, SQ, SK, HEAD_DIM, qk_scale2, threshold, keep_scale,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                         DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    POS0 = SK - SQ
+    slope2 = tl.load(Slopes + h) * 1.4426950408889634
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    rows = start_m + tl.arange(0, BLOCK_M)
+    d = tl.arange(0, BLOCK_D)
+    d_mask = d < HEAD_DIM
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :],
+                mask=(rows < SQ)[:, None] & d_mask[None, :], other=0.0)
+    k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
+    v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    # Keys [0, diag) lie left of every row's diagonal; [diag, hi) need the causal mask.
+    diag = (start_m + POS0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(SK, start_m + BLOCK_M + POS0)
+    acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, bh, seed,
+                               slope2, qk_scale2, POS0, SQ, SK, threshold, d_mask, False, DROPOUT, BLOCK_M, BLOCK_N,
+                               DOT_MODE)
+    acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, bh, seed,
+                               slope2, qk_scale2, POS0, SQ, SK, threshold, d_mask, True, DROPOUT, BLOCK_M, BLOCK_N,
+                               DOT_MODE)
+    out = acc * (keep_scale / l_i)[:, None]
+    row_mask = rows < SQ
+    tl.store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + d[None, :],
+             out.to(Out.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
+    tl.store(Lse + bh * SQ + rows, m_i + tl.math.log2(l_i), mask=row_mask)
+
+
+@triton.jit
+def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, lo, hi, bh, seed, slope2,
+                qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_MODE: tl.constexpr):
+    cols = start_n + tl.arange(0, BLOCK_N)
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)
+        row_mask = rows < SQ
+        q = tl.load(q_ptrs + start_m * stride_qm, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+        do = tl.load(do_ptrs + start_m * stride_dom, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+        # Rows past sq get lse = +inf: their probabilities are 0, never inf * 0.
+        lse = tl.load(Lse + bh * SQ + rows, mask=row_mask, other=float("inf"))
+        delta = tl.load(Delta + bh * SQ + rows, mask=row_mask, other=0.0)
+        p = tl.math.exp2(_scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
+                         - lse[:, None])  # [BLOCK_M, BLOCK_N]
+        dp = _mma(do, tl.trans(v), None, DOT_MODE)
+        if DROPOUT:
+            keep = _keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
+            p_dropped = tl.where(keep, p * keep_scale, 0.0)
+            dp = tl.where(keep, dp * keep_scale, 0.0)
+        else:
+            p_dropped = p
+        dv = _mma(tl.trans(p_dropped.to(do.dtype)), do, dv, DOT_MODE)
+        ds = p * (dp - delta[:, None])
+        dk = _mma(tl.trans(ds.to(q.dtype)), q, dk, DOT_MODE)
+    return dk, dv
+
+
+@triton.jit
+def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
+                              stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                              stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                              stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
+                              H, SQ, SK, HEAD_DIM, qk_scale2, sm_scale, threshold, keep_scale,
+                              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                              DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    POS0 = SK - SQ
+    slope2 = tl.load(Slopes + h) * 1.4426950408889634
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    cols = start_n + tl.arange(0, BLOCK_N)
+    d = tl.arange(0, BLOCK_D)
+    d_mask = d < HEAD_DIM
+    kv_mask = (cols < SK)[:, None] & d_mask[None, :]
+    k = tl.load(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kn + d[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vn + d[None, :], mask=kv_mask, other=0.0)
+    q_ptrs = Q + b * stride_qb + h * stride_qh + tl.arange(0, BLOCK_M)[:, None] * stride_qm + d[None, :]
+    do_ptrs = DO + b * stride_dob + h * stride_doh + tl.arange(0, BLOCK_M)[:, None] * stride_dom + d[None, :]
+    dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    # Query rows see key j from row j - POS0 on; rows at or past `full` see every key of this block.
+    first = tl.maximum(start_n - POS0, 0) // BLOCK_M * BLOCK_M
+    full = tl.minimum(tl.maximum(start_n + BLOCK_N - 1 - POS0, first), SQ)
+    full = first + (full - first + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    dk, dv = _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, first, full, bh,
+                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, True, DROPOUT,
+                         BLOCK_M, BLOCK_N, DOT_MODE)
+    dk, dv = _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, full, SQ, bh,
+                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, False, DROPOUT,
+                         BLOCK_M, BLOCK_N, DOT_MODE)
+    tl.store(DK + b * stride_dkb + h * stride_dkh + cols[:, None] * stride_dkn + d[None, :],
+             (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + b * stride_dvb + h * stride_dvh + cols[:, None] * stride_dvn + d[None, :],
+             dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, bh, seed, slope2,
+              qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_MODE: tl.constexpr):
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        kv_mask = (cols < SK)[:, None] & d_mask[None, :]
+        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        p = tl.math.exp2(_scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
+                         - lse[:, None])
+        dp = _mma(do, tl.trans(v), None, DOT_MODE)
+        if DROPOUT:
+            keep = _keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
+            dp = tl.where(keep, dp * keep_scale, 0.0)
+        ds = p * (dp - delta[:, None])
+        dq = _mma(ds.to(k.dtype), k, dq, DOT_MODE)
+    return dq
+
+
+@triton.jit
+def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DQ,
+                            stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
+                            stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
+                            stride_dqb, stride_dqh, stride_dqm,
+                            H, SQ, SK, HEAD_DIM, qk_scale2, sm_scale, threshold, keep_scale,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                            DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1)
+    b, h = bh // H, bh % H
+    POS0 = SK - SQ
+    slope2 = tl.load(Slopes + h) * 1.4426950408889634
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    rows = start_m + tl.arange(0, BLOCK_M)
+    row_mask = rows < SQ
+    d = tl.arange(0, BLOCK_D)
+    d_mask = d < HEAD_DIM
+    qd_mask = row_mask[:, None] & d_mask[None, :]
+    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], mask=qd_mask, other=0.0)
+    do = tl.load(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + d[None, :], mask=qd_mask,
+                 other=0.0)
+    lse = tl.load(Lse + bh * SQ + rows, mask=row_mask, other=float("inf"))
+    delta = tl.load(Delta + bh * SQ + rows, mask=row_mask, other=0.0)
+    k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
+    v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
+    dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    diag = (start_m + POS0) // BLOCK_N * BLOCK_N
+    hi = tl.minimum(SK, start_m + BLOCK_M + POS0)
+    dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, bh, seed, slope2,
+                   qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, False, DROPOUT, BLOCK_M, BLOCK_N,
+                   DOT_MODE)
+    dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, bh, seed, slope2,
+                   qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, True, DROPOUT, BLOCK_M, BLOCK_N,
+                   DOT_MODE)
+    tl.store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm + d[None, :],
+             (dq * sm_scale).to(DQ.dtype.element_ty), mask=qd_mask)
+
+
+@triton.jit
+def keep_mask_kernel(Seed, Out, H, SQ, SK, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The dropout keep mask as int8 ``[b * np, sq, sk]`` (tests rebuild the kernels' mask with it)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(2)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    keep = _keep(tl.load(Seed), bh, rows, tl.program_id(1) * BLOCK_N, SQ, SK, threshold, BLOCK_M, BLOCK_N)
+    tl.store(Out + (bh * SQ + rows[:, None]) * SK + cols[None, :], keep.to(tl.int8),
+             mask=(rows < SQ)[:, None] & (cols < SK)[None, :])
