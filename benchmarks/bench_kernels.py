@@ -122,6 +122,78 @@ def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype
     return rows
 
 
+def copy_gbps(device: str, warmup: int, iters: int) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second / 1e9): the ceiling of an elementwise op."""
+    x = torch.empty(1 << 28, dtype=torch.uint8, device=device)  # 256 MiB, well past every cache
+    y = torch.empty_like(x)
+    ms = _time(lambda: y.copy_(x), device, warmup, iters)
+    return 2 * x.numel() / ms / 1e6
+
+
+def _attention_impls(device: str):
+    """(name, dropout p, call(q, k, v, slopes)) for every attention implementation worth timing on ``device``."""
+    import torch.nn.functional as F  # noqa: PLC0415
+
+    from bloomtrain.kernels.attention import attention_reference  # noqa: PLC0415
+    from bloomtrain.kernels.flash_attention import flash_attention  # noqa: PLC0415
+
+    fused = get_kernels("fused")
+    impls = [("bloomtrain fused (block-causal / full square)", p,
+              lambda q, k, v, s, p=p: fused.attention(q, k, v, s, q.shape[-1] ** -0.5, None, p)) for p in (0.0, 0.1)]
+    impls.append(("torch reference (full square)", 0.1, lambda q, k, v, s: attention_reference(
+        q, k, v, s, q.shape[-1] ** -0.5, None, 0.1, softmax=get_kernels("torch").alibi_softmax)))
+    if device != "cuda":
+        return impls
+    impls += [("bloomtrain flash (Triton)", p, lambda q, k, v, s, p=p: flash_attention(q, k, v, s, q.shape[-1] ** -0.5, p))
+              for p in (0.0, 0.1)]
+    impls += [("SDPA flash, causal, no ALiBi", p,
+               lambda q, k, v, s, p=p: F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p))
+              for p in (0.0, 0.1)]
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention  # noqa: PLC0415
+    except ImportError:
+        return impls
+    flex = torch.compile(flex_attention)
+
+    def flex_alibi(q, k, v, slopes):
+        def alibi(score, b, h, i, j):
+            return score + slopes[h] * (j - i)
+
+        mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, q.shape[2], k.shape[2], device=device)
+        return flex(q, k, v, score_mod=alibi, block_mask=mask)
+
+    impls.append(("flex_attention, ALiBi + causal block mask", 0.0, flex_alibi))
+    return impls
+
+
+def bench_attention(device: str, quick: bool, dtype: torch.dtype) -> list[dict]:
+    """Causal ALiBi attention, forward + backward, at BLOOM's training shapes (560m: hd 64; 1b7 / 176B: hd 128)."""
+    warmup, iters = (2, 5) if quick else (5, 20)
+    shapes = [(4, 16, 2048, 64), (4, 16, 2048, 128)] if device == "cuda" else [(1, 4, 256, 64)]
+    rows = []
+    for b, heads, s, hd in shapes:
+        print(f"\n== attention [{b}, {heads}, {s}, {hd}], {dtype}, forward+backward ==")
+        gen = torch.Generator(device).manual_seed(0)
+        q, k, v = (torch.randn(b, heads, s, hd, device=device, dtype=dtype, generator=gen, requires_grad=True)
+                   for _ in range(3))
+        slopes = alibi_slopes(heads).to(device)
+        flops = 3.5 * 2 * b * heads * s * s * hd  # causal: half the square's 4 b h s^2 hd forward, x3.5 with backward
+        for name, p, call in _attention_impls(device):
+            def step(call=call, inputs=(q, k, v), slopes=slopes):
+                out = call(*inputs, slopes)
+                torch.autograd.grad(out, inputs, torch.ones_like(out))
+
+            try:
+                ms = _time(step, device, warmup, iters)
+            except Exception as exc:  # an implementation this torch build lacks is a row, not a crash
+                print(f"{name:<46}{'dropout ' + str(p):<14}failed: {type(exc).__name__}: {str(exc)[:80]}")
+                continue
+            print(f"{name:<46}{'dropout ' + str(p):<14}{ms:>9.3f} ms {flops / ms / 1e9:>8.1f} TFLOP/s", flush=True)
+            rows.append({"shape": [b, heads, s, hd], "impl": name, "dropout": p, "ms": ms,
+                         "tflops": flops / ms / 1e9})
+    return rows
+
+
 def _set_kernels(model, kernels) -> None:
     """Swap the kernel set of every module of a built model (the attribution variants below)."""
     for module in model.modules():
@@ -200,6 +272,7 @@ def parser() -> argparse.ArgumentParser:
                         help="default: float32 on CPU, bfloat16 on CUDA")
     parser.add_argument("--no-compile", action="store_true", help="skip torch.compile (slow first compile)")
     parser.add_argument("--skip-model", action="store_true")
+    parser.add_argument("--skip-attention", action="store_true")
     parser.add_argument("--json", default=None, help="also write every row to this file (benchmarks/gpu_check.py)")
     return parser
 
@@ -220,8 +293,13 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print("apex not installed: no apex column")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, kinds {kinds}")
-    rows = {"device": device, "dtype": str(dtype).removeprefix("torch."), "kinds": kinds,
+    warmup, iters = (2, 5) if args.quick else (5, 20)
+    copy = copy_gbps(device, warmup, iters)
+    print(f"device-to-device copy: {copy:,.0f} GB/s (read + written): the bandwidth an elementwise op can reach")
+    rows = {"device": device, "dtype": str(dtype).removeprefix("torch."), "kinds": kinds, "copy_gbps": copy,
             "kernels": bench_kernels(device, args.quick, kinds, dtype)}
+    if not args.skip_attention:
+        rows["attention"] = bench_attention(device, args.quick, dtype)
     if not args.skip_model:
         rows["model"] = bench_model(device, args.quick, kinds, dtype)
     if args.json:

@@ -30,6 +30,7 @@ from bloomtrain.callbacks import (
     StopRequestsCallback,
     ValidSetCallback,
 )
+from bloomtrain.callbacks.compile_time import CompileTimeCallback
 from bloomtrain.callbacks.configured import configured_callbacks
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
 from bloomtrain.checkpoint.rng import seed_everything
@@ -38,6 +39,7 @@ from bloomtrain.config import TrainConfig
 from bloomtrain.console import setup_console
 from bloomtrain.data import Samples, ValidSamples, build_datasets, build_valid_sets, token_byte_lengths
 from bloomtrain.engine import build_engine
+from bloomtrain.model.compiled import compile_blocks
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.precision import CpuInfo, PrecisionChoice, fit_precision
@@ -135,6 +137,7 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
     universal = needs_universal(cfg, state)
     engine = build_engine(pipeline, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0),
                           load_universal=universal)
+    compiled = compile_blocks(pipeline, cfg.model, device)  # model.compile: in place, on each graph's first call
     module = TrainModule(engine, state)
     # Rank 0 builds (and caches) the sample indices first; the others then only read the cache.
     if rank == 0:
@@ -145,9 +148,10 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
         train_data, valid_data = build_datasets(cfg)
         valid_sets = build_valid_sets(cfg)
     checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
+    timing = [CompileTimeCallback(compiled)] if compiled else []
     return Trainer(cfg, module, state, train_data, checkpointer,
                    [*default_callbacks(cfg, Validation(valid_data, list(valid_sets.values())), rank, world,
-                                       precision=precision, user=user), *callbacks])
+                                       precision=precision, user=user), *timing, *callbacks])
 
 
 def run(cfg: TrainConfig, callbacks: Sequence[Callback] = ()) -> TrainResult:

@@ -140,21 +140,55 @@ def _forward(q, k, v, slopes, seed, scale: float, dropout_p: float) -> tuple[tor
     return out, lse
 
 
-def _backward(do, q, k, v, out, lse, slopes, seed, scale: float, dropout_p: float):
+@dataclass(frozen=True)
+class Backward:
+    """What both backward kernels read: the saved tensors, ``dO`` and ``delta = rowsum(dO * O)`` (fp32)."""
+
+    do: torch.Tensor
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    lse: torch.Tensor
+    delta: torch.Tensor
+    slopes: torch.Tensor
+    seed: torch.Tensor
+    scale: float
+    dropout_p: float
+
+    def args(self) -> tuple:
+        return (self.q, self.k, self.v, self.do, self.slopes, self.seed, self.lse, self.delta,
+                *_strides(self.q), *_strides(self.k), *_strides(self.v), *_strides(self.do))
+
+    def common(self) -> dict:
+        return dict(_common(self.q, self.k, self.scale, self.dropout_p), sm_scale=self.scale)
+
+
+def launch_dkdv(bw: Backward, dk: torch.Tensor, dv: torch.Tensor, tiles: Tiles) -> None:
     kernels, _ = _triton()
     assert kernels is not None
+    grid = (triton_cdiv(bw.k.shape[2], tiles.block_n), bw.q.shape[0] * bw.q.shape[1])
+    q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
+    kernels.attention_bwd_dkdv_kernel[grid](q, k, v, do, slopes, seed, lse, delta, dk, dv, *strides, *_strides(dk),
+                                            *_strides(dv), **bw.common(), **_tile_args(tiles))
+
+
+def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
+    kernels, _ = _triton()
+    assert kernels is not None
+    grid = (triton_cdiv(bw.q.shape[2], tiles.block_m), bw.q.shape[0] * bw.q.shape[1])
+    q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
+    kernels.attention_bwd_dq_kernel[grid](q, k, v, do, slopes, seed, lse, delta, dq, *strides, *_strides(dq),
+                                          **bw.common(), **_tile_args(tiles))
+
+
+def _backward(do, q, k, v, out, lse, slopes, seed, scale: float, dropout_p: float):
     b, heads, sq, hd = q.shape
-    sk = k.shape[2]
     delta = (out.float() * do.float()).sum(-1).reshape(b * heads, sq)  # dO . O per row, fp32
-    dq, dk, dv = _like_heads_last(q, sq), _like_heads_last(k, sk), _like_heads_last(v, sk)
-    common = dict(_common(q, k, scale, dropout_p), sm_scale=scale)
+    bw = Backward(do, q, k, v, lse, delta, slopes, seed, scale, dropout_p)
+    dq, dk, dv = _like_heads_last(q, sq), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
     tiles = plan(hd, q.is_cuda)
-    args = (q, k, v, do, slopes, seed, lse, delta)
-    strides = (*_strides(q), *_strides(k), *_strides(v), *_strides(do))
-    kernels.attention_bwd_dkdv_kernel[(triton_cdiv(sk, tiles.dkdv.block_n), b * heads)](
-        *args, dk, dv, *strides, *_strides(dk), *_strides(dv), **common, **_tile_args(tiles.dkdv))
-    kernels.attention_bwd_dq_kernel[(triton_cdiv(sq, tiles.dq.block_m), b * heads)](
-        *args, dq, *strides, *_strides(dq), **common, **_tile_args(tiles.dq))
+    launch_dkdv(bw, dk, dv, tiles.dkdv)
+    launch_dq(bw, dq, tiles.dq)
     return dq, dk, dv
 
 

@@ -11,8 +11,9 @@ A compiled block runs as two Inductor graphs around the attention call (``bloom.
 Inductor fuses each run of elementwise work (bias, dropout, residual, the LayerNorm statistics, GeLU) into one
 kernel next to the matmuls, which eager mode runs as separate kernels with a tensor written and read between
 each. The LayerNorm and GeLU inside are the PyTorch references (bloomtrain.kernels.reference): traceable code
-Inductor can fuse, where the csrc/ kernels would be opaque calls. Everything outside the blocks (the embedding, its
-LayerNorm, the final LayerNorm, the head and loss) stays on the configured kernel set.
+Inductor can fuse, where the csrc/ kernels would be opaque calls. The LayerNorms outside the blocks (the embedding's,
+the final one) compile alone on the same reference; the embedding lookup, the head and the loss stay eager.
+With compile on, the csrc/ LayerNorm and bias-GeLU kernels therefore serve only eager runs (model.compile=off).
 
 Under tensor parallelism the TP collectives (bloomtrain.parallel.mappings) are graph breaks: each block then
 compiles as the pieces between them. The blocks share one compiled graph per shape and grad mode (their forward
@@ -31,7 +32,7 @@ import logging
 from torch import nn
 
 from bloomtrain.kernels import KernelSet, get_kernels, reference_kernels
-from bloomtrain.model.bloom import BloomBlock
+from bloomtrain.model.bloom import BloomBlock, LayerNorm
 from bloomtrain.model.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -50,11 +51,17 @@ def compile_blocks(model: nn.Module, config: ModelConfig, device_type: str) -> i
     returns how many (0: eager). Compilation itself happens on each graph's first call (the first step)."""
     if not config.compiles(device_type):
         return 0
-    blocks = [m for m in model.modules() if isinstance(m, BloomBlock)]
     kernels = block_kernels(config.kernels)
+    blocks = [m for m in model.modules() if isinstance(m, BloomBlock)]
     for block in blocks:
         block.use_kernels(kernels)
         block.compile(dynamic=False)
-    log.info("model.compile=%s: %d transformer blocks compile on their first call (%s kernels, attention opaque)",
-             config.compile, len(blocks), kernels.name)
+    # The LayerNorms outside the blocks (the embedding's, the final one) compile on their own.
+    inside = {id(m) for block in blocks for m in block.modules()}
+    norms = [m for m in model.modules() if isinstance(m, LayerNorm) and id(m) not in inside]
+    for norm in norms:
+        norm.kernels = kernels
+        norm.compile(dynamic=False)
+    log.info("model.compile=%s: %d transformer blocks and %d LayerNorms compile on their first call (%s kernels, "
+             "attention opaque)", config.compile, len(blocks), len(norms), kernels.name)
     return len(blocks)

@@ -94,17 +94,24 @@ class _GatherFromTP(torch.autograd.Function):
         return _split_last(grad, ctx.state), None
 
 
+@torch.compiler.disable
+def _collective(mapping: type[torch.autograd.Function], x: torch.Tensor, state: ParallelState) -> torch.Tensor:
+    """Run a mapping eagerly: inside a compiled block (model.compile) each collective is a graph break, and the
+    math between them compiles (torch.compile does not trace our process groups)."""
+    return mapping.apply(x, state)
+
+
 def copy_to_tp(x: torch.Tensor, state: ParallelState) -> torch.Tensor:
-    return x if state.tp_size == 1 else _CopyToTP.apply(x, state)
+    return x if state.tp_size == 1 else _collective(_CopyToTP, x, state)
 
 
 def reduce_from_tp(x: torch.Tensor, state: ParallelState) -> torch.Tensor:
-    return x if state.tp_size == 1 else _ReduceFromTP.apply(x, state)
+    return x if state.tp_size == 1 else _collective(_ReduceFromTP, x, state)
 
 
 def scatter_to_tp(x: torch.Tensor, state: ParallelState) -> torch.Tensor:
-    return x if state.tp_size == 1 else _ScatterToTP.apply(x, state)
+    return x if state.tp_size == 1 else _collective(_ScatterToTP, x, state)
 
 
 def gather_from_tp(x: torch.Tensor, state: ParallelState) -> torch.Tensor:
-    return x if state.tp_size == 1 else _GatherFromTP.apply(x, state)
+    return x if state.tp_size == 1 else _collective(_GatherFromTP, x, state)

@@ -158,7 +158,54 @@ def test_cuda_selfcheck_passes_and_auto_runs_the_fused_kernels(cuda_ext, dtype):
                 seen.add(fn)
                 names.add(fn.name())
                 stack.extend(f for f, _ in fn.next_functions)
-        assert {"FusedLayerNormFunctionBackward", "FusedBiasGeLUFunctionBackward",
-                "BlockCausalAttentionFunctionBackward"} <= names
+        assert {"FusedLayerNormFunctionBackward", "FusedBiasGeLUFunctionBackward"} <= names
+        assert any("flash_alibi_attention" in n for n in names), names  # auto's attention on CUDA: the flash kernel
     finally:
         selfcheck.reset()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize(("b", "heads", "s", "hd"), [(4, 16, 2048, 64), (2, 16, 2048, 128), (1, 2, 4096, 80)])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_cuda_flash_attention_at_training_shapes(b, heads, s, hd, dropout_p):
+    """bf16 flash attention against the fp32 reference on the same inputs, given the kernel's own dropout mask."""
+    from bloomtrain.kernels.flash_attention import dropout_scale, flash_attention, keep_mask  # noqa: PLC0415
+
+    gen = torch.Generator("cuda").manual_seed(4)
+    q, k, v, g = (torch.randn(b, heads, s, hd, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(4))
+    slopes = alibi_slopes(heads).cuda()
+    seed = torch.tensor([20261127], device="cuda")
+
+    def ours(q, k, v):
+        return flash_attention(q, k, v, slopes, hd ** -0.5, dropout_p, seed=seed)
+
+    def truth(q, k, v):
+        probs = alibi_softmax_reference(torch.matmul(q, k.transpose(-1, -2)), slopes, hd ** -0.5)
+        if dropout_p:
+            probs = probs * keep_mask(seed, (b, heads, s, s), dropout_p) * dropout_scale(dropout_p)
+        return torch.matmul(probs, v)
+
+    a = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    r = [t.float().requires_grad_(True) for t in (q, k, v)]
+    out_a, out_r = ours(*a), truth(*r)
+    for name, x, y in zip(("out", "dq", "dk", "dv"), (out_a, *torch.autograd.grad(out_a, a, g)),
+                          (out_r, *torch.autograd.grad(out_r, r, g.float()))):
+        scale = y.abs().max().item()
+        torch.testing.assert_close(x.float(), y, rtol=1.6e-2, atol=1e-2 * scale, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_flash_attention_keeps_no_square():
+    """Forward + backward at [4, 16, 8192, 64] bf16: the [s, s] scores alone would be 8 GiB."""
+    from bloomtrain.kernels.flash_attention import flash_attention  # noqa: PLC0415
+
+    q, k, v = (torch.randn(4, 16, 8192, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    out = flash_attention(q, k, v, alibi_slopes(16).cuda(), 0.125, 0.1)
+    out.sum().backward()
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < 1 << 30  # inputs' grads, out, lse: ~0.5 GiB
