@@ -50,7 +50,7 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
     slopes = alibi_slopes(heads).cuda()
     seed = fa.draw_seed(q.device)
     scale = hd ** -0.5
-    out, lse = fa._forward(q, k, v, slopes, seed, scale, dropout)
+    out, lse = fa._forward(q, k, v, slopes, seed, fa.Call(scale, dropout))
     delta = (out.float() * do.float()).sum(-1).reshape(b * heads, s)
     bw = fa.Backward(do, q, k, v, lse, delta, slopes, seed, scale, dropout)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -63,7 +63,7 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
             try:
                 if kernel == "fwd":
                     fa.plan = lambda h, c, t=tiles: fa.LaunchPlan(t, base.dkdv, base.dq)  # type: ignore[assignment]
-                    ms = _ms(lambda: fa._forward(q, k, v, slopes, seed, scale, dropout))
+                    ms = _ms(lambda: fa._forward(q, k, v, slopes, seed, fa.Call(scale, dropout)))
                 elif kernel == "dkdv":
                     ms = _ms(lambda t=tiles: fa.launch_dkdv(bw, dk, dv, t))
                 else:

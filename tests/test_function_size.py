@@ -20,6 +20,10 @@ ALLOWED = {
     "bloomtrain/kernels/attention.py:fused_causal_attention": "the attention op's signature",
     "bloomtrain/kernels/attention.py:BlockCausalAttentionFunction.forward": "autograd.Function.forward of that op",
     "bloomtrain/kernels/dispatch.py:_checked_kernels.attention": "the attention op's signature",
+    "bloomtrain/kernels/flash_attention.py:flash_attention": "the attention op's signature (plus the dropout seed)",
+    # a torch.library op's schema takes tensors and scalars only, no parameter object
+    "bloomtrain/kernels/flash_attention.py:_attention_op": "a torch.library op's schema",
+    "bloomtrain/kernels/flash_attention.py:_attention_backward_op": "a torch.library op's schema",
     # torch.nn.Linear's arguments (in, out, bias, dtype, device) plus Megatron's (state, gather/input, skip_bias_add)
     "bloomtrain/parallel/layers.py:ColumnParallelLinear.__init__": "Megatron's ColumnParallelLinear arguments",
     "bloomtrain/parallel/layers.py:RowParallelLinear.__init__": "Megatron's RowParallelLinear arguments",
@@ -51,11 +55,20 @@ def _params(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return len([p for p in [*a.posonlyargs, *a.args, *a.kwonlyargs] if p.arg not in ("self", "cls")])
 
 
+def _is_triton_kernel(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """``@triton.jit`` code takes pointers, sizes, strides and constexprs only (Triton passes no objects), so its
+    width is the kernel's; its length is still bounded."""
+    jit = any(ast.unparse(d) == "triton.jit" for d in node.decorator_list)
+    return jit and node.end_lineno - node.lineno + 1 <= MAX_LINES
+
+
 def test_no_function_is_longer_than_60_lines_or_takes_more_than_6_values():
     functions = _functions()
     assert len(functions) > 1000  # the walk found the packages
     over = []
     for name, node in functions:
+        if _is_triton_kernel(node):
+            continue
         lines = node.end_lineno - node.lineno + 1
         params = _params(node)
         if (lines > MAX_LINES or params > MAX_PARAMS) and name not in ALLOWED:

@@ -149,7 +149,16 @@ def _tile_args(t: Tiles, sq: int, sk: int) -> dict:
             "num_warps": t.num_warps, "num_stages": t.num_stages}
 
 
-def _forward(q, k, v, slopes, seed, scale: float, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class Call:
+    """The scalars of one attention call: the score scale (1 / sqrt(hd)) and the dropout probability."""
+
+    scale: float
+    dropout_p: float
+
+
+def _forward(q, k, v, slopes, seed, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
+    scale, dropout_p = call.scale, call.dropout_p
     kernels, _ = _triton()
     assert kernels is not None
     b, heads, sq, _ = q.shape
@@ -205,10 +214,12 @@ def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
                                           **bw.common(), **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
 
-def _backward(do, q, k, v, out, lse, slopes, seed, scale: float, dropout_p: float):
+def _backward(do, saved: tuple[torch.Tensor, ...], call: Call):
+    """dq, dk, dv from dO and the forward's ``(q, k, v, out, lse, slopes, seed)``."""
+    q, k, v, out, lse, slopes, seed = saved
     b, heads, sq, hd = q.shape
     delta = (out.float() * do.float()).sum(-1).reshape(b * heads, sq)  # dO . O per row, fp32
-    bw = Backward(do, q, k, v, lse, delta, slopes, seed, scale, dropout_p)
+    bw = Backward(do, q, k, v, lse, delta, slopes, seed, call.scale, call.dropout_p)
     dq, dk, dv = _like_heads_last(q, sq), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
     tiles = plan(hd, q.is_cuda)
     launch_dkdv(bw, dk, dv, tiles.dkdv)
@@ -228,11 +239,11 @@ def _last_dim_dense(t: torch.Tensor) -> torch.Tensor:
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor, seed: torch.Tensor,
                   scale: float, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     return _forward(_last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), slopes.float().contiguous(), seed,
-                    scale, dropout_p)
+                    Call(scale, dropout_p))
 
 
 @_attention_op.register_fake
-def _(q, k, v, slopes, seed, scale, dropout_p):
+def _(q, *_):
     b, heads, sq, _ = q.shape
     return _like_heads_last(q, sq), q.new_empty(b * heads, sq, dtype=torch.float32)
 
@@ -241,12 +252,12 @@ def _(q, k, v, slopes, seed, scale, dropout_p):
 def _attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                            lse: torch.Tensor, slopes: torch.Tensor, seed: torch.Tensor, scale: float,
                            dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward(_last_dim_dense(do), _last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), out, lse,
-                     slopes.float().contiguous(), seed, scale, dropout_p)
+    saved = (_last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), out, lse, slopes.float().contiguous(), seed)
+    return _backward(_last_dim_dense(do), saved, Call(scale, dropout_p))
 
 
 @_attention_backward_op.register_fake
-def _(do, q, k, v, out, lse, slopes, seed, scale, dropout_p):
+def _(do, q, k, v, *_):
     return _like_heads_last(q, q.shape[2]), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,10 +31,14 @@ class KernelSet:
     bias_gelu: Callable[..., torch.Tensor]
     alibi_softmax: Callable[..., torch.Tensor]
     attention: Callable[..., torch.Tensor] | None = None
+    opaque_attention: Callable[..., torch.Tensor] = field(init=False, repr=False, compare=False)
+    """``attention`` behind ``torch.compiler.disable``: what the model calls, so that a compiled block
+    (bloomtrain.model.compiled) runs the kernel dispatch and the attention kernel eagerly, between two graphs."""
 
     def __post_init__(self) -> None:
         if self.attention is None:
             object.__setattr__(self, "attention", functools.partial(attention_reference, softmax=self.alibi_softmax))
+        object.__setattr__(self, "opaque_attention", torch.compiler.disable(self.attention))
 
 
 def reference_kernels() -> KernelSet:

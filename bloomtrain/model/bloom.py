@@ -119,14 +119,6 @@ class LayerCache:
     value: torch.Tensor | None = None
 
 
-@torch.compiler.disable
-def _attend(kernels: KernelSet, q, k, v, slopes, scale: float, mask, dropout_p: float) -> torch.Tensor:
-    """The kernel set's attention, opaque to torch.compile: a compiled block runs it eagerly between two graphs,
-    so the kernel dispatch (self-checks, fallbacks) and the flash kernel are never traced."""
-    assert kernels.attention is not None  # KernelSet fills it in
-    return kernels.attention(q, k, v, slopes, scale, mask, dropout_p)
-
-
 class BloomAttention(nn.Module):
     def __init__(self, config: ModelConfig, state: ParallelState, kernels: KernelSet, *, dtype=None, device=None):
         super().__init__()
@@ -152,7 +144,8 @@ class BloomAttention(nn.Module):
                 k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
             cache.key, cache.value = k, v
         dropout_p = self.config.attention_dropout if self.training else 0.0
-        context = _attend(self.kernels, q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
+        # Opaque to torch.compile: the kernel dispatch (self-checks, fallbacks) and the kernel are never traced.
+        context = self.kernels.opaque_attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
         context = context.transpose(1, 2).reshape(b, sq, self.local_heads * hd)  # [b, np, sq, hd] -> [b, sq, h]
         return self.dense(context)
 
