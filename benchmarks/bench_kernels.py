@@ -85,7 +85,12 @@ def _cases(device: str, quick: bool, dtype: torch.dtype):
            lambda k, s: k.alibi_softmax(s, slopes, 0.125), int(1.5 * heads * seq * seq * elt))
 
 
-def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> list[dict]:
+# Bytes an op must move forward + backward, over its forward's: LayerNorm and bias-GeLU read x and write y, then read
+# dy and x and write dx (5 tensors against 2).
+FWD_BWD_BYTES = {"layer_norm": 2.5, "bias_gelu": 2.5}
+
+
+def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype, copy: float | None = None) -> list[dict]:
     warmup, iters = (2, 5) if quick else (5, 20)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     peak = peak_gbps(name) if device == "cuda" else None
@@ -111,6 +116,13 @@ def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype
         line += "".join(f"{times['torch'] / times[k]:>10.2f}" for k in kinds if k != "torch")
         rows.append({"op": op, "shape": label, "ms": times, "speedup_vs_torch": {k: times["torch"] / times[k]
                                                                                for k in kinds if k != "torch"}})
+        if op in FWD_BWD_BYTES and copy:  # each kind's forward + backward against the copy bandwidth
+            moved = FWD_BWD_BYTES[op] * nbytes
+            rows[-1]["fwd_bwd_gbps"] = {k: moved / times[k] / 1e6 for k in kinds}
+            rows[-1]["fwd_bwd_fraction_of_copy"] = {k: moved / times[k] / 1e6 / copy for k in kinds}
+        suffix = ("  fwd+bwd % of copy: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in
+                                                     rows[-1]["fwd_bwd_fraction_of_copy"].items())
+                  if "fwd_bwd_fraction_of_copy" in rows[-1] else "")
         if peak:
             with torch.no_grad():
                 fused = get_kernels("fused")
@@ -118,7 +130,7 @@ def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype
             gbps = nbytes / fwd / 1e6
             line += f"{gbps:>12.0f}{100 * gbps / peak:>7.0f}%"
             rows[-1].update(fused_forward_gbps=gbps, peak_gbps=peak, fraction_of_peak=gbps / peak)
-        print(line)
+        print(line + suffix)
     return rows
 
 
@@ -300,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     copy = copy_gbps(device, warmup, iters)
     print(f"device-to-device copy: {copy:,.0f} GB/s (read + written): the bandwidth an elementwise op can reach")
     rows = {"device": device, "dtype": str(dtype).removeprefix("torch."), "kinds": kinds, "copy_gbps": copy,
-            "kernels": bench_kernels(device, args.quick, kinds, dtype)}
+            "kernels": bench_kernels(device, args.quick, kinds, dtype, copy)}
     if not args.skip_attention:
         rows["attention"] = bench_attention(device, args.quick, dtype)
     if not args.skip_model:
