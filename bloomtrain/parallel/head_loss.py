@@ -151,10 +151,11 @@ def _chunk(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, sca
 
 
 def _accumulate(acc: torch.Tensor, grad_logits: torch.Tensor, hidden: torch.Tensor) -> None:
-    """``acc += G^T h`` in fp32: in the GEMM where ``addmm`` takes ``out_dtype`` (CUDA), else per chunk."""
+    """``acc += G^T h`` in fp32: inside the GEMM where ``addmm`` takes ``out_dtype`` (CUDA, sm80 and later: bf16
+    or fp16 operands, fp32 accumulator and output), else through the chunk's sum in the operands' dtype."""
     if acc.dtype == grad_logits.dtype:
         acc.addmm_(grad_logits.t(), hidden)
-    elif acc.is_cuda:
+    elif acc.is_cuda and torch.cuda.get_device_capability(acc.device)[0] >= 8:
         torch.addmm(acc, grad_logits.t(), hidden, out_dtype=torch.float32, out=acc)
     else:
         acc += torch.mm(grad_logits.t(), hidden).float()

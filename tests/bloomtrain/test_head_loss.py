@@ -196,3 +196,21 @@ def test_a_training_step_of_4096_tokens_at_bloom_vocabulary_peaks_under_3_gb(tmp
     [step] = [r for r in map(json.loads, (tmp_path / "metrics.jsonl").read_text().splitlines()) if "step_time_s" in r]
     assert step["iteration"] == 1 and math.isfinite(step["loss"])
     assert step["memory_gib"] * 2**30 <= 3e9, step["memory_gib"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bf16_fused_head_is_as_close_to_the_truth_as_the_unfused_path():
+    """The GPU path: compiled elementwise passes, grad W accumulated in fp32 inside the GEMM (addmm out_dtype),
+    bf16 at bloom-560m's width, 4 chunks; and the default chunking (one chunk here)."""
+    h, w, labels, mask = _problem(vocab=50_304, hidden=1024, shape=(4, 1024), seed=1)
+    hb, wb = h.to("cuda", torch.bfloat16), w.to("cuda", torch.bfloat16)
+    labels, mask = labels.cuda(), mask.cuda()
+    truth = _unfused(hb.double(), wb.double(), labels, mask)
+    ref = _unfused(hb, wb, labels, mask)
+    for rows in (1024, None):
+        got = _fused(hb, wb, labels, mask, rows=rows)
+        assert rel_err(got[0], ref[0]) <= 1e-5, rows
+        for name, a, b, t in zip(("grad hidden", "grad weight"), got[1:], ref[1:], truth[1:]):
+            assert a.dtype == torch.bfloat16 and rel_err(a, b) <= 2**-7, (name, rows, rel_err(a, b))
+            assert rel_err(a, t) <= 1.1 * rel_err(b, t), (name, rows, rel_err(a, t), rel_err(b, t))
