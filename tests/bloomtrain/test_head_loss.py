@@ -21,7 +21,7 @@ from bloomtrain.parallel.cross_entropy import masked_mean_loss
 from bloomtrain.parallel.head_loss import Chunking, chunk_rows, fused_head_loss
 from bloomtrain.parallel.layers import is_sharded
 from bloomtrain.parallel.state import ParallelState
-from tests.bloomtrain.train_helpers import TINY
+from tests.bloomtrain.train_helpers import EXACT, TINY
 from tests.gloo_harness import run_distributed
 
 RTOL = 1e-6
@@ -179,6 +179,28 @@ def test_model_train_loss_equals_forward_then_loss(tp):
         bad = {k: v for k, v in errors.items() if not v <= RTOL}
         assert not bad, bad
         assert len(errors) > 20
+
+
+def _engine_outputs(pp: int) -> dict:
+    from bloomtrain.config import load_config
+    from bloomtrain.train import build_trainer
+
+    trainer = build_trainer(load_config(TINY, [*EXACT, f"parallel.pp={pp}", "schedule.train_iters=2"]))
+    result = trainer.fit()
+    engine = trainer.module.engine
+    kept = [[tuple(t.shape) for t in out] if isinstance(out, tuple) else [tuple(out.shape)]
+            for out in engine.pipe_buffers["outputs"] if out is not None]
+    return {"last": engine.is_last_stage(), "kept": kept, "losses": result.losses}
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_the_pipeline_engine_keeps_hidden_states_not_logits(pp):
+    """What DeepSpeed's engine holds from the last stage's forward until the buffer is reused: ``[b, s, h]`` and
+    the tied weight (a parameter, no new memory), never ``[b, s, V/TP]`` logits."""
+    results = run_distributed(_engine_outputs, pp, pp, timeout_s=300)
+    [last] = [r for r in results if r["last"]]
+    assert last["kept"] and all(shapes == [(2, 32, 96), (256, 96)] for shapes in last["kept"]), last["kept"]
+    assert len(last["losses"]) == 2 and all(math.isfinite(v) for v in last["losses"].values())
 
 
 def test_a_training_step_of_4096_tokens_at_bloom_vocabulary_peaks_under_3_gb(tmp_path):
