@@ -157,10 +157,13 @@ def _anchor_figures(anchor: dict, model_flops: float, peak: float | None) -> dic
 
 
 def _release_cuda() -> None:
+    """Free what the anchor left (its compiled blocks' caches hold its modules), so that the trainer's peak
+    memory is its own."""
     import gc
 
     import torch
 
+    torch._dynamo.reset()
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

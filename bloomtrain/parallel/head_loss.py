@@ -55,7 +55,7 @@ from bloomtrain.parallel.mappings import copy_to_tp
 from bloomtrain.parallel.state import ParallelState
 
 CHUNK_BYTES = {"cuda": 4 << 30}
-"""Bytes of one chunk's logits counted as fp32 ``[rows, V/TP]``, by device type; others get ``OTHER_CHUNK_BYTES``."""
+"""One chunk's logits counted as fp32 ``[rows, V/TP]``, bytes by device type (others: ``OTHER_CHUNK_BYTES``)."""
 OTHER_CHUNK_BYTES = 256 << 20
 
 
@@ -180,7 +180,7 @@ class _Plan:
 class _FusedHeadLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, loss_mask, plan):
-        """hidden ``[N, h]``, weight ``[V/TP, h]``, target ``[N]``, loss_mask ``[N]`` float or None -> mean loss."""
+        """hidden ``[N, h]``, weight ``[V/TP, h]``, target ``[N]``, loss_mask ``[N]`` (float, None) -> mean loss."""
         n = hidden.shape[0]
         mask = None if loss_mask is None else loss_mask.float()
         grad_hidden = weight_acc = scale = None
@@ -217,8 +217,9 @@ class _FusedHeadLoss(torch.autograd.Function):
         return grad_hidden, weight_acc, None, None, None
 
 
-def fused_head_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor | None,
-                    state: ParallelState, chunking: Chunking | None = None) -> torch.Tensor:
+def fused_head_loss(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
+                    loss_mask: torch.Tensor | None, state: ParallelState,
+                    chunking: Chunking | None = None) -> torch.Tensor:
     """Masked mean fp32 cross entropy of the tied head ``hidden [..., h] @ weight [V/TP, h]^T`` against ``labels
     [...]`` (global ids, already shifted) and the loss mask ``[...]`` (None: every token), as
     ``masked_mean_loss(F.linear(hidden, weight), ...)`` computes it, without the logits."""

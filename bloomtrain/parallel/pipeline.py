@@ -94,7 +94,8 @@ class LossFn:
     def __init__(self, state: ParallelState) -> None:
         self.state = state
 
-    def __call__(self, head: tuple[torch.Tensor, torch.Tensor], labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def __call__(self, head: tuple[torch.Tensor, torch.Tensor],
+                 labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         (hidden, weight), (target, loss_mask) = head, labels
         loss = fused_head_loss(hidden, weight, target, loss_mask, self.state)
         guard = torch.where(torch.isfinite(loss), 1.0, float("nan")).detach()
