@@ -1,13 +1,18 @@
 """TFLOP/s per device and MFU of bloomtrain's training step for a BLOOM shape, as Megatron counts them.
 
-    python benchmarks/bench_mfu.py --preset bloom-560m             # one GPU, bf16, activation checkpointing on
+    python benchmarks/bench_mfu.py --preset bloom-560m --anchor    # one GPU, bf16, the recipe's settings
     python benchmarks/bench_mfu.py --preset bloom-1b7 --json out.json
-    python benchmarks/bench_mfu.py --quick --device cpu            # the same path on a tiny shape (tests)
+    python benchmarks/bench_mfu.py --quick --device cpu --anchor   # the same paths on a tiny shape (tests)
 
 The step is the trainer's own (``bloomtrain.train.build_trainer``: DeepSpeed's pipeline engine, ZeRO-1 and the
 BF16 optimizer, fused kernels ``auto``) on the preset's recipe (``configs/train/<preset>.yaml``: its dropout,
-init and optimizer; sequence 2048) with synthetic tokens, one process, ``--iters`` timed iterations after
-``--warmup``. The figures are the trainer's metrics (``bloomtrain.metrics``), medians over the timed iterations:
+recompute, init and optimizer; sequence 2048) with synthetic tokens, ``--iters`` timed iterations after
+``--warmup``. It runs in one process unless launched with more (``WORLD_SIZE``): the recipe's TP x PP is kept
+where the world size takes it, else TP = PP = 1 (``fit_layout``; bloom-1b7's TP 2 x PP 2 on one GPU).
+``--activation-checkpointing`` / ``--no-activation-checkpointing`` override the recipe's recompute.
+``--anchor`` also times a plain PyTorch GPT of the same shape in the same process (benchmarks/anchor_gpt.py,
+first, so that each run's peak memory is its own) and prints our tokens/s over its.
+The figures are the trainer's metrics (``bloomtrain.metrics``), medians over the timed iterations:
 
 - ``megatron_tflops``: Megatron-DeepSpeed's logged TFLOPs, ``24 f B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs
   per iteration per second per device, ``f = 4`` with activation checkpointing (the recomputed forward
@@ -38,8 +43,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     p.add_argument("--mbs", type=int, default=4, help="micro-batch size")
     p.add_argument("--gbs", type=int, default=16, help="global batch size (gradient accumulation over micro-batches)")
-    p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=True,
-                   help="recompute each block in backward (BLOOM-176B's setting; default on)")
+    p.add_argument("--activation-checkpointing", action=argparse.BooleanOptionalAction, default=None,
+                   help="recompute each block in backward (default: as the recipe says)")
+    p.add_argument("--anchor", action="store_true", help="also time a plain PyTorch GPT of the same shape")
+    p.add_argument("--anchor-compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the anchor's blocks (default: on CUDA; Inductor's CPU build of them takes "
+                        "minutes on a small machine)")
     p.add_argument("--iters", type=int, default=8, help="timed iterations")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     p.add_argument("--quick", action="store_true", help="a tiny shape (2 layers, hidden 64, seq 64): the path only")
@@ -47,18 +56,49 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def overrides(a: argparse.Namespace, log_dir: str) -> list[str]:
+def fit_layout(tp: int, pp: int, world_size: int) -> tuple[int, int]:
+    """The recipe's (TP, PP) where ``world_size`` processes take it, else (1, 1): all data parallel."""
+    return (tp, pp) if world_size % (tp * pp) == 0 else (1, 1)
+
+
+def overrides(a: argparse.Namespace, log_dir: str, layout: tuple[int, int] = (1, 1)) -> list[str]:
     iters = a.warmup + a.iters
-    out = [f"optim.precision={a.precision}", f"parallel.activation_checkpointing={str(a.activation_checkpointing).lower()}",
+    out = [f"optim.precision={a.precision}", f"parallel.tp={layout[0]}", f"parallel.pp={layout[1]}",
            f"schedule.micro_batch_size={a.mbs}", f"schedule.global_batch_size={a.gbs}", "schedule.rampup_batch_size=null",
            "schedule.train_samples=null", f"schedule.train_iters={iters}", "schedule.warmup_samples=0",
            f"schedule.decay_samples={iters * a.gbs}", "data.kind=synthetic", "data.blend=null", f"data.synthetic_samples={iters * a.gbs}",
            "checkpoint.dir=null", "checkpoint.exit_duration_in_mins=null", f"logging.dir={log_dir}",
            "logging.tensorboard=false", "logging.eval_interval=null"]
+    if a.activation_checkpointing is not None:
+        out.append(f"parallel.activation_checkpointing={str(a.activation_checkpointing).lower()}")
     if a.quick:
         out += ["model.num_layers=2", "model.hidden_size=64", "model.num_heads=4", "model.seq_length=64",
                 "model.vocab_size=512", "model.pad_vocab_size_to=512"]
     return out
+
+
+def load_recipe(a: argparse.Namespace, log_dir: str):
+    """The preset's recipe with the bench's overrides, its layout fitted to the world size."""
+    import os
+
+    from bloomtrain.config import load_config
+
+    path = ROOT / "configs" / "train" / f"{a.preset}.yaml"
+    recipe = load_config(path).parallel
+    layout = fit_layout(recipe.tp, recipe.pp, int(os.environ.get("WORLD_SIZE", "1")))
+    return load_config(path, overrides(a, log_dir, layout)), (recipe.tp, recipe.pp)
+
+
+def run_anchor(a: argparse.Namespace, cfg) -> dict:
+    from benchmarks.anchor_gpt import AnchorRun, AnchorShape, measure_anchor
+
+    m, o = cfg.model, cfg.optim
+    shape = AnchorShape(m.num_layers, m.hidden_size, m.num_heads, m.seq_length, m.padded_vocab_size(1),
+                        m.hidden_dropout, m.attention_dropout, m.init_std)
+    compile_blocks = a.device == "cuda" if a.anchor_compile is None else a.anchor_compile
+    run = AnchorRun(a.mbs, a.gbs, a.iters, a.warmup, o.precision, o.lr, (o.beta1, o.beta2), o.eps, o.weight_decay,
+                    o.clip_grad, compile_blocks)
+    return measure_anchor(shape, run, _device(a.device))
 
 
 def measure(a: argparse.Namespace) -> dict:
@@ -66,13 +106,15 @@ def measure(a: argparse.Namespace) -> dict:
 
     if a.device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
-    from bloomtrain.config import load_config
     from bloomtrain.metrics import device_peak_tflops, flops_per_iteration
     from bloomtrain.precision import read_precision
     from bloomtrain.train import build_trainer
 
     with tempfile.TemporaryDirectory() as log_dir:
-        cfg = load_config(ROOT / "configs" / "train" / f"{a.preset}.yaml", overrides(a, log_dir))
+        cfg, recipe_layout = load_recipe(a, log_dir)
+        anchor = run_anchor(a, cfg) if a.anchor else None  # first: the trainer's peak memory is then its own
+        if a.device == "cuda":
+            _release_cuda()
         build_trainer(cfg).fit()  # closes metrics.jsonl at the end
         metrics = Path(log_dir) / "metrics.jsonl"
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
@@ -80,33 +122,89 @@ def measure(a: argparse.Namespace) -> dict:
     steps = [r for r in rows if "step_time_s" in r][a.warmup:]
     if not steps:
         raise SystemExit(f"bench_mfu: no timed iteration (--iters {a.iters}, --warmup {a.warmup})")
-    m, tp = cfg.model, cfg.parallel.tp
+    m, tp, recompute = cfg.model, cfg.parallel.tp, cfg.parallel.activation_checkpointing
 
     def median(key: str) -> float | None:
         values = [r[key] for r in steps if key in r]
         return statistics.median(values) if values else None
 
-    return {
+    peak = device_peak_tflops(cfg.logging.peak_tflops)
+    out = {
         "preset": a.preset, "device": a.device, "device_name": _device_name(a.device),
         "precision": precision.ran if precision else cfg.optim.precision,
         "precision_why": precision.why if precision else None,
         "shape": {"layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_heads, "seq": m.seq_length,
                   "vocab_padded": m.padded_vocab_size(tp)},
-        "activation_checkpointing": a.activation_checkpointing, "micro_batch": a.mbs, "global_batch": a.gbs,
+        "layout": {"tp": tp, "pp": cfg.parallel.pp, "recipe_tp": recipe_layout[0], "recipe_pp": recipe_layout[1]},
+        "dropout": {"hidden": m.hidden_dropout, "attention": m.attention_dropout},
+        "activation_checkpointing": recompute, "micro_batch": a.mbs, "global_batch": a.gbs,
         "timed_iterations": len(steps), "kernels": m.kernels,
         "flops_per_iteration": {"model": flops_per_iteration(m, a.gbs, tp, False),
-                                "megatron": flops_per_iteration(m, a.gbs, tp, a.activation_checkpointing)},
+                                "megatron": flops_per_iteration(m, a.gbs, tp, recompute)},
         "step_time_s": median("step_time_s"), "tokens_per_s": median("tokens_per_s"),
         "model_tflops": median("tflops"), "megatron_tflops": median("hw_tflops"), "mfu": median("mfu"),
-        "peak_tflops": device_peak_tflops(cfg.logging.peak_tflops),
-        "memory_gib": median("memory_gib"),
+        "peak_tflops": peak, "memory_gib": median("memory_gib"),
     }
+    if anchor is not None:
+        out["anchor"] = _anchor_figures(anchor, out["flops_per_iteration"]["model"], peak)
+        out["ratio_vs_anchor"] = out["tokens_per_s"] / anchor["tokens_per_s"]
+    return out
+
+
+def _anchor_figures(anchor: dict, model_flops: float, peak: float | None) -> dict:
+    tflops = model_flops / anchor["step_time_s"] / 1e12
+    return {**anchor, "model_tflops": tflops, "mfu": tflops / peak if peak else None}
+
+
+def _release_cuda() -> None:
+    """Free what the anchor left (its compiled blocks' caches hold its modules), so that the trainer's peak
+    memory is its own."""
+    import gc
+
+    import torch
+
+    torch._dynamo.reset()
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+
+
+def _device(name: str):
+    import torch
+
+    return torch.device(name)
 
 
 def _device_name(device: str) -> str:
     import torch
 
     return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "n/a (no peak for this device)"
+
+
+def summary(r: dict) -> str:
+    """The run in one line, and the anchor's in a second one."""
+    layout = r["layout"]
+    fitted = "" if (layout["tp"], layout["pp"]) == (layout["recipe_tp"], layout["recipe_pp"]) else \
+        f" (recipe TP {layout['recipe_tp']} x PP {layout['recipe_pp']})"
+    line = (f"{r['preset']} on {r['device_name']} ({r['precision']}), layers {r['shape']['layers']} hidden "
+            f"{r['shape']['hidden']} seq {r['shape']['seq']}, TP {layout['tp']} x PP {layout['pp']}{fitted}, "
+            f"micro-batch {r['micro_batch']} x {r['global_batch'] // r['micro_batch']}, dropout "
+            f"{r['dropout']['hidden']}/{r['dropout']['attention']}, activation checkpointing "
+            f"{'on' if r['activation_checkpointing'] else 'off'}: step {r['step_time_s']:.3f} s, "
+            f"{r['tokens_per_s']:,.0f} tokens/s, Megatron TFLOP/s per device {r['megatron_tflops']:.2f}, "
+            f"model TFLOP/s {r['model_tflops']:.2f}, MFU {_pct(r['mfu'])}")
+    if "anchor" in r:
+        an = r["anchor"]
+        memory = "" if an["memory_gib"] is None else f", peak {an['memory_gib']:.1f} GiB (ours {r['memory_gib']:.1f})"
+        blocks = "compiled blocks" if an["compiled_blocks"] else "eager blocks"
+        line += (f"\nanchor (plain PyTorch GPT, SDPA causal, {blocks}, fused AdamW): step "
+                 f"{an['step_time_s']:.3f} s, {an['tokens_per_s']:,.0f} tokens/s, MFU {_pct(an['mfu'])}{memory}; "
+                 f"ours / anchor = {r['ratio_vs_anchor']:.2f}x tokens/s")
+    return line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,13 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     r = measure(a)
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1) + "\n")
-    mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a (no peak for this device)"
-    print(f"{r['preset']} on {r['device_name']} ({r['precision']}), layers {r['shape']['layers']} hidden "
-          f"{r['shape']['hidden']} seq {r['shape']['seq']}, micro-batch {r['micro_batch']} x "
-          f"{r['global_batch'] // r['micro_batch']}, activation checkpointing "
-          f"{'on' if r['activation_checkpointing'] else 'off'}: step {r['step_time_s']:.3f} s, "
-          f"{r['tokens_per_s']:,.0f} tokens/s, Megatron TFLOP/s per device {r['megatron_tflops']:.2f}, "
-          f"model TFLOP/s {r['model_tflops']:.2f}, MFU {mfu}")
+    print(summary(r))
     return 0
 
 

@@ -45,10 +45,16 @@ def build_pair(args):
 
 
 def step_ours(model, ids):
-    # ids: [b, seq + 1]; forward over seq tokens, like step_hf.
-    loss = model.loss(model(ids[:, :-1]), ids[:, 1:])
+    # ids: [b, seq + 1]; forward over seq tokens, like step_hf; the trainer's fused head and loss.
+    loss = model.train_loss(ids[:, :-1], ids[:, 1:])
     loss.backward()
     return loss
+
+
+def token_batch(vocab: int, batch: int, seq: int, device: str) -> torch.Tensor:
+    """[batch, seq + 1] ids drawn on the CPU from seed 0, then moved: the same batch on every device (a CPU
+    generator cannot draw on CUDA)."""
+    return torch.randint(0, vocab, (batch, seq + 1), generator=torch.Generator().manual_seed(0)).to(device)
 
 
 def step_hf(model, ids):
@@ -96,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ours, hf = build_pair(args)
     vocab = hf.config.vocab_size
-    ids = torch.randint(0, vocab, (args.batch, args.seq + 1), device=args.device,
-                        generator=torch.Generator().manual_seed(0)).to(args.device)
+    ids = token_batch(vocab, args.batch, args.seq, args.device)
     with torch.no_grad():
         ours.eval(), hf.eval()
         diff = (ours(ids[:, :-1]).float() - hf(ids[:, :-1]).logits.float()).abs().max().item()

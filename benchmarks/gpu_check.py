@@ -8,11 +8,16 @@ On a machine with CUDA, in order (each a subprocess with its log in OUT/logs/, a
 1. ``build-kernels``: ``bloomtrain build-kernels --cuda`` compiles the fused CPU+CUDA kernels;
 2. ``kernel-selfcheck``: the first-use self-check of every fused kernel on the GPU in bf16, fp16 and fp32
    (``bloomtrain.kernels.selfcheck``, what ``model.kernels: auto`` runs before training);
-3. ``pytest-gpu``: ``pytest -m gpu`` (CUDA kernels against PyTorch, the CLI training on one GPU);
-4. the GPU rows of ``bench_kernels``, ``bench_model``, ``bench_train`` and ``bench_eval`` (``--device cuda``);
-5. ``mfu-bloom-560m`` and ``mfu-bloom-1b7``: ``bench_mfu.py``, a training step of each shape on one GPU in bf16
-   with activation checkpointing on: TFLOP/s per GPU as Megatron-DeepSpeed counts them (``f = 4`` with
-   recomputation), model TFLOP/s (``f = 3``) and MFU against the card's dense bf16 peak.
+3. ``pytest-gpu``: ``pytest -m gpu`` over the test files that hold a gpu-marked test (``gpu_test_files``: CUDA
+   kernels against PyTorch, the CLI training on one GPU), so that a GPU machine with only the ``train`` extra
+   (and pytest) installed collects them: the other test files import Prefect, Dask's CLI, megatron-core...;
+4. the GPU rows of ``bench_kernels``, ``bench_model``, ``bench_head_loss`` (bloom-560m's head and loss, fused
+   against unfused), ``bench_train`` and ``bench_eval`` (``--device cuda``);
+5. ``mfu-bloom-560m`` and ``mfu-bloom-1b7``: ``bench_mfu.py --anchor``, a training step of each shape on one GPU
+   in bf16 at its recipe's own settings (dropout 0.1, recompute as the recipe says; TP = PP = 1): TFLOP/s per GPU
+   as Megatron-DeepSpeed counts them (``f = 4`` with recomputation), model TFLOP/s (``f = 3``), MFU against the
+   card's dense bf16 peak, peak memory; and in the same process the plain PyTorch GPT of the same shape
+   (benchmarks/anchor_gpt.py): its tokens/s, MFU and peak memory, and ours over its tokens/s.
 
 It writes OUT/gpu_report.json (``GpuReport``: device, driver, torch/CUDA versions, each check's pass/fail and
 figures) and OUT/gpu_report.md, and exits 0 only when every check passed, 1 otherwise. A check passes when its
@@ -28,6 +33,7 @@ import datetime as dt
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -119,6 +125,8 @@ def plan(quick: bool, python: str = sys.executable) -> list[Check]:
     model = [*py, str(BENCH / "bench_model.py"), "--device", "cuda", "--dtype", "bfloat16", "--kernels", "fused",
              "--preset", "bloom-560m", "--layers", "4" if quick else "24", "--seq", "2048", "--batch", "4",
              "--json", "figures/bench_model.json"]
+    head = [*py, str(BENCH / "bench_head_loss.py"), "--device", "cuda", "--dtype", "bfloat16", "--hidden", "1024",
+            "--tokens", "8192", "--json", "figures/bench_head_loss.json"]
     train = [*py, str(BENCH / "bench_train.py"), "--device", "cuda", "--precision", "bf16", "--layers", "4",
              "--hidden", "1024", "--heads", "16", "--seq", "1024", "--vocab", "50304", "--mbs", "4", "--gbs", "16",
              "--iters", "4" if quick else "10", "--json", "figures/bench_train.json"]
@@ -129,18 +137,29 @@ def plan(quick: bool, python: str = sys.executable) -> list[Check]:
         Check("build-kernels", [*py, "-m", "bloomtrain.cli", "build-kernels", "--cuda"], 1800),
         Check("kernel-selfcheck", [*py, str(BENCH / "gpu_check.py"), "--selfcheck-json", "figures/selfcheck.json"],
               600, "figures/selfcheck.json", judge_selfcheck),
-        Check("pytest-gpu", [*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--junitxml",
-                             "figures/pytest_gpu.xml", str(ROOT / "tests")], 3600, judge=judge_pytest),
+        Check("pytest-gpu", [*py, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
+                             "--junitxml", "figures/pytest_gpu.xml", *map(str, gpu_test_files())], 3600,
+              judge=judge_pytest),
         Check("bench_kernels", kernels + (["--quick"] if quick else []), 1800, "figures/bench_kernels.json"),
         Check("bench_model", model, 1200, "figures/bench_model.json"),
+        Check("bench_head_loss", head, 1200, "figures/bench_head_loss.json"),
         Check("bench_train", train, 1200, "figures/bench_train.json"),
         Check("bench_eval", evaluate, 1200, "figures/bench_eval.json", judge_eval),
     ]
     for preset in ("bloom-560m", "bloom-1b7"):
         out = f"figures/mfu_{preset}.json"
         checks.append(Check(f"mfu-{preset}", [*py, str(BENCH / "bench_mfu.py"), "--preset", preset, "--device",
-                                               "cuda", "--iters", "3" if quick else "8", "--json", out], 1800, out))
+                                               "cuda", "--anchor", "--iters", "3" if quick else "8", "--json", out],
+                            1800, out))
     return checks
+
+
+GPU_MARK = re.compile(r"^\s*(@pytest\.mark\.gpu\b|pytestmark\s*=.*\bgpu\b)", re.MULTILINE)
+
+
+def gpu_test_files(tests: Path = ROOT / "tests") -> list[Path]:
+    """The test files holding a gpu-marked test (``@pytest.mark.gpu`` or a module ``pytestmark`` naming gpu)."""
+    return [path for path in sorted(tests.rglob("test_*.py")) if GPU_MARK.search(path.read_text())]
 
 
 def run_check(check: Check, out: Path) -> CheckResult:
@@ -275,8 +294,8 @@ def _figure_cells(check: CheckResult) -> str:
     """The figures a reader looks for first, one cell."""
     f = check.figures
     if check.name.startswith("mfu-") and f.get("megatron_tflops") is not None:
-        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
-        return f"{f['megatron_tflops']:.1f} TFLOP/s per GPU (Megatron), MFU {mfu}"
+        ratio = f", {f['ratio_vs_anchor']:.2f}x the anchor" if f.get("ratio_vs_anchor") is not None else ""
+        return f"{f['megatron_tflops']:.1f} TFLOP/s per GPU (Megatron), MFU {_pct(f.get('mfu'))}{ratio}"
     if check.name == "pytest-gpu" and "tests" in f:
         return f"{f['tests']} tests, {f['failures']} failed, {f['errors']} errors, {f['skipped']} skipped"
     if check.name == "kernel-selfcheck" and f.get("checks"):
@@ -287,18 +306,34 @@ def _figure_cells(check: CheckResult) -> str:
     return ""
 
 
+def _pct(x: float | None) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "n/a"
+
+
+def _gib(x: float | None) -> str:
+    return f"{x:.1f}" if x is not None else "n/a"
+
+
 def mfu_rows(report: GpuReport) -> list[str]:
-    rows = ["| shape | layers x hidden, seq | micro x accumulation | activation checkpointing | step s | tokens/s | "
-            "TFLOP/s per GPU (Megatron) | model TFLOP/s | MFU |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    rows = ["| shape | layers x hidden, seq | TP x PP | micro x accumulation | dropout | activation checkpointing | "
+            "step s | tokens/s | TFLOP/s per GPU (Megatron) | model TFLOP/s | MFU | peak GiB | anchor tokens/s | "
+            "anchor MFU | anchor peak GiB | ours / anchor |",
+            "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report.checks:
         f = c.figures
         if not c.name.startswith("mfu-") or f.get("step_time_s") is None:
             continue
-        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
+        layout, dropout, anchor = f.get("layout", {}), f.get("dropout", {}), f.get("anchor") or {}
+        ratio = f"{f['ratio_vs_anchor']:.2f}x" if f.get("ratio_vs_anchor") is not None else "n/a"
+        anchor_tokens = f"{anchor['tokens_per_s']:,.0f}" if anchor else "n/a"
         rows.append(f"| {f['preset']} | {f['shape']['layers']} x {f['shape']['hidden']}, {f['shape']['seq']} | "
+                    f"{layout.get('tp', '?')} x {layout.get('pp', '?')} | "
                     f"{f['micro_batch']} x {f['global_batch'] // f['micro_batch']} | "
+                    f"{dropout.get('hidden', '?')}/{dropout.get('attention', '?')} | "
                     f"{'on (f = 4)' if f['activation_checkpointing'] else 'off (f = 3)'} | {f['step_time_s']:.3f} | "
-                    f"{f['tokens_per_s']:,.0f} | {f['megatron_tflops']:.1f} | {f['model_tflops']:.1f} | {mfu} |")
+                    f"{f['tokens_per_s']:,.0f} | {f['megatron_tflops']:.1f} | {f['model_tflops']:.1f} | "
+                    f"{_pct(f.get('mfu'))} | {_gib(f.get('memory_gib'))} | {anchor_tokens} | "
+                    f"{_pct(anchor.get('mfu'))} | {_gib(anchor.get('memory_gib'))} | {ratio} |")
     return rows
 
 
@@ -316,7 +351,10 @@ def report_markdown(report: GpuReport) -> str:
     lines += ["", "## Training step, one GPU", "",
               "TFLOP/s per GPU as Megatron-DeepSpeed logs them: 24 f B s l h^2 (1 + s/(6h) + V/(16lh)) FLOPs per "
               "iteration, f = 4 with activation checkpointing (the recomputed forward counted), 3 without; model "
-              "TFLOP/s use f = 3 always, and MFU = model TFLOP/s / the card's dense bf16 peak.", "", *mfu_rows(report)]
+              "TFLOP/s use f = 3 always, and MFU = model TFLOP/s / the card's dense bf16 peak. The anchor: a plain "
+              "PyTorch GPT of the same shape in the same process (SDPA causal attention without ALiBi, compiled "
+              "blocks, fused AdamW, bf16 autocast, the recipe's dropout; benchmarks/anchor_gpt.py), its MFU by the "
+              "same FLOP count; peak GiB: torch.cuda.max_memory_allocated of each.", "", *mfu_rows(report)]
     failed = [c for c in report.checks if not c.passed]
     if failed:
         lines += ["", "## Failures", ""]

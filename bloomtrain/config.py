@@ -319,7 +319,10 @@ class TrainConfig(_Frozen):
         }
         if self.optim.precision == "bf16":
             ds.update(
-                bf16={"enabled": True},
+                # immediate_grad_update: each parameter's bf16 gradient is added to its fp32 accumulator by a hook as
+                # soon as backward produces it, and freed: no pass over every gradient after each micro-batch's
+                # backward, and no bf16 gradients held to the end of it (DeepSpeed's BF16_Optimizer).
+                bf16={"enabled": True, "immediate_grad_update": True},
                 zero_optimization={"stage": 1},
                 data_types={"grad_accum_dtype": "fp32"},
                 communication_data_type=self.optim.grad_reduce_dtype,

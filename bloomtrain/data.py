@@ -29,6 +29,7 @@ import torch
 
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import VALID_SET_NAME, TrainConfig, ValidSetConfig
+from bloomtrain.parallel.layers import check_token_range
 
 MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 
@@ -84,6 +85,24 @@ def collate(samples: Sequence[Any]) -> MicroBatch:
     tokens = torch.from_numpy(np.stack([np.asarray(s, dtype=np.int64) for s in samples]))
     labels = tokens[:, 1:].contiguous()
     return tokens[:, :-1].contiguous(), (labels, torch.ones(labels.shape, dtype=torch.float32))
+
+
+def to_device(batch: MicroBatch, device: torch.device, vocab_rows: int | None = None) -> MicroBatch:
+    """The engine's post-processing of every micro-batch it reads (``TrainModule``): the token range checked on
+    the host (ids and labels), then, for an accelerator, each tensor pinned and copied without blocking (a copy
+    from pageable memory waits for the device's queue: a host sync per tensor). The engine's own ``.to(device)``
+    is then a no-op."""
+    ids, (labels, loss_mask) = batch
+    if vocab_rows is not None:
+        check_token_range(ids, vocab_rows)
+        check_token_range(labels, vocab_rows)
+    if device.type == "cpu":
+        return batch
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        return t.pin_memory().to(device, non_blocking=True) if t.device.type == "cpu" else t.to(device)
+
+    return move(ids), (move(labels), move(loss_mask))
 
 
 def micro_batches(dataset: Samples, consumed_samples: int, micro_batch_size: int, dp_rank: int,

@@ -138,7 +138,7 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
     engine = build_engine(pipeline, cfg, state, world, train_batch_size=BatchSchedule.from_config(cfg.schedule)(0),
                           load_universal=universal)
     compiled = compile_blocks(pipeline, cfg.model, device)  # model.compile: in place, on each graph's first call
-    module = TrainModule(engine, state)
+    module = TrainModule(engine, state, vocab_rows=cfg.model.padded_vocab_size(state.tp_size))
     # Rank 0 builds (and caches) the sample indices first; the others then only read the cache.
     if rank == 0:
         train_data, valid_data = build_datasets(cfg)

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from bloomtrain.checkpoint import engine_files
-from bloomtrain.data import MicroBatch
+from bloomtrain.data import MicroBatch, to_device
 from bloomtrain.parallel.state import ParallelState
 
 
@@ -41,10 +41,15 @@ class StepOutput:
 
 
 class TrainModule:
-    def __init__(self, engine, state: ParallelState | None = None) -> None:
+    """``vocab_rows``: the model's embedding rows; every micro-batch the engine reads is checked against them on
+    the host, then pinned and copied to the device without blocking (bloomtrain.data.to_device)."""
+
+    def __init__(self, engine, state: ParallelState | None = None, vocab_rows: int | None = None) -> None:
         self.engine = engine
         self.state = state or ParallelState.single()
         self.checkpoint_files = engine_files.install(engine)
+        device = torch.device(engine.device)
+        engine.set_batch_fn(lambda batch: None if batch is None else to_device(batch, device, vocab_rows))
 
     # --- hyper-parameters of the next step ------------------------------------------------------------
 
@@ -62,6 +67,9 @@ class TrainModule:
     def train_step(self, batches: Iterator[MicroBatch]) -> StepOutput:
         """One optimizer step; reads exactly global batch / (micro batch x DP) micro-batches from ``batches``."""
         start = time.perf_counter()
+        # The step's one host sync on purpose: the loss (a device scalar) is read here, so the step time below
+        # is the device's time and the callbacks (metrics, spikes, skips) get a float. DeepSpeed's BF16
+        # optimizer has already synced on the global norm to decide on the skip, so the reads below are free.
         loss = float(self.engine.train_batch(data_iter=batches))
         step_time = time.perf_counter() - start
         norm = self.engine.get_global_grad_norm()

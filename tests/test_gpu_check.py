@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,12 @@ DEVICE = DeviceInfo(gpu="NVIDIA H100 80GB HBM3", gpu_count=1, compute_capability
                     torch="2.13.0+cu128", cudnn="91000", deepspeed="0.19.8", python="3.11.7", host="gpu-1")
 MFU = {"preset": "bloom-560m", "shape": {"layers": 24, "hidden": 1024, "heads": 16, "seq": 2048,
                                          "vocab_padded": 250880},
+       "layout": {"tp": 1, "pp": 1, "recipe_tp": 1, "recipe_pp": 1}, "dropout": {"hidden": 0.1, "attention": 0.1},
        "activation_checkpointing": True, "micro_batch": 4, "global_batch": 16, "step_time_s": 0.5,
-       "tokens_per_s": 65536.0, "megatron_tflops": 120.0, "model_tflops": 90.0, "mfu": 0.091}
+       "tokens_per_s": 65536.0, "megatron_tflops": 120.0, "model_tflops": 90.0, "mfu": 0.091, "memory_gib": 30.25,
+       "anchor": {"step_time_s": 0.4, "tokens_per_s": 81920.0, "memory_gib": 39.0, "mfu": 0.114, "model_tflops": 112.5,
+                  "timed_iterations": 8, "compiled_blocks": True, "precision": "bf16"},
+       "ratio_vs_anchor": 0.8}
 
 
 def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
@@ -48,7 +53,8 @@ def _script_parser(name: str):
 def test_every_planned_command_parses_with_its_scripts_own_parser(quick):
     checks = gpu_check.plan(quick, python="PY")
     assert [c.name for c in checks] == ["build-kernels", "kernel-selfcheck", "pytest-gpu", "bench_kernels",
-                                        "bench_model", "bench_train", "bench_eval", "mfu-bloom-560m", "mfu-bloom-1b7"]
+                                        "bench_model", "bench_head_loss", "bench_train", "bench_eval",
+                                        "mfu-bloom-560m", "mfu-bloom-1b7"]
     for check in checks:
         assert check.args[0] == "PY"
         script = Path(check.args[1])
@@ -64,6 +70,89 @@ def test_every_planned_command_parses_with_its_scripts_own_parser(quick):
     mfu = [c for c in checks if c.name.startswith("mfu-")]
     assert [c.args[c.args.index("--preset") + 1] for c in mfu] == ["bloom-560m", "bloom-1b7"]
     assert all((ROOT / "configs" / "train" / f"{c.name[4:]}.yaml").is_file() for c in mfu)
+    for c in mfu:  # the anchor in the same run; the recipe's own recompute (no override)
+        parsed = _script_parser("bench_mfu").parse_args(c.args[2:])
+        assert parsed.anchor and parsed.activation_checkpointing is None, c.name
+    [pytest_gpu] = [c for c in checks if c.name == "pytest-gpu"]
+    files = [a for a in pytest_gpu.args if a.endswith(".py")]
+    assert files == [str(f) for f in gpu_check.gpu_test_files()] and "tests" not in [Path(a).name for a in pytest_gpu.args]
+
+
+def test_the_gpu_test_files_are_those_holding_a_gpu_marked_test(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "test_a.py").write_text("import pytest\n\n@pytest.mark.gpu\ndef test_x():\n    pass\n")
+    (tmp_path / "sub" / "test_b.py").write_text("import pytest\n\npytestmark = [pytest.mark.gpu]\n")
+    (tmp_path / "test_c.py").write_text("# a comment on @pytest.mark.gpu tests elsewhere\nGPU = 'gpu'\n")
+    (tmp_path / "helpers.py").write_text("import pytest\n\n@pytest.mark.gpu\ndef test_y():\n    pass\n")
+    assert gpu_check.gpu_test_files(tmp_path) == [tmp_path / "sub" / "test_b.py", tmp_path / "test_a.py"]
+    found = {p.relative_to(ROOT).as_posix() for p in gpu_check.gpu_test_files()}
+    assert {"tests/bloomtrain/test_kernels_cuda.py", "tests/bloomtrain/test_checkpoint.py",
+            "tests/bloomtrain/test_head_loss.py"} <= found
+
+
+# Collection as on a GPU machine with only `pip install .[train] pytest`: a meta-path hook makes every installed
+# distribution outside that closure unimportable (Prefect, megatron-core, datatrove, lm-eval, ...).
+_TRAIN_ONLY = '''
+import sys
+from importlib import metadata
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+def closure(roots):
+    seen, todo = set(), list(roots)
+    while todo:
+        name, extras = todo.pop()
+        key = (canonicalize_name(name), frozenset(extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requires:
+            req = Requirement(line)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+                todo.append((req.name, tuple(req.extras)))
+    return {name for name, _ in seen}
+
+allowed = closure([("bloomstack", ("train",)), ("pytest", ())])
+blocked = {top for top, dists in metadata.packages_distributions().items()
+           if not any(canonicalize_name(d) in allowed for d in dists)} - {"tests", "benchmarks"}
+
+from importlib.machinery import PathFinder
+
+class TrainOnly(PathFinder):
+    """sys.path's finder, blind to the blocked distributions: `import pandas` fails and
+    importlib.util.find_spec("pandas") is None, as where it is not installed (torch probes such modules)."""
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        if name.partition(".")[0] in blocked:
+            return None
+        return PathFinder.find_spec(name, path, target)
+
+sys.meta_path[:] = [TrainOnly if finder is PathFinder else finder for finder in sys.meta_path]
+import pytest
+sys.exit(pytest.main(sys.argv[1:]))
+'''
+
+
+def test_the_gpu_tests_collect_with_only_the_train_extra_installed(tmp_path):
+    files = [str(f) for f in gpu_check.gpu_test_files()]
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    out = subprocess.run([sys.executable, "-c", _TRAIN_ONLY, "--collect-only", "-q", "-m", "gpu", "-p",
+                          "no:cacheprovider", "--rootdir", str(ROOT), *files], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    collected = [line for line in out.stdout.splitlines() if "::" in line]
+    assert "tests/bloomtrain/test_checkpoint.py::test_cli_trains_saves_and_resumes_on_gpu" in collected, out.stdout
+    assert len(collected) >= 8 and not any("::test_sigterm_saves" in line for line in collected)  # -m gpu only
+    # the hook bites: the whole suite's collection, which imports Prefect, megatron-core..., fails under it
+    whole = subprocess.run([sys.executable, "-c", _TRAIN_ONLY, "--collect-only", "-q", "-p", "no:cacheprovider",
+                            "--rootdir", str(ROOT), str(ROOT / "tests" / "flows")], capture_output=True, text=True,
+                           timeout=600, cwd=tmp_path, env=env)
+    assert whole.returncode != 0 and "No module named 'prefect'" in whole.stdout + whole.stderr
 
 
 def _report(checks: list[CheckResult]) -> GpuReport:
@@ -89,7 +178,9 @@ def test_the_report_round_trips_through_its_json_schema_and_reads_as_markdown(tm
     md = (tmp_path / "gpu_report.md").read_text()
     assert md.startswith("# gpu-check: FAILED on 1 x NVIDIA H100 80GB HBM3")
     assert "| 570.124.06 | 12.8 |" in md and "| pytest-gpu | **FAIL** | 30 | 12 tests, 1 failed" in md
-    assert "| bloom-560m | 24 x 1024, 2048 | 4 x 4 | on (f = 4) | 0.500 | 65,536 | 120.0 | 90.0 | 9.1% |" in md
+    assert ("| bloom-560m | 24 x 1024, 2048 | 1 x 1 | 4 x 4 | 0.1/0.1 | on (f = 4) | 0.500 | 65,536 | 120.0 | 90.0 | "
+            "9.1% | 30.2 | 81,920 | 11.4% | 39.0 | 0.80x |") in md
+    assert "| mfu-bloom-560m | pass | 90 | 120.0 TFLOP/s per GPU (Megatron), MFU 9.1%, 0.80x the anchor |" in md
     assert "### pytest-gpu" in md and "test_cuda_layer_norm" in md
 
 
@@ -128,12 +219,17 @@ def test_a_check_that_writes_no_figures_fails_and_the_run_fails(tmp_path):
     assert GpuReport.model_validate_json((tmp_path / "gpu_report.json").read_text()) == report
 
 
-def _mfu_rank() -> dict:
+def _bench_mfu():
     spec = importlib.util.spec_from_file_location("_bench_mfu", ROOT / "benchmarks" / "bench_mfu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def _mfu_rank() -> dict:
+    bench = _bench_mfu()
     return bench.measure(bench.parser().parse_args(["--quick", "--device", "cpu", "--precision", "fp32", "--iters",
-                                                    "3", "--warmup", "1"]))
+                                                    "3", "--warmup", "1", "--activation-checkpointing"]))
 
 
 def test_the_mfu_bench_reports_the_trainers_figures_by_megatrons_formula():
@@ -147,7 +243,77 @@ def test_the_mfu_bench_reports_the_trainers_figures_by_megatrons_formula():
     assert f["flops_per_iteration"] == {"model": flops_per_iteration(model, 16, 1, False),
                                         "megatron": flops_per_iteration(model, 16, 1, True)}
     assert f["activation_checkpointing"] is True and f["timed_iterations"] == 3 and f["mfu"] is None
-    assert f["precision"] == "fp32" and f["shape"]["vocab_padded"] == 512
+    assert f["precision"] == "fp32" and f["shape"]["vocab_padded"] == 512 and "anchor" not in f
     # f = 4 against 3: with checkpointing Megatron's count is the model count plus one more forward
     assert f["megatron_tflops"] == pytest.approx(f["model_tflops"] * 4 / 3, rel=1e-9)
     assert f["model_tflops"] == pytest.approx(f["flops_per_iteration"]["model"] / f["step_time_s"] / 1e12, rel=1e-9)
+
+
+@pytest.mark.parametrize(("preset", "flags", "layout", "recompute"), [
+    ("bloom-560m", [], (1, 1), False),  # the recipe: TP 1 x PP 1, no recompute
+    ("bloom-1b7", [], (1, 1), True),  # the recipe's TP 2 x PP 2 does not fit one process; its recompute stays
+    ("bloom-1b7", ["--no-activation-checkpointing"], (1, 1), False),
+    ("bloom-560m", ["--activation-checkpointing"], (1, 1), True),
+])
+def test_the_mfu_bench_runs_the_recipe_as_it_is_fitted_to_one_process(tmp_path, preset, flags, layout, recompute):
+    bench = _bench_mfu()
+    cfg, recipe_layout = bench.load_recipe(bench.parser().parse_args(["--preset", preset, *flags]), str(tmp_path))
+    assert (cfg.parallel.tp, cfg.parallel.pp) == layout and cfg.parallel.activation_checkpointing is recompute
+    assert recipe_layout == ((2, 2) if preset == "bloom-1b7" else (1, 1))
+    assert cfg.model.hidden_dropout == cfg.model.attention_dropout == 0.1  # the recipe's dropout, untouched
+    assert cfg.dp_size(1) == 1  # one GPU takes it
+    assert bench.fit_layout(2, 2, 4) == (2, 2) and bench.fit_layout(2, 2, 8) == (2, 2)
+    assert bench.fit_layout(2, 2, 2) == (1, 1) and bench.fit_layout(1, 1, 1) == (1, 1)
+
+
+def test_the_mfu_bench_times_the_anchor_in_the_same_run_on_cpu(tmp_path):
+    """`bench_mfu --quick --device cpu --anchor`: our step and the plain PyTorch GPT of the same shape, one process."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mfu.py"), "--quick", "--device", "cpu",
+                          "--anchor", "--iters", "1", "--warmup", "1", "--precision", "fp32", "--json",
+                          str(tmp_path / "mfu.json")], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    f = json.loads((tmp_path / "mfu.json").read_text())
+    anchor = f["anchor"]
+    assert anchor["timed_iterations"] == 1 and anchor["tokens_per_s"] > 0 and anchor["compiled_blocks"] is False
+    assert f["ratio_vs_anchor"] == pytest.approx(f["tokens_per_s"] / anchor["tokens_per_s"], rel=1e-12)
+    assert anchor["model_tflops"] == pytest.approx(f["flops_per_iteration"]["model"] / anchor["step_time_s"] / 1e12)
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("anchor (plain PyTorch GPT, SDPA causal, eager blocks, fused AdamW): step ")
+    assert last.endswith(f"ours / anchor = {f['ratio_vs_anchor']:.2f}x tokens/s")
+    assert f["layout"] == {"tp": 1, "pp": 1, "recipe_tp": 1, "recipe_pp": 1} and f["activation_checkpointing"] is False
+
+
+def test_the_anchor_is_the_same_shape_and_work_as_the_model():
+    """Parameters: the anchor has BLOOM's count (tied head, embedding LayerNorm, biases); the loss goes down."""
+    import torch
+
+    from benchmarks.anchor_gpt import AnchorGPT, AnchorShape
+    from bloomtrain.model.config import ModelConfig
+
+    m = ModelConfig.tiny()
+    shape = AnchorShape(m.num_layers, m.hidden_size, m.num_heads, m.seq_length, m.padded_vocab_size(), 0.0, 0.0, 0.02)
+    model = AnchorGPT(shape)
+    assert sum(p.numel() for p in model.parameters()) == m.num_parameters()
+    ids = torch.randint(0, m.padded_vocab_size(), (2, m.seq_length + 1), generator=torch.Generator().manual_seed(0))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(5):
+        opt.zero_grad()
+        loss = model(ids[:, :-1], ids[:, 1:])
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert losses[-1] < losses[0]
+
+
+def test_bench_model_draws_its_ids_on_the_cpu_for_every_device():
+    """bench_model --device cuda drew with a CPU generator on CUDA (an error there); the ids are now drawn on the
+    CPU and moved, the same batch on every device."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("_bench_model", ROOT / "benchmarks" / "bench_model.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cpu = bench.token_batch(100, 2, 7, "cpu")
+    assert cpu.shape == (2, 8) and torch.equal(cpu, torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0)))
+    assert bench.token_batch(100, 2, 7, "meta").device.type == "meta"

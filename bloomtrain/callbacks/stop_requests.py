@@ -62,10 +62,12 @@ class StopRequests:
             self.cfg.exit_duration_in_mins is not None
             and (time.time() - self.start) / 60.0 >= self.cfg.exit_duration_in_mins,
         ]
-        device = f"cuda:{torch.cuda.current_device()}" if dist.is_initialized() and dist.get_backend() == "nccl" \
-            else "cpu"
+        several = dist.is_initialized() and dist.get_world_size() > 1
+        # NCCL reduces device tensors only: the flags then go to the device and back, a host sync per iteration
+        # (microseconds: the step's loss read has already emptied the device's queue). One rank: none at all.
+        device = f"cuda:{torch.cuda.current_device()}" if several and dist.get_backend() == "nccl" else "cpu"
         flags = torch.tensor(local, dtype=torch.int32, device=device)
-        if dist.is_initialized() and dist.get_world_size() > 1:
+        if several:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         reasons = [("signal", "signal " + (self.received or "(on another rank)")),
                    ("kill_switch", f"kill switch {self.cfg.kill_switch_path}"),

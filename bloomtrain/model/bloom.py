@@ -32,6 +32,7 @@ from bloomtrain.kernels import KernelSet, get_kernels
 from bloomtrain.model.alibi import local_alibi_slopes
 from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.cross_entropy import masked_mean_loss
+from bloomtrain.parallel.head_loss import fused_head_loss
 from bloomtrain.parallel.init import init_normal_
 from bloomtrain.parallel.layers import ColumnParallelLinear, RowParallelLinear, VocabParallelEmbedding, divide
 from bloomtrain.parallel.mappings import copy_to_tp, gather_from_tp
@@ -109,6 +110,11 @@ class BloomEmbedding(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Hidden ``[b, s, h]`` -> this rank's vocab block of the logits ``[b, s, V/TP]`` (model dtype)."""
         return F.linear(copy_to_tp(hidden, self.state), self.word_embeddings.weight)
+
+    def head_loss(self, hidden: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor | None = None):
+        """``masked_mean_loss(self.logits(hidden), ...)`` without the logits: the fused, chunked head and loss
+        (bloomtrain.parallel.head_loss), for training."""
+        return fused_head_loss(hidden, self.word_embeddings.weight, labels, loss_mask, self.state)
 
 
 @dataclass
@@ -206,7 +212,8 @@ class BloomModel(nn.Module):
     """Embedding -> blocks -> final LayerNorm -> tied head, all on one pipeline stage.
 
     ``forward`` returns this rank's vocab block of the logits; ``loss`` turns them into the masked mean
-    fp32 cross-entropy. ``gather_logits`` assembles the full vocabulary (tests, generation).
+    fp32 cross-entropy. ``train_loss`` is the same loss through the fused head, without the logits (training).
+    ``gather_logits`` assembles the full vocabulary (tests, generation).
     """
 
     def __init__(self, config: ModelConfig, state: ParallelState | None = None, *, dtype=None, device=None):
@@ -228,15 +235,25 @@ class BloomModel(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> torch.Tensor:
         """input_ids ``[b, s]``; attention_mask ``[b, s_past + s]`` (1 = token, 0 = pad) -> ``[b, s, V/TP]``."""
+        return self.embedding.logits(self.hidden_states(input_ids, attention_mask, cache))
+
+    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                      cache: list[LayerCache] | None = None) -> torch.Tensor:
+        """The final LayerNorm's output ``[b, s, h]``: what the head reads."""
         mask = padding_mask(attention_mask, input_ids.shape[1])
         x = self.embedding(input_ids)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, None if cache is None else cache[i])
-        return self.embedding.logits(self.final_norm(x))
+        return self.final_norm(x)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor | None = None):
         """Mean fp32 cross-entropy over unmasked tokens; labels ``[b, s]`` are already shifted."""
         return masked_mean_loss(logits, labels, loss_mask, self.state)
+
+    def train_loss(self, input_ids: torch.Tensor, labels: torch.Tensor, loss_mask: torch.Tensor | None = None,
+                   attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``loss(forward(input_ids, attention_mask), labels, loss_mask)`` through the fused head: no logits."""
+        return self.embedding.head_loss(self.hidden_states(input_ids, attention_mask), labels, loss_mask)
 
     def gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
         return gather_from_tp(logits, self.state)

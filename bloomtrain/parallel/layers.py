@@ -17,6 +17,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from bloomdata.errors import BloomstackError
 from bloomtrain.parallel.mappings import copy_to_tp, gather_from_tp, reduce_from_tp, scatter_to_tp
 from bloomtrain.parallel.state import ParallelState
 
@@ -92,11 +93,23 @@ class RowParallelLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+def check_token_range(ids: torch.Tensor, vocab_rows: int) -> None:
+    """Raise when a token id is outside ``[0, vocab_rows)``. Meant for host tensors: on a device tensor the
+    min/max would make the host wait for the device."""
+    if not ids.numel():
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_rows:
+        raise BloomstackError(f"token id out of range [0, {vocab_rows}): min {low}, max {high}; the data was "
+                              "tokenized with a larger vocabulary than the model config")
+
+
 class VocabParallelEmbedding(nn.Module):
     """Embedding with contiguous row blocks per rank: rank r owns ids ``[r V/TP, (r+1) V/TP)``.
 
     Ids outside the local block look up row 0 and are zeroed; the all-reduce then assembles the full
-    embedding on every rank. Out-of-range ids (>= V) raise instead of silently embedding to zero.
+    embedding on every rank. Out-of-range ids (>= V) raise instead of silently embedding to zero: checked here
+    for ids on the CPU, on the host before the copy for the trainer's batches (``check_token_range``).
 
     ``sparse_grad``: the lookup's gradient is a sparse ``[V/TP, h]`` tensor holding only the rows of the
     batch's tokens, instead of a dense one (a zero fill plus a scatter over the whole table: 1 GB per
@@ -116,11 +129,8 @@ class VocabParallelEmbedding(nn.Module):
         self.weight = mark_sharded(_empty(local, embedding_dim, dtype=dtype, device=device), 0)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_embeddings):
-            raise ValueError(
-                f"token id out of range [0, {self.num_embeddings}): min {int(ids.min())}, max {int(ids.max())}; "
-                "the data was tokenized with a larger vocabulary than the model config"
-            )
+        if ids.device.type == "cpu":  # on a device the check would wait for it: training checks on the host
+            check_token_range(ids, self.num_embeddings)  # (bloomtrain.data.to_device)
         if self.state.tp_size == 1:
             return F.embedding(ids, self.weight, sparse=self.sparse_grad)
         outside = (ids < self.vocab_start) | (ids >= self.vocab_end)

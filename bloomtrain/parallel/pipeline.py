@@ -8,7 +8,11 @@ Spec list (the indices are the checkpoint's layer-file indices; bloomtrain.check
     3..    spec    BloomTransformerLayerPipe x L               layer_03 .. layer_{L+2}
     3+L    fn      passthrough
     4+L    spec    final LayerNorm (bare weight/bias)          layer_{L+4}
-    5+L    tied    EmbeddingPipe.logits as forward_fn          never saved: no module of its own
+    5+L    tied    head: (hidden, tied weight) for LossFn      never saved: no module of its own
+
+The last stage's output is the final LayerNorm's output with the tied weight, not logits: LossFn runs the head
+and the loss as one chunked op (bloomtrain.parallel.head_loss), so no ``[tokens, V/TP]`` tensor exists and the
+engine's output buffer holds ``[b, s, h]`` (it keeps each micro-batch's output until its backward).
 
 Class names matter to DeepSpeed: ``type:transformer|embedding`` partitioning matches them by regex, and
 activation checkpointing is restricted to ``BloomTransformerLayerPipe`` (reentrant checkpointing of the
@@ -35,7 +39,7 @@ from bloomdata.errors import BloomstackError
 from bloomtrain.kernels import get_kernels
 from bloomtrain.model.bloom import BloomBlock, BloomEmbedding, LayerNorm
 from bloomtrain.model.config import ModelConfig
-from bloomtrain.parallel.cross_entropy import masked_mean_loss
+from bloomtrain.parallel.head_loss import fused_head_loss
 from bloomtrain.parallel.state import ParallelState
 
 EMBED_KEY = "embed"
@@ -71,13 +75,15 @@ def _passthrough(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _head(embedding: EmbeddingPipe, hidden: torch.Tensor) -> torch.Tensor:
-    return embedding.logits(hidden)
+def _head(embedding: EmbeddingPipe, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # DeepSpeed hands the last stage's output to loss_fn(output, labels): the head's input and its weight.
+    return hidden, embedding.word_embeddings.weight
 
 
 class LossFn:
-    """Masked mean fp32 cross-entropy over vocab-parallel logits. Stateless: the NaN drill poisons the loss
-    masks of the batches instead (bloomtrain.callbacks.nan_drill).
+    """Masked mean fp32 cross-entropy of the tied head, computed with it (``fused_head_loss``) from the final
+    hidden states and the tied weight that ``_head`` returns. Stateless: the NaN drill poisons the loss masks of
+    the batches instead (bloomtrain.callbacks.nan_drill).
 
     A non-finite loss is made to poison every gradient it reaches (backward multiplies by NaN instead of 1),
     so the global grad norm is NaN and the optimizer skips the update: a non-finite loss can never be
@@ -88,9 +94,10 @@ class LossFn:
     def __init__(self, state: ParallelState) -> None:
         self.state = state
 
-    def __call__(self, logits: torch.Tensor, labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        target, loss_mask = labels
-        loss = masked_mean_loss(logits, target, loss_mask, self.state)
+    def __call__(self, head: tuple[torch.Tensor, torch.Tensor],
+                 labels: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        (hidden, weight), (target, loss_mask) = head, labels
+        loss = fused_head_loss(hidden, weight, target, loss_mask, self.state)
         guard = torch.where(torch.isfinite(loss), 1.0, float("nan")).detach()
         return loss * guard
 

@@ -76,7 +76,7 @@ def test_bf16_mode_selects_blooms_optimizer_semantics():
     cfg = load_config(CONFIGS / "tiny-cpu.yaml", ["optim.precision=bf16"])
     ds = cfg.to_deepspeed_config(1)
     # DeepSpeed 0.19.8: only stage 1 + fp32 grad_accum_dtype builds BF16_Optimizer with fp32 accumulation
-    assert ds["bf16"] == {"enabled": True}
+    assert ds["bf16"] == {"enabled": True, "immediate_grad_update": True}
     assert ds["zero_optimization"]["stage"] == 1
     assert ds["data_types"] == {"grad_accum_dtype": "fp32"}
     assert ds["gradient_clipping"] == cfg.optim.clip_grad

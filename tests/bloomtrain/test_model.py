@@ -167,3 +167,16 @@ def test_model_code_imports_no_deepspeed():
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 lazy_ok = path.name == "state.py" and node.col_offset > 0
                 assert lazy_ok or not any(n.split(".")[0] == "deepspeed" for n in names), path
+
+
+def test_the_embedding_reads_no_device_ids_and_checks_cpu_ids():
+    """Ids on a device are checked on the host before the copy (bloomtrain.data.to_device): the lookup must not
+    read them back, a host sync per micro-batch. Meta tensors have no values, so reading one would raise here."""
+    from bloomtrain.parallel.layers import VocabParallelEmbedding
+    from bloomtrain.parallel.state import ParallelState
+
+    on_meta = VocabParallelEmbedding(256, 8, ParallelState.single(), device="meta")
+    out = on_meta(torch.tensor([[0, 255, 7]]).to("meta"))
+    assert out.shape == (1, 3, 8) and out.device.type == "meta"
+    with pytest.raises(BloomstackError, match=r"^token id out of range \[0, 256\): min 3, max 256; the data was "):
+        VocabParallelEmbedding(256, 8, ParallelState.single())(torch.tensor([[3, 256]]))

@@ -133,20 +133,22 @@ def test_a_non_finite_loss_poisons_every_gradient():
 
     fn = LossFn(ParallelState.single())
     labels = (torch.tensor([[1, 2]]), torch.ones(1, 2))
-    logits = torch.randn(1, 2, 8, requires_grad=True)
-    fn(logits, labels).backward()
-    assert torch.isfinite(logits.grad).all()
+    hidden = torch.randn(1, 2, 4, requires_grad=True)
+    weight = torch.randn(8, 4, requires_grad=True)
+    fn((hidden, weight), labels).backward()  # the last stage's output: the head's input and the tied weight
+    assert torch.isfinite(hidden.grad).all() and torch.isfinite(weight.grad).all()
     # target logits of -inf: the loss is +inf while softmax - onehot stays finite; the guard makes it NaN
-    masked = torch.zeros(1, 2, 8)
-    masked[0, 0, 1] = masked[0, 1, 2] = float("-inf")
-    masked.requires_grad_(True)
-    loss = fn(masked, labels)
+    ones = torch.tensor([[[1.0, 0.0, 0.0, 0.0]] * 2], requires_grad=True)
+    blocked = weight.detach().clone()
+    blocked[1, 0] = blocked[2, 0] = float("-inf")
+    blocked.requires_grad_(True)
+    loss = fn((ones, blocked), labels)
     loss.backward()
-    assert not torch.isfinite(loss) and torch.isnan(masked.grad).all()
+    assert not torch.isfinite(loss) and torch.isnan(ones.grad).all() and torch.isnan(blocked.grad).all()
     # the NaN drill's poisoned loss mask does the same (LossFn itself is stateless)
     from bloomtrain.callbacks.nan_drill import poison
 
-    logits.grad = None
+    hidden.grad = weight.grad = None
     _, poisoned = poison((None, labels))
-    fn(logits, poisoned).backward()
-    assert torch.isnan(logits.grad).all()
+    fn((hidden, weight), poisoned).backward()
+    assert torch.isnan(hidden.grad).all() and torch.isnan(weight.grad).all()

@@ -13,6 +13,7 @@ import json
 import math
 
 import numpy as np
+import pytest
 import torch
 
 from bloomdata.blend.spec import BlendDataset, BlendSpec
@@ -95,3 +96,46 @@ def test_each_dp_rank_trains_on_the_blend_in_megatron_sampler_order(tmp_path):
     again = next(r for r in records if "valid/again/loss" in r)
     assert ours["iteration"] == again["iteration"] == 3 and math.isfinite(ours["valid_loss"])
     assert again["valid/again/loss"] == ours["valid_loss"] == first[0]["eval"][3]
+
+
+def test_token_ids_beyond_the_model_vocabulary_fail_on_the_host_naming_the_range(tmp_path):
+    """Data tokenized with a larger vocabulary (300 ids) than the model's 256 embedding rows: the first micro-batch
+    fails before it reaches the model, in one line that says so (checked on the host by the engine's batch hook,
+    bloomtrain.data.to_device, not on the device: no host sync per micro-batch on a GPU)."""
+    _write_dataset(tmp_path / "big", 0, vocab=300)
+    spec = BlendSpec(seq_length=32, seed=7, split="100,0,0",
+                     datasets=[BlendDataset(name="big", prefix=str(tmp_path / "big"), weight=1.0)])
+    (tmp_path / "blend.yaml").write_text(spec.to_yaml())
+    run = [*EXACT, "data.kind=blend", f"data.blend={tmp_path / 'blend.yaml'}", f"data.cache_dir={tmp_path / 'c'}",
+           "schedule.train_iters=2"]
+    [result] = run_distributed(train_rank, 1, run, timeout_s=300)
+    assert result["losses"] == {}
+    error = result["error"]
+    assert error.startswith("BloomstackError: token id out of range [0, 256): min "), error
+    assert error.endswith("; the data was tokenized with a larger vocabulary than the model config"), error
+    assert 256 <= int(error.split("max ")[1].split(";")[0]) < 300
+
+
+def test_to_device_checks_ids_and_labels_and_leaves_cpu_batches_alone():
+    from bloomdata.errors import BloomstackError
+    from bloomtrain.data import collate, to_device
+
+    batch = collate([np.arange(9) % 7, np.arange(9) % 5])
+    assert to_device(batch, torch.device("cpu"), vocab_rows=7) is batch
+    with pytest.raises(BloomstackError, match=r"^token id out of range \[0, 6\): min 0, max 6; the data"):
+        to_device(batch, torch.device("cpu"), vocab_rows=6)
+    last_only = collate([np.array([1, 2, 3, 9])])  # 9 is only ever a label
+    with pytest.raises(BloomstackError, match=r"max 9"):
+        to_device(last_only, torch.device("cpu"), vocab_rows=8)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_to_device_copies_from_pinned_memory_without_blocking():
+    from bloomtrain.data import collate, to_device
+
+    batch = collate([np.arange(9), np.arange(1, 10)])
+    ids, (labels, mask) = to_device(batch, torch.device("cuda"), vocab_rows=16)
+    assert ids.is_cuda and labels.is_cuda and mask.is_cuda
+    assert torch.equal(ids.cpu(), batch[0]) and torch.equal(labels.cpu(), batch[1][0])
+    assert torch.equal(mask.cpu(), batch[1][1])
