@@ -2,7 +2,7 @@
 
 ``model.kernels: auto`` (the default) and ``fused`` run it the first time a kernel is called on a device type (cpu,
 cuda) in a dtype, once per process: each fused kernel (layer_norm, bias_gelu, alibi_softmax and the block-causal
-attention) runs forward and backward on small seeded random inputs of that dtype, and its output and every input
+attention; on CUDA also the Triton flash attention) runs forward and backward on small seeded random inputs of that dtype, and its output and every input
 gradient are compared with the PyTorch reference. ``use_fused`` turns the result into the choice for a call: "auto"
 uses each kernel that passed and the reference for the others, with one warning line per reason; "fused" raises a
 BloomstackError instead, as Megatron's ``--abort-on-unmet-fused-kernel-constraints`` aborts. The results stay in
