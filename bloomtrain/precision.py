@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from bloomdata.config_loader import derive
 from bloomtrain.config import TrainConfig
 
 # /proc/cpuinfo flags (x86 "flags", Arm "Features") that mean bf16 matmuls run on hardware units.
@@ -98,7 +99,7 @@ class PrecisionChoice(BaseModel):
         """``cfg`` with the precision that runs."""
         if cfg.optim.precision == self.ran:
             return cfg
-        return cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"precision": self.ran})})
+        return derive(cfg, optim=derive(cfg.optim, precision=self.ran))
 
 
 def fit_precision(cfg: TrainConfig, device_type: str, cpu: CpuInfo | None) -> PrecisionChoice:

@@ -133,6 +133,7 @@ class ExportCheck(BaseModel):
     samples: int = Field(16, ge=1, description="samples scored (the trainer's: logging.eval_iters x "
                                                "schedule.global_batch_size)")
     compat: Literal["core", "bloom"] = Field("core", description="index arithmetic, as the trainer's data.compat")
+    seed: int = Field(description="the trainer's data.seed (the sample order of a blend YAML without its own seed)")
     cache_dir: str | None = Field(None, description="the trainer's data.cache_dir (sample indices)")
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from bloomdata.config_loader import derive
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.report import SEARCH_JSON, SEARCH_MD, SEARCH_PNG
@@ -96,7 +97,7 @@ def mixture_search_flow(config: MixtureSearchStageConfig = MixtureSearchStageCon
                         upstream: list[str] | None = None) -> MixtureSearchResult:
     """Search blend weights with proxy models (skipped when done); returns the proposal, the fit and every proxy."""
     out = Path(config.out_dir).resolve()
-    run = config.model_copy(update={"out_dir": str(out), "progress": False})
+    run = derive(config, out_dir=str(out), progress=False)
     key = stage_key(run.model_dump(exclude=RUN_ONLY), upstream=upstream or [], inputs=input_files(run))
     return Stage("mixture-search", out, key, SearchResult, config).run(
         lambda: search_task(run), publish=search_artifacts,

@@ -30,12 +30,13 @@ class BlendLoss(BaseModel):
     samples: int
 
 
-def blend_loss(hf_dir: str, blend_yaml: str, n_samples: int, *, split: str = "valid", compat: str = "core",
-               cache_dir: str | None = None) -> BlendLoss:
-    """The exported model's loss on the blend's first ``n_samples`` ``split`` samples (the trainer's order)."""
+def blend_loss(hf_dir: str, blend_yaml: str, n_samples: int, *, seed: int, split: str = "valid",
+               compat: str = "core", cache_dir: str | None = None) -> BlendLoss:
+    """The exported model's loss on the blend's first ``n_samples`` ``split`` samples (the trainer's order;
+    ``seed``: the trainer's data.seed, for a blend YAML without its own)."""
     from transformers import BloomForCausalLM  # noqa: PLC0415 - transformers only when scoring
 
-    samples = blend_from_spec(load_blend_spec(blend_yaml), n_samples, split, cache_dir, compat)
+    samples = blend_from_spec(load_blend_spec(blend_yaml), n_samples, split, cache_dir, compat, seed=seed)
     model = BloomForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
     nll, tokens = score_sequences(Scorer(model), np.stack([samples[i] for i in range(n_samples)]))
     loss = float(nll.sum() / tokens.sum())  # every sample scores seq_length tokens: the mean of sample means
