@@ -5,8 +5,8 @@
 # through the subpackages). The loop (trainer) imports what its callbacks see from bloomtrain.callbacks.base.
 LAYERS = (
     "config console environment exit_record measures hf_import",  # the typed config; records; formulas
-    "data engine inputs metrics precision provenance recovery schedules generate",
-    "train_module agent slurm export",
+    "data engine inputs precision provenance recovery schedules generate",
+    "train_module metrics agent slurm export",
     "trainer launcher",  # the loop; the torchrun agent's launcher
     "train",  # the composition root
     "__init__",

@@ -15,14 +15,13 @@ becomes the blend stage's weights.
 
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from bloomdata.blend.tune import named_datasets
 from bloomdata.config_loader import derive
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomtrain.mixture_search.config import MixtureSearchConfig
@@ -82,9 +81,7 @@ def search_artifacts(result: SearchResult) -> None:
 
 def input_files(config: MixtureSearchConfig) -> list[str]:
     """What the search reads, whose change must re-run it: datasets, tokenizer, proxy recipe, mixture file."""
-    prefixes = list(config.datasets.values())
-    if config.datasets_dir:
-        prefixes += [p[: -len(".idx")] for p in sorted(glob.glob(os.path.join(config.datasets_dir, "*.idx")))]
+    prefixes = named_datasets(config.datasets, config.datasets_dir).values()
     tokenizer = Path(config.tokenizer)
     files = [f(p) for p in prefixes for f in (index_file_path, data_file_path)]
     files.append(str(tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer))

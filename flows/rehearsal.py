@@ -39,8 +39,7 @@ from bloomdata.errors import BloomstackError
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config
-from bloomtrain.metrics import read_metrics
-from bloomtrain.precision import read_precision
+from bloomtrain.metrics import read_metrics, read_precision
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
 from flows.failures import ended_unfinished, stage_result, user_errors

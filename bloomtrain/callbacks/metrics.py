@@ -16,7 +16,7 @@ from typing import Any
 from bloomtrain.callbacks.base import METRICS, Callback, Step, TrainerView
 from bloomtrain.config import TrainConfig
 from bloomtrain.metrics import Metrics, memory_gib, progress_line
-from bloomtrain.precision import PrecisionChoice, precision_record
+from bloomtrain.precision import PrecisionChoice
 
 
 class MetricsCallback(Callback):
@@ -27,9 +27,7 @@ class MetricsCallback(Callback):
         self.writer = Metrics(cfg, rank, world_size)
 
     def pre_train(self, trainer: TrainerView) -> None:
-        if self.precision is not None:  # which precision runs and why: one line, and its record in metrics.jsonl
-            self.writer.log(precision_record(self.precision), 0, f"bloomtrain: {self.precision.line()}")
-        self.writer.describe(trainer.pos.iteration)
+        self.writer.describe(trainer.pos.iteration, self.precision)  # the launch's header, with its precision
 
     def post_step(self, trainer: TrainerView, step: Step) -> None:
         if not self.writer.enabled or step.iteration % self.cfg.logging.log_interval:
