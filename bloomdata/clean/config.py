@@ -15,7 +15,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from bloomdata.config_loader import cli_option, close_name_hint, fields_of
@@ -71,13 +79,18 @@ def register_filter(step: FilterStep) -> None:
     """Make ``step`` known to the config, the summary and the report (``bloomdata.clean.steps.Filter`` calls it
     for every subclass that names itself)."""
     other = FILTERS.get(step.name)
-    if other is not None and other is not step:
+    same = other is not None and _where_defined(other) == _where_defined(step)
+    if other is not None and not same:  # (the same class defined again: a reloaded module, a copy sent to a worker)
         raise ValueError(f"two filter steps are named {step.name!r}: {other} and {step}; rename one")
     fields = {f for s in FILTERS.values() if s is not other for f in s.Params.model_fields}
     taken = (fields | set(Thresholds.model_fields)) & set(step.Params.model_fields)
     if taken:
         raise ValueError(f"filter step {step.name!r}: parameter {', '.join(sorted(taken))} is another's; rename it")
     FILTERS[step.name] = step
+
+
+def _where_defined(step: FilterStep) -> tuple[str, str]:
+    return step.__module__, getattr(step, "__qualname__", "")
 
 
 def filter_reasons() -> tuple[str, ...]:
@@ -244,13 +257,28 @@ class QualityConfig(BaseModel):
             raise ValueError(f"a filter step is listed twice in {steps}")
         return steps
 
+    # The classes of ``steps``, carried with the config: pickled to Dask workers by reference (or, for a class
+    # defined in a function, by value) and registered there as the config is unpickled, so a worker knows every
+    # step the config names, a user's too.
+    _step_classes: dict[str, FilterStep] = PrivateAttr(default_factory=dict)
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        for step in self._step_classes.values():
+            register_filter(step)
+
     @model_validator(mode="after")
     def _overrides_are_thresholds(self) -> QualityConfig:
         for lang in [*self.languages, *self.closed_class_words, *self.flagged_words]:
             _check_lang_key(lang)
         for lang in self.languages:
             self.thresholds_for(lang)
+        self._step_classes = {name: FILTERS[name] for name in self.steps}
         return self
+
+    def step_class(self, name: str) -> FilterStep:
+        """The class of the step ``name`` of ``steps``."""
+        return self._step_classes[name]
 
     def thresholds_for(self, lang: str | None) -> Thresholds:
         """The defaults with ``languages[lang]`` on top (an unknown language gets the defaults)."""

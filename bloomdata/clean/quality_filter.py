@@ -35,7 +35,7 @@ class QualityFilter:
     def _steps(self, lang: str | None) -> list[Filter]:
         """The steps that are on for ``lang``, in ``quality.steps`` order."""
         quality, language = self.config.quality, self.language(lang)
-        built = (step_class(name).build(language) for name in quality.steps
+        built = (step_class(quality, name).build(language) for name in quality.steps
                  if quality.enabled or name in MODEL_STEPS)
         return [step for step in built if step is not None]
 

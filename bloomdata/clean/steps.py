@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from bloomdata.clean.config import FILTERS, StepParams, register_filter
+from bloomdata.clean.config import QualityConfig, StepParams, register_filter
 from bloomdata.clean.lang_models import perplexity
 from bloomdata.clean.language import Doc, Language
 from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_repetition_ratio
@@ -78,9 +78,9 @@ class Filter:
         raise NotImplementedError
 
 
-def step_class(name: str) -> type[Filter]:
-    """The step class registered as ``name`` (``quality.steps`` names only registered ones)."""
-    cls = FILTERS[name]
+def step_class(quality: QualityConfig, name: str) -> type[Filter]:
+    """The class of ``quality``'s step ``name``."""
+    cls = quality.step_class(name)
     assert isinstance(cls, type) and issubclass(cls, Filter)  # only Filter subclasses register
     return cls
 

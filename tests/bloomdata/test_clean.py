@@ -408,7 +408,7 @@ def digits_step():
     del FILTERS["digits"]
 
 
-def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn(tmp_path, digits_step):
+def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn(tmp_path, digits_step, client):
     from bloomdata.cli.clean import parser
 
     en = ["the cat sat on the mat by the door", "order 1234567890 shipped 0987654321 today",
@@ -422,6 +422,9 @@ def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn
     reasons = list(summary.removed)
     assert reasons.index("perplexity") < reasons.index("too_many_digits") < reasons.index("exact_duplicate")
     assert summary.languages["fr"].documents_kept == 1  # its per-language threshold
+    # on Dask workers too: the config carries its steps' classes (this one, defined in a function, by value)
+    on_workers = run_clean(_config([path], tmp_path / "dask", quality=quality), client)
+    assert on_workers.removed == summary.removed and on_workers.workers is None
     # the examples writer and the report name it
     assert [r["reason"] for r in _removed(tmp_path / "out")] == ["too_many_digits"] * 2
     assert "too_many_digits" in (tmp_path / "out" / "clean.md").read_text()
