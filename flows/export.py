@@ -54,8 +54,7 @@ def sample_task(hf_dir: str, prompts: list[str], max_new_tokens: int, seed: int)
 @task(name="evaluate-hf")
 def evaluate_task(hf_dir: str, check: ExportCheck) -> BlendLoss:
     """The exported model's loss on the trainer's own first validation samples (``blend_loss``)."""
-    return blend_loss(hf_dir, check.blend, check.samples, seed=check.seed, compat=check.compat,
-                      cache_dir=check.cache_dir)
+    return blend_loss(hf_dir, check.splits(), check.samples)
 
 
 def samples_artifact(exported: ExportedModel, check: ExportCheck | None) -> None:

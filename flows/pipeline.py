@@ -195,8 +195,8 @@ def model_stages(config: PipelineConfig, clean: CleanResult | None, tok: Tokeniz
     export_cfg = derive(config.export, checkpoint=train.result.paths.checkpoints, tokenizer=tok.result.tokenizer_dir,
                         out_dir=str(root / "hf"), **card_records(clean, tok))
     check = ExportCheck(blend=blend.result.blend_yaml, samples=t.logging.eval_iters * t.schedule.global_batch_size,
-                        compat=t.data.compat, seed=t.data.seed, cache_dir=t.data.cache_dir) \
-        if t.logging.eval_interval else None
+                        compat=t.data.compat, seed=t.data.seed, seq_length=t.model.seq_length,
+                        cache_dir=t.data.cache_dir) if t.logging.eval_interval else None
     export = stage_result("export", export_flow(export_cfg, check, upstream=[train.key], return_state=True),
                           ExportResult)
     eval_cfg = derive(config.evaluate, models=[ModelSpec(path=export.result.hf_dir, name="exported")],
