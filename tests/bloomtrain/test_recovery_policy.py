@@ -106,13 +106,13 @@ def launch(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
 
-    def decide(kinds, *, rc=0, saved=None, before="global_step2", requeues=0, **kw):
+    def decide(kinds, *, rc=0, saved=None, before="global_step2", requeues=0, max_requeues=2, **kw):
         exits = tmp_path / f"exits-{len(list(tmp_path.iterdir()))}"
         for rank, kind in enumerate(kinds):
             _record(exits, rank, kind, node=f"n{rank}", message="E" if kind != "running" else "", ended=float(rank))
         commit_tag(ckpt, saved or before)
         return after_launch(LaunchOutcome(exit_dir=str(exits), returncode=rc, checkpoint_dir=str(ckpt), before=before,
-                                          requeues=requeues, max_requeues=2, **kw))
+                                          requeues=requeues, max_requeues=max_requeues, **kw))
 
     return decide
 
@@ -137,7 +137,11 @@ def test_after_a_launch_continues_only_after_progress_and_within_the_limit(launc
                                              "global_step5; relaunching (2 of 2): the next attempt resumes from "
                                              "global_step5")
     d = launch(["failure", "running"], rc=1, saved="global_step5", requeues=2)
-    assert (d.action, d.exit_code) == ("stop", 1) and "not requeued: requeued 2 times already (max 2)" in d.line
+    assert (d.action, d.exit_code) == ("stop", 1) and d.line.endswith(
+        "; not requeued: requeued 2 times already (max 2); run it again to continue from global_step5")
+    d = launch(["time_budget"], saved="global_step5", max_requeues=0)
+    assert (d.action, d.exit_code) == ("stop", 1) and d.line.endswith(
+        "; not requeued (requeues are off: max 0); run it again to continue from global_step5")
     d = launch(["failure", "failure"], rc=1)
     assert (d.action, d.exit_code) == ("stop", 1) and d.line == (
         "training failed (rank 0 on n0 failed: E) without a new checkpoint in this attempt (latest: global_step2); "
