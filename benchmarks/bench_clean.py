@@ -103,9 +103,10 @@ def preset_config(name: str, **values):
 
 def ours_steps(docs: list[dict], presets: list[str]) -> dict:
     from bloomdata.clean.config import NearDedupConfig, NormalizeConfig, PiiConfig
-    from bloomdata.clean.filters import QualityFilter, load_word_lists
+    from bloomdata.clean.language import load_word_lists
     from bloomdata.clean.minhash import MinHasher, exact_key
     from bloomdata.clean.pii import redact
+    from bloomdata.clean.quality_filter import QualityFilter
     from bloomdata.clean.text import normalize, word_units
 
     texts, langs = [d["text"] for d in docs], [d["lang"] for d in docs]

@@ -106,8 +106,7 @@ def measure(a: argparse.Namespace) -> dict:
 
     if a.device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
-    from bloomtrain.metrics import device_peak_tflops, flops_per_iteration
-    from bloomtrain.precision import read_precision
+    from bloomtrain.metrics import device_peak_tflops, flops_per_iteration, read_precision
     from bloomtrain.train import build_trainer
 
     with tempfile.TemporaryDirectory() as log_dir:

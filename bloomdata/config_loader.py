@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from bloomdata.errors import BloomstackError, FieldValueError
 
@@ -54,6 +55,14 @@ def cli_option(*flags: str, metavar: str | None = None, positional: bool = False
     """
     spec = {"flags": list(flags), "metavar": metavar, "positional": positional, "off": list(off), "skip": skip}
     return {"cli": {k: v for k, v in spec.items() if v}}
+
+
+def fields_of(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """A model's fields, with those it learns at run time: a model that takes extra keys as fields of classes
+    registered later (the clean steps' parameters in ``Thresholds``) lists them in ``run_time_fields()``. Flags,
+    error messages and keys see them as fields."""
+    more = getattr(model, "run_time_fields", None)
+    return {**model.model_fields, **more()} if more is not None else dict(model.model_fields)
 
 
 # --- reading YAML ----------------------------------------------------------------------------------------
@@ -119,13 +128,18 @@ def complete(defaults: BaseModel, value: object) -> object:
 
 def derive(config: M, /, **changes: Any) -> M:
     """``config`` with ``changes``, validated again: ``model_copy(update=...)`` that runs the model's validators
-    on the new values (a derived config passes the checks a loaded one does). Nested models stay models (no
-    dump and re-parse); a changed nested value may be a model or what the field accepts."""
+    on the new values (a derived config passes the checks a loaded one does: a misspelt key or a value of the
+    wrong type raises instead of being dropped or stored). Nested models stay models (no dump and re-parse); a
+    changed nested value may be a model or what the field accepts. The fields set stay those of ``config`` plus
+    ``changes``, as with ``model_copy``. Every derived config and record of the project is made here."""
     fields = {name: getattr(config, name) for name in type(config).model_fields}
     unknown = sorted(set(changes) - set(fields))
     if unknown:
-        raise TypeError(f"{type(config).__name__} has no field {', '.join(unknown)}")
-    return type(config).model_validate({**fields, **changes})
+        hint = close_name_hint(unknown[0], list(fields))
+        raise TypeError(f"{type(config).__name__} has no field {', '.join(unknown)}; {hint}")
+    derived = type(config).model_validate({**fields, **(config.model_extra or {}), **changes})
+    object.__setattr__(derived, "__pydantic_fields_set__", config.model_fields_set | set(changes))
+    return derived
 
 
 def parse_override(item: str) -> tuple[Key, Any]:
@@ -256,8 +270,8 @@ def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[
     """The first error of ``exc`` as one line: where, key, message, value found, fix."""
     errors = exc.errors()
     err = errors[0]
-    key, info, siblings = _resolve(model, _field_loc(err, layers), err["type"] == "extra_forbidden")
-    others = len({_resolve(model, _field_loc(e, layers), e["type"] == "extra_forbidden")[0] for e in errors} - {key})
+    key, info, siblings = _resolve(model, _field_loc(err, layers), _names_a_key(err))
+    others = len({_resolve(model, _field_loc(e, layers), _names_a_key(e))[0] for e in errors} - {key})
     where = next((layer.where(key) for layer in reversed(layers) if key and layer.sets(key)), fallback)
     dotted = ".".join(map(str, key)) or "(top level)"
     msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
@@ -266,6 +280,12 @@ def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[
     fix = _fix(err["type"], key, info, siblings, flag_of)
     more = f" (and {others} more error{'s' * (others > 1)})" if others else ""
     return f"{where}: {dotted}: {msg}{got}{more}; fix: {fix}"
+
+
+def _names_a_key(err: Any) -> bool:
+    """Whether the error's last location part is a key to name even when the model does not know it: an extra
+    key, or the field a ``FieldValueError`` names (a key only a validator knows, e.g. a clean step's parameter)."""
+    return err["type"] == "extra_forbidden" or isinstance((err.get("ctx") or {}).get("error"), FieldValueError)
 
 
 def _field_loc(err: Any, layers: Sequence[_Layer]) -> Key:
@@ -311,17 +331,18 @@ def _resolve(model: type[BaseModel], loc: Key, extra: bool) -> tuple[Key, Any, l
     key: list[str | int] = []
     tp: Any = model
     info: Any = None
-    siblings = list(model.model_fields)
+    siblings = list(fields_of(model))
     for i, part in enumerate(loc):
         tp = _strip_optional(tp)
         origin, args = typing.get_origin(tp), typing.get_args(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
-            siblings = list(tp.model_fields)
-            if part not in tp.model_fields:
+            fields = fields_of(tp)
+            siblings = list(fields)
+            if part not in fields:
                 if extra and i == len(loc) - 1:
                     key.append(part)
                 break
-            info = tp.model_fields[part]
+            info = fields[part]
             tp = info.annotation
         elif origin in (list, set, frozenset) and isinstance(part, int):
             tp = args[0] if args else Any

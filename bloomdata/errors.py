@@ -23,6 +23,22 @@ class BloomstackError(Exception):
         self.keys = tuple(keys)
 
 
+class ClusterLost(BloomstackError):
+    """The Dask scheduler, or every worker of an external one, went away while a job's steps ran
+    (``bloomdata.jobs.executor``).
+
+    ``lost``: what went away; ``restart``: what the user starts again before the rerun ("" when nothing)."""
+
+    def __init__(self, lost: str, restart: str, done: str = "") -> None:
+        fix = f"{restart}, then rerun the same command" if restart else "rerun the same command"
+        super().__init__(f"{lost}{done}: {fix}")
+        self.lost, self.restart = lost, restart
+
+    def counting(self, done: int, total: int, what: str = "shards") -> "ClusterLost":
+        """The same error saying how much is done (the caller counts its completion markers)."""
+        return ClusterLost(self.lost, self.restart, f" with {done} of {total} {what} done (a rerun reuses them)")
+
+
 class FieldValueError(ValueError):
     """A model validator's check across fields, about one of them. A ``ValueError`` as pydantic expects (the
     config loader turns it into ``FILE:LINE: KEY: message; fix: ...``); ``fields`` (the one at fault first)

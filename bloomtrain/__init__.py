@@ -1,1 +1,13 @@
-"""bloomtrain"""
+"""bloomtrain: the BLOOM trainer, its checkpoints, export and evaluation (on bloomdata; flows drive it)."""
+
+# The files directly in this package in layers, lowest first: a file imports only files of lower layers here
+# (every import, those inside functions too; tests/test_layering.py checks it, and that no import circle runs
+# through the subpackages). The loop (trainer) imports what its callbacks see from bloomtrain.callbacks.base.
+LAYERS = (
+    "config console environment exit_record measures hf_import",  # the typed config; records; formulas
+    "data engine inputs precision provenance recovery schedules generate",
+    "train_module metrics agent slurm export",
+    "trainer launcher",  # the loop; the torchrun agent's launcher
+    "train",  # the composition root
+    "__init__",
+)

@@ -136,7 +136,8 @@ class DataConfig(_Frozen):
     compat: Literal["core", "bloom"] = "core"
     """Index-building rules: megatron-core's, or Megatron-DeepSpeed's as BLOOM used (bloomdata.blend)."""
     seed: int = 1234
-    """Seed of the synthetic samples (a blend's own seed lives in its YAML)."""
+    """Seed of the synthetic samples, and of a blend's document and sample shuffles when its YAML names no seed of
+    its own (megatron-core's random_seed; bloomdata.megatron.builder)."""
     synthetic_samples: int = 4096
     """Samples in the synthetic training set (validation gets a quarter, from another seed)."""
     cache_dir: str | None = None

@@ -10,9 +10,10 @@ batch-size ramp-up, and resuming needs one integer, ``consumed_samples``.
 A micro-batch is ``(input_ids [b, s], (labels [b, s], loss_mask [b, s]))``: the shape DeepSpeed's pipeline
 engine feeds to the first stage (inputs) and to the loss on the last stage (labels).
 
-Named validation sets (``data.valid_sets``, ``build_valid_sets``) are fixed samples instead of a stream: one
-epoch of a split's samples is indexed, and a fixed number of them, evenly spaced along the split, is read
-at every evaluation. Their micro-batches (``eval_micro_batches``) follow the same sampler order and pad the
+The blend data is built where the data lives (``bloomdata.megatron.builder.DataSplits``, from one config:
+``data_splits``); this module only asks for the splits. Named validation sets (``data.valid_sets``,
+``build_valid_sets``) are fixed samples instead of a stream: one epoch of a split's samples is indexed, and a
+fixed number of them, evenly spaced along the split, is read at every evaluation. Their micro-batches (``eval_micro_batches``) follow the same sampler order and pad the
 last group with masked copies, so every layout reads exactly the same samples. ``token_byte_lengths``
 gives the UTF-8 bytes of every token id, for bits per byte.
 """
@@ -21,14 +22,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.config import VALID_SET_NAME, TrainConfig, ValidSetConfig
+from bloomdata.megatron.builder import DataSplits, FixedSamples, SplitsConfig, valid_tokens
+from bloomtrain.config import VALID_SET_NAME, TrainConfig
 from bloomtrain.parallel.layers import check_token_range
 
 MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
@@ -36,7 +37,7 @@ MicroBatch = tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]
 
 class Samples(Protocol):
     """What the trainer reads samples from: ``len`` and one sample (``seq_length + 1`` token ids) per index,
-    as a bloomdata ``Blend`` or ``GPTSamples``, ``SyntheticSamples`` or ``ValidSamples`` give."""
+    as a bloomdata ``Blend``, ``GPTSamples`` or ``FixedSamples``, or ``SyntheticSamples`` give."""
 
     def __len__(self) -> int: ...
 
@@ -136,171 +137,57 @@ def eval_micro_batches(samples: Samples, micro_batch_size: int, dp_rank: int,
     return batches(), padded // group
 
 
+def data_splits(cfg: TrainConfig) -> DataSplits:
+    """The builder of ``cfg``'s blend data (bloomdata.megatron.builder): its blends, the model's sequence length,
+    ``data.seed`` for a blend YAML that names no seed, the index arithmetic and cache."""
+    d = cfg.data
+    return DataSplits(SplitsConfig(seq_length=cfg.model.seq_length, seed=d.seed, blend=d.blend,
+                                   valid_blend=d.valid_blend, compat=d.compat, cache_dir=d.cache_dir))
+
+
 def build_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
-    """(train, valid) sample sequences for ``cfg.data``; each item is ``seq_length + 1`` token ids."""
+    """(train, valid) sample sequences for ``cfg.data``; each item is ``seq_length + 1`` token ids. Blends are
+    sized like Megatron's builder: the train blend holds the whole run, the validation blend the ``eval_iters``
+    global batches that every evaluation reads."""
     length = cfg.model.seq_length + 1
     if cfg.data.kind == "synthetic":
         n = cfg.data.synthetic_samples
         vocab = cfg.model.vocab_size
         return (SyntheticSamples(n, length, vocab, cfg.data.seed),
                 SyntheticSamples(max(1, n // 4), length, vocab, cfg.data.seed + 1))
-    return _blend_datasets(cfg)
-
-
-def _blend_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
-    """Blends from ``bloomdata blend`` YAMLs, sized like Megatron's builder: the train blend holds the whole
-    run, the validation blend the ``eval_iters`` global batches that every evaluation reads."""
-    from bloomdata.blend.spec import load_blend_spec  # noqa: PLC0415
-    from bloomdata.megatron.blend import blend_from_spec  # noqa: PLC0415
-
     s = cfg.schedule
-    n_train = s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size
-    n_valid = cfg.logging.eval_iters * s.global_batch_size
-
-    def load(path: str, split: str, n: int):
-        spec = load_blend_spec(path)
-        if spec.seq_length is not None and spec.seq_length != cfg.model.seq_length:
-            raise BloomstackError(
-                f"{path}: blend seq_length {spec.seq_length} != model.seq_length {cfg.model.seq_length}; "
-                "rebuild the blend or change model.seq_length"
-            )
-        spec = spec.model_copy(update={"seq_length": cfg.model.seq_length})
-        return blend_from_spec(spec, n, split, cfg.data.cache_dir, cfg.data.compat)
-
-    assert cfg.data.blend is not None  # DataConfig checks kind=blend has one
-    train = load(cfg.data.blend, "train", n_train)
-    valid_path = cfg.data.valid_blend or cfg.data.blend
-    spec = load_blend_spec(valid_path)
-    valid = load(valid_path, "valid", n_valid) if spec.has_valid and cfg.logging.eval_interval else None
+    splits = data_splits(cfg)
+    train = splits.split("train", s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size)
+    valid = splits.split("valid", cfg.logging.eval_iters * s.global_batch_size) if cfg.logging.eval_interval else None
+    assert train is not None  # the train split always exists
     return train, valid
 
 
 # --- named validation sets ------------------------------------------------------------------------------
 
 
-@dataclass
-class ValidSamples:
-    """The fixed samples of one named validation set: item k is ``components[which[k]][served[k]]``."""
-
-    name: str
-    components: list  # GPTSamples, one epoch of each dataset's validation split
-    which: np.ndarray  # int64 [n]
-    served: np.ndarray  # int64 [n]: served (shuffled) index in its component
-
-    def __len__(self) -> int:
-        return len(self.which)
-
-    def __getitem__(self, k: int) -> np.ndarray:
-        return self.components[int(self.which[k])][int(self.served[k])]
-
-
-def spread_indices(samples, n: int) -> np.ndarray:
-    """Served indices of ``min(n, S)`` of the ``S`` samples of a one-epoch GPTSamples, evenly spaced along
-    the split: positions ``(2k + 1) * S // (2n)`` (the middle of each of n equal strata) in sample order
-    (the order the samples lie in the split), mapped through the inverse of the sample shuffle."""
-    total = len(samples)
-    n = min(n, total)
-    shuffle = np.asarray(samples.shuffle_index, dtype=np.int64)
-    if len(shuffle) != total:  # one epoch: the shuffle is a permutation of every sample
-        raise BloomstackError(f"{samples!r}: expected a one-epoch index (shuffle of {total}, got {len(shuffle)})")
-    served = np.empty(total, dtype=np.int64)
-    served[shuffle] = np.arange(total, dtype=np.int64)
-    return served[(2 * np.arange(n, dtype=np.int64) + 1) * total // (2 * n)]
-
-
-def blend_counts(weights: Sequence[float], n: int) -> list[int]:
-    """Samples per dataset of an ``n``-sample Megatron blend: sample k goes to ``argmax(w * max(k, 1) - c)``
-    (ties to the first), ``c`` counting what each dataset gave so far (bloomdata.megatron.blend)."""
-    w = np.asarray(weights, dtype=np.float64) / np.sum(weights)
-    counts = np.zeros(len(w), dtype=np.int64)
-    for k in range(n):
-        counts[int(np.argmax(w * max(k, 1) - counts))] += 1
-    return counts.tolist()
-
-
-def _blend_spec(path: str, seq_length: int):
-    from bloomdata.blend.spec import load_blend_spec  # noqa: PLC0415
-
-    spec = load_blend_spec(path)
-    if spec.seq_length is not None and spec.seq_length != seq_length:
-        raise BloomstackError(
-            f"{path}: blend seq_length {spec.seq_length} != model.seq_length {seq_length}; "
-            "rebuild the blend or change model.seq_length"
-        )
-    return spec
-
-
-def build_valid_set(cfg: TrainConfig, name: str, vs: ValidSetConfig) -> ValidSamples:
-    """The fixed samples of ``data.valid_sets[name]`` (see ``ValidSetConfig`` for which)."""
-    from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings  # noqa: PLC0415
-    from bloomdata.megatron.indexed import dataset_exists  # noqa: PLC0415
-
-    seq = cfg.model.seq_length
-    origin: str | None  # what the validation split comes from, for the error below
-    if vs.path.endswith((".yaml", ".yml")):
-        spec = _blend_spec(vs.path, seq)
-        prefixes, weights = spec.prefixes, spec.weights
-        split, seed, origin = vs.split or spec.split_of("valid"), spec.seed, vs.path
-    else:
-        if not dataset_exists(vs.path):
-            raise BloomstackError(f"data.valid_sets.{name}: no dataset {vs.path}.bin/.idx; give a dataset prefix "
-                                  "(as written by `bloomdata build`) or a blend YAML")
-        spec = _blend_spec(cfg.data.blend, seq) if cfg.data.blend else None
-        prefixes, weights = [vs.path], [1.0]
-        split = vs.split or (spec.split_of("valid") if spec is not None else None)
-        seed, origin = (spec.seed if spec is not None else None), cfg.data.blend
-    if split is None:
-        raise BloomstackError(f"data.valid_sets.{name}: no validation split for {vs.path} ({origin or 'no data.blend'} "
-                              f"has none); set data.valid_sets.{name}.split, e.g. '0.95:1' or '949,50,1'")
-    wanted = vs.samples or cfg.logging.eval_iters * cfg.schedule.global_batch_size
-    components: list[Any] = []
-    which: list[Any] = []
-    served: list[Any] = []
-    for prefix, count in zip(prefixes, blend_counts(weights, wanted)):
-        if count == 0:  # a blend's dataset whose weight gets none of the samples
-            continue
-        try:
-            settings = SampleSettings(seq, 1234 if seed is None else seed, cfg.data.compat, cfg.data.cache_dir)
-            samples = GPTSamples(prefix, None, settings, split, "valid")
-        except BloomstackError as exc:
-            raise BloomstackError(f"data.valid_sets.{name}: {exc}") from None
-        chosen = spread_indices(samples, count)
-        which.append(np.full(len(chosen), len(components), dtype=np.int64))
-        components.append(samples)
-        served.append(chosen)
-    return ValidSamples(name, components, np.concatenate(which), np.concatenate(served))
-
-
-def build_valid_sets(cfg: TrainConfig) -> dict[str, ValidSamples]:
-    """Every named validation set of ``cfg`` (none when evaluation is off)."""
+def build_valid_sets(cfg: TrainConfig) -> dict[str, FixedSamples]:
+    """Every named validation set of ``cfg`` (none when evaluation is off): ``data.valid_sets[name]``'s fixed
+    samples (see ``ValidSetConfig`` for which)."""
     if not cfg.logging.eval_interval:
         return {}
-    return {name: build_valid_set(cfg, name, vs) for name, vs in cfg.data.valid_sets.items()}
+    splits, sets = data_splits(cfg), {}
+    for name, vs in cfg.data.valid_sets.items():
+        wanted = vs.samples or cfg.logging.eval_iters * cfg.schedule.global_batch_size
+        try:
+            sets[name] = splits.fixed_set(name, vs.path, vs.split, wanted)
+        except BloomstackError as exc:
+            raise BloomstackError(f"data.valid_sets.{name}: {exc}") from None
+    return sets
 
 
 def per_dataset_valid_sets(blend_yaml: str, seq_length: int, compat: str = "core") -> tuple[dict[str, str], list[str]]:
     """One validation set per dataset of a blend (a language in the pipeline): ``{name: prefix}`` for those
     whose validation split (``BlendSpec.split_of("valid")``, with the trainer's ``compat`` arithmetic) holds at
     least one sample of ``seq_length + 1`` tokens, and the names left out (too little held-out text)."""
-    from bloomdata.blend.spec import load_blend_spec  # noqa: PLC0415
-    from bloomdata.megatron.indexed import IndexedDataset  # noqa: PLC0415
-    from bloomdata.megatron.splits import split_range  # noqa: PLC0415
-
-    spec = load_blend_spec(blend_yaml)
-    split = spec.split_of("valid")
-    sets: dict[str, str] = {}
-    left_out: list[str] = []
-    for d in spec.datasets:
-        tokens = 0
-        if split is not None and VALID_SET_NAME.fullmatch(d.name):
-            ds = IndexedDataset(d.prefix)
-            begin, end = split_range(split, "valid", len(ds), compat)
-            tokens = int(ds.sizes[begin:end].sum(dtype=np.int64))
-        if tokens > seq_length:
-            sets[d.name] = d.prefix
-        else:
-            left_out.append(d.name)
-    return sets, left_out
+    found = valid_tokens(blend_yaml, compat)
+    sets = {name: prefix for name, (prefix, n) in found.items() if VALID_SET_NAME.fullmatch(name) and n > seq_length}
+    return sets, [name for name in found if name not in sets]
 
 
 def token_byte_lengths(tokenizer) -> np.ndarray:

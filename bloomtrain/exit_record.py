@@ -22,19 +22,32 @@ import os
 import socket
 import time
 import traceback
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
 
 from bloomdata import durable
+from bloomdata.config_loader import derive
 
 EXIT_DIR_ENV = "BLOOMTRAIN_EXIT_DIR"
 NODE_ENV = "BLOOMTRAIN_NODE"
 AGENT_ENV = "BLOOMTRAIN_AGENT"  # set by bloomtrain.launcher: its agent reports failures, the ranks stay quiet
 
-ExitKind = Literal["running", "finished", "time_budget", "signal", "kill_switch", "config_error", "failure"]
-ENDED_ON_PURPOSE = ("finished", "time_budget", "signal", "kill_switch")  # the trainer saved and exited 0
+
+
+class ExitKind(StrEnum):
+    """How a rank ended: one type from ``Trainer.request_stop`` through the exit record to recovery's decision
+    (``bloomtrain.recovery.AFTER_KIND`` has a rule for each). The values are the records' JSON."""
+
+    RUNNING = "running"  # not ended yet; still so after the process exited: it died without a word
+    FINISHED = "finished"  # the schedule ended
+    TIME_BUDGET = "time_budget"  # checkpoint.exit_duration_in_mins: saved, to continue in a new allocation
+    SIGNAL = "signal"  # one of checkpoint.exit_signals (or Ctrl-C): saved
+    KILL_SWITCH = "kill_switch"  # checkpoint.kill_switch_path appeared: saved
+    CONFIG_ERROR = "config_error"  # a config or input error (a BloomstackError): never retried
+    FAILURE = "failure"  # an exception: its traceback is beside the record
 
 
 class ExitRecord(BaseModel):
@@ -143,7 +156,7 @@ class Recorder:
 
     def __init__(self, root: str | Path | None, rank: int, attempt: int, node: str) -> None:
         self.root = Path(root) if root else None
-        self.record = ExitRecord(kind="running", rank=rank, node=node, pid=os.getpid(), attempt=attempt,
+        self.record = ExitRecord(kind=ExitKind.RUNNING, rank=rank, node=node, pid=os.getpid(), attempt=attempt,
                                  started=time.time())
 
     @classmethod
@@ -160,26 +173,27 @@ class Recorder:
         """Write ``running`` (into ``<checkpoint_dir>/exits`` unless the launcher named a directory)."""
         if self.root is None and checkpoint_dir is not None:
             self.root = Path(checkpoint_dir) / "exits"
-        self.record = self.record.model_copy(update={"resumed_from": resumed_from, "checkpoint": resumed_from,
-                                                     "checkpoint_dir": checkpoint_dir})
+        self.record = derive(self.record, resumed_from=resumed_from, checkpoint=resumed_from,
+                             checkpoint_dir=checkpoint_dir)
         self._write()
 
     def progress(self, iteration: int, checkpoint: str | None) -> None:
         """Remember where training is (in memory; written with the ending)."""
-        self.record = self.record.model_copy(update={"iteration": iteration, "checkpoint": checkpoint})
+        self.record = derive(self.record, iteration=iteration, checkpoint=checkpoint)
 
     def end(self, kind: ExitKind, message: str = "", tb: str | None = None) -> None:
-        update = {"kind": kind, "message": message, "ended": time.time()}
+        traceback_file = None
         if tb is not None and self.root is not None:
             path = attempt_dir(self.root, self.record.attempt) / f"rank-{self.record.rank}.traceback"
             path.parent.mkdir(parents=True, exist_ok=True)
             durable.write_text(path, tb)
-            update["traceback"] = str(path)
-        self.record = self.record.model_copy(update=update)
+            traceback_file = str(path)
+        self.record = derive(self.record, kind=kind, message=message, ended=time.time(),
+                             traceback=traceback_file or self.record.traceback)
         self._write()
 
     def fail(self, exc: BaseException) -> None:
-        self.end("failure", one_line(exc), "".join(traceback.format_exception(exc)))
+        self.end(ExitKind.FAILURE, one_line(exc), "".join(traceback.format_exception(exc)))
 
     def _write(self) -> None:
         if self.root is not None:

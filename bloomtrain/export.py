@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from bloomdata import durable
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomtrain.card import CARD_FILE, load_records, write_model_card
 from bloomtrain.checkpoint import format as fmt
@@ -112,7 +113,7 @@ def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_d
     record = ExportRecord(dtype=str(dtype).removeprefix("torch."), embedding_rows=rows,
                           tokenizer=str(Path(source).resolve()) if copied else None,
                           software=software_versions(EXPORT_PACKAGES))
-    records.provenance = provenance.model_copy(update={"export": record})
+    records.provenance = derive(provenance, export=record)
     write_provenance(out_dir, records.provenance)
     write_model_card(records, out_dir, out_dir / CARD_FILE)
     config_json = hf_config(config, rows, dtype, special_token_ids(source if copied else None))

@@ -37,6 +37,7 @@ from bloomtrain.config import TrainConfig
 from bloomtrain.environment import RunEnvironment, read_environment
 from bloomtrain.measures import perplexity
 from bloomtrain.model.config import ModelConfig
+from bloomtrain.precision import PrecisionChoice
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +93,10 @@ class Metrics:
                 except ImportError:
                     log.warning("bloomtrain: tensorboard is not installed; writing metrics.jsonl only")
 
-    def describe(self, start_iteration: int = 0) -> None:
+    def describe(self, start_iteration: int = 0, precision: PrecisionChoice | None = None) -> None:
         """Write the launch's header (``START_EVENT``) once, first: the throughput formula (also on the console),
-        the wall-clock time, the iteration the launch starts after, and its hardware and software (rank 0)."""
+        the wall-clock time, the iteration the launch starts after, its hardware and software (rank 0), and the
+        precision it runs in and why (also on the console, first; ``read_precision``)."""
         recompute = self.cfg.parallel.activation_checkpointing
         text = ("tflops/mfu: model FLOPs 24*3*B*s*l*h^2*(1 + s/(6h) + V/(16lh)) per iteration / (step time * "
                 f"world * 1e12), recomputation NOT counted; hw_tflops uses f={4 if recompute else 3} "
@@ -103,7 +105,10 @@ class Metrics:
         if not self.enabled:
             return
         record = {"event": START_EVENT, "text": text, "time": round(time.time(), 3),
-                  "start_iteration": start_iteration, "environment": read_environment(self.world).model_dump()}
+                  "start_iteration": start_iteration, "environment": read_environment(self.world).model_dump(),
+                  **({"precision": precision.model_dump()} if precision is not None else {})}
+        if precision is not None:
+            log.info("bloomtrain: %s", precision.line())
         self.log(record, 0, f"bloomtrain: {text}")
 
     def throughput(self, global_batch: int, step_time: float) -> dict[str, float]:
@@ -258,6 +263,7 @@ class Launch(BaseModel):
     start_iteration: int  # the iteration it resumed after (0: a fresh run)
     last_iteration: int | None = None
     environment: RunEnvironment
+    precision: PrecisionChoice | None = None  # what it ran in and why (None: a header without it)
 
     @property
     def seconds(self) -> float:
@@ -285,9 +291,16 @@ def read_launches(path: str | Path, until_iteration: int | None = None) -> list[
             current = None
             if "time" in rec and "environment" in rec:
                 current = Launch(start=rec["time"], start_iteration=rec.get("start_iteration", 0),
-                                 environment=RunEnvironment.model_validate(rec["environment"]))
+                                 environment=RunEnvironment.model_validate(rec["environment"]),
+                                 precision=rec.get("precision"))
                 launches.append(current)
         elif current is not None and "loss" in rec and "time" in rec:
             if until_iteration is None or rec["iteration"] <= until_iteration:
                 current.end, current.last_iteration = rec["time"], rec["iteration"]
     return [launch for launch in launches if until_iteration is None or launch.start_iteration < until_iteration]
+
+
+def read_precision(path: str | Path) -> PrecisionChoice | None:
+    """The precision the last launch of a run's ``metrics.jsonl`` ran in (its header's), or None."""
+    launches = read_launches(path)
+    return launches[-1].precision if launches else None

@@ -4,8 +4,8 @@
 (x86 AVX512-BF16 or AMX-BF16, Arm's BF16 extension); without them (an AVX2-only x86 such as AMD Zen 2, or
 AVX-512 without BF16) oneDNN and ATen emulate bf16 and every matmul runs several times *slower* than fp32
 (a 1024x1024 matmul on one thread of an AVX2 EPYC: 6.1 s in bf16 against 55 ms in fp32). There a bf16
-config trains in fp32 instead, and says so: one log line on rank 0, a ``{"event": "precision"}`` record at
-the top of ``metrics.jsonl`` (``read_precision``), and the checkpoint's ``train_config`` holds what ran.
+config trains in fp32 instead, and says so: one log line on rank 0, its ``precision`` in each launch's header in
+``metrics.jsonl`` (``bloomtrain.metrics.read_precision``), and the checkpoint's ``train_config`` holds what ran.
 ``optim.force_bf16: true`` keeps bf16 on any CPU (the tests of bf16 numerics set it).
 
 The decision is taken where the training runs, in the trainer's composition root (``bloomtrain.train``),
@@ -16,7 +16,6 @@ fitted config explicitly. ``CpuInfo`` is an input, so the decision is tested for
 
 from __future__ import annotations
 
-import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from bloomdata.config_loader import derive
 from bloomtrain.config import TrainConfig
 
 # /proc/cpuinfo flags (x86 "flags", Arm "Features") that mean bf16 matmuls run on hardware units.
@@ -98,7 +98,7 @@ class PrecisionChoice(BaseModel):
         """``cfg`` with the precision that runs."""
         if cfg.optim.precision == self.ran:
             return cfg
-        return cfg.model_copy(update={"optim": cfg.optim.model_copy(update={"precision": self.ran})})
+        return derive(cfg, optim=derive(cfg.optim, precision=self.ran))
 
 
 def fit_precision(cfg: TrainConfig, device_type: str, cpu: CpuInfo | None) -> PrecisionChoice:
@@ -122,27 +122,3 @@ def fit_precision(cfg: TrainConfig, device_type: str, cpu: CpuInfo | None) -> Pr
         configured="bf16", ran="fp32", device=device,
         why=f"this CPU ({cpu.describe()}) has no native bf16 (no AVX512-BF16, AMX-BF16 or Arm BF16): bf16 "
             "matmuls are emulated there, several times slower than fp32; optim.force_bf16=true keeps bf16")
-
-
-EVENT = "precision"
-
-
-def precision_record(choice: PrecisionChoice) -> dict:
-    """The ``metrics.jsonl`` record of the decision (``read_precision`` reads it back)."""
-    return {"event": EVENT, **choice.model_dump()}
-
-
-def read_precision(metrics: str | Path) -> PrecisionChoice | None:
-    """The last precision record of a run's ``metrics.jsonl`` (a resumed run appends its own), or None."""
-    try:
-        lines = Path(metrics).read_text().splitlines()
-    except FileNotFoundError:
-        return None
-    for line in reversed(lines):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a kill
-        if isinstance(rec, dict) and rec.get("event") == EVENT:
-            return PrecisionChoice.model_validate({k: v for k, v in rec.items() if k != "event"})
-    return None

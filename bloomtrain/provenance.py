@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from bloomdata import durable
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.config import CardConfig, TrainConfig
@@ -104,7 +105,7 @@ def read_training_record(ckpt_dir: Path, tag: str) -> TrainingRecord | None:
 def absolute_paths(card: CardConfig) -> CardConfig:
     """``card`` with its record paths made absolute (relative ones are relative to the working directory)."""
     fields = ("clean_summary", "fertility", "evaluation")
-    return card.model_copy(update={f: str(Path(v).resolve()) for f in fields if (v := getattr(card, f))})
+    return derive(card, **{f: str(Path(v).resolve()) for f in fields if (v := getattr(card, f))})
 
 
 def checkpoint_provenance(ckpt_dir: Path, tag: str | None, card: CardConfig) -> Provenance:
@@ -151,5 +152,5 @@ def load_provenance(path: str | Path, tag: str | None = None, card: CardConfig |
         provenance = checkpoint_provenance(path, tag, CardConfig())
     if card is not None:
         given = {k: getattr(card, k) for k in card.model_fields_set & set(CardConfig.model_fields)}
-        provenance = provenance.model_copy(update={"card": absolute_paths(provenance.card.model_copy(update=given))})
+        provenance = derive(provenance, card=absolute_paths(derive(provenance.card, **given)))
     return provenance

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -31,9 +32,39 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomtrain.checkpoint.tags import read_latest
-from bloomtrain.exit_record import ENDED_ON_PURPOSE, Attempt, ExitRecord, attempts, read_attempt
+from bloomtrain.exit_record import Attempt, ExitKind, ExitRecord, attempts, read_attempt
 
 REQUEUE_EXIT = 75  # EX_TEMPFAIL: what `python -m bloomtrain.recovery` exits with when the job should requeue
+
+
+@dataclass(frozen=True)
+class KindRule:
+    """What an attempt whose ranks ended with one ``ExitKind`` leads to (the rules of the module docstring)."""
+
+    policy: Literal["stop", "continue", "never", "failure"]
+    """stop: ended on purpose, nothing left or a person asked (exit 0); continue: ended on purpose, continues
+    in a new allocation when it saved a newer checkpoint; never: not retried anywhere (exit 2); failure:
+    restarted or requeued while a newer checkpoint shows progress."""
+    said: str
+    """What a decision line calls it."""
+
+    @property
+    def on_purpose(self) -> bool:
+        """The trainer saved and exited 0."""
+        return self.policy in ("stop", "continue")
+
+
+AFTER_KIND: dict[ExitKind, KindRule] = {
+    ExitKind.RUNNING: KindRule("failure", "died without an exit record"),
+    ExitKind.FINISHED: KindRule("stop", "training finished"),
+    ExitKind.TIME_BUDGET: KindRule("continue", "the trainer stopped at its time budget"),
+    ExitKind.SIGNAL: KindRule("stop", "stopped by a signal"),
+    ExitKind.KILL_SWITCH: KindRule("stop", "stopped by the kill switch"),
+    ExitKind.CONFIG_ERROR: KindRule("never", "config or input error"),
+    ExitKind.FAILURE: KindRule("failure", "failed"),
+}
+if set(AFTER_KIND) != set(ExitKind):  # a new kind needs its rule here before anything can record it
+    raise AssertionError(f"recovery has no rule for {sorted(set(ExitKind) - set(AFTER_KIND))}")
 
 
 class Decision(BaseModel):
@@ -83,12 +114,12 @@ def node_view(node: str, ranks: list[int], exits: dict[int, int], attempt: Attem
         record = attempt.ranks.get(rank)
         if record is not None and record.checkpoint_dir:
             view.checkpoint_dir = record.checkpoint_dir
-        if record is not None and record.kind == "config_error":
+        if record is not None and record.kind == ExitKind.CONFIG_ERROR:
             view.config_error = view.config_error or (rank, record.message)
-        elif record is None or record.kind == "running":
+        elif record is None or record.kind == ExitKind.RUNNING:
             how = exit_text(code) + ("" if code < 0 else " without an exit record")
             view.deaths.append((code == -signal.SIGTERM, rank, how))
-        elif record.kind == "failure":
+        elif record.kind == ExitKind.FAILURE:
             view.failures.append((record.ended or 0.0, rank, record.message))
     view.checkpoint_dir = view.checkpoint_dir or next((r.checkpoint_dir for r in attempt.ranks.values()
                                                        if r.checkpoint_dir), None)
@@ -173,18 +204,19 @@ def last_attempt(exit_dir: str | Path) -> Attempt | None:
     return read_attempt(exit_dir, numbers[-1]) if numbers else None
 
 
-def _ended_on_purpose(records: list[ExitRecord]) -> str | None:
+def _ended_on_purpose(records: list[ExitRecord]) -> ExitKind | None:
+    """The kind every rank ended with, when they agree on one that ends on purpose."""
     kinds = {r.kind for r in records}
-    return kinds.pop() if len(kinds) == 1 and kinds <= set(ENDED_ON_PURPOSE) else None
+    return kinds.pop() if len(kinds) == 1 and AFTER_KIND[next(iter(kinds))].on_purpose else None
 
 
 def _failure_cause(attempt: Attempt) -> str:
     decided = [n for n in attempt.nodes.values() if n.action == "stop"]
     if decided:
         return decided[0].cause
-    views = [NodeView(node=r.node, ranks=[r.rank], deaths=[(False, r.rank, "died without an exit record")]
-                      if r.kind == "running" else [],
-                      failures=[(r.ended or 0.0, r.rank, r.message)] if r.kind == "failure" else [])
+    views = [NodeView(node=r.node, ranks=[r.rank], deaths=[(False, r.rank, AFTER_KIND[r.kind].said)]
+                      if r.kind == ExitKind.RUNNING else [],
+                      failures=[(r.ended or 0.0, r.rank, r.message)] if r.kind == ExitKind.FAILURE else [])
              for r in attempt.ranks.values()]
     return root_cause(views)
 
@@ -195,14 +227,11 @@ _NOUN = {"requeue": "requeues", "relaunch": "relaunches"}
 
 
 def _again(out: LaunchOutcome, why: str, after: str | None) -> Decision:
-    if out.max_requeues == 0:
-        return Decision(action="stop", exit_code=1, cause=why, checkpoint=after,
-                        line=f"{why}; not {_ED[out.again]} ({_NOUN[out.again]} are off: max 0); run it again to "
-                             f"continue from {after}")
     if out.requeues >= out.max_requeues:
+        used = f" ({_NOUN[out.again]} are off: max 0)" if out.max_requeues == 0 else \
+            f": {_ED[out.again]} {out.requeues} times already (max {out.max_requeues})"
         return Decision(action="stop", exit_code=1, cause=why, checkpoint=after,
-                        line=f"{why}; not {_ED[out.again]}: {_ED[out.again]} {out.requeues} times already (max "
-                             f"{out.max_requeues}); run it again to continue from {after}")
+                        line=f"{why}; not {_ED[out.again]}{used}; run it again to continue from {after}")
     return Decision(action="requeue", cause=why, checkpoint=after,
                     line=f"{why}; {_ING[out.again]} ({out.requeues + 1} of {out.max_requeues}): the next attempt "
                          f"resumes from {after}")
@@ -217,7 +246,7 @@ def after_launch(out: LaunchOutcome) -> Decision:
                         line=f"{cause}; not {_ED[out.again]} (it would be again); latest checkpoint: {after}")
     attempt = last_attempt(out.exit_dir)
     records = list(attempt.ranks.values()) if attempt else []
-    config = next((r for r in records if r.kind == "config_error"), None)
+    config = next((r for r in records if AFTER_KIND[r.kind].policy == "never"), None)
     if config is not None:
         cause = f"rank {config.rank} on {config.node}: config or input error"
         return Decision(action="stop", exit_code=2, cause=cause, checkpoint=after,
@@ -228,17 +257,16 @@ def after_launch(out: LaunchOutcome) -> Decision:
     progress = after is not None and after != out.before
     kind = _ended_on_purpose(records) if out.returncode == 0 else None
     iteration = max((r.iteration or 0 for r in records), default=0)
-    if kind == "time_budget" and progress:
-        return _again(out, f"the trainer stopped at its time budget at iteration {iteration} and saved {after}", after)
-    if kind is not None and kind != "time_budget":
-        what = {"finished": "training finished", "kill_switch": "stopped by the kill switch",
-                "signal": "stopped by a signal"}[kind]
-        return Decision(action="stop", cause=f"{what} at iteration {iteration}", checkpoint=after,
-                        line=f"{what} at iteration {iteration}; latest checkpoint: {after}")
+    rule = AFTER_KIND[kind] if kind is not None else None
+    if rule is not None and rule.policy == "continue" and progress:
+        return _again(out, f"{rule.said} at iteration {iteration} and saved {after}", after)
+    if rule is not None and rule.policy == "stop":
+        return Decision(action="stop", cause=f"{rule.said} at iteration {iteration}", checkpoint=after,
+                        line=f"{rule.said} at iteration {iteration}; latest checkpoint: {after}")
     if attempt is None:
         cause = f"the launch exited with code {out.returncode} before any rank started"
-    elif kind == "time_budget":
-        cause = f"the trainer stopped at its time budget without a new checkpoint (latest: {after})"
+    elif rule is not None:  # continues, but saved nothing newer
+        cause = f"{rule.said} without a new checkpoint (latest: {after})"
     else:
         cause = _failure_cause(attempt)
     if progress:

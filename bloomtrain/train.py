@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from bloomdata.megatron.builder import FixedSamples
 from bloomtrain.callbacks import (
     Callback,
     CheckpointCallback,
@@ -30,6 +31,7 @@ from bloomtrain.callbacks import (
     StopRequestsCallback,
     ValidSetCallback,
 )
+from bloomtrain.callbacks.base import TrainResult
 from bloomtrain.callbacks.compile_time import CompileTimeCallback
 from bloomtrain.callbacks.configured import configured_callbacks
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
@@ -37,7 +39,7 @@ from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig
 from bloomtrain.console import setup_console
-from bloomtrain.data import Samples, ValidSamples, build_datasets, build_valid_sets, token_byte_lengths
+from bloomtrain.data import Samples, build_datasets, build_valid_sets, token_byte_lengths
 from bloomtrain.engine import build_engine
 from bloomtrain.model.compiled import compile_blocks
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
@@ -45,7 +47,7 @@ from bloomtrain.parallel.state import ParallelState
 from bloomtrain.precision import CpuInfo, PrecisionChoice, fit_precision
 from bloomtrain.schedules import BatchSchedule
 from bloomtrain.train_module import TrainModule
-from bloomtrain.trainer import Trainer, TrainResult
+from bloomtrain.trainer import Trainer
 
 
 def _free_port() -> int:
@@ -77,16 +79,17 @@ class Validation:
     """What a run evaluates on: the overall validation samples (None: none) and the named validation sets."""
 
     data: Samples | None = None
-    sets: Sequence[ValidSamples] = ()
+    sets: Sequence[FixedSamples] = ()
 
 
 def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world: int, *,
                       precision: PrecisionChoice | None = None, user: Sequence[Callback] = ()) -> list[Callback]:
-    """The run's behaviour besides the step. Their ``post_step`` hooks run in this order: log the iteration,
-    evaluate (the overall validation set, then each named one), enforce the skip limit (save, raise), agree on
-    stop requests, the ``user`` callbacks (the config's), save on the interval; the final save (end of the
-    schedule, or a stop) is the checkpoint callback's ``post_train``. Saving comes after every other hook of
-    the iteration, so each callback's saved state is the state after the iteration it names."""
+    """The run's behaviour besides the step, with the ``user`` callbacks (the config's). The trainer runs them by
+    ``priority`` (bloomtrain.callbacks.base), whatever their order here: log the iteration, evaluate (the overall
+    validation set, then each named one), enforce the skip limit (save, raise), agree on stop requests, the user's,
+    save on the interval; the final save (end of the schedule, or a stop) is the checkpoint callback's
+    ``post_train``. Saving comes after every other hook of the iteration, so each callback's saved state is the
+    state after the iteration it names."""
     valid_data, valid_sets = validation.data, validation.sets
     byte_lengths = np.zeros(0, dtype=np.int64)
     if valid_sets:
@@ -111,8 +114,8 @@ def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world
 def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), faults: FaultHook | None = None,
                   cpu: CpuInfo | None = None) -> Trainer:
     """The trainer of ``cfg``: ``default_callbacks`` (the config's ``callbacks``, a user's imported by name, among
-    them, before the checkpoint saves), then ``callbacks``; ``faults`` is the Checkpointer's fault-injection
-    hook (tests only); ``cpu`` describes the CPU (default: this one's)."""
+    them) and ``callbacks``, run by priority; ``faults`` is the Checkpointer's fault-injection hook (tests only);
+    ``cpu`` describes the CPU (default: this one's)."""
     user = configured_callbacks(cfg.callbacks)  # an import error fails before any process group work
     init_distributed()
     setup_console()

@@ -17,91 +17,41 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import Callback, Position, Step, TrainResult, by_priority
 from bloomtrain.checkpoint.checkpointer import Checkpointer
 from bloomtrain.checkpoint.tags import tag_for
 from bloomtrain.config import TrainConfig
 from bloomtrain.data import MicroBatch, Samples, micro_batches
+from bloomtrain.exit_record import ExitKind
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
-from bloomtrain.train_module import StepOutput, TrainModule
+from bloomtrain.train_module import TrainModule
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Position:
-    iteration: int = 0
-    consumed_samples: int = 0
-    scheduled_samples: int = 0
-    skipped_iters: int = 0
-    consecutive_skips: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-    def advance(self, global_batch: int, applied: bool) -> None:
-        self.iteration += 1
-        self.consumed_samples += global_batch
-        if applied:  # LossFn turns a non-finite loss into NaN grads, so it is never applied
-            self.scheduled_samples += global_batch
-            self.consecutive_skips = 0
-        else:
-            self.skipped_iters += 1
-            self.consecutive_skips += 1
-
-
-@dataclass
-class Step:
-    """One iteration as the callbacks see it."""
-
-    iteration: int
-    """1-based number of this iteration."""
-    global_batch: int
-    """Samples in this iteration's global batch."""
-    lr: float
-    batches: Iterator[MicroBatch]
-    """This rank's micro-batches; ``pre_step`` hooks may wrap it."""
-    output: StepOutput | None = None
-    """Set after the step (loss, grad norm, applied, step time)."""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    """Extra values for this iteration's metrics record, added by ``post_train_batch`` hooks."""
-
-
-@dataclass
-class TrainResult:
-    losses: dict[int, float] = field(default_factory=dict)
-    """Loss per iteration run in this process (1-based iteration numbers)."""
-    eval_losses: dict[int, float] = field(default_factory=dict)
-    grad_norms: dict[int, float] = field(default_factory=dict)
-    global_batches: dict[int, int] = field(default_factory=dict)
-    stopped_by: str | None = None
-    stop_kind: str | None = None
-    """Why the loop ended early, as an exit record's kind ("time_budget", "signal", "kill_switch", ...)."""
-    last_saved: str | None = None
-    position: Position | None = None
-
-
 class Trainer:
+    """The loop; to its callbacks, a ``bloomtrain.callbacks.base.TrainerView``. ``callbacks`` run by priority
+    (``by_priority``), whatever the order of the list."""
+
     def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, train_data: Samples,
                  checkpointer: Checkpointer, callbacks: Sequence[Callback]) -> None:
         self.cfg, self.module, self.state = cfg, module, state
-        self.train_data, self.checkpointer, self.callbacks = train_data, checkpointer, list(callbacks)
+        self.train_data, self.checkpointer, self.callbacks = train_data, checkpointer, by_priority(list(callbacks))
         self.lr_schedule = LRSchedule.from_config(cfg.optim, cfg.schedule)
         self.batch_schedule = BatchSchedule.from_config(cfg.schedule)
         self.pos = Position()
         self.result = TrainResult(position=self.pos)
         self.stop_reason: str | None = None
-        self.stop_kind = "finished"
+        self.stop_kind = ExitKind.FINISHED
 
-    # --- what callbacks call ------------------------------------------------------------------------
+    # --- what callbacks call (bloomtrain.callbacks.base.TrainerView) ---------------------------------------
 
-    def request_stop(self, reason: str, kind: str = "finished") -> None:
+    def request_stop(self, reason: str, kind: ExitKind = ExitKind.FINISHED) -> None:
         """End the run after this iteration (the first reason wins); post_train hooks still run. ``kind`` is the
-        exit record's name for it (bloomtrain.exit_record: "time_budget", "signal", "kill_switch", ...)."""
+        exit record's kind for it (time budget, signal, kill switch, ...)."""
         if self.stop_reason is None:
             self.stop_reason, self.stop_kind = reason, kind
 

@@ -17,6 +17,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from bloomdata.blend.report import over_repeated, write_blend
 from bloomdata.blend.tune import BlendConfig, tune_blend
+from bloomdata.config_loader import derive
 from flows.config import BlendStageConfig
 from flows.failures import user_errors
 from flows.report import png_markdown
@@ -58,7 +59,7 @@ def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageCo
     # the mixture file too (size and mtime): editing its ratios re-runs the stage
     key = stage_key([config, prefixes], upstream=upstream or [], inputs=[config.mixture] if config.mixture else [])
     datasets = dict(sorted({**config.datasets, **prefixes}.items()))
-    run = config.model_copy(update={"datasets": datasets, "out_dir": str(out)})
+    run = derive(config, datasets=datasets, out_dir=str(out))
 
     def tune() -> TunedBlend:
         get_run_logger().info("blend: %d datasets, %s tokens, alpha %g -> %s", len(datasets),

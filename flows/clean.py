@@ -22,8 +22,8 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from bloomdata.clean import CleanConfig, CleanSummary, format_summary, run_clean
-from bloomdata.clean.config import REASONS
 from bloomdata.clean.summary import LangCounts
+from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
 from flows.config import CleanStageConfig
 from flows.data import source_files
@@ -43,7 +43,7 @@ def clean_rows(summary: CleanSummary) -> list[dict[str, Any]]:
     """Per language: documents and bytes in and kept, documents removed by each step that removed any, addresses
     redacted; then the total."""
     langs = summary.languages
-    reasons = [r for r in REASONS if any(c.removed.get(r) for c in langs.values())]
+    reasons = summary.reasons_seen()
     total = LangCounts()
     for c in langs.values():
         total.add(c)
@@ -86,7 +86,7 @@ def _clean(config: CleanConfig) -> CleanSummary:
     log = get_run_logger()
     where = config.scheduler or (f"a LocalCluster of {config.workers} processes" if config.workers else "this process")
     log.info("clean: %d source(s) on %s -> %s", len(config.sources), where, config.out_dir)
-    cleaned = clean_task(config.model_copy(update={"progress": False}))
+    cleaned = clean_task(derive(config, progress=False))
     log.info("%s", format_summary(cleaned))
     return cleaned
 
@@ -101,5 +101,5 @@ def clean_flow(config: CleanStageConfig = CleanStageConfig(), upstream: list[str
     key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler"}), upstream=upstream or [],
                     inputs=input_files(config))
     stage = Stage("clean", out, key, CleanSummary, config)
-    return stage.run(lambda: _clean(config.model_copy(update={"out_dir": str(out)})), publish=clean_artifacts,
+    return stage.run(lambda: _clean(derive(config, out_dir=str(out))), publish=clean_artifacts,
                      outputs=lambda cleaned: {"summary": out / "clean_summary.json", "data": cleaned.data_dir})

@@ -23,6 +23,7 @@ from bloomdata.blend.tune import BlendConfig
 from bloomdata.build import BuildConfig
 from bloomdata.clean import CleanConfig
 from bloomdata.config_loader import complete
+from bloomdata.megatron.builder import SplitsConfig
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.config import (
@@ -133,7 +134,14 @@ class ExportCheck(BaseModel):
     samples: int = Field(16, ge=1, description="samples scored (the trainer's: logging.eval_iters x "
                                                "schedule.global_batch_size)")
     compat: Literal["core", "bloom"] = Field("core", description="index arithmetic, as the trainer's data.compat")
+    seed: int = Field(description="the trainer's data.seed (the sample order of a blend YAML without its own seed)")
+    seq_length: int = Field(ge=1, description="the trainer's model.seq_length")
     cache_dir: str | None = Field(None, description="the trainer's data.cache_dir (sample indices)")
+
+    def splits(self) -> SplitsConfig:
+        """What the trainer built its data from (its validation split is what the export is scored on)."""
+        return SplitsConfig(seq_length=self.seq_length, seed=self.seed, blend=self.blend, compat=self.compat,
+                            cache_dir=self.cache_dir)
 
 
 class EvaluateStageConfig(EvaluateConfig):

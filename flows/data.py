@@ -27,6 +27,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 
 from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, plan_build, run_build
+from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, load_tokenizer, train_tokenizer
 from bloomdata.tokenizer.fertility import FERTILITY_FILE, FertilityRow, fertility_table, write_fertility
@@ -64,7 +65,7 @@ def fertility_artifact(trained: TrainedTokenizer) -> None:
 
 def _train_tokenizer(config: TokenizerTrainConfig, fertility_docs_per_lang: int) -> TrainedTokenizer:
     out = config.out_dir
-    report = train_tokenizer_task(config.model_copy(update={"show_progress": False}))
+    report = train_tokenizer_task(derive(config, show_progress=False))
     rows = fertility_task(out, config.sources, fertility_docs_per_lang)
     fertility_json = str(Path(out) / FERTILITY_FILE)
     write_fertility(fertility_json, rows, out)
@@ -80,7 +81,7 @@ def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), ferti
     out = Path(config.out_dir).resolve()
     key = stage_key([config, fertility_docs_per_lang], upstream=upstream or [], inputs=source_files(config.sources))
     stage = Stage("tokenizer", out, key, TrainedTokenizer, config)
-    run = config.model_copy(update={"out_dir": str(out)})
+    run = derive(config, out_dir=str(out))
     return stage.run(lambda: _train_tokenizer(run, fertility_docs_per_lang),
                      outputs=lambda t: {"tokenizer": out / "tokenizer.json", "fertility": t.fertility_json},
                      publish=fertility_artifact)
@@ -131,7 +132,7 @@ def _build(config: BuildConfig) -> BuildSummary:
     log = get_run_logger()
     where = config.scheduler or f"a LocalCluster of {config.workers} processes"
     log.info("dataset: tokenizing %d source(s) on %s", len(config.sources), where)
-    built = build_task(config.model_copy(update={"progress": False}))
+    built = build_task(derive(config, progress=False))
     log.info("dataset: %s documents, %s tokens in %d outputs -> %s", built.documents, built.tokens,
              len(built.outputs), config.out_dir)
     return built
@@ -148,5 +149,5 @@ def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] 
     key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler"}),
                     upstream=upstream or [], inputs=[*source_files(config.sources), tokenizer_file])
     stage = Stage("dataset", out, key, BuildSummary, config)
-    return stage.run(lambda: _build(config.model_copy(update={"out_dir": str(out)})), publish=tokens_artifact,
+    return stage.run(lambda: _build(derive(config, out_dir=str(out))), publish=tokens_artifact,
                      outputs=lambda built: {name: o.prefix + ".idx" for name, o in built.outputs.items()})

@@ -62,7 +62,7 @@ def corpus_sources(sources: list[SourceConfig]) -> list[SourceConfig]:
             if not target.exists() and not any(ch in path for ch in "*?["):
                 raise BloomstackError(f"--corpus {path}: no such file or directory")
             paths.append(str(target.resolve()) if target.exists() else path)
-        checked.append(source.model_copy(update={"paths": paths}))
+        checked.append(derive(source, paths=paths))
     return checked
 
 
@@ -119,13 +119,13 @@ def pipeline_config(args: DemoConfig) -> PipelineConfig:
 
     config = PipelineConfig(out_dir=args.out_dir)
     dask = {"workers": args.workers, "scheduler": args.scheduler}
-    changes: dict[str, Any] = {"dataset": config.dataset.model_copy(update=dask),
-                               "clean": config.clean.model_copy(update=dask) if config.clean else None}
+    changes: dict[str, Any] = {"dataset": derive(config.dataset, **dask),
+                               "clean": derive(config.clean, **dask) if config.clean else None}
     if args.corpus:
         changes["corpus"] = corpus_sources(args.corpus)
     if args.train_iters:
-        changes["train"] = config.train.model_copy(update={"train": shorter(config.train.train, args.train_iters)})
-    return config.model_copy(update=changes)
+        changes["train"] = derive(config.train, train=shorter(config.train.train, args.train_iters))
+    return derive(config, **changes)
 
 
 def shorter(train: TrainConfig, iters: int) -> TrainConfig:

@@ -22,6 +22,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from bloomdata.blend.spec import load_blend_spec
+from bloomdata.config_loader import derive
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomdata.readers import SourceConfig
 from bloomtrain.card import CARD_FILES
@@ -133,7 +134,7 @@ def evaluate_flow(config: EvaluateStageConfig = EvaluateStageConfig(),
     """Score the models (and reference models) on held-out text per language: by default each blend dataset's
     validation documents (skipped when done)."""
     out = Path(config.out_dir).resolve()
-    run = config.model_copy(update={"out_dir": str(out)})
+    run = derive(config, out_dir=str(out))
     key = stage_key(run.model_dump(exclude={"progress"}), upstream=upstream or [], inputs=input_files(run))
     return Stage("evaluate", out, key, Evaluation, config).run(
         lambda: _evaluate(run), publish=evaluate_artifacts,

@@ -21,6 +21,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
+from bloomdata.config_loader import derive
 from bloomtrain.config import CardConfig, ExportConfig
 from bloomtrain.evaluation.exported import BlendLoss, blend_loss, greedy_samples
 from flows.config import ExportCheck, ExportStageConfig
@@ -53,7 +54,7 @@ def sample_task(hf_dir: str, prompts: list[str], max_new_tokens: int, seed: int)
 @task(name="evaluate-hf")
 def evaluate_task(hf_dir: str, check: ExportCheck) -> BlendLoss:
     """The exported model's loss on the trainer's own first validation samples (``blend_loss``)."""
-    return blend_loss(hf_dir, check.blend, check.samples, compat=check.compat, cache_dir=check.cache_dir)
+    return blend_loss(hf_dir, check.splits(), check.samples)
 
 
 def samples_artifact(exported: ExportedModel, check: ExportCheck | None) -> None:
@@ -92,7 +93,7 @@ def export_flow(config: ExportStageConfig = ExportStageConfig(), check: ExportCh
     out = Path(config.out_dir).resolve()
     key = stage_key([config.model_dump(exclude=set(CardConfig.model_fields)), check], upstream=upstream or [])
     exported = Stage("export", out, key, ExportedModel, config).run(
-        lambda: _export(config.model_copy(update={"out_dir": str(out)}), check),
+        lambda: _export(derive(config, out_dir=str(out)), check),
         outputs=lambda exported: {"model": Path(exported.hf_dir) / "model.safetensors"})
     if exported.skipped:
         model_card_task(exported.result.hf_dir, config.card_settings(given_only=True))

@@ -15,14 +15,14 @@ becomes the blend stage's weights.
 
 from __future__ import annotations
 
-import glob
-import os
 from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
+from bloomdata.blend.tune import named_datasets
+from bloomdata.config_loader import derive
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.report import SEARCH_JSON, SEARCH_MD, SEARCH_PNG
@@ -81,9 +81,7 @@ def search_artifacts(result: SearchResult) -> None:
 
 def input_files(config: MixtureSearchConfig) -> list[str]:
     """What the search reads, whose change must re-run it: datasets, tokenizer, proxy recipe, mixture file."""
-    prefixes = list(config.datasets.values())
-    if config.datasets_dir:
-        prefixes += [p[: -len(".idx")] for p in sorted(glob.glob(os.path.join(config.datasets_dir, "*.idx")))]
+    prefixes = named_datasets(config.datasets, config.datasets_dir).values()
     tokenizer = Path(config.tokenizer)
     files = [f(p) for p in prefixes for f in (index_file_path, data_file_path)]
     files.append(str(tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer))
@@ -96,7 +94,7 @@ def mixture_search_flow(config: MixtureSearchStageConfig = MixtureSearchStageCon
                         upstream: list[str] | None = None) -> MixtureSearchResult:
     """Search blend weights with proxy models (skipped when done); returns the proposal, the fit and every proxy."""
     out = Path(config.out_dir).resolve()
-    run = config.model_copy(update={"out_dir": str(out), "progress": False})
+    run = derive(config, out_dir=str(out), progress=False)
     key = stage_key(run.model_dump(exclude=RUN_ONLY), upstream=upstream or [], inputs=input_files(run))
     return Stage("mixture-search", out, key, SearchResult, config).run(
         lambda: search_task(run), publish=search_artifacts,

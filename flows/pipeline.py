@@ -71,7 +71,7 @@ def wire_training(train: TrainStageConfig, vocab_size: int, blend_yaml: str, out
     model = derive(t.model, vocab_size=vocab_size, pad_vocab_size_to=None)
     data = derive(t.data, kind="blend", blend=blend_yaml, tokenizer=tokenizer,
                   valid_sets={**valid_sets, **t.data.valid_sets})
-    return train.model_copy(update={"train": derive(t, model=model, data=data), "out_dir": str(out_dir)})
+    return derive(train, train=derive(t, model=model, data=data), out_dir=str(out_dir))
 
 
 def summary_markdown(result: PipelineResult) -> str:
@@ -101,7 +101,7 @@ def corpus_stage(config: PipelineConfig, root: Path) -> tuple[list[SourceConfig]
     corpus), the stage keys they fold in, and the stage's result (None when off)."""
     if config.clean is None:
         return config.corpus, [], None
-    clean_cfg = config.clean.model_copy(update={"sources": config.corpus, "out_dir": str(root / "clean")})
+    clean_cfg = derive(config.clean, sources=config.corpus, out_dir=str(root / "clean"))
     clean = stage_result("clean", clean_flow(clean_cfg, return_state=True), CleanResult)
     return cleaned_sources(clean), [clean.key], clean
 
@@ -109,11 +109,10 @@ def corpus_stage(config: PipelineConfig, root: Path) -> tuple[list[SourceConfig]
 def data_stages(config: PipelineConfig, root: Path) -> tuple[CleanResult | None, TokenizerResult, DatasetResult]:
     """Clean (when on), tokenizer and the per-language datasets."""
     sources, cleaned, clean = corpus_stage(config, root)
-    tok_cfg = config.tokenizer.model_copy(update={"sources": sources, "out_dir": str(root / "tokenizer")})
+    tok_cfg = derive(config.tokenizer, sources=sources, out_dir=str(root / "tokenizer"))
     tok = stage_result("tokenizer", tokenizer_flow(tok_cfg, fertility_docs_per_lang=config.fertility_docs_per_lang,
                                                    upstream=cleaned, return_state=True), TokenizerResult)
-    build_cfg = config.dataset.model_copy(update={"sources": sources, "tokenizer": tok.result.tokenizer_dir,
-                                                  "out_dir": str(root / "data")})
+    build_cfg = derive(config.dataset, sources=sources, tokenizer=tok.result.tokenizer_dir, out_dir=str(root / "data"))
     data = stage_result("dataset", dataset_flow(build_cfg, upstream=[tok.key, *cleaned], return_state=True),
                         DatasetResult)
     return clean, tok, data
@@ -151,11 +150,10 @@ def blend_stage(config: PipelineConfig, data: DatasetResult, root: Path,
     the stage sets them; with a mixture search, weighed by its proposal."""
     train = config.train.train
     proposal = {"overrides": search.result.proposal.weights} if search is not None else {}
-    blend_cfg = config.blend.model_copy(update={
-        "token_budget": blend_budget(config),
-        "seq_length": config.blend.seq_length or train.model.seq_length,
-        "seed": config.blend.seed if config.blend.seed is not None else train.data.seed,
-        "out_dir": str(root / "blend"), **proposal})
+    blend_cfg = derive(config.blend, token_budget=blend_budget(config),
+                       seq_length=config.blend.seq_length or train.model.seq_length,
+                       seed=config.blend.seed if config.blend.seed is not None else train.data.seed,
+                       out_dir=str(root / "blend"), **proposal)
     upstream = [data.key, *([search.key] if search is not None else [])]
     return stage_result("blend", blend_flow(prefixes_of(data), blend_cfg, upstream=upstream, return_state=True),
                         BlendResult)
@@ -194,17 +192,16 @@ def model_stages(config: PipelineConfig, clean: CleanResult | None, tok: Tokeniz
     the stage sets a context) beside any reference models, and the card again with that evaluation."""
     train_cfg, train = train_stage(config, tok, blend, root)
     t = train_cfg.train
-    export_cfg = config.export.model_copy(update={
-        "checkpoint": train.result.paths.checkpoints, "tokenizer": tok.result.tokenizer_dir, "out_dir": str(root / "hf"),
-        **card_records(clean, tok)})
+    export_cfg = derive(config.export, checkpoint=train.result.paths.checkpoints, tokenizer=tok.result.tokenizer_dir,
+                        out_dir=str(root / "hf"), **card_records(clean, tok))
     check = ExportCheck(blend=blend.result.blend_yaml, samples=t.logging.eval_iters * t.schedule.global_batch_size,
-                        compat=t.data.compat, cache_dir=t.data.cache_dir) if t.logging.eval_interval else None
+                        compat=t.data.compat, seed=t.data.seed, seq_length=t.model.seq_length,
+                        cache_dir=t.data.cache_dir) if t.logging.eval_interval else None
     export = stage_result("export", export_flow(export_cfg, check, upstream=[train.key], return_state=True),
                           ExportResult)
-    eval_cfg = config.evaluate.model_copy(update={
-        "models": [ModelSpec(path=export.result.hf_dir, name="exported")], "blend": blend.result.blend_yaml,
-        "tokenizer": tok.result.tokenizer_dir, "compat": t.data.compat,
-        "context": config.evaluate.context or t.model.seq_length, "out_dir": str(root / "eval")})
+    eval_cfg = derive(config.evaluate, models=[ModelSpec(path=export.result.hf_dir, name="exported")],
+                      blend=blend.result.blend_yaml, tokenizer=tok.result.tokenizer_dir, compat=t.data.compat,
+                      context=config.evaluate.context or t.model.seq_length, out_dir=str(root / "eval"))
     evaluation = stage_result("evaluate", evaluate_flow(eval_cfg, upstream=[export.key], return_state=True),
                               EvaluateResult)
     # the export's card again, now with the evaluation's per-language results (its model-index)

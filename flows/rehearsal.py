@@ -34,13 +34,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from bloomdata import durable
 from bloomdata.blend.spec import BlendSpec
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config_loader import cli_option
+from bloomdata.config_loader import cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config
-from bloomtrain.metrics import read_metrics
-from bloomtrain.precision import read_precision
+from bloomtrain.metrics import read_metrics, read_precision
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
 from flows.evaluate import bpb_table
 from flows.failures import ended_unfinished, stage_result, user_errors
@@ -87,7 +86,7 @@ def pipeline_config(config: RehearsalConfig) -> PipelineConfig:
     # 4 ranks share 2 cores: one thread each, or they oversubscribe the cores
     launch = LaunchConfig(nproc_per_node=TP * PP, env={"OMP_NUM_THREADS": "1"})
     return PipelineConfig(out_dir=str(root), corpus=demo_sources(), tokenizer=tokenizer,
-                          dataset=demo_build_config().model_copy(update={"workers": config.workers}),
+                          dataset=derive(demo_build_config(), workers=config.workers),
                           blend=blend, train=TrainStageConfig(train=train, launch=launch))
 
 

@@ -41,6 +41,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.states import Cancelled, Failed
 
 from bloomdata import durable
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config
@@ -133,9 +134,8 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
 
 def with_run_dirs(train: TrainConfig, run_dir: Path) -> TrainConfig:
     """The trainer's config for this run: checkpoint and log dirs under ``run_dir`` unless it sets them."""
-    return train.model_copy(update={
-        "checkpoint": train.checkpoint.model_copy(update={"dir": train.checkpoint.dir or str(run_dir / "checkpoints")}),
-        "logging": train.logging.model_copy(update={"dir": train.logging.dir or str(run_dir / "logs")})})
+    return derive(train, checkpoint=derive(train.checkpoint, dir=train.checkpoint.dir or str(run_dir / "checkpoints")),
+                  logging=derive(train.logging, dir=train.logging.dir or str(run_dir / "logs")))
 
 
 def trainer_view(train: TrainConfig, overrides: list[str]) -> TrainConfig:

@@ -72,12 +72,14 @@ class BlendConfig(BaseModel):
         return self
 
 
-def _datasets(config: BlendConfig) -> dict[str, str]:
-    named = dict(config.datasets)
-    if config.datasets_dir:
-        found = sorted(glob.glob(os.path.join(config.datasets_dir, "*.idx")))
+def named_datasets(datasets: dict[str, str], datasets_dir: str | None) -> dict[str, str]:
+    """NAME -> PREFIX of what to blend (or search): ``datasets``, then every ``datasets_dir/*.idx`` not named there
+    (named by its file), in file order."""
+    named = dict(datasets)
+    if datasets_dir:
+        found = sorted(glob.glob(os.path.join(datasets_dir, "*.idx")))
         if not found:
-            raise BloomstackError(f"datasets_dir {config.datasets_dir}: no *.idx files there; point it at a "
+            raise BloomstackError(f"datasets_dir {datasets_dir}: no *.idx files there; point it at a "
                                   "`bloomdata build` output directory")
         for path in found:
             named.setdefault(os.path.basename(path)[: -len(".idx")], path[: -len(".idx")])
@@ -117,7 +119,7 @@ def tune_blend(config: BlendConfig) -> BlendSpec:
         return _mixture_blend(config)
     if config.token_budget is None:
         raise BloomstackError("token_budget is not set: give token_budget in tokens (e.g. 350e9)", keys=["token_budget"])
-    datasets = _datasets(config)
+    datasets = named_datasets(config.datasets, config.datasets_dir)
     tokens = {name: _train_tokens(p, config.split, config.train_range, config.compat) for name, p in datasets.items()}
     weights = constrain(alpha_weights(tokens, config.alpha), config.floor, config.cap, config.overrides)
     return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
@@ -129,7 +131,7 @@ def _mixture_blend(config: BlendConfig) -> BlendSpec:
     """The mixture's ratios over the datasets given, in the mixture's order (``Mixture.select``)."""
     assert config.mixture is not None  # a mixture blend
     mixture = load_mixture(config.mixture)
-    datasets = _datasets(config)
+    datasets = named_datasets(config.datasets, config.datasets_dir)
     selection = mixture.select(datasets)
     if not selection.ratios:
         raise BloomstackError(f"no dataset name ({', '.join(datasets)}) matches a group of {config.mixture}; "

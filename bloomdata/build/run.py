@@ -59,7 +59,8 @@ from bloomdata.build.shard import (
 )
 from bloomdata.build.summary import BuildSummary, OutputStats, ShardCounts, ShardManifest
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
+from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, strict_error
 from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -139,7 +140,7 @@ def plan_build(config: BuildConfig) -> ShardPlan:
     return plan_job(config)
 
 
-class BuildJob(ShardedJob[BuildSummary]):
+class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
     """One build as a durable sharded job (``bloomdata.jobs.runner``): lock, sweeps, up-to-date check and
     summary are the runner's; the tokenize stage, the --strict check of reused shards and the merge are here."""
 
@@ -171,10 +172,10 @@ class BuildJob(ShardedJob[BuildSummary]):
         self.keys = [durable.content_key(identity) for identity in self.identities]
         fingerprint = durable.content_key([self.keys, sorted(self.names), config.max_reject_examples])
         where = Placement(config.workers, config.scheduler, client, config.progress)
-        super().__init__(JobPlan(out_dir, shards, fingerprint, where, config.strict))
+        super().__init__(JobPlan(out_dir, shards, self.keys, fingerprint, where, config.strict))
 
-    def marked(self) -> int:
-        return sum(load_marker(self.plan.out_dir, s, k) is not None for s, k in zip(self.plan.shards, self.keys))
+    def load_marker(self, shard: Shard, key: str) -> ShardManifest | None:
+        return load_marker(self.plan.out_dir, shard, key)
 
     def intact(self, summary: BuildSummary) -> bool:
         return all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values())
@@ -208,22 +209,13 @@ class BuildJob(ShardedJob[BuildSummary]):
 
     def tokenize(self) -> tuple[list[ShardManifest], list[int]]:
         """Stage 1: every shard without a valid marker, on the placement; (manifests in plan order, the built)."""
-        shards, out_dir = self.plan.shards, self.plan.out_dir
-        found = [load_marker(out_dir, s, k) for s, k in zip(shards, self.keys)]
-        pending = [i for i, m in enumerate(found) if m is None]
-        done = Counter(documents=sum(m.documents for m in found if m), tokens=sum(m.tokens for m in found if m))
+        done: Counter[str] = Counter()
 
-        def on_result(j: int, manifest: ShardManifest) -> None:
-            found[pending[j]] = manifest
+        def count(manifest: ShardManifest) -> None:
             done.update(documents=manifest.documents, tokens=manifest.tokens)
 
         step = functools.partial(tokenize_shard, settings=self.settings)
-        self.plan.where.map("tokenize", step, [shards[i] for i in pending], on_result,
-                            done_before=len(shards) - len(pending), postfix=lambda: {"docs": done["documents"],
-                                                                                     "tokens": done["tokens"]})
-        manifests = [m for m in found if m is not None]
-        assert len(manifests) == len(shards)  # every pending shard returned its manifest
-        return manifests, pending
+        return self.first_stage("tokenize", step, count, lambda: {"docs": done["documents"], "tokens": done["tokens"]})
 
     def refuse_rejects(self, manifests: list[ShardManifest]) -> None:
         """--strict over shards reused from a lenient run, which may hold rejects: the first, at its file line."""

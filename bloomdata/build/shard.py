@@ -25,6 +25,7 @@ import numpy as np
 from bloomdata import durable
 from bloomdata.build.config import MARKER_VERSION, SHARDS_DIR
 from bloomdata.build.summary import PartStats, ShardManifest
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import strict_error
 from bloomdata.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path
@@ -223,7 +224,7 @@ def tokenize_shard(shard: Shard, settings: ShardSettings) -> ShardManifest:
     key = durable.content_key(identity)
     manifest = load_marker(settings.out_dir, shard, key)
     if manifest is not None:
-        return manifest.model_copy(update={"reused": True})
+        return derive(manifest, reused=True)
     work = os.path.join(settings.out_dir, SHARDS_DIR, shard.name)
     shutil.rmtree(work, ignore_errors=True)  # stray temp files or stale parts of an earlier attempt
     os.makedirs(work, exist_ok=True)

@@ -13,11 +13,20 @@ rejected for "having one word".
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
 
-from bloomdata.config_loader import cli_option, close_name_hint
+from bloomdata.config_loader import cli_option, close_name_hint, fields_of
 from bloomdata.errors import FieldValueError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
@@ -32,52 +41,98 @@ LOCK_FILE = ".bloomdata-clean.lock"
 # Shipped config files (``bloomdata clean --preset NAME``; configs/clean/NAME.yaml links to them).
 PRESETS = {name: str(Path(__file__).with_name("presets") / f"{name}.yaml") for name in ("default", "roots")}
 
-# Why a document was removed, in the order the checks run (stable keys: summaries and reports use them).
-FILTER_REASONS = (
-    "empty",  # nothing left after normalization
-    "too_few_words", "too_many_words", "too_few_chars", "too_many_chars", "too_few_bytes", "too_few_space_words",
-    "special_characters", "closed_class_words", "flagged_words", "word_repetition", "char_repetition",
-    "lang_id", "perplexity",
-)
 DEDUP_REASONS = ("exact_duplicate", "near_duplicate")
+EMPTY = "empty"  # nothing left after normalization: the reason before any step's
 # The quality steps in the order the default preset runs them (cheapest first); the roots preset runs ROOTS's.
 DEFAULT_STEPS = ("words", "chars", "special_characters", "closed_class_words", "flagged_words", "word_repetition",
                  "char_repetition", "lang_id", "perplexity")
 ROOTS_STEPS = ("words", "char_repetition", "word_repetition", "special_characters", "closed_class_words",
                "flagged_words", "lang_id", "perplexity")
-REASONS = FILTER_REASONS + DEDUP_REASONS
+
+
+# --- the filter steps, as the config knows them -----------------------------------------------------------
+# A filter step is one class (``bloomdata.clean.steps``): its name, its removal reasons and its ``Params``. The
+# class registers itself here when it is defined, and everything below learns about it from this registry:
+# ``quality.steps`` accepts its name, ``Thresholds`` (per language) its parameters, flags and schemas show
+# them, and the summary, the report and the removed examples list its reasons.
+
+
+class StepParams(BaseModel):
+    """The base of a filter step's ``Params``: its parameters for one language. A parameter that may be null is
+    a threshold (null switches the check off); the step is off for a language where all its thresholds are."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class FilterStep(Protocol):
+    """What the config reads of a filter step class."""
+
+    name: str  # its key in quality.steps
+    reasons: tuple[str, ...]  # the removal reasons it gives (keys of the summary's ``removed``)
+    Params: type[StepParams]
+
+
+FILTERS: dict[str, FilterStep] = {}  # name -> step class, in the order they were defined
+
+
+def register_filter(step: FilterStep) -> None:
+    """Make ``step`` known to the config, the summary and the report (``bloomdata.clean.steps.Filter`` calls it
+    for every subclass that names itself)."""
+    other = FILTERS.get(step.name)
+    same = other is not None and _where_defined(other) == _where_defined(step)
+    if other is not None and not same:  # (the same class defined again: a reloaded module, a copy sent to a worker)
+        raise ValueError(f"two filter steps are named {step.name!r}: {other} and {step}; rename one")
+    fields = {f for s in FILTERS.values() if s is not other for f in s.Params.model_fields}
+    taken = (fields | set(Thresholds.model_fields)) & set(step.Params.model_fields)
+    if taken:
+        raise ValueError(f"filter step {step.name!r}: parameter {', '.join(sorted(taken))} is another's; rename it")
+    FILTERS[step.name] = step
+
+
+def _where_defined(step: FilterStep) -> tuple[str, str]:
+    return step.__module__, getattr(step, "__qualname__", "")
+
+
+def filter_reasons() -> tuple[str, ...]:
+    """Why a document was removed by the filters, in the order of the steps' definitions: stable keys that the
+    summary, the report and the removed examples use."""
+    return (EMPTY, *[r for step in FILTERS.values() for r in step.reasons])
+
+
+def removal_reasons() -> tuple[str, ...]:
+    """Every reason a clean run removes a document for: the filters', then deduplication's."""
+    return filter_reasons() + DEDUP_REASONS
+
+
+def step_parameters() -> dict[str, FieldInfo]:
+    """The parameters of every filter step (``Thresholds`` holds them beside its own fields)."""
+    return {name: info for step in FILTERS.values() for name, info in step.Params.model_fields.items()}
+
+
+def _step_parameters_schema(schema: dict[str, Any]) -> None:
+    """``Thresholds``' JSON schema (the flows' parameter forms) with the steps' parameters."""
+    for step in FILTERS.values():
+        schema["properties"].update(step.Params.model_json_schema()["properties"])
+
+
+def _first_error(exc: ValidationError) -> tuple[str, str]:
+    """(the field, its message with the value found) of a validation error's first error."""
+    err = exc.errors()[0]
+    got = "" if err["type"] == "missing" else f" (got {err.get('input')!r})"
+    return ".".join(map(str, err["loc"])), f"{err['msg']}{got}"
 
 
 class Thresholds(BaseModel):
-    """ROOTS-style quality thresholds for one language; null switches a check off.
+    """One language's settings: ROOTS's per-language text handling (the fields here) and the parameters of
+    every filter step (each step's ``Params``, flat: ``min_words``, ``max_char_repetition``, ...; see
+    ``step_parameters``), validated by the step that owns them. Null switches a check off.
 
     Words are word units (a word, or one character of an unspaced script) with punctuation, symbols and
     digits stripped, lower-cased. Ratios are in [0, 1].
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_step_parameters_schema)
 
-    min_words: int | None = Field(default=10, ge=0, description="fewest word units in a document")
-    max_words: int | None = Field(default=100_000, ge=1, description="most word units in a document")
-    min_chars: int | None = Field(default=30, ge=0, description="fewest characters (after normalization)")
-    max_chars: int | None = Field(default=None, ge=1, description="most characters (after normalization)")
-    char_repetition_n: int = Field(default=10, ge=1, description="character n-gram length of the repetition ratio")
-    max_char_repetition: float | None = Field(
-        default=0.2, ge=0, le=1, description="most of the text covered by its sqrt(#distinct) most frequent "
-                                             "repeated character n-grams (ROOTS character repetition ratio)")
-    word_repetition_n: int = Field(default=5, ge=1, description="word n-gram length of the repetition ratio")
-    max_word_repetition: float | None = Field(
-        default=0.3, ge=0, le=1, description="most word n-grams that occur more than once (share of all)")
-    max_special_chars: float | None = Field(
-        default=0.4, ge=0, le=1, description="most characters that are punctuation, symbols, digits or spaces")
-    min_closed_class: float | None = Field(
-        default=0.05, ge=0, le=1, description="fewest closed-class words (share of words); languages without a "
-                                             "list skip it")
-    max_flagged: float | None = Field(
-        default=0.01, ge=0, le=1, description="most flagged words (share of words); languages without a list skip it")
-    min_lang_id_score: float | None = Field(
-        default=0.7, ge=0, le=1, description="least fastText probability of the document's own language")
-    max_perplexity: float | None = Field(default=10_000, gt=0, description="highest KenLM perplexity")
     # ROOTS's per-language text handling (off by default; the roots preset sets them as ROOTS did)
     remove_words_containing: list[str] | None = Field(
         default=None, description="drop from the text every word (space-separated, stripped) holding one of "
@@ -92,11 +147,36 @@ class Thresholds(BaseModel):
         default_factory=list, description="also match closed-class and flagged words against runs of this many "
                                           "words (ROOTS vi and zh: [2])")
     augmentation_join: str = Field(default="", description="what joins the words of an augmentation run")
-    # ROOTS catalogue's small-document filters (01a_catalogue_cleaning_and_filtering, filter_small_docs*)
-    min_bytes: int | None = Field(default=None, ge=1, description="fewest UTF-8 bytes (catalogue: 300 or 1024)")
-    min_space_words: int | None = Field(
-        default=None, ge=1, description="fewest pieces of the text split on ' ' (catalogue's filter_small_docs: 15; "
-                                        "runs of spaces count their empty pieces, as there)")
+
+    @classmethod
+    def run_time_fields(cls) -> dict[str, FieldInfo]:
+        """The fields the filter steps add (``bloomdata.config_loader.fields_of``: flags, error messages)."""
+        return step_parameters()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _step_params(cls, data: Any) -> Any:
+        """Each step's parameters validated by its ``Params`` (defaults filled in); an unknown key raises."""
+        if not isinstance(data, dict):
+            return data
+        out = {k: v for k, v in data.items() if k in cls.model_fields}
+        rest = {k: v for k, v in data.items() if k not in cls.model_fields}
+        for step in FILTERS.values():
+            given = {k: rest.pop(k) for k in list(rest) if k in step.Params.model_fields}
+            try:
+                out.update(step.Params.model_validate(given).model_dump())
+            except ValidationError as exc:
+                field, message = _first_error(exc)
+                raise FieldValueError(message, field) from None
+        if rest:
+            name = next(iter(rest))
+            known = [*cls.model_fields, *step_parameters()]
+            raise FieldValueError(f"no filter step has a parameter {name!r}; {close_name_hint(name, known)}", name)
+        return out
+
+    def param(self, name: str) -> Any:
+        """A step's parameter (``getattr`` for a field that only a step class declares)."""
+        return getattr(self, name)
 
 
 def not_in_key(*flags: str, **cli: Any) -> dict[str, Any]:
@@ -113,7 +193,7 @@ def shard_settings(model: BaseModel, file_identity) -> dict[str, Any]:
     """``model`` as the shard key sees it: every field but those marked ``not_in_key``, nested sections
     recursively, model paths as ``file_identity(path)``."""
     out: dict[str, Any] = {}
-    for name, info in type(model).model_fields.items():
+    for name, info in fields_of(type(model)).items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
         if extra.get("shard_key") is False:
             continue
@@ -140,8 +220,8 @@ class QualityConfig(BaseModel):
 
     enabled: bool = Field(default=True, description="run the quality filters")
     steps: list[str] = Field(default_factory=lambda: list(DEFAULT_STEPS),
-                             description="the filter steps, in the order they run (names of "
-                                         "bloomdata.clean.steps.FILTERS); the first that fails names the reason")
+                             description="the filter steps, in the order they run (names of the step classes, "
+                                         "bloomdata.clean.steps); the first that fails names the reason")
     words: Literal["units", "roots"] = Field(
         default="units", description="how words are found: units (a word, or a character of an unspaced script, "
                                      "lower-cased, stripped of punctuation, symbols and digits) or roots (ROOTS: "
@@ -170,8 +250,6 @@ class QualityConfig(BaseModel):
     @field_validator("steps")
     @classmethod
     def _known_steps(cls, steps: list[str]) -> list[str]:
-        from bloomdata.clean.steps import FILTERS  # the registry imports this module
-
         for name in steps:
             if name not in FILTERS:
                 raise ValueError(f"unknown filter step {name!r}; {close_name_hint(name, list(FILTERS))}")
@@ -179,13 +257,28 @@ class QualityConfig(BaseModel):
             raise ValueError(f"a filter step is listed twice in {steps}")
         return steps
 
+    # The classes of ``steps``, carried with the config: pickled to Dask workers by reference (or, for a class
+    # defined in a function, by value) and registered there as the config is unpickled, so a worker knows every
+    # step the config names, a user's too.
+    _step_classes: dict[str, FilterStep] = PrivateAttr(default_factory=dict)
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        super().__setstate__(state)
+        for step in self._step_classes.values():
+            register_filter(step)
+
     @model_validator(mode="after")
     def _overrides_are_thresholds(self) -> QualityConfig:
         for lang in [*self.languages, *self.closed_class_words, *self.flagged_words]:
             _check_lang_key(lang)
         for lang in self.languages:
             self.thresholds_for(lang)
+        self._step_classes = {name: FILTERS[name] for name in self.steps}
         return self
+
+    def step_class(self, name: str) -> FilterStep:
+        """The class of the step ``name`` of ``steps``."""
+        return self._step_classes[name]
 
     def thresholds_for(self, lang: str | None) -> Thresholds:
         """The defaults with ``languages[lang]`` on top (an unknown language gets the defaults)."""
@@ -196,9 +289,11 @@ class QualityConfig(BaseModel):
             return Thresholds.model_validate({**self.defaults.model_dump(), **override})
         except ValidationError as exc:
             err = exc.errors()[0]
-            key = ".".join(map(str, err["loc"]))
-            hint = f"; {close_name_hint(key, list(Thresholds.model_fields))}" if err["type"] == "extra_forbidden" else ""
-            raise ValueError(f"languages.{lang}.{key}: {err['msg']} (got {err.get('input')!r}){hint}") from None
+            cause = (err.get("ctx") or {}).get("error")
+            if isinstance(cause, FieldValueError):  # a step's parameter: its message names the value
+                raise ValueError(f"languages.{lang}.{cause.fields[0]}: {cause}") from None
+            key, message = _first_error(exc)
+            raise ValueError(f"languages.{lang}.{key}: {message}") from None
 
 
 class NormalizeConfig(BaseModel):

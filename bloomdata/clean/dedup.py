@@ -30,6 +30,7 @@ from bloomdata import durable
 from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
 from bloomdata.clean.simhash import SimHasher
 from bloomdata.clean.summary import JoinManifest
+from bloomdata.config_loader import derive
 
 EXACT, NEAR = 0, 1  # removal reason codes in the resolve files
 SHARD_BITS = 32  # global id = shard index << 32 | candidate number
@@ -127,7 +128,7 @@ def range_task(task: JoinTask, directory: str, key: str, compute: Callable[[], t
     path = os.path.join(directory, f"{task.name}.npy")
     done = durable.read_manifest(marker, key, JoinManifest)
     if done is not None and os.path.isfile(path):
-        return done.model_copy(update={"reused": True})
+        return derive(done, reused=True)
     result, entries = compute()
     os.makedirs(directory, exist_ok=True)
     durable.write_with(path, lambda f: np.save(f, result.astype(np.uint64), allow_pickle=False))

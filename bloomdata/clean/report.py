@@ -9,13 +9,8 @@ import io
 import os
 
 from bloomdata import durable
-from bloomdata.clean.config import REASONS, REPORT_MD, REPORT_PNG
-from bloomdata.clean.summary import CleanSummary, LangCounts
-
-
-def _reasons(languages: dict[str, LangCounts]) -> list[str]:
-    """The removal reasons that removed anything, in step order."""
-    return [r for r in REASONS if any(c.removed.get(r) for c in languages.values())]
+from bloomdata.clean.config import REPORT_MD, REPORT_PNG
+from bloomdata.clean.summary import CleanSummary
 
 
 def _pct(part: int, whole: int) -> str:
@@ -24,7 +19,7 @@ def _pct(part: int, whole: int) -> str:
 
 def markdown(summary: CleanSummary) -> str:
     s = summary
-    reasons = _reasons(s.languages)
+    reasons = s.reasons_seen()
     lines = [f"# Clean report: {s.out_dir}", "",
              f"Settings: **{s.settings_name}**. "
              f"{s.documents_kept:,} of {s.documents_in:,} documents kept ({_pct(s.documents_kept, s.documents_in)}), "
@@ -75,7 +70,7 @@ def chart_png(summary: CleanSummary) -> bytes:
     import matplotlib.pyplot as plt
 
     names = list(summary.languages)
-    reasons = _reasons(summary.languages)
+    reasons = summary.reasons_seen()
     colors = plt.get_cmap("tab20")
     fig, axes = plt.subplots(1, 2, figsize=(12, max(3.0, 0.32 * len(names) + 2.2)), sharey=True)
     for ax, unit in zip(axes, ("documents", "bytes")):

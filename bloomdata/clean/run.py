@@ -41,17 +41,17 @@ from bloomdata.clean import dedup, templates, write
 from bloomdata.clean.config import (
     DATA_DIR,
     LOCK_FILE,
-    REASONS,
     REMOVED_FILE,
     REPORT_MD,
     REPORT_PNG,
     SUMMARY_FILE,
     WORK_DIR,
     CleanConfig,
+    removal_reasons,
     shard_settings,
 )
-from bloomdata.clean.filters import load_word_lists
-from bloomdata.clean.models import check_models, model_identity
+from bloomdata.clean.lang_models import check_models, model_identity
+from bloomdata.clean.language import load_word_lists
 from bloomdata.clean.report import write_report
 from bloomdata.clean.shard import STEPS, filter_shard, load_marker, shard_dir, shard_key
 from bloomdata.clean.summary import (
@@ -63,7 +63,8 @@ from bloomdata.clean.summary import (
     WriteManifest,
 )
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
+from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, Where, strict_error
 from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_job
 
 
@@ -88,7 +89,7 @@ def _template_item(item: tuple[dedup.JoinTask, str], **kw):
 
 
 def _find_templates(config: CleanConfig, out_dir: str, shards: list[Shard], keys: list[str], removals: list[str],
-                    where: Placement) -> tuple[str, str]:
+                    where: Where) -> tuple[str, str]:
     """Stage 3b: the template lines of the run (``bloomdata.clean.templates``): (their file, its digest)."""
     lines = sum(np.load(os.path.join(shard_dir(out_dir, s), templates.LINES_FILE), mmap_mode="r").shape[1]
                 for s in shards)
@@ -103,7 +104,7 @@ def _find_templates(config: CleanConfig, out_dir: str, shards: list[Shard], keys
     return templates.gather(out_dir, tasks)
 
 
-class CleanJob(ShardedJob[CleanSummary]):
+class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
     """One clean run as a durable sharded job (``bloomdata.jobs.runner``): lock, sweeps, up-to-date check and
     summary are the runner's; the stages are here (see the module docstring)."""
 
@@ -120,16 +121,16 @@ class CleanJob(ShardedJob[CleanSummary]):
         self.config = config = check_models(config)
         self.closed, self.flagged = load_word_lists(config.quality)
         self.settings = durable.content_key(filter_settings(config, self.closed, self.flagged))
-        self.keys = [durable.content_key(shard_key(s, self.settings)) for s in shards]
-        fingerprint = durable.content_key([self.keys, config.output_format, config.exact_dedup.enabled,
+        self.keys = keys = [durable.content_key(shard_key(s, self.settings)) for s in shards]
+        fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
                                            config.near_dedup.enabled, config.simhash.enabled,
                                            config.template_dedup.model_dump()])
         where = Placement(config.workers, config.scheduler, client, config.progress)
-        super().__init__(JobPlan(os.path.abspath(config.out_dir), shards, fingerprint, where, config.strict))
+        super().__init__(JobPlan(os.path.abspath(config.out_dir), shards, keys, fingerprint, where, config.strict))
         self.stage_seconds: dict[str, float] = {}  # filter, join, resolve, write, report (wall)
 
-    def marked(self) -> int:
-        return sum(load_marker(self.plan.out_dir, s, k) is not None for s, k in zip(self.plan.shards, self.keys))
+    def load_marker(self, shard: Shard, key: str) -> FilterManifest | None:
+        return load_marker(self.plan.out_dir, shard, key)
 
     def intact(self, summary: CleanSummary) -> bool:
         for output in summary.outputs.values():
@@ -145,16 +146,9 @@ class CleanJob(ShardedJob[CleanSummary]):
     def filter(self) -> tuple[list[FilterManifest], list[int]]:
         """Stage 1: filter every shard not done yet; (manifests in plan order, the shards filtered now)."""
         t0, out_dir, shards = time.perf_counter(), self.plan.out_dir, self.plan.shards
-        found: list[FilterManifest | None] = [load_marker(out_dir, s, k) for s, k in zip(shards, self.keys)]
-        pending = [i for i, m in enumerate(found) if m is None]
         step = functools.partial(filter_shard, out_dir=out_dir, config=self.config, settings=self.settings,
                                  closed=self.closed, flagged=self.flagged)
-
-        def filtered(j: int, manifest: FilterManifest) -> None:
-            found[pending[j]] = manifest
-
-        self.plan.where.map("filter", step, [shards[i] for i in pending], filtered)
-        manifests = [m for m in found if m is not None]
+        manifests, pending = self.first_stage("filter", step)
         if self.config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
             _refuse_rejects(out_dir, shards, manifests)
         self.stage_seconds["filter"] = time.perf_counter() - t0
@@ -267,7 +261,7 @@ def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
     """OUT/removed.jsonl.zst: the first ``limit`` examples of each reason in plan order, reasons in order."""
     import zstandard
 
-    by_reason: dict[str, list[dict]] = {r: [] for r in (*REJECT_REASONS, *REASONS)}
+    by_reason: dict[str, list[dict]] = {r: [] for r in (*REJECT_REASONS, *removal_reasons())}
     for stage in ("filter", "write"):
         for shard in shards:
             path = os.path.join(out_dir, WORK_DIR, stage, shard.name, "removed.jsonl")
@@ -276,8 +270,9 @@ def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
             with open(path, encoding="utf-8") as f:
                 for line in f:
                     record = json.loads(line)
-                    if len(by_reason[record["reason"]]) < limit:
-                        by_reason[record["reason"]].append(record)
+                    kept = by_reason.setdefault(record["reason"], [])
+                    if len(kept) < limit:
+                        kept.append(record)
     for record in by_reason["exact_duplicate"] + by_reason["near_duplicate"]:
         of = record.pop("duplicate_of")
         index = next(i for i, s in enumerate(shards) if s.name == of["shard"])
@@ -309,12 +304,12 @@ def _languages(stages: _Stages) -> tuple[dict[str, LangCounts], dict[str, int]]:
             languages[name].add(counts)
         for reason, n in filtered.rejects.items():
             rejects[reason] = rejects.get(reason, 0) + n
-    outputs = stages.outputs
+    outputs, reasons = stages.outputs, removal_reasons()
     for name, c in languages.items():
         c.documents_kept = outputs[name].documents if name in outputs else 0
         c.bytes_kept = outputs[name].bytes if name in outputs else 0
-        c.removed = {r: c.removed[r] for r in REASONS if r in c.removed}
-        c.removed_bytes = {r: c.removed_bytes[r] for r in REASONS if r in c.removed_bytes}
+        c.removed = {r: c.removed[r] for r in reasons if r in c.removed}
+        c.removed_bytes = {r: c.removed_bytes[r] for r in reasons if r in c.removed_bytes}
     return dict(sorted(languages.items())), rejects
 
 
@@ -330,7 +325,7 @@ def _summary(job: CleanJob, stages: _Stages) -> CleanSummary:
         documents_in=sum(c.documents_in for c in languages.values()),
         documents_kept=sum(o.documents for o in outputs.values()),
         bytes_in=sum(c.bytes_in for c in languages.values()), bytes_kept=sum(o.bytes for o in outputs.values()),
-        removed={r: sum(c.removed.get(r, 0) for c in languages.values()) for r in REASONS},
+        removed={r: sum(c.removed.get(r, 0) for c in languages.values()) for r in removal_reasons()},
         rejects=rejects, rejects_total=sum(rejects.values()),
         emails_redacted=sum(c.emails_redacted for c in languages.values()),
         ips_redacted=sum(c.ips_redacted for c in languages.values()),

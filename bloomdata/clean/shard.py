@@ -36,14 +36,15 @@ import numpy as np
 
 from bloomdata import durable
 from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
-from bloomdata.clean.filters import QualityFilter
 from bloomdata.clean.minhash import MinHasher, document_key
 from bloomdata.clean.parts import LinesWriter, abort, publish, staged
 from bloomdata.clean.pii import redact
+from bloomdata.clean.quality_filter import QualityFilter
 from bloomdata.clean.simhash import SimHasher
 from bloomdata.clean.summary import FilterManifest, LangCounts
 from bloomdata.clean.templates import LINES_FILE, line_hashes, sorted_lines
 from bloomdata.clean.text import word_units
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import strict_error
 from bloomdata.readers import Reject, Shard, output_name_of, read_shard_file_lines
@@ -120,7 +121,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
     key = durable.content_key(identity)
     manifest = load_marker(out_dir, shard, key)
     if manifest is not None:
-        return manifest.model_copy(update={"reused": True})
+        return derive(manifest, reused=True)
     work = shard_dir(out_dir, shard)
     shutil.rmtree(work, ignore_errors=True)  # stray temps or stale files of an earlier attempt
     os.makedirs(work, exist_ok=True)

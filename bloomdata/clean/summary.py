@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from bloomdata.clean.config import REASONS
+from bloomdata.clean.config import removal_reasons
 
 if TYPE_CHECKING:
     from bloomdata.clean.pii import Redaction
@@ -125,7 +125,7 @@ class CleanSummary(BaseModel):
     documents_kept: int
     bytes_in: int
     bytes_kept: int
-    removed: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(REASONS, 0))  # every reason
+    removed: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(removal_reasons(), 0))  # every reason
     rejects: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))  # unreadable rows
     rejects_total: int = 0
     emails_redacted: int = 0
@@ -147,6 +147,11 @@ class CleanSummary(BaseModel):
     up_to_date: bool = False  # True when this run found the outputs current and did nothing
     settings_name: str = "default"  # CleanConfig.settings_name: the preset (default, roots) or the user's name
     notes: list[str] = Field(default_factory=list)  # how the settings applied (word rules, models not given)
+
+    def reasons_seen(self) -> list[str]:
+        """The removal reasons that removed anything, in step order (the order of ``removed``, which names every
+        reason of the run's steps)."""
+        return [r for r in self.removed if any(c.removed.get(r) for c in self.languages.values())]
 
 
 def _mb(n: int) -> str:

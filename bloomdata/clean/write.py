@@ -20,11 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.clean.config import DATA_DIR, MARKER_VERSION, WORK_DIR, CleanConfig
+from bloomdata.clean.config import DATA_DIR, EMPTY, MARKER_VERSION, WORK_DIR, CleanConfig
 from bloomdata.clean.dedup import EXACT, SHARD_BITS
+from bloomdata.clean.language import Doc
 from bloomdata.clean.parts import LinesWriter, abort, publish, read_lines, staged
+from bloomdata.clean.quality_filter import QualityFilter
 from bloomdata.clean.summary import FilterManifest, LangCounts, PartStats, WriteManifest
 from bloomdata.clean.templates import remove_template_lines
+from bloomdata.config_loader import derive
 from bloomdata.readers import Shard
 
 REASON_OF = {EXACT: "exact_duplicate"}
@@ -64,34 +67,27 @@ def load_marker(out_dir: str, shard: Shard, key: str) -> WriteManifest | None:
 class TemplateRemoval:
     """What the write stage does to a surviving document when template removal is on: its template lines
     dropped, then the checks that ROOTS's catalogue ran after them (an empty document goes as ``empty``, then
-    the language's ``bytes`` and ``space_words`` steps when ``quality.steps`` lists them)."""
+    the steps of ``quality.steps`` marked ``after_templates``: ``bytes`` and ``space_words``)."""
 
     def __init__(self, templates_path: str, config: CleanConfig):
-        from bloomdata.clean.filters import QualityFilter
-
         self.templates = np.load(templates_path)
         self.config = config.template_dedup
-        bare = config.model_copy(update={  # the small-document steps need no model: none is loaded
-            "lang_id": config.lang_id.model_copy(update={"model": None}),
-            "perplexity": config.perplexity.model_copy(update={"models": {}}),
-            "sentencepiece": config.sentencepiece.model_copy(update={"models": {}})})
+        bare = derive(config, lang_id=derive(config.lang_id, model=None),  # the steps checked again need no
+                      perplexity=derive(config.perplexity, models={}),  # model: none is loaded
+                      sentencepiece=derive(config.sentencepiece, models={}))
         self.quality = QualityFilter(bare, {}, {})
 
     def apply(self, line: bytes) -> tuple[bytes, int, str | None]:
         """(the JSON line, its text's UTF-8 size, the reason it goes or None)."""
-        from bloomdata.clean.steps import Doc
-
         record = json.loads(line)
         text = remove_template_lines(record["text"], self.templates, self.config)
         if not text.strip():
-            return line, 0, "empty"
-        language = self.quality.language(record["lang"])
-        doc = Doc(text, record["lang"], language)
-        for step in language.steps:
-            if step.name in ("bytes", "space_words"):
-                verdict = step.keep(doc)
-                if verdict is not True:
-                    return line, 0, verdict if isinstance(verdict, str) else step.reasons[0]
+            return line, 0, EMPTY
+        lang = record["lang"]
+        again = [step for step in self.quality.steps(lang) if step.after_templates]
+        reason = self.quality.reason(Doc(text, lang, self.quality.language(lang)), again) if again else None
+        if reason is not None:
+            return line, 0, reason
         if text != record["text"]:
             line = json.dumps({"text": text, "lang": record["lang"]}, ensure_ascii=False).encode("utf-8") + b"\n"
         return line, len(text.encode("utf-8")), None
@@ -115,7 +111,7 @@ def write_shard(shard: Shard, index: int, filtered: FilterManifest, key: str, se
     out_dir = settings.out_dir
     manifest = load_marker(out_dir, shard, key)
     if manifest is not None:
-        return manifest.model_copy(update={"reused": True})
+        return derive(manifest, reused=True)
     state = _ShardWriter(shard, index, settings, post)
     try:
         for name in filtered.languages:

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from bloomdata.config_loader import FlagValues, Key, load_config
+from bloomdata.config_loader import FlagValues, Key, fields_of, load_config
 from bloomdata.errors import BloomstackError
 
 M = TypeVar("M", bound=BaseModel)
@@ -106,7 +106,7 @@ def add_options(parser: argparse.ArgumentParser, model: type[BaseModel], *, nest
                 prefix: Key = (), shared_of: Key | None = None) -> list[Option]:
     """Add one option per field of ``model`` to ``parser``; returns what each option sets."""
     options: list[Option] = []
-    for name, info in model.model_fields.items():
+    for name, info in fields_of(model).items():
         meta = _meta(info)
         if meta.get("skip"):
             continue

@@ -1,7 +1,18 @@
 """Durable sharded jobs: the runner ``bloomdata build`` and ``bloomdata clean`` share, and where their steps run.
 
-- ``runner.py``: ``ShardedJob`` (lock, stray temps, up-to-date check, output-holds-an-input check, the summary
-  as the job's marker), ``Placement`` (one Dask client for a run's stages, with progress bars),
-  ``strict_error`` (the one --strict message);
-- ``executor.py``: ``run_shards`` and ``dask_client``, the only module of bloomdata that imports Dask.
+- ``runner.py``: ``ShardedJob`` (lock, stray temps, up-to-date check, output-holds-an-input check, the first
+  stage's reuse of marked shards, the summary as the job's marker), ``strict_error`` (the one --strict message);
+- ``executor.py``: ``Placement`` (one Dask client for a run's stages, with progress bars), ``run_shards`` and
+  ``dask_client``, the only module of bloomdata that imports Dask.
+
+A lost cluster is ``bloomdata.errors.ClusterLost``.
 """
+
+# This package's files in layers, lowest first: a file imports only files of lower layers (every import, those
+# inside functions too; tests/test_layering.py checks it). The runner never reaches the executor: a job is given
+# its ``Where``.
+LAYERS = (
+    "runner",
+    "executor",
+    "__init__",
+)

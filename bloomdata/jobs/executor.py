@@ -1,5 +1,9 @@
 """Run one function over many shards on Dask: the only module of bloomdata that imports dask/distributed.
 
+``Placement`` is where a job's stages run (``bloomdata.jobs.runner.Where``): a caller's client, an existing
+scheduler, a LocalCluster opened once for the whole run when a stage first has work, or this process
+(``workers=0``), each stage with a progress bar.
+
 ``run_shards(fn, items, ...)`` is the executor half of datatrove's step/executor split: ``fn`` is a pure,
 idempotent, importable step (``bloomdata.build.shard.tokenize_shard``) that takes a shard and returns a small
 manifest; this module only decides *where* it runs. Choices and their reasons:
@@ -41,6 +45,7 @@ import dataclasses
 import functools
 import logging
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -51,9 +56,9 @@ from dask.utils import funcname
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker, wait, worker_client
 from distributed.client import AllExit, FutureCancelledError, FuturesCancelledError
 from distributed.scheduler import KilledWorker
+from tqdm import tqdm
 
-from bloomdata.errors import BloomstackError
-from bloomdata.jobs.runner import ClusterLost
+from bloomdata.errors import BloomstackError, ClusterLost
 
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
 # Dask's statistical profiler samples the task thread's stack every 10 ms (taking the GIL); we never read
@@ -283,3 +288,57 @@ def _check_workers(client: Client, idle_since: float | None) -> float | None:
         raise ClusterLost(f"the Dask scheduler at {address} has had no workers for {WORKERS_GONE_S:.0f} s",
                           f"start workers with `dask worker {address}`")
     return now if idle_since is None else idle_since
+
+
+@dataclasses.dataclass
+class Placement:
+    """Where a job's steps run, and one client for all its stages (enter it as a context: it closes what it
+    opened). ``client``: a caller's ``distributed.Client``; else ``scheduler`` (tcp://host:port) or a LocalCluster
+    of ``workers`` processes, opened when a stage first has work; ``workers=0``: in this process."""
+
+    workers: int = 2
+    scheduler: str | None = None
+    client: Any = None
+    progress: bool = True
+    _stack: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack, repr=False)
+    _given: bool = dataclasses.field(init=False, repr=False)  # the client was the caller's (not one we opened)
+
+    def __post_init__(self) -> None:
+        self._given = self.client is not None
+
+    def __enter__(self) -> Placement:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    @property
+    def recorded_workers(self) -> int | None:
+        """The worker count a summary records: None on a cluster that is not ours (a scheduler or a client)."""
+        return None if self.scheduler or self._given else self.workers
+
+    def _dask(self) -> Any:
+        if self.client is None and (self.scheduler or self.workers > 0):
+            self.client = self._stack.enter_context(dask_client(self.workers, self.scheduler))
+        return self.client
+
+    def map(self, name: str, step: Callable[[Any], Any], items: Sequence[Any],
+            on_result: Callable[[int, Any], None] | None = None, *, done_before: int = 0,
+            postfix: Callable[[], dict[str, Any]] | None = None) -> list[Any]:
+        """``[step(item) for item in items]`` on this placement, in item order, with a progress bar counting
+        ``done_before`` tasks already done (reused); ``on_result(i, result)`` as each finishes."""
+        bar = tqdm(total=len(items) + done_before, initial=done_before, unit="task", desc=name,
+                   disable=not self.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+
+        def done(i: int, result: Any) -> None:
+            if on_result is not None:
+                on_result(i, result)
+            if postfix is not None:
+                bar.set_postfix(postfix(), refresh=False)
+            bar.update(1)
+
+        try:
+            client = self._dask() if items else None
+            return run_shards(step, items, n_workers=0, client=client, on_result=done)
+        finally:
+            bar.close()

@@ -12,15 +12,19 @@ each leave a completion marker (``bloomdata.durable``). ``ShardedJob.run`` owns,
   outputs are ``intact`` returns it marked ``up_to_date`` and does nothing, unless ``strict`` must look at
   rejects an earlier lenient run skipped;
 - the --strict message for a rejected row (``strict_error``), wherever the job finds it;
-- a lost Dask cluster (``ClusterLost``, raised by ``bloomdata.jobs.executor``) says how many shards are done (``marked``).
+- the first stage: every shard without a valid completion marker runs, the others are reused
+  (``first_stage``);
+- a lost Dask cluster (``bloomdata.errors.ClusterLost``, raised by ``bloomdata.jobs.executor``) says how many
+  shards are done (``marked``).
 
-``Placement`` says where the steps run (a caller's Dask client, an existing scheduler, a LocalCluster of
-``workers`` processes opened once for the whole run when a stage first has work, or this process with
-``workers=0``) and runs each stage with a progress bar (``Placement.map``).
+Where the steps run is the job's ``Where`` (``bloomdata.jobs.executor.Placement``: a caller's Dask client, an
+existing scheduler, a LocalCluster of ``workers`` processes opened once for the whole run when a stage first
+has work, or this process with ``workers=0``), which runs each stage with a progress bar. This module never
+imports the executor (nor Dask).
 
-A job is a subclass: it plans its shards before it is built (planning is the job's own: whole files, row
-ranges, byte ranges), and implements ``intact`` and ``work``; ``prepare``, ``on_failure`` and ``finish`` are
-hooks around them. The trade-off: the summary model must have ``rejects_total`` and ``up_to_date``, the two
+A job is a subclass: it plans its shards and their first-stage keys before it is built (planning is the
+job's own: whole files, row ranges, byte ranges), and implements ``load_marker``, ``intact`` and ``work``;
+``prepare``, ``on_failure`` and ``finish`` are hooks around them. The trade-off: the summary model must have ``rejects_total`` and ``up_to_date``, the two
 fields the runner reads and sets.
 """
 
@@ -28,40 +32,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from bloomdata import durable
-from bloomdata.errors import BloomstackError
+from bloomdata.config_loader import derive
+from bloomdata.errors import BloomstackError, ClusterLost
 from bloomdata.readers import Reject, Shard
 
-S = TypeVar("S", bound=BaseModel)
+S = TypeVar("S", bound=BaseModel)  # a job's summary
+M = TypeVar("M", bound=BaseModel)  # a shard's first-stage manifest
 
 
 def strict_error(reject: Reject) -> BloomstackError:
     """``strict``'s error for a rejected row, ``reject.line`` being the file's line."""
     return BloomstackError(f"{reject.path}:{reject.line}: {reject.reason} ({reject.detail or 'no detail'}); fix or "
                            "drop that row, or turn strict off to skip and count it", keys=["strict"])
-
-
-class ClusterLost(BloomstackError):
-    """The Dask scheduler, or every worker of an external one, went away while ``run_shards`` ran.
-
-    ``lost``: what went away; ``restart``: what the user starts again before the rerun ("" when nothing)."""
-
-    def __init__(self, lost: str, restart: str, done: str = "") -> None:
-        fix = f"{restart}, then rerun the same command" if restart else "rerun the same command"
-        super().__init__(f"{lost}{done}: {fix}")
-        self.lost, self.restart = lost, restart
-
-    def counting(self, done: int, total: int, what: str = "shards") -> ClusterLost:
-        """The same error saying how much is done (the caller counts its completion markers)."""
-        return ClusterLost(self.lost, self.restart, f" with {done} of {total} {what} done (a rerun reuses them)")
 
 
 @contextlib.contextmanager
@@ -81,64 +71,22 @@ def remove_stray_temps(out_dir: str) -> None:
         durable.remove_temps(root)
 
 
-@dataclass
-class Placement:
-    """Where a job's steps run, and one client for all its stages (enter it as a context: it closes what it
-    opened). ``client``: a caller's ``distributed.Client``; else ``scheduler`` (tcp://host:port) or a LocalCluster
-    of ``workers`` processes, opened when a stage first has work; ``workers=0``: in this process."""
+class Where(Protocol):
+    """Where a job's steps run, one stage after another (``bloomdata.jobs.executor.Placement``): a context that
+    closes what it opened."""
 
-    workers: int = 2
-    scheduler: str | None = None
-    client: Any = None
-    progress: bool = True
-    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
-    _given: bool = field(init=False, repr=False)  # the client was the caller's (not one we opened)
+    def __enter__(self) -> Any: ...
 
-    def __post_init__(self) -> None:
-        self._given = self.client is not None
-
-    def __enter__(self) -> Placement:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+    def __exit__(self, *exc: object) -> None: ...
 
     @property
     def recorded_workers(self) -> int | None:
-        """The worker count a summary records: None on a cluster that is not ours (a scheduler or a client)."""
-        return None if self.scheduler or self._given else self.workers
-
-    def _dask(self) -> Any:
-        if self.client is None and (self.scheduler or self.workers > 0):
-            from bloomdata.jobs.executor import dask_client  # noqa: PLC0415 - dask only when a stage has work
-
-            self.client = self._stack.enter_context(dask_client(self.workers, self.scheduler))
-        return self.client
+        """The worker count a summary records (None: a cluster that is not the job's own)."""
 
     def map(self, name: str, step: Callable[[Any], Any], items: Sequence[Any],
             on_result: Callable[[int, Any], None] | None = None, *, done_before: int = 0,
             postfix: Callable[[], dict[str, Any]] | None = None) -> list[Any]:
-        """``[step(item) for item in items]`` on this placement, in item order, with a progress bar counting
-        ``done_before`` tasks already done (reused); ``on_result(i, result)`` as each finishes."""
-        from tqdm import tqdm  # noqa: PLC0415
-
-        from bloomdata.jobs.executor import run_shards  # noqa: PLC0415
-
-        bar = tqdm(total=len(items) + done_before, initial=done_before, unit="task", desc=name,
-                   disable=not self.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-
-        def done(i: int, result: Any) -> None:
-            if on_result is not None:
-                on_result(i, result)
-            if postfix is not None:
-                bar.set_postfix(postfix(), refresh=False)
-            bar.update(1)
-
-        try:
-            client = self._dask() if items else None
-            return run_shards(step, items, n_workers=0, client=client, on_result=done)
-        finally:
-            bar.close()
+        """``[step(item) for item in items]`` there, in item order, with a progress bar."""
 
 
 @dataclass(frozen=True)
@@ -157,13 +105,15 @@ class JobPlan:
 
     out_dir: str  # absolute
     shards: list[Shard]
+    keys: list[str]  # per shard: the key of its first stage's completion marker
     fingerprint: str  # content key of everything that determines the outputs
-    where: Placement
+    where: Where
     strict: bool = False
 
 
-class ShardedJob(ABC, Generic[S]):
-    """A durable sharded job (see the module docstring): subclasses set ``files`` and ``summary_type``."""
+class ShardedJob(ABC, Generic[S, M]):
+    """A durable sharded job (see the module docstring): subclasses set ``files`` and ``summary_type``; ``M`` is
+    the manifest its first stage leaves per shard."""
 
     files: ClassVar[JobFiles]
     summary_type: type[S]
@@ -185,6 +135,10 @@ class ShardedJob(ABC, Generic[S]):
         """Whether the outputs an earlier summary vouches for are all still there, as recorded."""
 
     @abstractmethod
+    def load_marker(self, shard: Shard, key: str) -> M | None:
+        """The first stage's manifest of ``shard`` when its marker is valid under ``key``; None otherwise."""
+
+    @abstractmethod
     def work(self) -> S:
         """Every stage of the job (under the lock, when not up to date); returns the summary to record."""
 
@@ -199,9 +153,32 @@ class ShardedJob(ABC, Generic[S]):
         """After the summary is written (e.g. remove the work files)."""
 
     def marked(self) -> int:
-        """Shards whose completion marker is valid now: a lost Dask cluster's message says how many are done
+        """Shards whose first-stage marker is valid now: a lost Dask cluster's message says how many are done
         (a rerun reuses them)."""
-        return 0
+        return sum(self.load_marker(s, k) is not None for s, k in zip(self.plan.shards, self.plan.keys))
+
+    def first_stage(self, name: str, step: Callable[[Shard], M], count: Callable[[M], None] | None = None,
+                    postfix: Callable[[], dict[str, Any]] | None = None) -> tuple[list[M], list[int]]:
+        """``step`` over every shard without a valid marker, where the job runs; (every shard's manifest in plan
+        order, the shards run now). ``count(manifest)``: for each reused manifest, then each new one as it comes
+        (``postfix`` shows the counts beside the progress bar)."""
+        shards = self.plan.shards
+        found = [self.load_marker(s, k) for s, k in zip(shards, self.plan.keys)]
+        pending = [i for i, m in enumerate(found) if m is None]
+        for manifest in found:
+            if manifest is not None and count is not None:
+                count(manifest)
+
+        def done(j: int, manifest: M) -> None:
+            found[pending[j]] = manifest
+            if count is not None:
+                count(manifest)
+
+        self.plan.where.map(name, step, [shards[i] for i in pending], done, done_before=len(shards) - len(pending),
+                            postfix=postfix)
+        manifests = [m for m in found if m is not None]
+        assert len(manifests) == len(shards)  # every pending shard returned its manifest
+        return manifests, pending
 
     def previous(self) -> S | None:
         """The summary of an earlier run with this fingerprint whose outputs are intact; None otherwise."""
@@ -217,7 +194,7 @@ class ShardedJob(ABC, Generic[S]):
             previous = self.previous()
             # every job summary has rejects_total (see the module docstring); S is bound to BaseModel only
             if previous is not None and not (p.strict and getattr(previous, "rejects_total")):  # noqa: B009
-                return previous.model_copy(update={"up_to_date": True})
+                return derive(previous, up_to_date=True)
             try:
                 with counting_done(self.marked, len(p.shards), self.files.marked):
                     summary = self.work()

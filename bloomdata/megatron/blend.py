@@ -99,10 +99,10 @@ def _component_identity(s: GPTSamples) -> dict:
     return {
         "prefix": os.path.realpath(s.prefix),
         "document_range": list(s.document_range),
-        "seq_length": s.seq_length,
+        "seq_length": s.settings.seq_length,
         "num_samples": s.num_samples,
-        "seed": s.seed,
-        "compat": s.compat,
+        "seed": s.settings.seed,
+        "compat": s.settings.compat,
     }
 
 
@@ -192,6 +192,13 @@ class Blend:
         return f"Blend({len(self.samples)} datasets, size={self.size}, compat={self.compat})"
 
 
+def greedy_counts(weights: Sequence[float], n: int, backend: str | None = None) -> list[int]:
+    """Samples per dataset of an ``n``-sample blend of ``weights`` (raw): the blending rule above, counted."""
+    backend = index_builders.resolve_backend(backend)
+    index, _ = index_builders.build_blending_indices(normalize(check_weights(weights), "numpy"), n, np.int16, backend)
+    return index_builders.count_datasets(index, len(weights), backend).tolist()
+
+
 def check_same_dtype(datasets: Sequence[IndexedDataset]) -> None:
     dtypes = {ds.dtype for ds in datasets}
     if len(dtypes) > 1:
@@ -248,11 +255,17 @@ def blend_from_spec(
     split_name: str = "train",
     cache_dir: str | os.PathLike | None = None,
     compat: str = "core",
+    *,
+    seed: int | None = None,
     **kwargs,
 ) -> Blend:
-    """The Blend a ``bloomdata.blend.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``;
-    ``kwargs``: the other ``SampleSettings`` (tokenizer_id, backend)."""
+    """The Blend a ``bloomdata.blend.spec.BlendSpec`` (blend YAML) describes, for ``num_samples``; ``seed``: when
+    the YAML names none; ``kwargs``: the other ``SampleSettings`` (tokenizer_id, backend). A run's splits come
+    from ``bloomdata.megatron.builder.DataSplits``."""
     if spec.seq_length is None:
         raise BloomstackError("the blend YAML has no seq_length; set it (or tune the blend again with its seq_length set)")
-    settings = SampleSettings(spec.seq_length, 1234 if spec.seed is None else spec.seed, compat, cache_dir, **kwargs)
+    seed = spec.seed if spec.seed is not None else seed
+    if seed is None:
+        raise BloomstackError("the blend YAML has no seed; set seed in it (or tune the blend again with --seed)")
+    settings = SampleSettings(spec.seq_length, seed, compat, cache_dir, **kwargs)
     return build_blend(spec.prefixes, spec.weights, num_samples, settings, spec.split_of(split_name), split_name)

@@ -54,7 +54,7 @@ class SampleSettings:
     ``GPTDatasetConfig`` (sequence length, seed, the reference arithmetic) plus where the indices are cached."""
 
     seq_length: int  # tokens per sample, minus the one shared with the next
-    seed: int = 1234  # the RandomState(seed) of the document and sample shuffles
+    seed: int  # the RandomState(seed) of the document and sample shuffles (megatron-core's random_seed)
     compat: str = "core"  # "core": megatron-core 0.16.1; "bloom": BigScience's Megatron-DeepSpeed
     cache_dir: str | os.PathLike | None = None  # load the arrays from / save them to this directory
     tokenizer_id: str | None = None  # any string naming the tokenizer: part of the cache key only
@@ -63,9 +63,12 @@ class SampleSettings:
 
     def __post_init__(self) -> None:
         check_compat(self.compat)
-        if int(self.seq_length) < 1:
+        # plain ints (a numpy integer would key a cache differently): set once, the settings are frozen
+        object.__setattr__(self, "seq_length", int(self.seq_length))
+        object.__setattr__(self, "seed", int(self.seed))
+        if self.seq_length < 1:
             raise BloomstackError(f"seq_length must be >= 1, got {self.seq_length}")
-        if not 0 <= int(self.seed) < 2**32:
+        if not 0 <= self.seed < 2**32:
             raise BloomstackError(f"seed must be in [0, 2**32), got {self.seed}")
 
 
@@ -161,11 +164,10 @@ class GPTSamples:
         if num_samples is not None and int(num_samples) < 0:
             raise BloomstackError(f"num_samples must be >= 0 or None, got {num_samples}")
         self.dataset, self.settings = dataset, settings
-        self.seq_length, self.seed, self.compat = int(settings.seq_length), int(settings.seed), settings.compat
         self.num_samples = None if num_samples is None else int(num_samples)
         self.split, self.split_name = split, split_name
-        self.document_range = split_range(split, split_name, len(dataset), self.compat)
-        self.plan = plan_epochs(self._tokens(), self.seq_length, self.num_samples, self.compat)
+        self.document_range = split_range(split, split_name, len(dataset), settings.compat)
+        self.plan = plan_epochs(self._tokens(), settings.seq_length, self.num_samples, settings.compat)
         self.build_seconds: dict[str, float] = {}
         if settings.cache_dir is None:
             arrays, self.built = self._build(), True
@@ -186,8 +188,8 @@ class GPTSamples:
         tokens = int(self.dataset.sizes[begin:end].sum(dtype=np.int64))
         if tokens == 0:
             raise BloomstackError(f"{where} holds no tokens (all its documents are empty)")
-        if self.num_samples is None and tokens - 1 < self.seq_length:
-            raise BloomstackError(f"{where} holds {tokens} tokens, fewer than one sample of {self.seq_length + 1}")
+        if self.num_samples is None and tokens - 1 < self.settings.seq_length:
+            raise BloomstackError(f"{where} holds {tokens} tokens, fewer than one sample of {self.settings.seq_length + 1}")
         return tokens
 
     def _build(self) -> dict[str, np.ndarray]:
@@ -204,10 +206,10 @@ class GPTSamples:
             "document_range": list(self.document_range),
             "split": list(split) if isinstance(split, tuple | list) else split,
             "split_name": self.split_name,
-            "compat": self.compat,
+            "compat": self.settings.compat,
             "tokenizer": self.settings.tokenizer_id,
-            "seed": self.seed,
-            "seq_length": self.seq_length,
+            "seed": self.settings.seed,
+            "seq_length": self.settings.seq_length,
             "num_samples": self.num_samples,
             "plan": asdict(self.plan),
         }
@@ -240,6 +242,6 @@ class GPTSamples:
     def __repr__(self) -> str:
         return (
             f"GPTSamples({self.prefix!r}, split={self.split_name}:{self.document_range}, "
-            f"seq_length={self.seq_length}, samples={len(self)}, epochs={self.plan.num_epochs}, "
-            f"compat={self.compat})"
+            f"seq_length={self.settings.seq_length}, samples={len(self)}, epochs={self.plan.num_epochs}, "
+            f"compat={self.settings.compat})"
         )

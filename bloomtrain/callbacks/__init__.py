@@ -1,6 +1,6 @@
 """Training callbacks: everything the loop does besides the step itself, one small file each.
 
-- ``base``: the ``Callback`` hooks;
+- ``base``: the ``Callback`` hooks, their priorities, and what they receive (``TrainerView``, ``Step``);
 - ``nan_drill``: NaN loss masks at chosen iterations (exercises the skip path);
 - ``metrics``: the iteration record to JSONL, TensorBoard and the console;
 - ``evaluation``: validation loss every N iterations, on any number of named datasets;
@@ -11,8 +11,8 @@
 - ``exit_record``: this rank's exit record (bloomtrain.exit_record), last;
 - ``configured``: the callbacks a training config names (``callbacks: [package.module:Class, ...]``).
 
-The run's list, in order, is built by bloomtrain.train.build_trainer: ``default_callbacks`` (the config's among
-them, before the checkpoint callback), then the caller's.
+The run's list is built by bloomtrain.train.build_trainer: ``default_callbacks`` (the config's among them), then
+the caller's; the trainer runs them by ``priority`` (``base``), not by their place in that list.
 """
 
 from bloomtrain.callbacks.base import Callback
@@ -24,6 +24,14 @@ from bloomtrain.callbacks.nan_drill import NanDrillCallback
 from bloomtrain.callbacks.stability import StabilityCallback
 from bloomtrain.callbacks.stop_requests import StopRequestsCallback
 from bloomtrain.callbacks.valid_sets import ValidSetCallback
+
+# This package's files in layers, lowest first: a file imports only files of lower layers (every import, those
+# inside functions too; tests/test_layering.py checks it).
+LAYERS = (
+    "base",
+    "checkpointing compile_time configured evaluation exit_record metrics nan_drill stability stop_requests valid_sets",
+    "__init__",
+)
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ExitRecordCallback",
            "MetricsCallback", "NanDrillCallback",

@@ -1,10 +1,17 @@
-"""``Callback``: the base class of everything the training loop does besides the step itself.
+"""``Callback``: the base class of everything the training loop does besides the step itself, and what its hooks
+receive: the ``TrainerView`` (the members of the trainer a callback may use), the ``Step``, the ``Position``.
 
 Modelled on OLMo-core's train/callbacks/callback.py, with a smaller set of hooks. Every hook receives the
-``Trainer`` (its ``cfg``, ``module``, ``state``, ``pos``, ``result``, ``checkpointer``); the per-iteration
-hooks also receive the ``Step``. Callbacks run in the order of the trainer's list, hook by hook, so one
-callback can rely on an earlier one's ``post_step`` (the composition root, bloomtrain.train, documents
-its order). A callback asks the loop to end with ``trainer.request_stop(reason)``; it raises to abort.
+trainer as a ``TrainerView``; the per-iteration hooks also receive the ``Step``. The trainer (bloomtrain.trainer)
+implements the view and imports this module, never the other way round.
+
+Order: each callback declares its ``priority`` (as OLMo-core's do); the trainer runs every hook over its
+callbacks from the highest priority to the lowest, in the order they were given among equals. So the order
+does not depend on the list a caller builds: the drill poisons the batch before anyone reads it, the iteration
+is logged before the evaluations, the skip limit and the stop requests come before a user's callbacks (0, the
+default), the checkpoint saves after every callback that changes its state in the iteration, and the exit
+record is written last, naming that checkpoint. A callback asks the loop to end with
+``trainer.request_stop(reason, kind)``; it raises to abort.
 
 Per iteration::
 
@@ -23,13 +30,137 @@ args: {...}}]`` in the training config (``bloomtrain.callbacks.configured``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from bloomtrain.trainer import Step, Trainer
+from bloomtrain.data import MicroBatch
+from bloomtrain.exit_record import ExitKind
+from bloomtrain.parallel.state import ParallelState
+from bloomtrain.train_module import StepOutput, TrainModule
+
+# Priorities of the project's callbacks (higher runs first; a user's callback is 0 unless it says otherwise).
+DRILL = 100  # poisons the batches before any other hook reads them
+METRICS = 90  # logs the iteration before the evaluations log theirs
+EVALUATION = 80  # the overall validation set
+VALID_SETS = 70  # then each named one
+STABILITY = 50  # the skip limit (saves and raises)
+STOP_REQUESTS = 40  # signals, kill switch, time budget
+USER = 0  # the default: a user's callbacks
+CHECKPOINT = -100  # saves after every callback above has changed its state for the iteration
+EXIT_RECORD = -200  # last: names the checkpoint saved
+
+
+@dataclass
+class Position:
+    """The loop's counters, saved in every checkpoint and identical on every rank."""
+
+    iteration: int = 0
+    consumed_samples: int = 0
+    scheduled_samples: int = 0
+    skipped_iters: int = 0
+    consecutive_skips: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+    def advance(self, global_batch: int, applied: bool) -> None:
+        self.iteration += 1
+        self.consumed_samples += global_batch
+        if applied:  # LossFn turns a non-finite loss into NaN grads, so it is never applied
+            self.scheduled_samples += global_batch
+            self.consecutive_skips = 0
+        else:
+            self.skipped_iters += 1
+            self.consecutive_skips += 1
+
+
+@dataclass
+class Step:
+    """One iteration as the callbacks see it."""
+
+    iteration: int
+    """1-based number of this iteration."""
+    global_batch: int
+    """Samples in this iteration's global batch."""
+    lr: float
+    batches: Iterator[MicroBatch]
+    """This rank's micro-batches; ``pre_step`` hooks may wrap it."""
+    output: StepOutput | None = None
+    """Set after the step (loss, grad norm, applied, step time)."""
+    metrics: dict[str, Any] = field(default_factory=dict)
+    """Extra values for this iteration's metrics record, added by ``post_train_batch`` hooks."""
+
+    @property
+    def out(self) -> StepOutput:
+        """The step's output, for the hooks that run after it (``post_train_batch``, ``post_step``)."""
+        assert self.output is not None, "the step has not run yet (pre_step)"
+        return self.output
+
+
+@dataclass
+class TrainResult:
+    losses: dict[int, float] = field(default_factory=dict)
+    """Loss per iteration run in this process (1-based iteration numbers)."""
+    eval_losses: dict[int, float] = field(default_factory=dict)
+    grad_norms: dict[int, float] = field(default_factory=dict)
+    global_batches: dict[int, int] = field(default_factory=dict)
+    stopped_by: str | None = None
+    stop_kind: ExitKind | None = None
+    """Why the loop ended early, as an exit record's kind."""
+    last_saved: str | None = None
+    position: Position | None = None
+
+
+class Saves(Protocol):
+    """The checkpointer as callbacks see it."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run saves checkpoints (checkpoint.dir is set)."""
+
+
+class TrainerView(Protocol):
+    """The members of the trainer a callback uses: read ``state``, ``module``, ``pos``, ``result``,
+    ``checkpointer`` and the stop request; call ``request_stop``, ``save_checkpoint`` and ``log``."""
+
+    @property
+    def state(self) -> ParallelState: ...
+
+    @property
+    def module(self) -> TrainModule: ...
+
+    @property
+    def pos(self) -> Position: ...
+
+    @property
+    def result(self) -> TrainResult: ...
+
+    @property
+    def checkpointer(self) -> Saves: ...
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The first stop requested in this run (None: none)."""
+
+    @property
+    def stop_kind(self) -> ExitKind:
+        """The exit record's kind of that stop (``ExitKind.FINISHED`` while none was requested)."""
+
+    def request_stop(self, reason: str, kind: ExitKind = ExitKind.FINISHED) -> None:
+        """End the run after this iteration (the first request wins); post_train hooks still run."""
+
+    def save_checkpoint(self) -> str:
+        """Collective: save the current position and every callback's state; returns the tag."""
+
+    def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:
+        """Hand a metrics record (and its console line) to every callback's ``log_metrics``."""
 
 
 class Callback:
+    priority: ClassVar[int] = USER
+    """Hooks run from the highest priority to the lowest (see the module docstring)."""
+
     @property
     def state_key(self) -> str:
         """The name its state is saved under in a checkpoint (unique among the run's stateful callbacks)."""
@@ -42,29 +173,34 @@ class Callback:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Take back what ``state_dict`` returned before the checkpoint (called before ``pre_train``)."""
 
-    def pre_train(self, trainer: Trainer) -> None:
+    def pre_train(self, trainer: TrainerView) -> None:
         """Once, after the resume and before the first iteration."""
 
-    def pre_step(self, trainer: Trainer, step: Step) -> None:
+    def pre_step(self, trainer: TrainerView, step: Step) -> None:
         """Before the step: may replace ``step.batches`` with a lazy wrapper (``map``, a generator with a
         plain ``for`` loop) that yields exactly one micro-batch per micro-batch it reads."""
 
-    def post_train_batch(self, trainer: Trainer, step: Step) -> None:
+    def post_train_batch(self, trainer: TrainerView, step: Step) -> None:
         """Right after the step (``step.output`` set, ``trainer.pos`` advanced), before any ``post_step``:
         inspect the output and add per-iteration values to ``step.metrics``."""
 
-    def post_step(self, trainer: Trainer, step: Step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         """Act on the finished iteration: log, evaluate, save, request a stop."""
 
-    def log_metrics(self, trainer: Trainer, record: dict[str, Any], step: int, console: str | None) -> None:
+    def log_metrics(self, trainer: TrainerView, record: dict[str, Any], step: int, console: str | None) -> None:
         """A record passed to ``trainer.log`` (with its console line, if any): write it somewhere."""
 
-    def post_train(self, trainer: Trainer) -> None:
+    def post_train(self, trainer: TrainerView) -> None:
         """Once, after the last iteration: the schedule ended or a stop was requested (not after an error)."""
 
-    def on_error(self, trainer: Trainer, error: BaseException) -> None:
+    def on_error(self, trainer: TrainerView, error: BaseException) -> None:
         """The loop (or a hook) raised ``error``: react (log, flush, record) before ``close``; the error then
         propagates. Not a place to save a checkpoint: the step that failed may have left the engine mid-update."""
 
-    def close(self, trainer: Trainer) -> None:
+    def close(self, trainer: TrainerView) -> None:
         """Always, last (also after an error): release files, handlers."""
+
+
+def by_priority(callbacks: list[Callback]) -> list[Callback]:
+    """``callbacks`` in the order their hooks run: highest ``priority`` first, the given order among equals."""
+    return sorted(callbacks, key=lambda cb: -cb.priority)

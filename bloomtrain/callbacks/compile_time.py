@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import logging
 
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import METRICS, Callback, Step, TrainerView
 
 log = logging.getLogger(__name__)
 
 
 class CompileTimeCallback(Callback):
+    priority = METRICS  # a metrics record, beside the iteration's
+
     def __init__(self, blocks: int) -> None:
         self.blocks = blocks
         self.times: list[float] = []
 
-    def post_step(self, trainer, step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         if len(self.times) >= 2 or step.output is None:
             return
         self.times.append(step.output.step_time_s)

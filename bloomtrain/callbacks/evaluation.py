@@ -14,30 +14,32 @@ byte) are ``bloomtrain.callbacks.valid_sets``.
 
 from __future__ import annotations
 
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import EVALUATION, Callback, Step, TrainerView
 from bloomtrain.data import Samples, micro_batches
 from bloomtrain.measures import perplexity
 
 
 class EvaluationCallback(Callback):
+    priority = EVALUATION
+
     def __init__(self, data: Samples | None, *, interval: int | None, eval_iters: int, micro_batch_size: int,
                  name: str | None = None) -> None:
         self.data, self.interval, self.eval_iters = data, interval, eval_iters
         self.micro_batch_size, self.name = micro_batch_size, name
 
-    def post_step(self, trainer, step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         if self.data is None or not self.interval or step.iteration % self.interval:
             return
         self.report(trainer, step.iteration, self.evaluate(trainer))
 
-    def evaluate(self, trainer) -> float:
+    def evaluate(self, trainer: TrainerView) -> float:
         assert self.data is not None  # post_step evaluates only with validation data
         state = trainer.state
         batches = micro_batches(self.data, 0, self.micro_batch_size, state.dp_rank, state.dp_size)
         losses = [trainer.module.eval_step(batches) for _ in range(self.eval_iters)]
         return sum(losses) / len(losses)
 
-    def report(self, trainer, iteration: int, loss: float) -> None:
+    def report(self, trainer: TrainerView, iteration: int, loss: float) -> None:
         ppl = perplexity(loss)
         if self.name is None:
             trainer.result.eval_losses[iteration] = loss

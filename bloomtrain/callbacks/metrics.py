@@ -13,26 +13,26 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import METRICS, Callback, Step, TrainerView
 from bloomtrain.config import TrainConfig
 from bloomtrain.metrics import Metrics, memory_gib, progress_line
-from bloomtrain.precision import PrecisionChoice, precision_record
+from bloomtrain.precision import PrecisionChoice
 
 
 class MetricsCallback(Callback):
+    priority = METRICS
+
     def __init__(self, cfg: TrainConfig, rank: int, world_size: int, precision: PrecisionChoice | None = None) -> None:
         self.cfg, self.precision = cfg, precision
         self.writer = Metrics(cfg, rank, world_size)
 
-    def pre_train(self, trainer) -> None:
-        if self.precision is not None:  # which precision runs and why: one line, and its record in metrics.jsonl
-            self.writer.log(precision_record(self.precision), 0, f"bloomtrain: {self.precision.line()}")
-        self.writer.describe(trainer.pos.iteration)
+    def pre_train(self, trainer: TrainerView) -> None:
+        self.writer.describe(trainer.pos.iteration, self.precision)  # the launch's header, with its precision
 
-    def post_step(self, trainer, step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         if not self.writer.enabled or step.iteration % self.cfg.logging.log_interval:
             return
-        pos, out = trainer.pos, step.output
+        pos, out = trainer.pos, step.out
         record: dict[str, Any] = {
             "iteration": step.iteration,
             "loss": out.loss,
@@ -50,8 +50,8 @@ class MetricsCallback(Callback):
         }
         trainer.log(record, step.iteration, progress_line(record, self.cfg.schedule.train_iters))
 
-    def log_metrics(self, trainer, record: dict[str, Any], step: int, console: str | None) -> None:
+    def log_metrics(self, trainer: TrainerView, record: dict[str, Any], step: int, console: str | None) -> None:
         self.writer.log(record, step, console)
 
-    def close(self, trainer) -> None:
+    def close(self, trainer: TrainerView) -> None:
         self.writer.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import DRILL, Callback, Step, TrainerView
 from bloomtrain.data import MicroBatch
 
 
@@ -21,10 +21,12 @@ def poison(batch: MicroBatch) -> MicroBatch:
 
 
 class NanDrillCallback(Callback):
+    priority = DRILL  # before any other pre_step hook reads the batches
+
     def __init__(self, iterations: tuple[int, ...] | list[int]) -> None:
         self.iterations = frozenset(iterations)
         """1-based iterations whose loss is made NaN."""
 
-    def pre_step(self, trainer, step) -> None:
+    def pre_step(self, trainer: TrainerView, step: Step) -> None:
         if step.iteration in self.iterations:
             step.batches = map(poison, step.batches)

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import STABILITY, Callback, Step, TrainerView
 from bloomtrain.config import StabilityConfig
 
 log = logging.getLogger(__name__)
@@ -39,6 +39,8 @@ class LossSpikes:
 
 
 class StabilityCallback(Callback):
+    priority = STABILITY
+
     def __init__(self, cfg: StabilityConfig) -> None:
         self.max_consecutive_skips = cfg.max_consecutive_skips
         self.spikes = LossSpikes(cfg.spike_factor)
@@ -49,8 +51,8 @@ class StabilityCallback(Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.spikes.mean = state.get("loss_mean")
 
-    def post_train_batch(self, trainer, step) -> None:
-        out, pos = step.output, trainer.pos
+    def post_train_batch(self, trainer: TrainerView, step: Step) -> None:
+        out, pos = step.out, trainer.pos
         spike = self.spikes(out.loss)
         step.metrics["loss_spike"] = int(spike)
         if spike:
@@ -59,7 +61,7 @@ class StabilityCallback(Callback):
             log.info("bloomtrain: iteration %d skipped (loss %s, grad norm %s); %d in a row",
                      step.iteration, out.loss, out.grad_norm, pos.consecutive_skips)
 
-    def post_step(self, trainer, step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         pos = trainer.pos
         if pos.consecutive_skips < self.max_consecutive_skips:
             return

@@ -17,8 +17,9 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import STOP_REQUESTS, Callback, Step, TrainerView
 from bloomtrain.config import CheckpointConfig
+from bloomtrain.exit_record import ExitKind
 
 
 def launch_time() -> float:
@@ -54,7 +55,7 @@ class StopRequests:
         # Only set a flag: the iteration finishes, then every rank saves together.
         self.received = signal.Signals(signum).name
 
-    def check(self) -> tuple[str, str] | None:
+    def check(self) -> tuple[ExitKind, str] | None:
         """Collective: (exit record kind, reason) to stop for (signal / kill switch / time limit) if any rank has one."""
         local = [
             self.received is not None,
@@ -69,9 +70,9 @@ class StopRequests:
         flags = torch.tensor(local, dtype=torch.int32, device=device)
         if several:
             dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        reasons = [("signal", "signal " + (self.received or "(on another rank)")),
-                   ("kill_switch", f"kill switch {self.cfg.kill_switch_path}"),
-                   ("time_budget", f"exit_duration_in_mins={self.cfg.exit_duration_in_mins}")]
+        reasons = [(ExitKind.SIGNAL, "signal " + (self.received or "(on another rank)")),
+                   (ExitKind.KILL_SWITCH, f"kill switch {self.cfg.kill_switch_path}"),
+                   (ExitKind.TIME_BUDGET, f"exit_duration_in_mins={self.cfg.exit_duration_in_mins}")]
         hit = [r for r, f in zip(reasons, flags.tolist()) if f]
         return hit[0] if hit else None
 
@@ -79,17 +80,19 @@ class StopRequests:
 class StopRequestsCallback(Callback):
     """Installs the signal handlers for the run, and requests a stop after the iteration that saw one."""
 
+    priority = STOP_REQUESTS
+
     def __init__(self, cfg: CheckpointConfig) -> None:
         self.requests = StopRequests(cfg)
 
-    def pre_train(self, trainer) -> None:
+    def pre_train(self, trainer: TrainerView) -> None:
         self.requests.install()
 
-    def post_step(self, trainer, step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         hit = self.requests.check()
         if hit:
             kind, reason = hit
             trainer.request_stop(reason, kind)
 
-    def close(self, trainer) -> None:
+    def close(self, trainer: TrainerView) -> None:
         self.requests.uninstall()

@@ -23,13 +23,16 @@ import time
 import numpy as np
 
 from bloomdata.errors import BloomstackError
-from bloomtrain.callbacks.base import Callback
-from bloomtrain.data import ValidSamples, eval_micro_batches
+from bloomdata.megatron.builder import FixedSamples
+from bloomtrain.callbacks.base import VALID_SETS, Callback, Step, TrainerView
+from bloomtrain.data import eval_micro_batches
 from bloomtrain.measures import bits_per_byte, perplexity
 
 
 class ValidSetCallback(Callback):
-    def __init__(self, samples: ValidSamples, *, interval: int | None, micro_batch_size: int,
+    priority = VALID_SETS
+
+    def __init__(self, samples: FixedSamples, *, interval: int | None, micro_batch_size: int,
                  byte_lengths: np.ndarray) -> None:
         self.samples, self.interval, self.micro_batch_size = samples, interval, micro_batch_size
         self.byte_lengths = byte_lengths
@@ -54,16 +57,16 @@ class ValidSetCallback(Callback):
             self._tokens_bytes = tokens, nbytes
         return self._tokens_bytes
 
-    def pre_train(self, trainer) -> None:
+    def pre_train(self, trainer: TrainerView) -> None:
         self.tokens_and_bytes()  # a wrong tokenizer fails before the first step, not at the first evaluation
 
-    def evaluate(self, trainer) -> float:
+    def evaluate(self, trainer: TrainerView) -> float:
         """Collective: the set's summed NLL in nats."""
         state = trainer.state
         batches, count = eval_micro_batches(self.samples, self.micro_batch_size, state.dp_rank, state.dp_size)
         return trainer.module.eval_nll(batches, count)
 
-    def post_step(self, trainer, step) -> None:
+    def post_step(self, trainer: TrainerView, step: Step) -> None:
         if not self.interval or step.iteration % self.interval or not len(self.samples):
             return
         start = time.perf_counter()

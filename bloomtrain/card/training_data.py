@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 from bloomdata.blend.spec import BlendSpec
-from bloomdata.clean.config import REASONS
 from bloomdata.clean.summary import CleanSummary, LangCounts
 from bloomtrain.card.images import LANGUAGES_PNG, languages_pie
 from bloomtrain.card.markdown import fmt, note, pct, table
@@ -51,7 +50,7 @@ def cleaning_part(r: CardRecords) -> str:
     if c is None:
         return note("cleaning", "no `clean_summary` was given (the data was not cleaned by `bloomdata clean`, or its "
                                 "clean_summary.json was not passed)")
-    reasons = [x for x in REASONS if any(lang.removed.get(x) for lang in c.languages.values())]
+    reasons = c.reasons_seen()
     # e-mail and IP addresses always (the default PII step), API keys and user names when a run redacted any
     kinds = ["emails", "ips", *(k for k in ("keys", "users") if getattr(c, f"{k}_redacted"))]
     counts: list[tuple[str, LangCounts | CleanSummary]] = [*c.languages.items(), ("total", c)]

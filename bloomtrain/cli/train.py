@@ -26,7 +26,7 @@ from bloomdata.cli.options import ConfigParser, Sources
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig
-from bloomtrain.exit_record import Recorder
+from bloomtrain.exit_record import ExitKind, Recorder
 from bloomtrain.inputs import check_inputs
 from bloomtrain.launcher import die_with_agent
 
@@ -55,12 +55,12 @@ def recorded(recorder: Recorder) -> Iterator[None]:
     try:
         yield
     except BloomstackError as exc:
-        recorder.end("config_error", str(exc))
+        recorder.end(ExitKind.CONFIG_ERROR, str(exc))
         if not recorder.quiet:
             raise
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        recorder.end("signal", "interrupted (SIGINT) before the trainer could save")
+        recorder.end(ExitKind.SIGNAL, "interrupted (SIGINT) before the trainer could save")
         raise
     except Exception as exc:
         recorder.fail(exc)

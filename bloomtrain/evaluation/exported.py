@@ -2,7 +2,8 @@
 
 Both run *transformers* (``BloomForCausalLM.from_pretrained``) on the exported directory, not our model code:
 they prove the export loads and runs where users will load it. ``blend_loss`` reads the trainer's own
-validation samples in the same order (``blend_from_spec`` on the blend YAML), scored by ``score_sequences``
+validation samples in the same order (``bloomdata.megatron.builder.DataSplits``, the trainer's builder, from the
+same ``SplitsConfig``), scored by ``score_sequences``
 (every sample of seq_length + 1 tokens predicts its last seq_length, as in training), so in fp32 the loss
 agrees closely with the trainer's last validation loss: a check that the export is the trained model.
 """
@@ -16,8 +17,8 @@ import torch
 from pydantic import BaseModel
 from tokenizers import Tokenizer
 
-from bloomdata.blend.spec import load_blend_spec
-from bloomdata.megatron.blend import blend_from_spec
+from bloomdata.errors import BloomstackError
+from bloomdata.megatron.builder import DataSplits, SplitsConfig
 from bloomtrain.evaluation.scoring import Scorer, score_sequences
 from bloomtrain.measures import perplexity
 
@@ -30,12 +31,15 @@ class BlendLoss(BaseModel):
     samples: int
 
 
-def blend_loss(hf_dir: str, blend_yaml: str, n_samples: int, *, split: str = "valid", compat: str = "core",
-               cache_dir: str | None = None) -> BlendLoss:
-    """The exported model's loss on the blend's first ``n_samples`` ``split`` samples (the trainer's order)."""
+def blend_loss(hf_dir: str, data: SplitsConfig, n_samples: int, split: str = "valid") -> BlendLoss:
+    """The exported model's loss on the first ``n_samples`` ``split`` samples of the trainer's data (``data``: what
+    the trainer built its splits from; the same builder, so the same samples in the same order)."""
     from transformers import BloomForCausalLM  # noqa: PLC0415 - transformers only when scoring
 
-    samples = blend_from_spec(load_blend_spec(blend_yaml), n_samples, split, cache_dir, compat)
+    samples = DataSplits(data).split(split, n_samples)
+    if samples is None:
+        raise BloomstackError(f"{data.blend}: no {split} documents to score the export on; give the blend a split "
+                              "with a validation part")
     model = BloomForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
     nll, tokens = score_sequences(Scorer(model), np.stack([samples[i] for i in range(n_samples)]))
     loss = float(nll.sum() / tokens.sum())  # every sample scores seq_length tokens: the mean of sample means

@@ -4,7 +4,8 @@ The proxy recipe (``MixtureSearchConfig.proxy_recipe``) becomes a complete one-p
 vocabulary, ``ceil(proxy_tokens / (seq_length x global_batch))`` iterations with the warmup shortened to at
 most a tenth and the decay over the whole run, no checkpoints, and one evaluation of every dataset's
 validation set at the last iteration. Those sets are written once per search (``OUT/valid/<name>.yaml``, one
-dataset each, seed ``VALID_SEED``), so every proxy reads the same validation samples.
+dataset each, no seed of their own: the proxies' ``data.seed``, the same for all), so every proxy reads the same
+validation samples.
 
 A dataset whose validation split holds less than one sample cannot be scored: that is a one-line error
 before any proxy runs.
@@ -28,8 +29,6 @@ from bloomtrain.config import VALID_SET_NAME, CheckpointConfig, DataConfig, Trai
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.proxy import BLEND, ProxyJob
 from bloomtrain.mixture_search.space import SearchSpace
-
-VALID_SEED = 1234  # the validation sets' sample order: fixed, so that every proxy reads the same samples
 
 
 def validation_split(config: MixtureSearchConfig) -> str:
@@ -62,7 +61,7 @@ def write_valid_sets(space: SearchSpace, config: MixtureSearchConfig, seq_length
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for name, prefix in space.prefixes.items():
-        spec = BlendSpec(seq_length=seq_length, seed=VALID_SEED, split=config.split,
+        spec = BlendSpec(seq_length=seq_length, split=config.split,
                          train_range=config.train_range, valid_range=config.valid_range,
                          datasets=[BlendDataset(name=name, prefix=prefix, weight=1.0)])
         path = out / f"{name}.yaml"
@@ -107,7 +106,7 @@ def vocab_size(tokenizer: str) -> int:
 def proxy_job(space: SearchSpace, config: MixtureSearchConfig, train: TrainConfig, inputs: dict[str, str],
               weights: np.ndarray, seed: int) -> ProxyJob:
     """The job of one proxy: ``weights`` [d] trained with ``seed``."""
-    seeded = train.model_copy(update={"seed": seed, "model": train.model.model_copy(update={"init_seed": seed})})
+    seeded = derive(train, seed=seed, model=derive(train.model, init_seed=seed))
     iters = seeded.schedule.train_iters or 0  # always set by proxy_train_config
     tokens = iters * seeded.schedule.global_batch_size * seeded.model.seq_length
     return ProxyJob(weights=space.weights(weights), seed=seed, tokens=tokens, train=seeded,

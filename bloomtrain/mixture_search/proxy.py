@@ -27,12 +27,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from bloomdata import durable
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
-from bloomtrain.callbacks.base import Callback
+from bloomtrain.callbacks.base import Callback, TrainerView
 from bloomtrain.config import TrainConfig
 
 JOB, RESULT, LOG, BLEND = "job.json", "result.json", "train.log", "blend.yaml"
@@ -139,7 +141,7 @@ class ValidSetRecorder(Callback):
     def __init__(self) -> None:
         self.bpb: dict[str, float] = {}
 
-    def log_metrics(self, trainer, record, step, console) -> None:
+    def log_metrics(self, trainer: TrainerView, record: dict[str, Any], step: int, console: str | None) -> None:
         for key, value in record.items():
             if key.startswith("valid/") and key.endswith("/bpb"):
                 self.bpb[key[len("valid/"):-len("/bpb")]] = float(value)
@@ -165,7 +167,7 @@ def train_proxy(path: Path) -> ProxyResult:
     job = read_job(path)
     torch.set_num_threads(int(os.environ.get(THREADS_ENV, "1")))
     durable.write_text(path / BLEND, proxy_blend(job).to_yaml())
-    cfg = job.train.model_copy(update={"data": job.train.data.model_copy(update={"blend": str(path / BLEND)})})
+    cfg = derive(job.train, data=derive(job.train.data, blend=str(path / BLEND)))
     start = time.perf_counter()
     recorder = ValidSetRecorder()
     build_trainer(cfg, callbacks=[recorder]).fit()

@@ -22,6 +22,7 @@ import numpy as np
 from bloomdata import durable
 from bloomdata.blend.spec import BlendSpec
 from bloomdata.blend.tune import blend_rows
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomtrain.config import TrainConfig
 from bloomtrain.mixture_search.config import MixtureSearchConfig
@@ -181,7 +182,7 @@ def run_search(config: MixtureSearchConfig, *, trainer: ProxyTrainer | None = No
     ``trainer`` replaces ``proxy.run_proxy`` (a proxy directory -> its result; tests use stubs);
     ``on_proxy(done, total, proxy)`` is called as proxies finish (the flow logs them)."""
     out = Path(config.out_dir).resolve()
-    config = config.model_copy(update={"out_dir": str(out)})
+    config = derive(config, out_dir=str(out))
     with durable.owned_directory(out, LOCK, "mixture search"):
         search = prepare(config, out)
         space, seconds = search.space, {}

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
+from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError, FieldValueError
 
 BLOOM_VOCAB = 250680  # len(tokenizer) of bigscience/tokenizer
@@ -173,13 +174,9 @@ PRESETS = {
 
 def model_config_from(values: dict[str, Any], source: str) -> ModelConfig:
     """A ``ModelConfig`` from a file that is not a config the loader reads (a checkpoint's metadata, a
-    transformers ``config.json``): a bad value is one ``BloomstackError`` line naming ``source`` and the key."""
+    transformers ``config.json``): a bad value is the loader's one ``BloomstackError`` line, naming ``source`` and
+    the key."""
     try:
-        return ModelConfig.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        cause = (err.get("ctx") or {}).get("error")
-        key = ".".join(map(str, err["loc"])) or (cause.fields[0] if isinstance(cause, FieldValueError) else "model")
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise BloomstackError(f"{source}: {key}: {msg}; this is no BLOOM model configuration bloomtrain can build")\
-            from None
+        return load_config(ModelConfig, values=values, origin=source)
+    except BloomstackError as exc:
+        raise BloomstackError(f"{exc}; this is no BLOOM model configuration bloomtrain can build") from None

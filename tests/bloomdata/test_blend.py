@@ -118,3 +118,35 @@ def test_mixed_dtypes_and_missing_prefix(prefixes, tmp_path):
         build_blend([prefixes[0], wide], [1, 1], 100, SampleSettings(16, 1), "90,7,3")
     with pytest.raises(BloomstackError, match="missing_lang.idx"):
         build_blend([prefixes[0], str(tmp_path / "missing_lang")], [1, 1], 100, SampleSettings(16, 1), "90,7,3")
+
+
+def test_one_builder_makes_every_split_from_one_config_as_megatron_core(prefixes, tmp_path):
+    """``DataSplits``: train and valid from one ``SplitsConfig``, equal to megatron-core's
+    BlendedMegatronDatasetBuilder; the seed is the config's (required) unless the blend YAML names its own; the
+    blending rule is the one ``greedy_counts`` counts."""
+    from bloomdata.blend.spec import BlendDataset, BlendSpec
+    from bloomdata.megatron.blend import greedy_counts
+    from bloomdata.megatron.builder import DataSplits, SplitsConfig
+
+    weights, sizes = [0.3, 0.5, 0.2], [500, 40, 20]
+    datasets = [BlendDataset(name=f"l{k}", prefix=p, weight=w) for k, (p, w) in enumerate(zip(prefixes, weights))]
+    for seed_in_yaml, seed in ((None, 7), (11, 11)):
+        path = tmp_path / f"blend-{seed}.yaml"
+        path.write_text(BlendSpec(seq_length=24, seed=seed_in_yaml, split="90,7,3", datasets=datasets).to_yaml())
+        splits = DataSplits(SplitsConfig(seq_length=24, seed=7, blend=str(path)))
+        theirs = blended_build(prefixes, weights, sizes, seed, 24, "90,7,3")
+        for name, size, ref in (("train", sizes[0], theirs[0]), ("valid", sizes[1], theirs[1])):
+            ours = splits.split(name, size)
+            assert ours is not None
+            np.testing.assert_array_equal(ours.dataset_index, ref.dataset_index)
+            np.testing.assert_array_equal(ours.dataset_sample_index, ref.dataset_sample_index)
+            for component, ref_component in zip(ours.samples, ref.datasets):
+                np.testing.assert_array_equal(component.shuffle_index, ref_component.shuffle_index)
+        assert greedy_counts(weights, sizes[0]) == np.bincount(theirs[0].dataset_index, minlength=3).tolist()
+    with pytest.raises(TypeError, match="seed"):
+        SplitsConfig(seq_length=24, blend=str(path))  # type: ignore[call-arg]  # no default seed
+    with pytest.raises(BloomstackError, match="blend seq_length 24 != model.seq_length 32"):
+        DataSplits(SplitsConfig(seq_length=32, seed=7, blend=str(path))).split("train", 10)
+    no_valid = tmp_path / "no-valid.yaml"
+    no_valid.write_text(BlendSpec(seq_length=24, split="100,0,0", datasets=datasets).to_yaml())
+    assert DataSplits(SplitsConfig(seq_length=24, seed=7, blend=str(no_valid))).split("valid", 8) is None

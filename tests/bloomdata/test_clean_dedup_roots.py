@@ -16,8 +16,9 @@ import zstandard
 from bloomdata.clean import DATA_DIR, PRESETS, CleanConfig, run_clean
 from bloomdata.clean.config import ExactDedupConfig, SimHashConfig
 from bloomdata.clean.dedup import _simhash_pairs, components
-from bloomdata.clean.filters import QualityFilter, load_word_lists
+from bloomdata.clean.language import load_word_lists
 from bloomdata.clean.minhash import document_key
+from bloomdata.clean.quality_filter import QualityFilter
 from bloomdata.clean.simhash import SimHasher, fingerprint_of
 from bloomdata.config_loader import load_config
 from tests.data import CORPUS_DIR

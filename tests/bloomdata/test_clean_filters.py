@@ -21,16 +21,12 @@ import pytest
 from bloomdata.clean.closed_class import CLOSED_CLASS_WORDS
 from bloomdata.clean.config import CleanConfig, NearDedupConfig, NormalizeConfig, PiiConfig, QualityConfig
 from bloomdata.clean.dedup import components
-from bloomdata.clean.filters import (
-    QualityFilter,
-    char_repetition_ratio,
-    load_word_lists,
-    special_ratio,
-    word_repetition_ratio,
-)
+from bloomdata.clean.lang_models import check_models
+from bloomdata.clean.language import load_word_lists
+from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_repetition_ratio
 from bloomdata.clean.minhash import MinHasher
-from bloomdata.clean.models import check_models
 from bloomdata.clean.pii import EMAIL, redact
+from bloomdata.clean.quality_filter import QualityFilter
 from bloomdata.clean.text import code_points, normalize, word_units
 from bloomdata.errors import BloomstackError
 from tests.data import CORPUS_DIR
@@ -166,7 +162,7 @@ def test_per_language_overrides_and_their_errors():
     quality = QualityConfig(languages={"zh": {"min_words": 500}, "en": {"max_special_chars": None}})
     assert quality.thresholds_for("zh").min_words == 500 and quality.thresholds_for("fr").min_words == 10
     assert quality.thresholds_for("en").max_special_chars is None and quality.thresholds_for(None).min_words == 10
-    with pytest.raises(ValueError, match=r"languages.zh.min_wrds: Extra inputs"):
+    with pytest.raises(ValueError, match=r"languages.zh.min_wrds: no filter step has a parameter .min_wrds.; did you mean min_words"):
         QualityConfig(languages={"zh": {"min_wrds": 5}})
     with pytest.raises(ValueError, match=r"languages.en.max_special_chars: Input should be less than or equal to 1"):
         QualityConfig(languages={"en": {"max_special_chars": 3}})

@@ -11,8 +11,9 @@ import math
 import pytest
 
 from bloomdata.clean.config import PRESETS, CleanConfig
-from bloomdata.clean.filters import QualityFilter, load_word_lists
-from bloomdata.clean.models import check_models, perplexity, perplexity_model, sentencepiece_model
+from bloomdata.clean.lang_models import check_models, perplexity, perplexity_model, sentencepiece_model
+from bloomdata.clean.language import load_word_lists
+from bloomdata.clean.quality_filter import QualityFilter
 from bloomdata.config_loader import load_config
 from tests.data import CORPUS_DIR
 

@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from bloomdata.clean import roots
-from bloomdata.clean.config import PRESETS, ROOTS_STEPS, CleanConfig
-from bloomdata.clean.filters import QualityFilter, load_word_lists
+from bloomdata.clean.config import FILTERS, PRESETS, ROOTS_STEPS, CleanConfig
+from bloomdata.clean.language import load_word_lists
 from bloomdata.clean.measures import word_ratio
-from bloomdata.clean.steps import FILTERS, Filter
+from bloomdata.clean.quality_filter import QualityFilter
+from bloomdata.clean.steps import Filter
 from bloomdata.clean.text import roots_remove_words, roots_words
 from bloomdata.cli.clean import parser
 from bloomdata.config_loader import load_config
@@ -173,8 +174,8 @@ def test_steps_are_registered_classes():
     for name, cls in FILTERS.items():
         assert issubclass(cls, Filter) and cls.name == name and cls.measures and cls.reasons
     config = preset()
-    language = QualityFilter(config, *load_word_lists(config.quality)).language("en")
-    assert [s.name for s in language.steps] == list(ROOTS_STEPS[:6])  # no lang-id or KenLM model given
+    steps = QualityFilter(config, *load_word_lists(config.quality)).steps("en")
+    assert [s.name for s in steps] == list(ROOTS_STEPS[:6])  # no lang-id or KenLM model given
 
 
 @pytest.mark.parametrize("lang", LANGS12)

@@ -159,5 +159,26 @@ def test_derive_is_a_validated_model_copy():
     assert derive(base, optim={"lr": 0.25}).optim == Optim(lr=0.25)  # what the field accepts
     with pytest.raises(ValidationError, match="mode=exact runs at most 100 steps"):  # model_copy would not check
         derive(base, mode="exact", steps=200)
-    with pytest.raises(TypeError, match="Run has no field stepz"):
+    with pytest.raises(TypeError, match="Run has no field stepz; did you mean steps"):  # model_copy drops it
         derive(base, stepz=3)
+    with pytest.raises(ValidationError, match="name\n  Input should be a valid string"):  # model_copy stores it
+        derive(base, name=3)
+    assert base.model_copy(update={"name": 3}).name == 3 and base.model_copy(update={"stepz": 3}).steps == 10
+    assert derived.model_fields_set == {"name", "optim", "steps", "mode", "model"}  # what was given, as model_copy
+
+
+def test_every_derived_config_and_record_goes_through_derive():
+    """No ``model_copy(update=...)`` in the project's code (flows, library): it skips validation, so a misspelt key
+    would be dropped and a value of the wrong type stored; ``derive`` checks both."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for package in ("bloomdata", "bloomtrain", "flows"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                        node.func.attr == "model_copy" and any(k.arg == "update" for k in node.keywords):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, f"use bloomdata.config_loader.derive instead of model_copy(update=...) at {', '.join(found)}"

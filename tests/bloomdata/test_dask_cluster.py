@@ -22,8 +22,7 @@ import pytest
 
 from bloomdata.build import run_build
 from bloomdata.build.config import SHARDS_DIR
-from bloomdata.errors import BloomstackError
-from bloomdata.jobs.runner import ClusterLost
+from bloomdata.errors import BloomstackError, ClusterLost
 from tests.bloomdata.build_helpers import (
     BIG_SHARD_ROWS,
     BIG_SHARDS,

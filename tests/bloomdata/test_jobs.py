@@ -9,7 +9,8 @@ from pydantic import BaseModel
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
+from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, strict_error
 from bloomdata.readers import Reject, Shard
 
 
@@ -19,13 +20,21 @@ class _Summary(BaseModel):
     up_to_date: bool = False
 
 
-class _Job(ShardedJob[_Summary]):
+class _Copied(BaseModel):
+    text: str
+
+
+class _Job(ShardedJob[_Summary, _Copied]):
     files = JobFiles(writer="copy", lock=".copy.lock", summary="summary.json")
     summary_type = _Summary
 
     def __init__(self, out_dir, shards, fingerprint="f1", *, strict=False, rejects=0, fail=False):
-        super().__init__(JobPlan(str(out_dir), shards, fingerprint, Placement(workers=0, progress=False), strict))
+        keys = [f"k-{os.path.basename(s.path)}" for s in shards]
+        super().__init__(JobPlan(str(out_dir), shards, keys, fingerprint, Placement(workers=0, progress=False), strict))
         self.rejects, self.fail, self.calls = rejects, fail, 0
+
+    def load_marker(self, shard: Shard, key: str) -> _Copied | None:
+        return durable.read_manifest(_marker(self.plan.out_dir, shard), key, _Copied)
 
     def intact(self, summary: _Summary) -> bool:
         return os.path.isfile(summary.out)
@@ -43,6 +52,37 @@ class _Job(ShardedJob[_Summary]):
 def _read(shard: Shard) -> str:
     with open(shard.path) as f:
         return f.read()
+
+
+def _marker(out_dir: str, shard: Shard) -> str:
+    return os.path.join(out_dir, f"{os.path.basename(shard.path)}.done.json")
+
+
+def _copy(shard: Shard, out_dir: str, key: str) -> _Copied:
+    """A first stage: the shard's text, with its completion marker."""
+    copied = _Copied(text=_read(shard))
+    durable.write_marker(_marker(out_dir, shard), key, copied)
+    return copied
+
+
+def test_the_first_stage_runs_the_shards_without_a_marker_and_reuses_the_others(tmp_path):
+    out, shards = tmp_path / "out", _shards(tmp_path)
+    out.mkdir()
+    job = _Job(out, shards)
+    _copy(shards[1], str(out), job.plan.keys[1])  # b done by an earlier run
+    ran: list[str] = []
+    counted: list[str] = []
+
+    def step(shard: Shard) -> _Copied:
+        ran.append(os.path.basename(shard.path))
+        return _copy(shard, str(out), job.plan.keys[0])
+
+    manifests, pending = job.first_stage("copy", step, lambda m: counted.append(m.text))
+    assert [m.text for m in manifests] == ["a", "b"] and pending == [0] and ran == ["a.txt"]
+    assert counted == ["b", "a"]  # the reused one first, then each as it comes
+    assert job.marked() == 2
+    assert job.first_stage("copy", step) == (manifests, []) and ran == ["a.txt"]  # all marked: nothing runs
+    assert _Job(out, shards[:1]).marked() == 1 and _Job(tmp_path / "elsewhere", shards).marked() == 0
 
 
 def _shards(tmp_path):

@@ -55,6 +55,46 @@ def test_on_error_sees_the_error_before_it_propagates(tmp_path):
     assert probe["ended"] == "error" and probe["seen"] == 1 and "non-finite loss" in probe["error"]
 
 
+def _train_in_order(overrides: list[str], probe_out: str, reverse: bool) -> dict:
+    """Train with the run's callbacks (a stateful user one among them) handed to the Trainer in the order
+    build_trainer gives, or reversed; what the last checkpoint saved."""
+    import hashlib
+
+    from bloomtrain.train import build_trainer
+    from bloomtrain.trainer import Trainer
+
+    built = build_trainer(load_config(TINY, overrides), callbacks=[Probe(probe_out)])
+    given = built.callbacks[::-1] if reverse else built.callbacks
+    trainer = Trainer(built.cfg, built.module, built.state, built.train_data, built.checkpointer, given)
+    result = trainer.fit()
+    saved = trainer.checkpointer.load()
+    assert saved is not None
+    weights = hashlib.sha256()
+    for name, tensor in sorted(trainer.module.engine.module.state_dict().items()):
+        weights.update(name.encode() + tensor.detach().float().numpy().tobytes())
+    return {"given": [type(cb).__name__ for cb in given], "ran": [type(cb).__name__ for cb in trainer.callbacks],
+            "position": saved.position, "callbacks": saved.callbacks, "weights": weights.hexdigest(),
+            "losses": result.losses}
+
+
+def test_callbacks_run_by_priority_so_a_reversed_list_saves_the_same_checkpoint(tmp_path):
+    """The checkpoint callback saves after every callback that changes its state in the iteration, whatever the
+    order they were passed in: the probe counts iterations in post_step, so a save before it would hold 2."""
+    runs = {}
+    for reverse in (False, True):
+        run_dir = tmp_path / ("reversed" if reverse else "given")
+        overrides = [*EXACT, "schedule.train_iters=3", f"checkpoint.dir={run_dir / 'ckpt'}", "checkpoint.save_interval=3",
+                     f"logging.dir={run_dir / 'logs'}"]
+        runs[reverse] = run_distributed(_train_in_order, 1, overrides, str(run_dir / "probe.json"), reverse,
+                                        timeout_s=300)[0]
+    given, reversed_ = runs[False], runs[True]
+    assert reversed_["callbacks"] == given["callbacks"] and given["callbacks"]["Probe"] == {"seen": 3}
+    assert (reversed_["position"], reversed_["weights"], reversed_["losses"]) == \
+        (given["position"], given["weights"], given["losses"])
+    assert reversed_["given"] == given["given"][::-1] and reversed_["ran"] == given["ran"]
+    assert given["ran"][:2] == ["NanDrillCallback", "MetricsCallback"] and given["ran"][-1] == "CheckpointCallback"
+
+
 def test_a_configured_callback_that_cannot_be_built_is_one_line_naming_it(tmp_path):
     with pytest.raises(BloomstackError, match=r"^callbacks\[0\] \(tests\.nowhere:Probe\): cannot import it"):
         configured_callbacks([CallbackSpec(target="tests.nowhere:Probe")])

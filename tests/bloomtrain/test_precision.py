@@ -11,7 +11,8 @@ import json
 import pytest
 
 from bloomtrain.config import load_config
-from bloomtrain.precision import CpuInfo, fit_precision, read_precision
+from bloomtrain.metrics import START_EVENT, read_precision
+from bloomtrain.precision import CpuInfo, fit_precision
 from tests.bloomtrain.train_helpers import EXACT, TINY
 from tests.gloo_harness import run_distributed
 
@@ -85,7 +86,7 @@ def test_the_trainer_runs_the_fitted_precision_and_records_it(tmp_path):
     assert (r["optimizer"], r["dtypes"], r["precision"]) == ("ClippedAdamW", {"torch.float32"}, "fp32")
     assert r["selfcheck"] == {"float32"} and len(r["losses"]) == 2
     lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert lines[0]["event"] == "precision"  # the record comes first, before the throughput formula
+    assert lines[0]["event"] == START_EVENT and lines[0]["precision"]["ran"] == "fp32"  # in the launch's header
     record = read_precision(tmp_path / "metrics.jsonl")
     assert record is not None and (record.configured, record.ran) == ("bf16", "fp32")
     assert record.device == "cpu (AMD EPYC 7B12; torch CPU kernels: AVX2)"

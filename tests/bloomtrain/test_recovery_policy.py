@@ -6,12 +6,14 @@ test_torchrun_nodes.py (two agents) and test_slurm_cluster.py (a Slurm cluster).
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
 from bloomtrain.checkpoint.tags import commit_tag
-from bloomtrain.exit_record import ExitRecord, Recorder, read_attempt, write_record
+from bloomtrain.exit_record import ExitKind, ExitRecord, Recorder, read_attempt, write_record
 from bloomtrain.recovery import (
+    AFTER_KIND,
     LaunchOutcome,
     NodeView,
     after_launch,
@@ -104,13 +106,13 @@ def launch(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
 
-    def decide(kinds, *, rc=0, saved=None, before="global_step2", requeues=0, **kw):
+    def decide(kinds, *, rc=0, saved=None, before="global_step2", requeues=0, max_requeues=2, **kw):
         exits = tmp_path / f"exits-{len(list(tmp_path.iterdir()))}"
         for rank, kind in enumerate(kinds):
             _record(exits, rank, kind, node=f"n{rank}", message="E" if kind != "running" else "", ended=float(rank))
         commit_tag(ckpt, saved or before)
         return after_launch(LaunchOutcome(exit_dir=str(exits), returncode=rc, checkpoint_dir=str(ckpt), before=before,
-                                          requeues=requeues, max_requeues=2, **kw))
+                                          requeues=requeues, max_requeues=max_requeues, **kw))
 
     return decide
 
@@ -135,7 +137,11 @@ def test_after_a_launch_continues_only_after_progress_and_within_the_limit(launc
                                              "global_step5; relaunching (2 of 2): the next attempt resumes from "
                                              "global_step5")
     d = launch(["failure", "running"], rc=1, saved="global_step5", requeues=2)
-    assert (d.action, d.exit_code) == ("stop", 1) and "not requeued: requeued 2 times already (max 2)" in d.line
+    assert (d.action, d.exit_code) == ("stop", 1) and d.line.endswith(
+        "; not requeued: requeued 2 times already (max 2); run it again to continue from global_step5")
+    d = launch(["time_budget"], saved="global_step5", max_requeues=0)
+    assert (d.action, d.exit_code) == ("stop", 1) and d.line.endswith(
+        "; not requeued (requeues are off: max 0); run it again to continue from global_step5")
     d = launch(["failure", "failure"], rc=1)
     assert (d.action, d.exit_code) == ("stop", 1) and d.line == (
         "training failed (rank 0 on n0 failed: E) without a new checkpoint in this attempt (latest: global_step2); "
@@ -144,3 +150,47 @@ def test_after_a_launch_continues_only_after_progress_and_within_the_limit(launc
     assert "the launch exited with code 1 before any rank started" in d.line and d.action == "stop"
     d = launch(["failure"], rc=1, saved="global_step5", timed_out=True)
     assert (d.action, d.exit_code) == ("stop", 1) and "killed at its time limit" in d.line
+
+
+# What an attempt leads to when every rank ended with one kind, after a new checkpoint and with requeues left:
+# (action, exit code), for the exit code a rank of that kind exits with. A new ExitKind needs its line here and
+# its rule in bloomtrain.recovery.AFTER_KIND.
+AFTER_EVERY_KIND = {
+    ExitKind.RUNNING: (1, ("requeue", 0)),  # died without a word: a failure
+    ExitKind.FINISHED: (0, ("stop", 0)),
+    ExitKind.TIME_BUDGET: (0, ("requeue", 0)),
+    ExitKind.SIGNAL: (0, ("stop", 0)),
+    ExitKind.KILL_SWITCH: (0, ("stop", 0)),
+    ExitKind.CONFIG_ERROR: (2, ("stop", 2)),
+    ExitKind.FAILURE: (1, ("requeue", 0)),
+}
+
+
+@pytest.mark.parametrize("kind", list(ExitKind), ids=str)
+def test_recovery_has_a_rule_for_every_exit_kind(launch, kind):
+    assert set(AFTER_KIND) == set(ExitKind) == set(AFTER_EVERY_KIND)
+    rc, expected = AFTER_EVERY_KIND[kind]
+    d = launch([kind, kind], rc=rc, saved="global_step5")
+    assert (d.action, d.exit_code) == expected, d.line
+    assert AFTER_KIND[kind].said in d.line or kind == ExitKind.FAILURE  # a failure is named by its message
+
+
+def test_the_exit_kind_is_typed_end_to_end():
+    """mypy rejects a string where an ExitKind goes: the trainer's stop request, the exit record's ending."""
+    from mypy import api
+
+    root = Path(__file__).resolve().parents[2]
+    source = root / "bloomtrain" / "_kind_probe.py"  # inside the package: mypy reads the project's config for it
+    source.write_text(
+        "from bloomtrain.callbacks.base import TrainerView\nfrom bloomtrain.exit_record import ExitKind, Recorder\n\n\n"
+        "def stop(trainer: TrainerView, recorder: Recorder) -> None:\n"
+        "    trainer.request_stop('why', ExitKind.SIGNAL)\n    recorder.end(ExitKind.FINISHED)\n"
+        "    trainer.request_stop('why', 'signal')\n    recorder.end('finished')\n")
+    try:
+        out, _, status = api.run(["--config-file", str(root / "pyproject.toml"), "--cache-dir",
+                                  str(root / ".mypy_cache"), str(source)])
+    finally:
+        source.unlink()
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1 and [line.split(":")[1] for line in errors] == ["8", "9"], out
+    assert all('incompatible type "str"; expected "ExitKind"' in line for line in errors), out

@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 from bloomdata.blend.spec import BlendDataset, BlendSpec
+from bloomdata.megatron.builder import spread_indices
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, save_tokenizer, train_from_texts
 from bloomtrain.config import load_config
-from bloomtrain.data import build_valid_sets, eval_micro_batches, spread_indices, token_byte_lengths
+from bloomtrain.data import build_valid_sets, eval_micro_batches, token_byte_lengths
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
 from tests.data import CORPUS_DIR
 from tests.gloo_harness import run_distributed

@@ -75,7 +75,7 @@ def losses_by_start(log_dir: Path) -> tuple[dict[int, float], list[list[int]]]:
     starts: list[list[int]] = []
     for line in (log_dir / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
-        if rec.get("event") == START_EVENT:  # the header every start writes (after its precision record)
+        if rec.get("event") == START_EVENT:  # the header every start writes (with its precision)
             starts.append([])
         elif "loss" in rec:
             losses[rec["iteration"]] = rec["loss"]

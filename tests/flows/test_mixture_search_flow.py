@@ -87,3 +87,20 @@ def test_pipeline_blend_takes_the_search_proposal(prefect_harness, stub_proxies,
     assert {d.name: d.weight for d in spec.datasets} == pytest.approx(proposal)
     assert spec.split == "90,10,0" and spec.token_budget == training_tokens(config.train)
     assert read_marker(root / "blend").config["overrides"] == proposal
+
+
+def test_the_search_stage_keys_the_datasets_the_search_reads(tmp_path):
+    """``input_files`` lists the datasets as ``bloomdata.blend.tune.named_datasets`` does for the blend and the
+    search: a named one, then each dataset of datasets_dir not named (one .bin and .idx each)."""
+    from bloomdata.blend.tune import named_datasets
+    from bloomtrain.mixture_search.config import MixtureSearchConfig
+    from flows.mixture_search import input_files
+
+    made = write_datasets(tmp_path, {"en": 5, "fr": 5})
+    config = MixtureSearchConfig(datasets={"fr": str(made["data"] / "fr")}, datasets_dir=str(made["data"]),
+                                 tokenizer=str(made["tokenizer"]), out_dir=str(tmp_path / "out"), split="80,20,0")
+    named = named_datasets(config.datasets, config.datasets_dir)
+    assert named == {"fr": str(made["data"] / "fr"), "en": str(made["data"] / "en")}
+    files = input_files(config)
+    assert files[:4] == [f"{p}.{ext}" for p in named.values() for ext in ("idx", "bin")]
+    assert files[4] == str(made["tokenizer"] / "tokenizer.json")

@@ -24,7 +24,8 @@ from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomtrain.config import load_config
 from bloomtrain.data import per_dataset_valid_sets
-from bloomtrain.precision import CpuInfo, PrecisionChoice, read_precision
+from bloomtrain.metrics import read_precision
+from bloomtrain.precision import CpuInfo, PrecisionChoice
 from flows.config import DEMO_LANGS
 from flows.pipeline import wire_training
 from flows.rehearsal import RehearsalConfig, pipeline_config

@@ -1,9 +1,7 @@
-"""The quality filters of a clean run: each language's settings resolved once, and the steps run in order.
+"""One language as the filter steps see it: its settings, word lists, models and word rule (``Language``),
+and one document of it (``Doc``).
 
-``QualityFilter.document(text, lang)`` applies the document modifications (``normalize``, then ROOTS's
-per-language word removals when set) and returns a ``Doc``; ``QualityFilter.reason(doc)`` runs the
-language's steps (``bloomdata.clean.steps``) in ``quality.steps`` order and returns the first reason to
-remove it, or None. Two ways of finding words (``quality.words``):
+Two ways of finding words (``quality.words``):
 
 - ``units`` (the default preset): word units (``bloomdata.clean.text.word_units``: a word, or one character of
   an unspaced script, lower-cased, stripped of punctuation and digits), so one set of thresholds fits every
@@ -21,7 +19,6 @@ whitespace, which makes a Chinese document one word.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -29,12 +26,12 @@ import numpy as np
 from bloomdata.clean import roots
 from bloomdata.clean.closed_class import CLOSED_CLASS_WORDS
 from bloomdata.clean.config import CleanConfig, QualityConfig, Thresholds
-from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_ratio, word_repetition_ratio
-from bloomdata.clean.models import LangId, perplexity_model, sentencepiece_model
-from bloomdata.clean.steps import FILTERS, Doc, Filter
+from bloomdata.clean.lang_models import LangId, perplexity_model, sentencepiece_model, sentencepiece_words
+from bloomdata.clean.measures import word_ratio
 from bloomdata.clean.text import (
     CASE_SENSITIVE,
-    normalize,
+    code_points,
+    roots_flags,
     roots_remove_words,
     roots_special_table,
     roots_words,
@@ -42,9 +39,6 @@ from bloomdata.clean.text import (
     word_units,
 )
 from bloomdata.errors import BloomstackError
-
-__all__ = ["Doc", "Language", "QualityFilter", "char_repetition_ratio", "load_word_lists", "special_ratio",
-           "word_ratio", "word_repetition_ratio"]
 
 
 def base_lang(lang: str | None) -> str:
@@ -76,16 +70,11 @@ class Language:
         self.augmentation = tuple(self.t.word_augmentation)
         self.words: Callable[[Doc], list[str]] = self._word_rule()
         self.remove = bool(self.t.remove_words_containing) or self.t.max_word_length is not None
-        self.steps: list[Filter] = [s for s in (FILTERS[name].build(self) for name in config.quality.steps
-                                                if config.quality.enabled or name in ("lang_id", "perplexity"))
-                                    if s is not None]
 
     def _word_rule(self) -> Callable[[Doc], list[str]]:
         if not self.roots:
             return lambda doc: word_units(doc.text)
         if self.t.sentencepiece_words and self.sentencepiece is not None:
-            from bloomdata.clean.models import sentencepiece_words
-
             return lambda doc: sentencepiece_words(self.sentencepiece, doc.text)
         per_character = self.t.sentencepiece_words
         return lambda doc: roots_words(doc.text, per_character, flags=doc.flags)
@@ -108,40 +97,50 @@ class Language:
         return roots_remove_words(text, self.t.remove_words_containing, self.t.max_word_length)
 
 
+class Doc:
+    """One document as the steps see it: its text (after the document modifications), its language's
+    settings, and the views the measures share, each computed on first use."""
+
+    __slots__ = ("text", "lang", "language", "_words", "_cp", "_count", "_flags")
+
+    def __init__(self, text: str, lang: str | None, language: Language):
+        self.text, self.lang, self.language = text, lang, language
+        self._words: list[str] | None = None
+        self._cp: np.ndarray | None = None
+        self._count: int | None = None
+        self._flags: int | None = None
+
+    @property
+    def words(self) -> list[str]:
+        """Lower-cased words stripped of special characters (the language's word rule)."""
+        if self._words is None:
+            self._words = self.language.words(self)
+        return self._words
+
+    @property
+    def word_count(self) -> int:
+        """The number of words as ROOTS counts them (stripped, not lower-cased)."""
+        if self._count is None:
+            self._count = self.language.word_count(self)
+        return self._count
+
+    @property
+    def flags(self) -> int:
+        """``bloomdata.clean.text.roots_flags`` of the text (what ROOTS's word rule needs to know)."""
+        if self._flags is None:
+            self._flags = roots_flags(self.cp)
+        return self._flags
+
+    @property
+    def cp(self) -> np.ndarray:
+        if self._cp is None:
+            self._cp = code_points(self.text)
+        return self._cp
+
+
 def _word_set(lists: dict[str, list[str]], lang: str | None) -> frozenset[str] | None:
     words = lists.get(lang or "") or lists.get(base_lang(lang))
     return frozenset(words) if words else None
-
-
-class QualityFilter:
-    """``document(text, lang)``: the modified document; ``reason(doc)``: the first failed step, or None."""
-
-    def __init__(self, config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]):
-        self.config = config
-        self.closed, self.flagged = closed, flagged
-        self.lang_id = LangId(config.lang_id) if config.lang_id.model else None
-        self.language = functools.lru_cache(maxsize=256)(self._resolve)
-
-    def _resolve(self, lang: str | None) -> Language:
-        return Language(lang, self.config, self.closed, self.flagged, self.lang_id)
-
-    def document(self, text: str, lang: str | None) -> Doc:
-        """The document after normalization and its language's word removals."""
-        language = self.language(lang)
-        return Doc(language.modify(normalize(text, self.config.normalize)), lang, language)
-
-    def check(self, text: str, lang: str | None) -> str | None:
-        """The reason to remove ``text`` (as read), or None."""
-        return self.reason(self.document(text, lang))
-
-    def reason(self, doc: Doc) -> str | None:
-        if not doc.text:
-            return "empty"
-        for step in doc.language.steps:
-            verdict = step.keep(doc)
-            if verdict is not True:
-                return verdict if isinstance(verdict, str) else step.reasons[0]
-        return None
 
 
 def _words(value: list[str] | str, setting: str) -> list[str]:

@@ -1,8 +1,9 @@
-"""The optional model-based filters: language-id confidence (fastText) and perplexity (KenLM).
+"""The language models of the optional model-based filters: fastText (language id), KenLM (perplexity) and
+sentencepiece (words and perplexity of the languages ROOTS tokenised).
 
-Both models are the user's: the steps are off until a model path is given. ``fasttext`` and ``kenlm`` are
-not dependencies of bloomstack (native builds, and most users never turn these steps on): they are imported
-when a model is configured, and a missing package or file is one ``BloomstackError`` line with the fix,
+The models are the user's: the steps are off until a model path is given. ``fasttext``, ``kenlm`` and
+``sentencepiece`` are not dependencies of bloomstack (native builds, and most users never turn these steps on):
+they are imported when a model is configured, and a missing package or file is one ``BloomstackError`` line with the fix,
 raised by ``check_models`` in the driver before anything is written. Models load once per worker process
 (``functools.lru_cache`` keyed by path, size and mtime, so a replaced file is reloaded).
 
@@ -27,6 +28,7 @@ from typing import Any
 
 from bloomdata.clean.config import CleanConfig, LangIdConfig
 from bloomdata.clean.text import roots_strip_words, roots_tables
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 
 INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install kenlm",
@@ -56,18 +58,18 @@ def check_models(config: CleanConfig) -> CleanConfig:
     if config.lang_id.model is not None:
         path = require_file(config.lang_id.model, "lang_id.model", "fastText language-id model")
         require_package("fasttext", "lang_id.model")
-        update["lang_id"] = config.lang_id.model_copy(update={"model": path})
+        update["lang_id"] = derive(config.lang_id, model=path)
     if config.perplexity.models:
         models = {lang: require_file(path, f"perplexity.models.{lang}", "KenLM model")
                   for lang, path in config.perplexity.models.items()}
         require_package("kenlm", "perplexity.models")
-        update["perplexity"] = config.perplexity.model_copy(update={"models": models})
+        update["perplexity"] = derive(config.perplexity, models=models)
     if config.sentencepiece.models:
         models = {lang: require_file(path, f"sentencepiece.models.{lang}", "sentencepiece model")
                   for lang, path in config.sentencepiece.models.items()}
         require_package("sentencepiece", "sentencepiece.models")
-        update["sentencepiece"] = config.sentencepiece.model_copy(update={"models": models})
-    return config.model_copy(update=update)
+        update["sentencepiece"] = derive(config.sentencepiece, models=models)
+    return derive(config, **update)
 
 
 def model_identity(path: str) -> dict[str, int | str]:
