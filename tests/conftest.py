@@ -18,6 +18,14 @@ os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)  # never talk to a developer's real server from tests
 
+# Without a GPU the flash-attention tests run Triton's CPU interpreter. Triton reads TRITON_INTERPRET when
+# triton.language is first imported, and DeepSpeed imports it on its own first import (any test module that
+# imports bloomtrain's engine), so the choice is made here, before any test module is collected.
+import torch  # noqa: E402
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_unconfigure(config):
     shutil.rmtree(_PREFECT_HOME, ignore_errors=True)

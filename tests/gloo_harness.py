@@ -1,6 +1,8 @@
 """The one multi-process harness: run ``fn(*args)`` on N gloo ranks of a fresh process group.
 
-Modelled on OLMo-core's testing/distributed.py. Ranks are forked (fast: no re-import of torch); each one
+Modelled on OLMo-core's testing/distributed.py. Ranks are forked (fast: no re-import of torch) unless the
+caller asks for ``start="spawn"`` (a parent that ran Inductor holds compile threads and locks a fork would copy
+mid-use: the child can hang on them); each one
 sets one thread and flush-denormal, joins a gloo group on a free localhost port, runs ``fn`` and writes its
 return value (``torch.save``) or its traceback to a temp dir, then leaves with ``os._exit`` (no atexit
 handlers inherited from the parent, pytest's among them). ``fn`` must be a module-level function (or any
@@ -77,11 +79,11 @@ class RankOutcome:
 class Ranks:
     """Running ranks started by ``start_ranks``."""
 
-    def __init__(self, fn: Callable, world_size: int, args: tuple, timeout_s: float) -> None:
+    def __init__(self, fn: Callable, world_size: int, args: tuple, timeout_s: float, start: str = "fork") -> None:
         self.fn, self.timeout_s = fn, timeout_s
         self._out = tempfile.mkdtemp(prefix="gloo_ranks_")
         port = free_port()
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context(start)
         self.procs = [ctx.Process(target=_rank_main, args=(fn, r, world_size, port, self._out, timeout_s, args),
                                   daemon=True) for r in range(world_size)]
         for p in self.procs:
@@ -125,15 +127,17 @@ class Ranks:
         return outcomes
 
 
-def start_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 120.0) -> Ranks:
+def start_ranks(fn: Callable, world_size: int, *args: Any, timeout_s: float = 120.0, start: str = "fork") -> Ranks:
     """Start ``fn(*args)`` on ``world_size`` gloo ranks and return without waiting."""
-    return Ranks(fn, world_size, args, timeout_s)
+    return Ranks(fn, world_size, args, timeout_s, start)
 
 
 def run_distributed(fn: Callable, world_size: int, *args: Any, timeout_s: float = 120.0,
-                    grace_s: float = 5.0) -> list[Any]:
-    """Run ``fn(*args)`` on ``world_size`` gloo ranks; return ``[result of rank 0, ...]``."""
-    outcomes = start_ranks(fn, world_size, *args, timeout_s=timeout_s).wait(grace_s)
+                    grace_s: float = 5.0, start: str = "fork") -> list[Any]:
+    """Run ``fn(*args)`` on ``world_size`` gloo ranks; return ``[result of rank 0, ...]``.
+
+    ``start="spawn"``: fresh interpreters (``fn`` and ``args`` are pickled), for parents that ran Inductor."""
+    outcomes = start_ranks(fn, world_size, *args, timeout_s=timeout_s, start=start).wait(grace_s)
     errors = []
     for r, o in enumerate(outcomes):
         if o.error is not None:

@@ -229,15 +229,17 @@ def _field_path_exists(model: type[BaseModel], key: tuple) -> bool:
     import typing
 
     from bloomdata.cli.options import _strip
+    from bloomdata.config_loader import fields_of
 
     tp: object = model
     for part in key:
         tp = _strip(tp)[0]
         if typing.get_origin(tp) is list:  # the items of a list[Model] field (their shared flags)
             tp = typing.get_args(tp)[0]
-        if not (isinstance(tp, type) and issubclass(tp, BaseModel)) or part not in tp.model_fields:
+        # fields_of: the model's fields and those it adds at run time (a filter step's parameters)
+        if not (isinstance(tp, type) and issubclass(tp, BaseModel)) or part not in fields_of(tp):
             return False
-        tp = tp.model_fields[part].annotation
+        tp = fields_of(tp)[part].annotation
     return True
 
 

@@ -103,6 +103,17 @@ def _store(ptrs, x, idx, bound, d, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
+def _program(Slopes, Seed, H, DROPOUT: tl.constexpr):
+    """This program's (batch x head) index, batch, head, base-2 ALiBi slope and dropout key (0 without dropout)."""
+    bh = tl.program_id(1)
+    h = bh % H
+    seed = 0
+    if DROPOUT:
+        seed = tl.load(Seed)
+    return bh, bh // H, h, tl.load(Slopes + h) * 1.4426950408889634, seed
+
+
+@triton.jit
 def _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL: tl.constexpr, DOT_MODE: tl.constexpr):
     """Base-2 scores ``[BLOCK_M, BLOCK_N]`` of q ``[BLOCK_M, D]`` against k ``[BLOCK_N, D]``, -inf where masked."""
     s = _mma(q, tl.trans(k), None, DOT_MODE) * qk_scale2
@@ -143,13 +154,8 @@ def attention_fwd_kernel(Q, K, V, Slopes, Seed, Out, Lse,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    POS0 = SK - SQ
-    slope2 = tl.load(Slopes + h) * 1.4426950408889634
-    seed = 0
-    if DROPOUT:
-        seed = tl.load(Seed)
+    bh, b, h, slope2, seed = _program(Slopes, Seed, H, DROPOUT)
+    POS0 = SK - SQ  # row i of the queries sits at key POS0 + i
     rows = start_m + tl.arange(0, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
     q = _tile(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], rows, SQ, d, HEAD_DIM,
@@ -213,13 +219,8 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
                               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
                               DOT_MODE: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    POS0 = SK - SQ
-    slope2 = tl.load(Slopes + h) * 1.4426950408889634
-    seed = 0
-    if DROPOUT:
-        seed = tl.load(Seed)
+    bh, b, h, slope2, seed = _program(Slopes, Seed, H, DROPOUT)
+    POS0 = SK - SQ  # row i of the queries sits at key POS0 + i
     cols = start_n + tl.arange(0, BLOCK_N)
     d = tl.arange(0, BLOCK_D)
     k = _tile(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kn + d[None, :], cols, SK, d, HEAD_DIM,
@@ -276,13 +277,8 @@ def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DQ,
                             EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
                             DOT_MODE: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    POS0 = SK - SQ
-    slope2 = tl.load(Slopes + h) * 1.4426950408889634
-    seed = 0
-    if DROPOUT:
-        seed = tl.load(Seed)
+    bh, b, h, slope2, seed = _program(Slopes, Seed, H, DROPOUT)
+    POS0 = SK - SQ  # row i of the queries sits at key POS0 + i
     rows = start_m + tl.arange(0, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
     q = _tile(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], rows, SQ, d, HEAD_DIM,

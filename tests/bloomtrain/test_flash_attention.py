@@ -1,7 +1,7 @@
 """The Triton flash ALiBi attention (bloomtrain.kernels.flash_attention) against the PyTorch reference.
 
-Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set below before the kernels are
-imported): the same kernel code, block loops, masks and Philox streams as on CUDA, on CPU tensors. The tile shapes
+Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py before
+any module imports triton): the same kernel code, block loops, masks and Philox streams as on CUDA, on CPU tensors. The tile shapes
 there are small and differ per kernel (``flash_attention.plan``), so every test crosses block edges, the diagonal
 blocks and the padded tails of rows, keys and head dims.
 
@@ -17,8 +17,8 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are first imported (flash_attention._triton)
+# tests/conftest.py chose the interpreter before triton was first imported (DeepSpeed imports it too).
+assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1", "run under tests/conftest.py"
 
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference
 from bloomtrain.kernels.attention import attention_reference

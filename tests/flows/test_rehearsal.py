@@ -100,7 +100,7 @@ def test_the_overrides_are_exactly_the_differences_from_the_recipe(tmp_path):
     assert ran.optim.precision == "bf16" and ran.model.hidden_dropout == ran.model.attention_dropout == 0.1
     assert ran.parallel.activation_checkpointing and ran.schedule.micro_batch_size == 2
     ds = ran.to_deepspeed_config(4)
-    assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"] == {"enabled": True}
+    assert ds["zero_optimization"]["stage"] == 1 and ds["bf16"] == {"enabled": True, "immediate_grad_update": True}
     md = overrides_markdown(rows, 4000, tmp_path / "rehearsal")
     assert md.count("\n| `") == len(rows) == len(SIZES) + len(WIRED) and "`vocab_size` 250,680 -> 4,000" in md
     assert "| `schedule.rampup_batch_size` | `[192, 16, 9765625]` | `[4, 2, 800]` |" in md
