@@ -6,7 +6,7 @@ Run under torchrun from the repository root, exactly like the real trainer (``-m
 
 - ``FAULT_RANK``: the global rank that dies (no fault when unset);
 - ``FAULT_AFTER``: an iteration number: the rank dies right after that iteration's checkpoint (the
-  callback runs after the checkpoint callback, whose save ends with a barrier once ``latest`` moved);
+  callback's priority is below the checkpoint callback's, whose save ends with a barrier once ``latest`` moved);
   ``start``: it dies as soon as the trainer resumed, on every start; ``launch``: it dies as soon as it is
   launched, before it imports torch, on every start (a rank that keeps dying, within a second);
 - ``FAULT_MARKER``: a file; when given, the fault happens once: the file is created just before the kill,
@@ -38,9 +38,11 @@ def die(rank: int, where: str, marker: Path | None) -> None:
 
 def kill_rank_callback(rank: int, after: str, marker: Path | None):
     """The callback that kills ``rank`` after the checkpoint of iteration ``after``, or at the start."""
-    from bloomtrain.callbacks.base import Callback  # noqa: PLC0415 - bloomtrain.callbacks imports torch
+    from bloomtrain.callbacks.base import CHECKPOINT, Callback  # noqa: PLC0415 - bloomtrain.callbacks imports torch
 
     class KillRank(Callback):
+        priority = CHECKPOINT - 1  # after the checkpoint callback's save (its barrier: `latest` moved everywhere)
+
         def pre_train(self, trainer) -> None:
             if after == "start":
                 die(rank, "at the start", marker)
