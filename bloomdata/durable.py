@@ -85,6 +85,11 @@ def publish(renames: Sequence[tuple[PathLike, PathLike]], *, fsync: bool = True)
             fsync_dir(directory)
 
 
+Writer = Callable[[PathLike, Callable[[IO[bytes]], object]], None]
+"""``write_with``'s shape: functions that write a durable file take one (default ``write_with``), so that a caller
+can route their writes through its own bookkeeping (a checkpoint save's ledger: bloomtrain.checkpoint.manifest)."""
+
+
 def write_with(path: PathLike, write: Callable[[IO[bytes]], object], *, fsync: bool = True) -> None:
     """Atomically replace ``path`` with what ``write(binary file)`` writes (see the module docstring)."""
     path = os.fspath(path)
@@ -138,10 +143,14 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def json_text(obj: Any, indent: int | None = 1) -> str:
+    """``obj`` (plain types or pydantic models) as the JSON text ``write_json`` writes, final newline included."""
+    return json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, default=str) + "\n"
+
+
 def write_json(path: PathLike, obj: Any, *, fsync: bool = True, indent: int | None = 1) -> None:
     """Atomically write ``obj`` (plain types or pydantic models) as UTF-8 JSON with a final newline."""
-    text = json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, default=str) + "\n"
-    write_text(path, text, fsync=fsync)
+    write_text(path, json_text(obj, indent), fsync=fsync)
 
 
 def read_json(path: PathLike) -> Any | None:
@@ -169,6 +178,32 @@ def content_key(value: Any, length: int = KEY_LENGTH) -> str:
 def digest(data: bytes | memoryview) -> str:
     """xxh3-128 of bulk contents (arrays, files): fast enough to check every load (~30 GB/s)."""
     return xxhash.xxh3_128(data).hexdigest()
+
+
+class DigestWriter:
+    """A binary file object that passes every write on to ``f`` (None: nowhere) and keeps the count and the
+    ``digest`` of the bytes: a writer hands it to a library (``torch.save``) to learn what it wrote without
+    reading the file back, or, with ``f=None``, how many bytes it would write."""
+
+    def __init__(self, f: IO[bytes] | None = None) -> None:
+        self.f = f
+        self.bytes = 0
+        self._hash = xxhash.xxh3_128()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        self.bytes += view.nbytes
+        if self.f is not None:
+            self.f.write(view)
+        return view.nbytes
+
+    def flush(self) -> None:
+        if self.f is not None:
+            self.f.flush()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
 
 
 def file_digest(path: PathLike, chunk: int = 1 << 24) -> str:

@@ -1,7 +1,8 @@
 """Exit records: how each rank of each training attempt ended, one small JSON file per rank.
 
 torchelastic's error file (``TORCHELASTIC_ERROR_FILE``) says why a rank *failed*; an exit record says how it
-ended, whatever the ending (finished, time budget, signal, kill switch, config or input error, failure), at
+ended, whatever the ending (finished, time budget, signal, kill switch, config or input error, full disk, damaged
+checkpoint, failure), at
 which iteration and with which checkpoint. The restart hook of ``bloomtrain.launcher``, the flows and the
 Slurm job read them through ``bloomtrain.recovery``, which decides retry / requeue / stop: nobody parses log
 lines. Layout, under the launch's exit directory (``BLOOMTRAIN_EXIT_DIR``, which the launchers set on a
@@ -33,8 +34,14 @@ EXIT_DIR_ENV = "BLOOMTRAIN_EXIT_DIR"
 NODE_ENV = "BLOOMTRAIN_NODE"
 AGENT_ENV = "BLOOMTRAIN_AGENT"  # set by bloomtrain.launcher: its agent reports failures, the ranks stay quiet
 
-ExitKind = Literal["running", "finished", "time_budget", "signal", "kill_switch", "config_error", "failure"]
+ExitKind = Literal["running", "finished", "time_budget", "signal", "kill_switch", "config_error", "disk_full",
+                   "corrupt_checkpoint", "failure"]
 ENDED_ON_PURPOSE = ("finished", "time_budget", "signal", "kill_switch")  # the trainer saved and exited 0
+NOT_RETRIED = {"config_error": "config or input error", "disk_full": "disk full",
+               "corrupt_checkpoint": "damaged checkpoint"}
+"""Endings a retry would meet again (the same config, the same full disk, the same damaged files, with
+``checkpoint.on_corrupt=fail``): the user must act. Never restarted, requeued or relaunched; exit 2. Values: what
+bloomtrain.recovery calls them."""
 
 
 class ExitRecord(BaseModel):
@@ -163,6 +170,11 @@ class Recorder:
         self.record = self.record.model_copy(update={"resumed_from": resumed_from, "checkpoint": resumed_from,
                                                      "checkpoint_dir": checkpoint_dir})
         self._write()
+
+    def resumed(self, tag: str | None) -> None:
+        """The checkpoint the trainer loaded (in memory; written with the ending): not ``latest`` as ``open`` read it
+        when that one was damaged and an earlier one was loaded instead."""
+        self.record = self.record.model_copy(update={"resumed_from": tag, "checkpoint": tag})
 
     def progress(self, iteration: int, checkpoint: str | None) -> None:
         """Remember where training is (in memory; written with the ending)."""

@@ -12,7 +12,11 @@ each leave a completion marker (``bloomdata.durable``). ``ShardedJob.run`` owns,
   outputs are ``intact`` returns it marked ``up_to_date`` and does nothing, unless ``strict`` must look at
   rejects an earlier lenient run skipped;
 - the --strict message for a rejected row (``strict_error``), wherever the job finds it;
-- a lost Dask cluster (``ClusterLost``, raised by ``bloomdata.jobs.executor``) says how many shards are done (``marked``).
+- a lost Dask cluster (``ClusterLost``, raised by ``bloomdata.jobs.executor``) says how many shards are done (``marked``);
+- a full disk, in a worker or here (an ``OSError`` ENOSPC, or the ``DiskFull`` a worker hands back): after the sweep of
+  what no marker vouches for, one line (``bloomdata.disk.DiskFull``, exit 2) naming the output directory, its
+  filesystem, the space the rest of the job needs (``space_needed``: the job's estimate) and the space free, and
+  how many shards are done (a rerun reuses them).
 
 ``Placement`` says where the steps run (a caller's Dask client, an existing scheduler, a LocalCluster of
 ``workers`` processes opened once for the whole run when a stage first has work, or this process with
@@ -37,6 +41,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from pydantic import BaseModel
 
 from bloomdata import durable
+from bloomdata.disk import DiskFull, disk_full, is_disk_full
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import Reject, Shard
 
@@ -203,6 +208,18 @@ class ShardedJob(ABC, Generic[S]):
         (a rerun reuses them)."""
         return 0
 
+    def space_needed(self) -> int | None:
+        """About how many more bytes the job needs in its output directory to finish (its peak: e.g. the shards
+        still to write and the merged outputs beside them); None: no estimate."""
+        return None
+
+    def out_of_space(self) -> DiskFull:
+        """The full disk's one line, once the sweep after the failure is done (``on_failure``)."""
+        done, total = self.marked(), len(self.plan.shards)
+        return disk_full(self.plan.out_dir, f"this {self.files.writer}", self.space_needed(), estimated=True,
+                         key="out_dir", then=f"run the same command again: it reuses the {done} of {total} "
+                                             f"{self.files.marked} done")
+
     def previous(self) -> S | None:
         """The summary of an earlier run with this fingerprint whose outputs are intact; None otherwise."""
         summary = durable.read_manifest(self.summary_path, self.plan.fingerprint, self.summary_type)
@@ -221,9 +238,11 @@ class ShardedJob(ABC, Generic[S]):
             try:
                 with counting_done(self.marked, len(p.shards), self.files.marked):
                     summary = self.work()
-            except BaseException:
+                durable.write_marker(self.summary_path, p.fingerprint, summary)
+            except BaseException as exc:
                 self.on_failure()
+                if isinstance(exc, DiskFull) or is_disk_full(exc):
+                    raise self.out_of_space() from None
                 raise
-            durable.write_marker(self.summary_path, p.fingerprint, summary)
             self.finish(summary)
         return summary

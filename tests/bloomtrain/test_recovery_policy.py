@@ -87,7 +87,7 @@ def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path)
     assert decision.line == "rank 0 on n1: config or input error, not retried: data.blend: x not found"
 
     views = [node_view("n1", [0], {0: 1}, read_attempt(tmp_path, 0))]
-    views[0].config_error = None
+    views[0].user_error = None
     decision = after_worker_failure(views, {"n2": [2, 3]}, restarts_left=3, max_restarts=3)
     assert (decision.action, decision.exit_code) == ("stop", 1)
     assert decision.line == ("lost node n2 (ranks 2, 3): its agent stopped answering, so no restart on these nodes; "
