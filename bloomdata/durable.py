@@ -130,6 +130,16 @@ def write_text(path: PathLike, text: str, *, fsync: bool = True) -> None:
     write_bytes(path, text.encode("utf-8"), fsync=fsync)
 
 
+def rewrite_in_place(path: PathLike, data: bytes) -> None:
+    """The last resort on a full disk, for a small file that exists: overwrite its bytes where they lie (no
+    temporary file, so no new block while ``data`` fits in the blocks the file has). Not atomic: a reader may see
+    a torn file for an instant, which ``read_json`` reads as missing."""
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.truncate()
+        sync_file(f)
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain JSON types for ``value``: pydantic models dumped in JSON mode, paths as strings."""
     if isinstance(value, BaseModel):

@@ -29,6 +29,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from bloomdata import durable
+from bloomdata.disk import is_disk_full
 
 EXIT_DIR_ENV = "BLOOMTRAIN_EXIT_DIR"
 NODE_ENV = "BLOOMTRAIN_NODE"
@@ -102,12 +103,22 @@ def attempts(root: str | Path) -> list[int]:
     return sorted(int(n) for n in found if n.isdigit())
 
 
-def write_record(root: str | Path, record: ExitRecord | NodeRecord) -> Path:
+def write_record(root: str | Path, record: ExitRecord | NodeRecord) -> Path | None:
+    """Write the record (atomically). The exit directory may share a disk that filled up: then an existing record
+    (a rank's ``running``) is rewritten in the blocks it has, since a rank without its ending would read as a death
+    and be retried; a new one is not written (None)."""
     folder = attempt_dir(root, record.attempt)
-    folder.mkdir(parents=True, exist_ok=True)
     name = f"rank-{record.rank}" if isinstance(record, ExitRecord) else f"node-{record.node}"
     path = folder / f"{name}.json"
-    durable.write_json(path, record)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        durable.write_json(path, record)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        if not path.is_file():
+            return None
+        durable.rewrite_in_place(path, durable.json_text(record).encode("utf-8"))
     return path
 
 
@@ -184,9 +195,13 @@ class Recorder:
         update = {"kind": kind, "message": message, "ended": time.time()}
         if tb is not None and self.root is not None:
             path = attempt_dir(self.root, self.record.attempt) / f"rank-{self.record.rank}.traceback"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            durable.write_text(path, tb)
-            update["traceback"] = str(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                durable.write_text(path, tb)
+                update["traceback"] = str(path)
+            except OSError as exc:  # a full disk: the record itself matters more (write_record)
+                if not is_disk_full(exc):
+                    raise
         self.record = self.record.model_copy(update=update)
         self._write()
 

@@ -98,6 +98,25 @@ def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path)
     assert decision.checkpoint == "global_step4"
 
 
+@pytest.mark.parametrize(("kind", "what"), [("disk_full", "disk full"), ("corrupt_checkpoint", "damaged checkpoint")])
+def test_a_full_disk_or_a_damaged_checkpoint_is_never_retried(tmp_path, kind, what):
+    """A restart would fill the same disk or read the same damaged files: stop, exit 2, whatever its peers say."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    commit_tag(ckpt, "global_step4")
+    _record(tmp_path, 0, "failure", message="RuntimeError: peer", ckpt=ckpt, ended=1.0)
+    _record(tmp_path, 1, kind, node="n2", message="the line", ckpt=ckpt, ended=2.0)
+    attempt = read_attempt(tmp_path, 0)
+    views = [node_view("n1", [0], {0: 1}, attempt), node_view("n2", [1], {1: 2}, attempt)]
+    decision = after_worker_failure(views, {}, restarts_left=3, max_restarts=3)
+    assert (decision.action, decision.exit_code, decision.line) == ("stop", 2, f"rank 1 on n2: {what}, not retried: "
+                                                                               "the line")
+    decision = after_launch(LaunchOutcome(exit_dir=str(tmp_path), returncode=2, checkpoint_dir=str(ckpt),
+                                          before="global_step2", max_requeues=3))  # progress: would requeue otherwise
+    assert (decision.action, decision.exit_code, decision.line) == ("stop", 2, f"rank 1 on n2: {what}, not requeued: "
+                                                                               "the line")
+
+
 @pytest.fixture
 def launch(tmp_path):
     """Write one attempt's rank records and a checkpoint, then decide as after a launch."""
