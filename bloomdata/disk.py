@@ -16,21 +16,25 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from bloomdata.errors import BloomstackError
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")  # numpy: "%ld requested and %ld written"
 
 
 def no_space_error(exc: BaseException | None) -> OSError | None:
     """The ``OSError`` for a full disk (ENOSPC) or an exhausted quota (EDQUOT) that ``exc`` is, or that was being
     handled when ``exc`` was raised: a library may fail again as it cleans up (``torch.save``'s zip writer raises a
-    RuntimeError from its ``__exit__`` after the write's OSError), so the exception's chain is searched."""
+    RuntimeError from its ``__exit__`` after the write's OSError), so the exception's chain is searched. numpy's
+    ``tofile`` (``np.save`` to a file) reports a short write without an errno: "12000 requested and 9200 written";
+    on a regular file only a full disk or quota makes one, short of a failing disk or a file size limit."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+        if isinstance(exc, OSError) and (exc.errno in NO_SPACE or exc.errno is None and _SHORT_WRITE.fullmatch(str(exc))):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
@@ -101,6 +105,11 @@ def filesystem(path: str | os.PathLike[str]) -> Filesystem:
     device, fstype = _mount_entry(mount)
     return Filesystem(mount=mount, fstype=fstype, device=device, total=st.f_blocks * st.f_frsize,
                       free=st.f_bavail * st.f_frsize)
+
+
+def tree_bytes(path: str | os.PathLike[str]) -> int:
+    """The bytes of the files under ``path`` (0 when it is missing)."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, files in os.walk(path) for name in files)
 
 
 def free_bytes(path: str | os.PathLike[str]) -> int:

@@ -176,18 +176,12 @@ class BuildJob(ShardedJob[BuildSummary]):
     def marked(self) -> int:
         return sum(load_marker(self.plan.out_dir, s, k) is not None for s, k in zip(self.plan.shards, self.keys))
 
-    def space_needed(self) -> int:
-        """The parts of the shards still to tokenize plus the merged outputs (as large as every part together), at
-        the finished shards' average size; with none finished, at one id per input byte (about the most a byte-level
-        BPE makes)."""
+    def done_bytes(self) -> list[int]:
         found = [load_marker(self.plan.out_dir, s, k) for s, k in zip(self.plan.shards, self.keys)]
-        done = [m for m in found if m is not None]
-        if done:
-            per_shard = sum(p.bin_bytes + p.idx_bytes for m in done for p in m.outputs.values()) / len(done)
-        else:
-            inputs = {i["shard"]["path"]: i["input"]["size"] for i in self.identities}
-            per_shard = self.dtype.itemsize * sum(inputs.values()) / len(found)
-        return round(per_shard * (2 * len(found) - len(done)))
+        return [sum(p.bin_bytes + p.idx_bytes for p in m.outputs.values()) for m in found if m is not None]
+
+    def bytes_per_input_byte(self) -> float:
+        return float(self.dtype.itemsize)  # one id per input byte: about the most a byte-level BPE makes
 
     def intact(self, summary: BuildSummary) -> bool:
         return all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values())

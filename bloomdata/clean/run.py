@@ -62,6 +62,7 @@ from bloomdata.clean.summary import (
     ShardCounts,
     WriteManifest,
 )
+from bloomdata.disk import tree_bytes
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob, strict_error
 from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_job
@@ -130,6 +131,11 @@ class CleanJob(ShardedJob[CleanSummary]):
 
     def marked(self) -> int:
         return sum(load_marker(self.plan.out_dir, s, k) is not None for s, k in zip(self.plan.shards, self.keys))
+
+    def done_bytes(self) -> list[int]:
+        out_dir = self.plan.out_dir
+        return [tree_bytes(shard_dir(out_dir, s)) for s, k in zip(self.plan.shards, self.keys)
+                if load_marker(out_dir, s, k) is not None]
 
     def intact(self, summary: CleanSummary) -> bool:
         for output in summary.outputs.values():
