@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -185,7 +186,7 @@ def content_key(value: Any, length: int = KEY_LENGTH) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
 
 
-def digest(data: bytes | memoryview) -> str:
+def digest(data: bytes | memoryview | mmap.mmap) -> str:
     """xxh3-128 of bulk contents (arrays, files): fast enough to check every load (~30 GB/s)."""
     return xxhash.xxh3_128(data).hexdigest()
 
@@ -216,13 +217,15 @@ class DigestWriter:
         return self._hash.hexdigest()
 
 
-def file_digest(path: PathLike, chunk: int = 1 << 24) -> str:
-    """``digest`` of a file's bytes, read in chunks."""
-    h = xxhash.xxh3_128()
+def file_digest(path: PathLike) -> str:
+    """``digest`` of a file's bytes, hashed where they lie: the file is memory-mapped, so the hash reads the page
+    cache directly (4-6 GB/s here, against 1.2-1.5 for 16 MiB reads into fresh buffers: each read copies, and
+    faults in a new buffer's pages)."""
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        if os.fstat(f.fileno()).st_size == 0:
+            return digest(b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return digest(mapped)
 
 
 # --- completion markers -------------------------------------------------------------------------------

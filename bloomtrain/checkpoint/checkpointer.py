@@ -22,7 +22,8 @@ tag's directory, and every rank raises the same ``DiskFull`` (bloomdata.disk): t
 ranks counted, and the line says how many, and how many are free once the partial tag is gone.
 
 A resume checks the files of the tag ``latest`` names against its manifest before any tensor is read, each rank a
-share of the bytes (``manifest.share``). A damaged file stops the run (``checkpoint.on_corrupt=fail``) or, by
+share of the bytes (``manifest.share``), in a thread that ``start_check`` starts before the engine is built, so the
+check overlaps the build; the load waits for its verdict and all ranks gather theirs. A damaged file stops the run (``checkpoint.on_corrupt=fail``) or, by
 default, the run resumes from the newest earlier tag whose files all verify and moves ``latest`` back to it: the
 damaged tag is then an unfinished save, removed at the next start or replaced when its iteration is saved again.
 
@@ -52,11 +53,9 @@ from bloomtrain.checkpoint.manifest import (
     CheckpointDamaged,
     Damage,
     Manifest,
+    PendingCheck,
     SaveLedger,
     Verdict,
-    check_files,
-    manifest_of,
-    share,
     write_manifest,
 )
 from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything, set_rng_state
@@ -90,15 +89,26 @@ class Resumed:
     callbacks: dict[str, dict[str, Any]]
 
 
+def start_check(cfg: TrainConfig) -> PendingCheck | None:
+    """This rank's share of the check of the tag ``latest`` names, started in a thread, so that it runs while the
+    engine is built; None when this run loads no checkpoint. Call it after the process group is up."""
+    ckpt = cfg.checkpoint.dir
+    tag = read_latest(ckpt) if ckpt and cfg.checkpoint.load else None
+    if ckpt is None or tag is None:
+        return None
+    return PendingCheck(Path(ckpt) / tag, dist.get_rank(), dist.get_world_size())
+
+
 class Checkpointer:
     """Save and resume a TrainModule's engine plus the trainer position; all methods are collective."""
 
     def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, *, universal: bool = False,
-                 faults: FaultHook | None = None) -> None:
+                 faults: FaultHook | None = None, precheck: PendingCheck | None = None) -> None:
         """``universal``: resume through ds_to_universal (universal.needs_universal, decided before the
-        engine is built). ``faults``: the fault-injection hook of tests; None in training."""
+        engine is built). ``faults``: the fault-injection hook of tests; None in training. ``precheck``: the check
+        of ``latest``'s files started before the engine was built (``start_check``)."""
         self.cfg, self.module, self.state, self.universal = cfg, module, state, universal
-        self.faults = faults
+        self.faults, self.precheck = faults, precheck
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
 
@@ -223,15 +233,17 @@ class Checkpointer:
         dist.barrier()
 
     def _check(self, tag: str) -> Verdict:
-        """Collective: the tag's files against its manifest, each rank a share of the bytes; the same on every rank."""
+        """Collective: the tag's files against its manifest, each rank a share of the bytes (the check started while
+        the engine was built, when it is of this tag); the same on every rank."""
         assert self.dir is not None
-        where = self.dir / tag
-        found: Manifest | Damage | None = manifest_of(where) if where.is_dir() else \
-            Damage(str(where), "missing", "the checkpoint directory is gone")
-        if found is None or isinstance(found, Damage):
-            return Verdict(digests=found is not None, damage=found)
+        pending = self.precheck
+        if pending is None or pending.tag_dir != self.dir / tag:
+            pending = PendingCheck(self.dir / tag, self.rank, self.world)
+        mine = pending.verdict()
+        if not isinstance(pending.found, Manifest):  # no manifest, or a damaged one: every rank read the same file
+            return mine
         damages: list[Damage | None] = [None] * self.world
-        dist.all_gather_object(damages, check_files(where, found, share(found, self.rank, self.world)))
+        dist.all_gather_object(damages, mine.damage)
         return Verdict(digests=True, damage=next((d for d in damages if d is not None), None))
 
     def _verified(self, tag: str) -> str:

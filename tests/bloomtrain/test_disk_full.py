@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bloomdata.disk import size_text
 from bloomtrain.checkpoint.manifest import MANIFEST_FILE
-from bloomtrain.checkpoint.tags import read_latest, tag_for
+from bloomtrain.checkpoint.tags import commit_tag, read_latest, sweep, tag_for
 from bloomtrain.exit_record import NodeRecord, Recorder, attempts, read_attempt, write_record
 from bloomtrain.recovery import LaunchOutcome, after_launch
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
@@ -118,3 +118,16 @@ def test_exit_records_are_kept_on_a_disk_that_is_full(small_disk, monkeypatch):
     assert write_record(small_disk.path / "exits", NodeRecord(node="n1", attempt=0, at=0.0, action="stop",
                                                                cause="c")) is None
     assert not [p for p in small_disk.path.rglob("*") if ".tmp-" in p.name]
+
+
+def test_unfinished_saves_and_temporary_files_are_swept_at_the_next_start(tmp_path):
+    """What a save killed mid-way leaves (a tag newer than ``latest``, a temporary file of ``latest``) holds space
+    until the next start removes it; tags ``latest`` vouches for stay, and without ``latest`` nothing is touched."""
+    for step in (1, 2, 3):
+        (tmp_path / tag_for(step)).mkdir()
+        (tmp_path / tag_for(step) / "layer_01-model_00-model_states.pt").write_bytes(b"x" * 100)
+    assert sweep(tmp_path) == ([], 0)  # no latest: the folder may be another tool's
+    commit_tag(tmp_path, tag_for(2))
+    (tmp_path / "latest.tmp-123-abcdef12").write_text("global_step3")
+    assert sweep(tmp_path) == ([tag_for(3)], 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [tag_for(1), tag_for(2), "latest"]
