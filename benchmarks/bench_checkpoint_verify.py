@@ -13,8 +13,9 @@ each, it times ``Checkpointer.load()`` as the trainer calls it:
 - ``inline``: the check runs inside the load (every file memory-mapped and hashed with xxh3-128 before any tensor
   is read), nothing overlapping it: a fallback to an earlier tag checks that way;
 - ``after_build``: as ``bloomtrain.train.build_trainer`` does: the check starts in a thread (``start_check``) before
-  the engine is built, which takes ``engine_build_s`` (slept here, leaving the thread a core as a GPU node's spare
-  cores do), and the load takes its verdict;
+  the engine is built, and the load takes its verdict. Here the thread is joined (``check_in_thread_s``) instead
+  of building the engine again: a resume's load waits for nothing when that time is under ``engine_build_s``
+  (the build of this run's trainer, timed), given a core the build leaves free, as on a GPU node;
 
 and the check alone (``_check``). By default every load reads the page cache, the worst case for the check;
 ``--cold`` evicts the checkpoint's pages before each load (``posix_fadvise(DONTNEED)``), as on a node resuming
@@ -117,17 +118,21 @@ def measure(checkpointer, cfg, tag: Path, a: argparse.Namespace, build_s: float)
         checkpointer.load()
 
     def after_build() -> None:
-        checkpointer.precheck = start_check(cfg)  # as build_trainer does, then the engine's build
-        time.sleep(build_s)
+        """As build_trainer does: the check starts, and is done by the time the engine is built (a resume's load
+        then waits for nothing); here its thread is joined instead of building an engine again."""
+        if a.cold:
+            _evict(tag)  # before the check: its reads bring in the pages the load then reads, as on a resume
+        checkpointer.precheck = start_check(cfg)
+        times["check_in_thread"].append(_timed(checkpointer.precheck.verdict))
 
     ways = {"unchecked": unchecked, "inline": inline, "after_build": checkpointer.load}
-    times: dict[str, list] = {name: [] for name in [*ways, "check_alone"]}
+    times: dict[str, list] = {name: [] for name in [*ways, "check_alone", "check_in_thread"]}
     for i in range(a.repeats):
         order = list(ways)[i % 3:] + list(ways)[:i % 3]
         for name in order:
             if name == "after_build":
                 after_build()
-            times[name].append(_timed(ways[name], tag if a.cold else None))
+            times[name].append(_timed(ways[name], tag if a.cold and name != "after_build" else None))
         checkpointer.precheck = None
         times["check_alone"].append(_timed(lambda: checkpointer._check(tag.name), tag if a.cold else None))
     return times
