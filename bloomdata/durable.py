@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -85,6 +86,11 @@ def publish(renames: Sequence[tuple[PathLike, PathLike]], *, fsync: bool = True)
             fsync_dir(directory)
 
 
+Writer = Callable[[PathLike, Callable[[IO[bytes]], object]], None]
+"""``write_with``'s shape: functions that write a durable file take one (default ``write_with``), so that a caller
+can route their writes through its own bookkeeping (a checkpoint save's ledger: bloomtrain.checkpoint.manifest)."""
+
+
 def write_with(path: PathLike, write: Callable[[IO[bytes]], object], *, fsync: bool = True) -> None:
     """Atomically replace ``path`` with what ``write(binary file)`` writes (see the module docstring)."""
     path = os.fspath(path)
@@ -125,6 +131,16 @@ def write_text(path: PathLike, text: str, *, fsync: bool = True) -> None:
     write_bytes(path, text.encode("utf-8"), fsync=fsync)
 
 
+def rewrite_in_place(path: PathLike, data: bytes) -> None:
+    """The last resort on a full disk, for a small file that exists: overwrite its bytes where they lie (no
+    temporary file, so no new block while ``data`` fits in the blocks the file has). Not atomic: a reader may see
+    a torn file for an instant, which ``read_json`` reads as missing."""
+    with open(path, "r+b") as f:
+        f.write(data)
+        f.truncate()
+        sync_file(f)
+
+
 def to_jsonable(value: Any) -> Any:
     """Plain JSON types for ``value``: pydantic models dumped in JSON mode, paths as strings."""
     if isinstance(value, BaseModel):
@@ -138,10 +154,14 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def json_text(obj: Any, indent: int | None = 1) -> str:
+    """``obj`` (plain types or pydantic models) as the JSON text ``write_json`` writes, final newline included."""
+    return json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, default=str) + "\n"
+
+
 def write_json(path: PathLike, obj: Any, *, fsync: bool = True, indent: int | None = 1) -> None:
     """Atomically write ``obj`` (plain types or pydantic models) as UTF-8 JSON with a final newline."""
-    text = json.dumps(to_jsonable(obj), indent=indent, ensure_ascii=False, default=str) + "\n"
-    write_text(path, text, fsync=fsync)
+    write_text(path, json_text(obj, indent), fsync=fsync)
 
 
 def read_json(path: PathLike) -> Any | None:
@@ -166,18 +186,46 @@ def content_key(value: Any, length: int = KEY_LENGTH) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
 
 
-def digest(data: bytes | memoryview) -> str:
+def digest(data: bytes | memoryview | mmap.mmap) -> str:
     """xxh3-128 of bulk contents (arrays, files): fast enough to check every load (~30 GB/s)."""
     return xxhash.xxh3_128(data).hexdigest()
 
 
-def file_digest(path: PathLike, chunk: int = 1 << 24) -> str:
-    """``digest`` of a file's bytes, read in chunks."""
-    h = xxhash.xxh3_128()
+class DigestWriter:
+    """A binary file object that passes every write on to ``f`` (None: nowhere) and keeps the count and the
+    ``digest`` of the bytes: a writer hands it to a library (``torch.save``) to learn what it wrote without
+    reading the file back, or, with ``f=None``, how many bytes it would write."""
+
+    def __init__(self, f: IO[bytes] | None = None) -> None:
+        self.f = f
+        self.bytes = 0
+        self._hash = xxhash.xxh3_128()
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        self.bytes += view.nbytes
+        if self.f is not None:
+            self.f.write(view)
+        return view.nbytes
+
+    def flush(self) -> None:
+        if self.f is not None:
+            self.f.flush()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def file_digest(path: PathLike) -> str:
+    """``digest`` of a file's bytes, hashed where they lie: the file is memory-mapped, so the hash reads the page
+    cache directly (4-6 GB/s here, against 1.2-1.5 for 16 MiB reads into fresh buffers: each read copies, and
+    faults in a new buffer's pages)."""
     with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
+        if os.fstat(f.fileno()).st_size == 0:
+            return digest(b"")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+            return digest(mapped)
 
 
 # --- completion markers -------------------------------------------------------------------------------

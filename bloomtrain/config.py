@@ -177,6 +177,8 @@ class CheckpointConfig(_Frozen):
     """Keep this many most recent checkpoints (None keeps all)."""
     load: bool = True
     """Resume from ``dir/latest`` when it exists."""
+    on_corrupt: Literal["previous", "fail"] = "previous"
+    """When a file of the checkpoint to resume from does not match the digest its save recorded: ``previous`` resumes from the newest earlier checkpoint whose files all verify (and says so); ``fail`` stops."""
     load_universal: bool = False
     """Resume at another TP/PP/DP: ``latest`` is converted with ds_to_universal when its layout differs (unless
     ``latest_universal`` names a conversion of it, e.g. DeepSpeed's ds_to_universal run by hand)."""

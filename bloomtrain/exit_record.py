@@ -1,7 +1,8 @@
 """Exit records: how each rank of each training attempt ended, one small JSON file per rank.
 
 torchelastic's error file (``TORCHELASTIC_ERROR_FILE``) says why a rank *failed*; an exit record says how it
-ended, whatever the ending (finished, time budget, signal, kill switch, config or input error, failure), at
+ended, whatever the ending (finished, time budget, signal, kill switch, config or input error, full disk, damaged
+checkpoint, failure), at
 which iteration and with which checkpoint. The restart hook of ``bloomtrain.launcher``, the flows and the
 Slurm job read them through ``bloomtrain.recovery``, which decides retry / requeue / stop: nobody parses log
 lines. Layout, under the launch's exit directory (``BLOOMTRAIN_EXIT_DIR``, which the launchers set on a
@@ -30,6 +31,7 @@ from pydantic import BaseModel
 
 from bloomdata import durable
 from bloomdata.config_loader import derive
+from bloomdata.disk import is_disk_full
 
 EXIT_DIR_ENV = "BLOOMTRAIN_EXIT_DIR"
 NODE_ENV = "BLOOMTRAIN_NODE"
@@ -47,6 +49,8 @@ class ExitKind(StrEnum):
     SIGNAL = "signal"  # one of checkpoint.exit_signals (or Ctrl-C): saved
     KILL_SWITCH = "kill_switch"  # checkpoint.kill_switch_path appeared: saved
     CONFIG_ERROR = "config_error"  # a config or input error (a BloomstackError): never retried
+    DISK_FULL = "disk_full"  # a write met a full disk (ENOSPC, quota): never retried, the user frees space
+    CORRUPT_CHECKPOINT = "corrupt_checkpoint"  # the checkpoint's digests disagree (checkpoint.on_corrupt=fail)
     FAILURE = "failure"  # an exception: its traceback is beside the record
 
 
@@ -108,12 +112,22 @@ def attempts(root: str | Path) -> list[int]:
     return sorted(int(n) for n in found if n.isdigit())
 
 
-def write_record(root: str | Path, record: ExitRecord | NodeRecord) -> Path:
+def write_record(root: str | Path, record: ExitRecord | NodeRecord) -> Path | None:
+    """Write the record (atomically). The exit directory may share a disk that filled up: then an existing record
+    (a rank's ``running``) is rewritten in the blocks it has, since a rank without its ending would read as a death
+    and be retried; a new one is not written (None)."""
     folder = attempt_dir(root, record.attempt)
-    folder.mkdir(parents=True, exist_ok=True)
     name = f"rank-{record.rank}" if isinstance(record, ExitRecord) else f"node-{record.node}"
     path = folder / f"{name}.json"
-    durable.write_json(path, record)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        durable.write_json(path, record)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        if not path.is_file():
+            return None
+        durable.rewrite_in_place(path, durable.json_text(record).encode("utf-8"))
     return path
 
 
@@ -177,6 +191,11 @@ class Recorder:
                              checkpoint_dir=checkpoint_dir)
         self._write()
 
+    def resumed(self, tag: str | None) -> None:
+        """The checkpoint the trainer loaded (in memory; written with the ending): not ``latest`` as ``open`` read it
+        when that one was damaged and an earlier one was loaded instead."""
+        self.record = derive(self.record, resumed_from=tag, checkpoint=tag)
+
     def progress(self, iteration: int, checkpoint: str | None) -> None:
         """Remember where training is (in memory; written with the ending)."""
         self.record = derive(self.record, iteration=iteration, checkpoint=checkpoint)
@@ -185,9 +204,13 @@ class Recorder:
         traceback_file = None
         if tb is not None and self.root is not None:
             path = attempt_dir(self.root, self.record.attempt) / f"rank-{self.record.rank}.traceback"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            durable.write_text(path, tb)
-            traceback_file = str(path)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                durable.write_text(path, tb)
+                traceback_file = str(path)
+            except OSError as exc:  # a full disk: the record itself matters more (write_record)
+                if not is_disk_full(exc):
+                    raise
         self.record = derive(self.record, kind=kind, message=message, ended=time.time(),
                              traceback=traceback_file or self.record.traceback)
         self._write()

@@ -79,31 +79,35 @@ def hf_config(config: ModelConfig, vocab_rows: int, dtype: torch.dtype, special:
     }
 
 
-def write_weights(ckpt_dir: Path, tag: str, out_dir: Path, dtype: torch.dtype | None) -> tuple[ModelConfig, int, torch.dtype]:
-    """model.safetensors of the tag's merged TP shards in ``dtype`` (default: the checkpoint's); returns the model
-    config, the embedding rows and the dtype written."""
+def write_weights(config: ModelConfig, merged: dict[int, dict], out_dir: Path,
+                  dtype: torch.dtype | None) -> tuple[int, torch.dtype]:
+    """model.safetensors of the merged TP shards (``fmt.load_merged_states``) in ``dtype`` (default: the
+    checkpoint's); returns the embedding rows and the dtype written."""
     from safetensors.torch import save_file  # noqa: PLC0415
 
-    config, merged = fmt.load_merged_states(ckpt_dir, tag)
     state = fmt.to_hf_state_dict(merged, config.num_layers)
     dtype = dtype or state["transformer.word_embeddings.weight"].dtype
     state = {k: v.to(dtype).contiguous() for k, v in state.items()}
     durable.write_with_path(out_dir / "model.safetensors",
                             lambda tmp: save_file(state, tmp, metadata={"format": "pt"}))
-    return config, state["transformer.word_embeddings.weight"].shape[0], dtype
+    return state["transformer.word_embeddings.weight"].shape[0], dtype
 
 
 def export(ckpt_dir: Path, out_dir: Path, *, tag: str | None = None, tokenizer_dir: Path | None = None,
            dtype: torch.dtype | None = None, card: CardConfig | None = None) -> Path:
     """Write ``out_dir`` as a BloomForCausalLM directory with its provenance.json and model card; returns it.
 
-    The card's records are loaded first, so a card setting that names a missing record fails before any work."""
+    The card's records are loaded first, so a card setting that names a missing record fails before any work; the
+    weights are read (verified against the checkpoint's digests) before anything is written, so a damaged
+    checkpoint leaves ``out_dir`` as it was."""
     ckpt_dir, out_dir = Path(ckpt_dir), Path(out_dir)
+    fmt.verify_weights(ckpt_dir / fmt.read_tag(ckpt_dir, tag))  # before any file of it is read, the metadata included
     provenance = checkpoint_provenance(ckpt_dir, tag, card or CardConfig())
     records = load_records(provenance, out_dir)
+    config, merged = fmt.load_merged_states(ckpt_dir, provenance.tag, verify=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").unlink(missing_ok=True)  # the commit file: absent until every other file is new
-    config, rows, dtype = write_weights(ckpt_dir, provenance.tag, out_dir, dtype)
+    rows, dtype = write_weights(config, merged, out_dir, dtype)
 
     source = tokenizer_dir or ckpt_dir
     copied = copy_tokenizer_files(source, out_dir)

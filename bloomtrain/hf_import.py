@@ -20,8 +20,10 @@ from pathlib import Path
 import torch
 
 from bloomdata import durable
+from bloomdata.disk import disk_full, raising_disk_full
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
+from bloomtrain.checkpoint.manifest import SaveLedger, write_manifest
 from bloomtrain.checkpoint.tags import commit_tag
 from bloomtrain.model.config import ModelConfig, model_config_from
 from bloomtrain.parallel.state import ParallelState
@@ -101,16 +103,24 @@ def copy_tokenizer_files(src: Path, dst: Path) -> list[str]:
 
 def import_hf(hf_dir: Path, out: Path, tp_size: int, pp_size: int = 1, dtype: torch.dtype | None = None,
               tag: str = "global_step0") -> ModelConfig:
-    """Write a TP x PP checkpoint of an HF BLOOM directory; returns its config."""
+    """Write a TP x PP checkpoint of an HF BLOOM directory, with its manifest of digests; returns its config."""
     config, merged = read_hf_dir(hf_dir)
     if dtype is not None:
         merged = {i: {k: v.to(dtype) for k, v in sd.items()} for i, sd in merged.items()}
+    ledger = SaveLedger(Path(out) / tag, rank=0)  # digests every file; on a full disk, counts what was needed
     for pp_rank in range(pp_size):
         for tp_rank in range(tp_size):
             shard = fmt.shard_states(merged, config, tp_rank, tp_size, pp_rank, pp_size)
-            fmt.save_layer_states(out, tag, tp_rank, shard)
-    fmt.save_metadata(out, tag, config, tp_size, pp_size)
-    copy_tokenizer_files(hf_dir, out)
-    commit_tag(out, tag)  # last: every file of the tag is on disk
+            fmt.save_layer_states(out, tag, tp_rank, shard, ledger.write)
+    meta = fmt.metadata_bytes(config, tp_size, pp_size)
+    ledger.write(Path(out) / tag / fmt.METADATA_FILE, lambda f: f.write(meta))
+    write_manifest(Path(out) / tag, dict(ledger.files), ledger.write)
+    then = "run the same command again"
+    if ledger.full is not None:
+        shutil.rmtree(Path(out) / tag, ignore_errors=True)
+        raise disk_full(out, f"importing {hf_dir}", ledger.needed, then=then, key="out_dir")
+    with raising_disk_full(f"importing {hf_dir}", then=then, folder=out, key="out_dir"):
+        copy_tokenizer_files(hf_dir, out)
+        commit_tag(out, tag)  # last: every file of the tag is on disk
     return config
 

@@ -10,7 +10,8 @@ Three callers, one policy, one input: the attempt's exit records (bloomtrain.exi
 
 The rules:
 
-1. a config or input error is never retried anywhere (a retry reads the same config): stop, exit 2;
+1. a config or input error, a full disk or a damaged checkpoint (policy ``never``) is never retried
+   anywhere (a retry reads the same config, fills the same disk, reads the same files): stop, exit 2;
 2. the end of the schedule, the kill switch or a signal: stop, exit 0 (nothing left, or a person asked);
 3. the time budget: continue in a new allocation when the attempt saved a newer checkpoint;
 4. a failure: torchrun restarts the worker group on the same nodes while restarts remain and every node
@@ -61,6 +62,8 @@ AFTER_KIND: dict[ExitKind, KindRule] = {
     ExitKind.SIGNAL: KindRule("stop", "stopped by a signal"),
     ExitKind.KILL_SWITCH: KindRule("stop", "stopped by the kill switch"),
     ExitKind.CONFIG_ERROR: KindRule("never", "config or input error"),
+    ExitKind.DISK_FULL: KindRule("never", "disk full"),
+    ExitKind.CORRUPT_CHECKPOINT: KindRule("never", "damaged checkpoint"),
     ExitKind.FAILURE: KindRule("failure", "failed"),
 }
 if set(AFTER_KIND) != set(ExitKind):  # a new kind needs its rule here before anything can record it
@@ -88,8 +91,9 @@ class NodeView(BaseModel):
 
     node: str
     ranks: list[int]
-    config_error: tuple[int, str] | None = None
-    """(rank, message) of a config or input error."""
+    user_error: tuple[int, ExitKind, str] | None = None
+    """(rank, kind, message) of an ending a retry would meet again (policy ``never`` in ``AFTER_KIND``: a config or
+    input error, a full disk, a damaged checkpoint)."""
     deaths: list[tuple[bool, int, str]] = []
     """(stopped by SIGTERM, rank, how) of ranks that died without a final record: killed by a signal, or exited
     silently. SIGTERM is what the agent sends the rest of a failed group: a consequence more likely than a cause."""
@@ -114,8 +118,8 @@ def node_view(node: str, ranks: list[int], exits: dict[int, int], attempt: Attem
         record = attempt.ranks.get(rank)
         if record is not None and record.checkpoint_dir:
             view.checkpoint_dir = record.checkpoint_dir
-        if record is not None and record.kind == ExitKind.CONFIG_ERROR:
-            view.config_error = view.config_error or (rank, record.message)
+        if record is not None and AFTER_KIND[record.kind].policy == "never":
+            view.user_error = view.user_error or (rank, record.kind, record.message)
         elif record is None or record.kind == ExitKind.RUNNING:
             how = exit_text(code) + ("" if code < 0 else " without an exit record")
             view.deaths.append((code == -signal.SIGTERM, rank, how))
@@ -161,10 +165,10 @@ def after_worker_failure(views: list[NodeView], lost: dict[str, list[int]], rest
                          max_restarts: int) -> Decision:
     """After a worker group failed: restart it on the same nodes, or stop. ``lost``: node -> its ranks, the
     nodes whose agent stopped answering."""
-    config = next((v.config_error for v in views if v.config_error), None)
-    if config is not None:
-        cause = f"{_where(config[0], views)}: config or input error"
-        return Decision(action="stop", exit_code=2, cause=cause, line=f"{cause}, not retried: {config[1]}")
+    user = next((v.user_error for v in views if v.user_error), None)
+    if user is not None:
+        cause = f"{_where(user[0], views)}: {AFTER_KIND[user[1]].said}"
+        return Decision(action="stop", exit_code=2, cause=cause, line=f"{cause}, not retried: {user[2]}")
     tag = checkpoint_to_resume(views)
     if lost:
         cause = "lost node " + "; ".join(f"{node} ({_ranks(r)})" if r else node for node, r in sorted(lost.items()))
@@ -248,7 +252,7 @@ def after_launch(out: LaunchOutcome) -> Decision:
     records = list(attempt.ranks.values()) if attempt else []
     config = next((r for r in records if AFTER_KIND[r.kind].policy == "never"), None)
     if config is not None:
-        cause = f"rank {config.rank} on {config.node}: config or input error"
+        cause = f"rank {config.rank} on {config.node}: {AFTER_KIND[config.kind].said}"
         return Decision(action="stop", exit_code=2, cause=cause, checkpoint=after,
                         line=f"{cause}, not {_ED[out.again]}: {config.message}")
     if not records and out.returncode == 0:  # a program that keeps no exit records: its exit code is all we have

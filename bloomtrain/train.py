@@ -34,7 +34,7 @@ from bloomtrain.callbacks import (
 from bloomtrain.callbacks.base import TrainResult
 from bloomtrain.callbacks.compile_time import CompileTimeCallback
 from bloomtrain.callbacks.configured import configured_callbacks
-from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook
+from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook, start_check
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig
@@ -131,6 +131,7 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
         # (4x measured on the project's 2-vCPU EPYC). Flushing changes values below 1.2e-38 only.
         torch.set_flush_denormal(True)
     rank, world = dist.get_rank(), dist.get_world_size()
+    precheck = start_check(cfg)  # the digests of the checkpoint to resume from, checked while the engine is built
     dp = cfg.dp_size(world)
     state = ParallelState.from_sizes(cfg.parallel.tp, cfg.parallel.pp, dp)
     # Megatron's per-stage seed: identical init streams across TP and DP, distinct per pipeline stage.
@@ -150,7 +151,7 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
     if rank != 0:
         train_data, valid_data = build_datasets(cfg)
         valid_sets = build_valid_sets(cfg)
-    checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults)
+    checkpointer = Checkpointer(cfg, module, state, universal=universal, faults=faults, precheck=precheck)
     timing = [CompileTimeCallback(compiled)] if compiled else []
     return Trainer(cfg, module, state, train_data, checkpointer,
                    [*default_callbacks(cfg, Validation(valid_data, list(valid_sets.values())), rank, world,

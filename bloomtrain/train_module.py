@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from bloomdata import durable
 from bloomtrain.checkpoint import engine_files
 from bloomtrain.data import MicroBatch, to_device
 from bloomtrain.parallel.state import ParallelState
@@ -119,17 +120,17 @@ class TrainModule:
 
     # --- checkpoint state ---------------------------------------------------------------------------
 
-    def save(self, ckpt_dir: Path, tag: str, client_state: dict[str, Any],
+    def save(self, ckpt_dir: Path, tag: str, client_state: dict[str, Any], write: durable.Writer = durable.write_with,
              after_file: Callable[[str], None] | None = None) -> list[str]:
-        """Collective: write the engine's files of ``tag`` (each durable); returns those this rank wrote.
-
-        ``after_file(path)`` runs after each file (fault-injection tests)."""
-        self.checkpoint_files.after_file = after_file
+        """Collective: write the engine's files of ``tag``, each through ``write`` (durable: a save's ledger); returns
+        those this rank wrote. ``after_file(path)`` runs after each file (fault-injection tests)."""
+        files = self.checkpoint_files
+        files.after_file, files.write = after_file, write
         try:
             self.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
         finally:
-            self.checkpoint_files.after_file = None
-        return list(self.checkpoint_files.written)
+            files.after_file, files.write = None, durable.write_with
+        return list(files.written)
 
     def load(self, ckpt_dir: Path, tag: str) -> dict[str, Any] | None:
         """Collective: load weights and optimizer state of ``tag``; returns the client state, None if absent."""

@@ -10,8 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 import pytest
+
+from tests.small_disk import SmallDisk, mounted
 
 _PREFECT_HOME = tempfile.mkdtemp(prefix="bloomstack-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
@@ -44,3 +47,10 @@ def prefect_harness(tmp_path_factory):
     with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: store}):
         with prefect_test_harness(server_startup_timeout=180):
             yield
+
+
+@pytest.fixture
+def small_disk(tmp_path) -> Iterator[SmallDisk]:
+    """A 5 MiB tmpfs mounted at ``tmp_path/disk`` for the test (root only: tests/small_disk.py), unmounted after."""
+    with mounted(tmp_path / "disk") as disk:
+        yield disk

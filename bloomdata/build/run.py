@@ -177,6 +177,13 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
     def load_marker(self, shard: Shard, key: str) -> ShardManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
 
+    def done_bytes(self) -> list[int]:
+        found = [load_marker(self.plan.out_dir, s, k) for s, k in zip(self.plan.shards, self.keys)]
+        return [sum(p.bin_bytes + p.idx_bytes for p in m.outputs.values()) for m in found if m is not None]
+
+    def bytes_per_input_byte(self) -> float:
+        return float(self.dtype.itemsize)  # one id per input byte: about the most a byte-level BPE makes
+
     def intact(self, summary: BuildSummary) -> bool:
         return all(parts_intact(o.prefix, o.bin_bytes, o.idx_bytes) for o in summary.outputs.values())
 

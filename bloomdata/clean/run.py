@@ -62,6 +62,7 @@ from bloomdata.clean.summary import (
     ShardCounts,
     WriteManifest,
 )
+from bloomdata.disk import tree_bytes
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.executor import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, Where, strict_error
@@ -131,6 +132,11 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
 
     def load_marker(self, shard: Shard, key: str) -> FilterManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
+
+    def done_bytes(self) -> list[int]:
+        out_dir = self.plan.out_dir
+        return [tree_bytes(shard_dir(out_dir, s)) for s, k in zip(self.plan.shards, self.keys)
+                if load_marker(out_dir, s, k) is not None]
 
     def intact(self, summary: CleanSummary) -> bool:
         for output in summary.outputs.values():

@@ -24,8 +24,9 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
 - A ``BloomstackError`` (bad user input: a missing column, a --strict reject) is caught in the task and
   returned as a value, then raised here: for Dask the task succeeded, so the worker never logs its
   multi-line "Compute Failed ... Traceback" dump (at ERROR level, so ``silence_logs`` cannot hide it, and
-  on an external cluster its logging is not ours to set). The user sees the one-line message only. Other
-  exceptions are bugs: they still fail the task, with the worker's log and the traceback.
+  on an external cluster its logging is not ours to set). The user sees the one-line message only. A full disk
+  (ENOSPC) comes back the same way, as a ``DiskFull``. Other exceptions are bugs: they still fail the task, with
+  the worker's log and the traceback.
 - A lost cluster (the scheduler gone, or an external scheduler left without workers for ``WORKERS_GONE_S``)
   raises ``ClusterLost``: one line naming the scheduler and what to restart; the callers add how many shards
   are done (their markers stay, so a rerun reuses them). Dask's own "Failed to reconnect to scheduler after
@@ -58,6 +59,7 @@ from distributed.client import AllExit, FutureCancelledError, FuturesCancelledEr
 from distributed.scheduler import KilledWorker
 from tqdm import tqdm
 
+from bloomdata.disk import DiskFull, is_disk_full
 from bloomdata.errors import BloomstackError, ClusterLost
 
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
@@ -166,11 +168,16 @@ class _UserError:
 
 
 def _step(fn: Callable[[Any], Any], item: Any) -> Any:
-    """``fn(item)`` in a worker, with a BloomstackError returned as a ``_UserError`` instead of raised."""
+    """``fn(item)`` in a worker, with a BloomstackError returned as a ``_UserError`` instead of raised; so is a
+    full disk, as a ``DiskFull`` (the caller says how much space the job needs)."""
     try:
         return fn(item)
     except BloomstackError as exc:
         return _UserError(exc)
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        return _UserError(DiskFull(f"{getattr(item, 'name', None) or repr(item)}: {exc}"))
 
 
 def _inside_dask_worker() -> bool:

@@ -15,7 +15,11 @@ each leave a completion marker (``bloomdata.durable``). ``ShardedJob.run`` owns,
 - the first stage: every shard without a valid completion marker runs, the others are reused
   (``first_stage``);
 - a lost Dask cluster (``bloomdata.errors.ClusterLost``, raised by ``bloomdata.jobs.executor``) says how many
-  shards are done (``marked``).
+  shards are done (``marked``);
+- a full disk, in a worker or here (an ``OSError`` ENOSPC, or the ``DiskFull`` a worker hands back): after the sweep of
+  what no marker vouches for, one line (``bloomdata.disk.DiskFull``, exit 2) naming the output directory, its
+  filesystem, the space the rest of the job needs (``space_needed``: the job's estimate) and the space free, and
+  how many shards are done (a rerun reuses them).
 
 Where the steps run is the job's ``Where`` (``bloomdata.jobs.executor.Placement``: a caller's Dask client, an
 existing scheduler, a LocalCluster of ``workers`` processes opened once for the whole run when a stage first
@@ -41,6 +45,7 @@ from pydantic import BaseModel
 
 from bloomdata import durable
 from bloomdata.config_loader import derive
+from bloomdata.disk import DiskFull, disk_full, is_disk_full
 from bloomdata.errors import BloomstackError, ClusterLost
 from bloomdata.readers import Reject, Shard
 
@@ -180,6 +185,34 @@ class ShardedJob(ABC, Generic[S, M]):
         assert len(manifests) == len(shards)  # every pending shard returned its manifest
         return manifests, pending
 
+    def done_bytes(self) -> list[int]:
+        """The bytes the first stage's files of each done shard take (what ``marked`` counts), for ``space_needed``."""
+        return []
+
+    def bytes_per_input_byte(self) -> float:
+        """What ``space_needed`` assumes per input byte while no shard is done."""
+        return 1.0
+
+    def space_needed(self) -> int:
+        """About the bytes the rest of the job writes at its peak: the first stage's files of the shards not done, at
+        the average size of the done ones (with none done, ``bytes_per_input_byte`` of the input), and as much again
+        for the files of the later stages beside them (the build's merged outputs equal its parts; clean's join,
+        write and output files measured 0.55x its filter files on the test corpus)."""
+        sizes, total = self.done_bytes(), len(self.plan.shards)
+        if sizes:
+            per_shard = sum(sizes) / len(sizes)
+        else:
+            inputs = sum(os.path.getsize(path) for path in {s.path for s in self.plan.shards})
+            per_shard = self.bytes_per_input_byte() * inputs / total
+        return round(per_shard * (2 * total - len(sizes)))
+
+    def out_of_space(self) -> DiskFull:
+        """The full disk's one line, once the sweep after the failure is done (``on_failure``)."""
+        done, total = self.marked(), len(self.plan.shards)
+        return disk_full(self.plan.out_dir, f"this {self.files.writer}", self.space_needed(), estimated=True,
+                         key="out_dir", then=f"run the same command again ({done} of {total} {self.files.marked} "
+                                             "done: it reuses them)")
+
     def previous(self) -> S | None:
         """The summary of an earlier run with this fingerprint whose outputs are intact; None otherwise."""
         summary = durable.read_manifest(self.summary_path, self.plan.fingerprint, self.summary_type)
@@ -198,9 +231,11 @@ class ShardedJob(ABC, Generic[S, M]):
             try:
                 with counting_done(self.marked, len(p.shards), self.files.marked):
                     summary = self.work()
-            except BaseException:
+                durable.write_marker(self.summary_path, p.fingerprint, summary)
+            except BaseException as exc:
                 self.on_failure()
+                if isinstance(exc, DiskFull) or is_disk_full(exc):
+                    raise self.out_of_space() from None
                 raise
-            durable.write_marker(self.summary_path, p.fingerprint, summary)
             self.finish(summary)
         return summary

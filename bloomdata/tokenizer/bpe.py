@@ -32,6 +32,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, proce
 
 from bloomdata import durable
 from bloomdata.config_loader import cli_option
+from bloomdata.disk import disk_full, is_disk_full
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.units import parse_bytes
@@ -137,9 +138,24 @@ def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike[str], report: Toke
     special_tokens_map.json and (when given) training_report.json.
 
     Every file is written atomically (``bloomdata.durable``), tokenizer.json last: callers take its presence
-    as "the directory is complete" (the demo reuses such a tokenizer)."""
+    as "the directory is complete" (the demo reuses such a tokenizer). A full disk raises ``DiskFull`` naming the
+    bytes of every file."""
+    files = {name: text.encode("utf-8") for name, text in tokenizer_files(tok, report).items()}
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():  # in order: tokenizer.json last
+            durable.write_bytes(out / name, data)
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        raise disk_full(out, f"the tokenizer ({', '.join(files)})", sum(map(len, files.values())), key="out_dir",
+                        then="run the same command again: the same sample and settings train the same tokenizer") from None
+    return out
+
+
+def tokenizer_files(tok: Tokenizer, report: TokenizerReport | None = None) -> dict[str, str]:
+    """The text of each file ``save_tokenizer`` writes, in writing order (tokenizer.json last)."""
     unk, bos, eos, pad = SPECIAL_TOKENS
     special_map = {"bos_token": bos, "eos_token": eos, "unk_token": unk, "pad_token": pad}
     config = {
@@ -155,12 +171,12 @@ def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike[str], report: Toke
         },
         # no model_max_length: ALiBi has no trained position limit
     }
-    durable.write_json(out / "tokenizer_config.json", config, indent=2)
-    durable.write_json(out / "special_tokens_map.json", special_map, indent=2)
+    files = {"tokenizer_config.json": durable.json_text(config, indent=2),
+             "special_tokens_map.json": durable.json_text(special_map, indent=2)}
     if report is not None:
-        durable.write_json(out / REPORT_FILE, report.model_dump(exclude={"tokenizer_identity"}), indent=2)
-    durable.write_text(out / "tokenizer.json", tok.to_str(pretty=True))  # the bytes Tokenizer.save writes
-    return out
+        files[REPORT_FILE] = durable.json_text(report.model_dump(exclude={"tokenizer_identity"}), indent=2)
+    files["tokenizer.json"] = tok.to_str(pretty=True)  # the bytes Tokenizer.save writes
+    return files
 
 
 def check_budget(config: TokenizerTrainConfig) -> None:

@@ -20,6 +20,9 @@ class ExitRecordCallback(Callback):
     def __init__(self, recorder: Recorder) -> None:
         self.recorder = recorder
 
+    def pre_train(self, trainer: TrainerView) -> None:
+        self.recorder.resumed(trainer.result.last_saved)
+
     def post_step(self, trainer: TrainerView, step: Step) -> None:
         self.recorder.progress(trainer.pos.iteration, trainer.result.last_saved)
 

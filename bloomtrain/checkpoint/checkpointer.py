@@ -7,14 +7,25 @@ A save, on every rank, in this order::
     rng/rank_RRRRR.pt                 this rank's RNG state (atomic, fsynced)
     bloomtrain_model.json, bloomtrain_layout.json     rank 0 only (atomic, fsynced; the model json also
                                       records the fused-kernel self-check and the training record)
-    barrier                           every rank's files are on disk
+    all-gather                        every rank's files are on disk; their sizes and digests, and a full disk
+    rank 0: bloomtrain_manifest.json  every file's size and xxh3-128 digest (manifest.py); broadcast: it is written
     rank 0: commit_tag -> latest      atomic, fsynced; then prune old tags
     barrier
 
-So ``latest`` always names a checkpoint whose every file is whole and durable: a crash (SIGKILL, node
-loss, power cut) at any point leaves ``latest`` at the previous complete tag, and the half-written
-directory is removed when that tag is saved again. ``faults(point, tag)``, when given, is called at
-``SAVE_POINTS`` (tests kill the process there to check exactly this).
+Every write goes through the rank's ``SaveLedger`` (manifest.py), which digests it as it is written. So
+``latest`` always names a checkpoint whose every file is whole, durable and listed with its digest: a crash
+(SIGKILL, node loss, power cut) at any point leaves ``latest`` at the previous complete tag, and the
+half-written directory is removed when the next run starts (tags.sweep) or that tag is saved again.
+``faults(point, tag)``, when given, is called at ``SAVE_POINTS`` (tests kill the process there to check exactly
+this). A full disk on any rank fails the whole save: every rank learns it from the all-gather, rank 0 removes the
+tag's directory, and every rank raises the same ``DiskFull`` (bloomdata.disk): the save needed every byte the
+ranks counted, and the line says how many, and how many are free once the partial tag is gone.
+
+A resume checks the files of the tag ``latest`` names against its manifest before any tensor is read, each rank a
+share of the bytes (``manifest.share``), in a thread that ``start_check`` starts before the engine is built, so the
+check overlaps the build; the load waits for its verdict and all ranks gather theirs. A damaged file stops the run (``checkpoint.on_corrupt=fail``) or, by
+default, the run resumes from the newest earlier tag whose files all verify and moves ``latest`` back to it: the
+damaged tag is then an unfinished save, removed at the next start or replaced when its iteration is saved again.
 
 The trainer's own position (iteration, consumed and scheduled samples, skip counters) travels in
 DeepSpeed's ``client_state``, beside Megatron-DeepSpeed's keys (megatron.py) that BLOOM-era tools read; the
@@ -33,11 +44,22 @@ from typing import Any
 
 import torch.distributed as dist
 
+from bloomdata.disk import disk_full
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import megatron, safe_load
-from bloomtrain.checkpoint.format import save_metadata
+from bloomtrain.checkpoint.format import METADATA_FILE, metadata_bytes
+from bloomtrain.checkpoint.manifest import (
+    MANIFEST_FILE,
+    CheckpointDamaged,
+    Damage,
+    Manifest,
+    PendingCheck,
+    SaveLedger,
+    Verdict,
+    write_manifest,
+)
 from bloomtrain.checkpoint.rng import load_rng, save_rng, seed_everything, set_rng_state
-from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest, tag_for
+from bloomtrain.checkpoint.tags import commit_tag, earlier_tags, prune, read_latest, sweep, tag_for
 from bloomtrain.checkpoint.universal import check_same_layout, ensure_universal, save_layout
 from bloomtrain.config import TrainConfig
 from bloomtrain.kernels import selfcheck_report
@@ -67,15 +89,26 @@ class Resumed:
     callbacks: dict[str, dict[str, Any]]
 
 
+def start_check(cfg: TrainConfig) -> PendingCheck | None:
+    """This rank's share of the check of the tag ``latest`` names, started in a thread, so that it runs while the
+    engine is built; None when this run loads no checkpoint. Call it after the process group is up."""
+    ckpt = cfg.checkpoint.dir
+    tag = read_latest(ckpt) if ckpt and cfg.checkpoint.load else None
+    if ckpt is None or tag is None:
+        return None
+    return PendingCheck(Path(ckpt) / tag, dist.get_rank(), dist.get_world_size())
+
+
 class Checkpointer:
     """Save and resume a TrainModule's engine plus the trainer position; all methods are collective."""
 
     def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, *, universal: bool = False,
-                 faults: FaultHook | None = None) -> None:
+                 faults: FaultHook | None = None, precheck: PendingCheck | None = None) -> None:
         """``universal``: resume through ds_to_universal (universal.needs_universal, decided before the
-        engine is built). ``faults``: the fault-injection hook of tests; None in training."""
+        engine is built). ``faults``: the fault-injection hook of tests; None in training. ``precheck``: the check
+        of ``latest``'s files started before the engine was built (``start_check``)."""
         self.cfg, self.module, self.state, self.universal = cfg, module, state, universal
-        self.faults = faults
+        self.faults, self.precheck = faults, precheck
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
 
@@ -88,13 +121,28 @@ class Checkpointer:
             self.faults(point, tag)
 
     def save(self, iteration: int, position: dict[str, Any], callbacks: dict[str, dict[str, Any]] | None = None) -> str:
-        """Collective: the checkpoint of ``iteration`` (trainer ``position``, the callbacks' states by key)."""
+        """Collective: the checkpoint of ``iteration`` (trainer ``position``, the callbacks' states by key).
+        Raises ``DiskFull`` on every rank, with ``latest`` unmoved and the tag removed, when a rank's disk is full."""
         assert self.dir is not None
         tag = tag_for(iteration)
         if self.rank == 0 and (self.dir / tag).is_dir() and read_latest(self.dir) != tag:
             # files of a crashed save of this tag (perhaps in another layout) must not mix with the new ones
             shutil.rmtree(self.dir / tag)
         dist.barrier()
+        ledger = self._write_files(tag, position, callbacks)
+        self._fault("after_metadata", tag)
+        self._commit_manifest(tag, ledger)  # every rank's files are on disk before `latest` moves
+        self._fault("before_latest", tag)
+        if self.rank == 0:
+            commit_tag(self.dir, tag)
+            prune(self.dir, self.cfg.checkpoint.keep_last, protect=tag)
+        dist.barrier()
+        return tag
+
+    def _write_files(self, tag: str, position: dict[str, Any], callbacks: dict[str, dict[str, Any]] | None) -> SaveLedger:
+        """This rank's files of ``tag``, each through the ledger (which stops writing once the disk is full)."""
+        assert self.dir is not None
+        ledger = SaveLedger(self.dir / tag, self.rank)
         client_state = {
             **megatron.client_state(self.cfg, position, self.state),
             "bloomtrain": position,
@@ -103,30 +151,55 @@ class Checkpointer:
             "world_size": self.world,
             "universal_checkpoint_info": universal_checkpoint_info(self.cfg.model),
         }
-        self.module.save(self.dir, tag, client_state, after_file=lambda _path: self._fault("engine_file", tag))
-        save_rng(self.dir, tag, self.rank)
+        self.module.save(self.dir, tag, client_state, ledger.write,
+                         after_file=lambda _path: self._fault("engine_file", tag))
+        save_rng(self.dir, tag, self.rank, ledger.write)
         if self.rank == 0:
             # rank 0's fused-kernel self-check (bloomtrain.kernels: every rank checks its own device the same way),
             # and what trained these weights (bloomtrain.provenance: a model card's first record)
-            save_metadata(self.dir, tag, self.cfg.model, self.state.tp_size, self.state.pp_size,
-                          extra={"kernel_selfcheck": selfcheck_report(),
-                                 TRAINING_KEY: training_record(self.cfg, position, self.world)})
-            save_layout(self.dir, tag, self.state)
-        self._fault("after_metadata", tag)
-        dist.barrier()  # every rank's files are on disk before `latest` moves
-        self._fault("before_latest", tag)
+            meta = metadata_bytes(self.cfg.model, self.state.tp_size, self.state.pp_size,
+                                  extra={"kernel_selfcheck": selfcheck_report(),
+                                         TRAINING_KEY: training_record(self.cfg, position, self.world)})
+            ledger.write(self.dir / tag / METADATA_FILE, lambda f: f.write(meta))
+            save_layout(self.dir, tag, self.state, ledger.write)
+        return ledger
+
+    def _commit_manifest(self, tag: str, ledger: SaveLedger) -> None:
+        """Collective: gather every rank's ledger; rank 0 writes the manifest. A full disk anywhere (the manifest's
+        write included) removes the tag and raises the same ``DiskFull`` on every rank."""
+        assert self.dir is not None
+        ledgers: list[Any] = [None] * self.world
+        dist.all_gather_object(ledgers, (ledger.full, ledger.needed, ledger.files))
+        full = next((f for f, _n, _files in ledgers if f is not None), None)
+        needed = sum(n for _f, n, _files in ledgers)
+        if self.rank == 0 and full is None:
+            manifest = SaveLedger(self.dir / tag, 0)
+            files = {name: entry for _f, _n, entries in ledgers for name, entry in entries.items()}
+            write_manifest(self.dir / tag, files, manifest.write)
+            full, needed = manifest.full, needed + manifest.needed
+        verdict = [full, needed]
+        dist.broadcast_object_list(verdict, src=0)
+        full, needed = verdict
+        if full is None:
+            return
         if self.rank == 0:
-            commit_tag(self.dir, tag)
-            prune(self.dir, self.cfg.checkpoint.keep_last, protect=tag)
+            shutil.rmtree(self.dir / tag, ignore_errors=True)  # every rank's files: the tag was never published
         dist.barrier()
-        return tag
+        latest = read_latest(self.dir)
+        raise disk_full(self.dir, f"saving {tag}", needed, key="checkpoint.dir",
+                        then=f"run the same command again: it resumes from {latest or 'the start (no checkpoint yet)'}")
 
     def load(self) -> Resumed | None:
         """Resume from ``latest`` (or its universal conversion): the trainer position and the callbacks' states
         (none in a checkpoint from before they were saved, or from Megatron-DeepSpeed); None without one."""
-        if self.dir is None or not self.cfg.checkpoint.load:
+        if self.dir is None:
+            return None
+        self._sweep()
+        if not self.cfg.checkpoint.load:
             return None
         tag = read_latest(self.dir)
+        if tag is not None:
+            tag = self._verified(tag)
         if self.universal:
             if self.cfg.optim.precision != "bf16":
                 raise BloomstackError("checkpoint.load_universal needs optim.precision=bf16 (DeepSpeed loads "
@@ -147,6 +220,60 @@ class Checkpointer:
         position = megatron.position_of(client, where)
         self._restore_rng(tag, client, position["iteration"])
         return Resumed(position, dict(client.get(CALLBACKS_KEY) or {}))
+
+    def _sweep(self) -> None:
+        """Collective, at the start: rank 0 removes unfinished saves and temporary files (tags.sweep)."""
+        assert self.dir is not None
+        if self.rank == 0 and self.dir.is_dir():
+            tags, temps = sweep(self.dir)
+            if tags or temps:
+                log.warning("bloomtrain: %s: removed %s (left by a run that stopped while saving)", self.dir,
+                            ", ".join([*(f"the unfinished save {t}" for t in tags),
+                                       *([f"{temps} temporary file(s)"] if temps else [])]))
+        dist.barrier()
+
+    def _check(self, tag: str) -> Verdict:
+        """Collective: the tag's files against its manifest, each rank a share of the bytes (the check started while
+        the engine was built, when it is of this tag); the same on every rank."""
+        assert self.dir is not None
+        pending = self.precheck
+        if pending is None or pending.tag_dir != self.dir / tag:
+            pending = PendingCheck(self.dir / tag, self.rank, self.world)
+        mine = pending.verdict()
+        if not isinstance(pending.found, Manifest):  # no manifest, or a damaged one: every rank read the same file
+            return mine
+        damages: list[Damage | None] = [None] * self.world
+        dist.all_gather_object(damages, mine.damage)
+        return Verdict(digests=True, damage=next((d for d in damages if d is not None), None))
+
+    def _verified(self, tag: str) -> str:
+        """Collective: the tag to resume from: ``tag`` when its files verify (or it carries no digests); else, with
+        ``checkpoint.on_corrupt=previous``, the newest earlier tag that verifies, which ``latest`` then names."""
+        assert self.dir is not None
+        verdict = self._check(tag)
+        if not verdict.digests:
+            if self.rank == 0:
+                log.warning("bloomtrain: %s carries no digests (saved before bloomtrain recorded them in %s, or by "
+                            "Megatron-DeepSpeed): loading it unverified", self.dir / tag, MANIFEST_FILE)
+            return tag
+        if verdict.damage is None:
+            return tag
+        damage = verdict.damage.line()
+        if self.cfg.checkpoint.on_corrupt == "fail":
+            raise CheckpointDamaged(f"{damage}; not resuming (checkpoint.on_corrupt=fail): restore the file, or set "
+                                    "checkpoint.on_corrupt=previous to resume from the newest earlier checkpoint whose "
+                                    "files all verify", keys=["checkpoint.on_corrupt"])
+        for earlier in earlier_tags(self.dir, tag):
+            found = self._check(earlier)
+            if found.digests and found.damage is None:
+                if self.rank == 0:
+                    commit_tag(self.dir, earlier)
+                    log.warning("bloomtrain: %s; resuming from %s, the newest earlier checkpoint whose files all "
+                                "verify (checkpoint.on_corrupt=previous)", damage, earlier)
+                dist.barrier()
+                return earlier
+        raise CheckpointDamaged(f"{damage}; no earlier checkpoint in {self.dir} has files that all verify: restore the "
+                                "file, or start over in another checkpoint.dir", keys=["checkpoint.dir"])
 
     def _restore_rng(self, tag: str, client: dict[str, Any], iteration: int) -> None:
         """This rank's RNG file; else (a Megatron-DeepSpeed checkpoint) the mp_rank file's RNG, which is this

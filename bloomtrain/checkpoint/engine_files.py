@@ -8,7 +8,8 @@ that ``latest`` already names. ``DurableCheckpointEngine`` is the same engine wi
 atomically and fsynced (bloomdata.durable.write_with): once ``save`` returns, the file is whole and on
 disk, and ``commit`` has nothing left to flush. Its ``load`` reads with ``weights_only=True`` (safe_load:
 a file that would run code is refused in one line). It also records the files this rank wrote for the current
-tag and calls ``after_file(path)`` after each one (fault-injection tests kill the process there).
+tag and calls ``after_file(path)`` after each one (fault-injection tests kill the process there). ``write`` is the
+writer of the save under way (a ``SaveLedger``'s, which records each file's digest: bloomtrain.checkpoint.manifest).
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ class DurableCheckpointEngine(CheckpointEngine):
         self.written: list[str] = []
         """Files this rank wrote since the last ``create`` (one checkpoint tag)."""
         self.after_file: Callable[[str], None] | None = None
+        self.write: durable.Writer = durable.write_with
 
     def create(self, info: CheckpointCommitInfo) -> None:
         self.written = []
 
     def save(self, state_dict, path: str) -> None:
-        durable.write_with(path, lambda f: torch.save(state_dict, f,
-                                                      _use_new_zipfile_serialization=self.zipfile_serialization))
+        self.write(path, lambda f: torch.save(state_dict, f, _use_new_zipfile_serialization=self.zipfile_serialization))
         self.written.append(path)
         if self.after_file is not None:
             self.after_file(path)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -29,6 +30,7 @@ import torch
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import safe_load
+from bloomtrain.checkpoint.manifest import MANIFEST_FILE, CheckpointDamaged, verify_tag
 from bloomtrain.checkpoint.tags import LATEST, read_latest
 from bloomtrain.model.config import ModelConfig, model_config_from
 
@@ -37,6 +39,7 @@ FIRST_BLOCK_INDEX = 3
 METADATA_FILE = "bloomtrain_model.json"
 _LAYER_FILE = re.compile(r"layer_(\d+)-model_(\d+)-model_states\.pt")
 _ROW_PARALLEL_WEIGHTS = ("self_attention.dense.weight", "mlp.dense_4h_to_h.weight")
+log = logging.getLogger(__name__)
 _DUPLICATED = ("norm.weight", "norm.bias", "layernorm.weight", "layernorm.bias",
                "self_attention.dense.bias", "mlp.dense_4h_to_h.bias")
 
@@ -138,12 +141,13 @@ def layer_path(ckpt_dir: Path, tag: str, idx: int, tp_rank: int) -> Path:
     return Path(ckpt_dir) / tag / f"layer_{idx:02d}-model_{tp_rank:02d}-model_states.pt"
 
 
-def save_layer_states(ckpt_dir: Path, tag: str, tp_rank: int, states: dict[int, dict[str, torch.Tensor]]) -> None:
+def save_layer_states(ckpt_dir: Path, tag: str, tp_rank: int, states: dict[int, dict[str, torch.Tensor]],
+                      write: durable.Writer = durable.write_with) -> None:
     for idx, sd in states.items():
         path = layer_path(ckpt_dir, tag, idx, tp_rank)
         path.parent.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().cpu().contiguous() for k, v in sd.items()}
-        durable.write_with(path, functools.partial(torch.save, tensors))
+        write(path, functools.partial(torch.save, tensors))
 
 
 def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, pp_size: int,
@@ -154,9 +158,15 @@ def save_metadata(ckpt_dir: Path, tag: str, config: ModelConfig, tp_size: int, p
     self-check, ``kernel_selfcheck``: which kernels ran fused, on which device and dtype, and why not)."""
     path = Path(ckpt_dir) / tag / METADATA_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = metadata_bytes(config, tp_size, pp_size, extra)
+    durable.write_with(path, lambda f: f.write(data))
+
+
+def metadata_bytes(config: ModelConfig, tp_size: int, pp_size: int, extra: dict | None = None) -> bytes:
+    """The bytes of ``METADATA_FILE`` (``save_metadata``), for writers that route their own writes (a save's ledger)."""
     meta = {"format_version": 1, "model": config.model_dump(), "tp_size": tp_size, "pp_size": pp_size,
             **(extra or {})}
-    durable.write_json(path, meta, indent=2)
+    return durable.json_text(meta, indent=2).encode("utf-8")
 
 
 def read_tag(ckpt_dir: Path, tag: str | None = None) -> str:
@@ -179,9 +189,27 @@ def read_config(ckpt_dir: Path, tag: str) -> ModelConfig:
     return model_config_from(json.loads(path.read_text())["model"], str(path))
 
 
-def load_merged_states(ckpt_dir: Path, tag: str | None = None) -> tuple[ModelConfig, dict[int, dict]]:
-    """Read every layer file of a checkpoint (any TP x PP) and merge the TP shards: (config, {idx: sd})."""
+def verify_weights(tag_dir: Path) -> None:
+    """Check the layer files and the model metadata against the tag's manifest before any is read: a damaged one
+    raises ``CheckpointDamaged`` in one line; a tag without digests (saved before they were recorded) is read
+    unverified, with one warning line."""
+    verdict = verify_tag(tag_dir, select=lambda name: name == METADATA_FILE or bool(_LAYER_FILE.fullmatch(name)))
+    if verdict.damage is not None:
+        raise CheckpointDamaged(f"{verdict.damage.line()}; refusing damaged weights: restore the file, or choose an "
+                                f"earlier tag (`bloomtrain verify {Path(tag_dir).parent}` says which verify)",
+                                keys=["tag"])
+    if not verdict.digests:
+        log.warning("bloomtrain: %s carries no digests (saved before bloomtrain recorded them in %s, or by "
+                    "Megatron-DeepSpeed): reading it unverified", tag_dir, MANIFEST_FILE)
+
+
+def load_merged_states(ckpt_dir: Path, tag: str | None = None, *,
+                       verify: bool = True) -> tuple[ModelConfig, dict[int, dict]]:
+    """Read every layer file of a checkpoint (any TP x PP), verified first (``verify_weights``; ``verify=False``:
+    the caller did), and merge the TP shards: (config, {idx: sd})."""
     tag = read_tag(ckpt_dir, tag)
+    if verify:
+        verify_weights(Path(ckpt_dir) / tag)
     config = read_config(ckpt_dir, tag)
     shards: dict[int, dict[int, dict]] = defaultdict(dict)
     for path in sorted((Path(ckpt_dir) / tag).glob("layer_*-model_states.pt")):

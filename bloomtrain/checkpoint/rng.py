@@ -66,12 +66,12 @@ def rng_path(ckpt_dir: str | Path, tag: str, rank: int) -> Path:
     return Path(ckpt_dir) / tag / "rng" / f"rank_{rank:05d}.pt"
 
 
-def save_rng(ckpt_dir: str | Path, tag: str, rank: int) -> Path:
-    """Write this rank's RNG state (atomically, fsynced) and return the file's path."""
+def save_rng(ckpt_dir: str | Path, tag: str, rank: int, write: durable.Writer = durable.write_with) -> Path:
+    """Write this rank's RNG state (atomically, fsynced: ``write``) and return the file's path."""
     path = rng_path(ckpt_dir, tag, rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     state = rng_state()
-    durable.write_with(path, lambda f: torch.save(state, f))
+    write(path, lambda f: torch.save(state, f))
     return path
 
 

@@ -34,8 +34,9 @@ def layout_of(state: ParallelState) -> dict[str, int]:
     return {"tp": state.tp_size, "pp": state.pp_size, "dp": state.dp_size}
 
 
-def save_layout(ckpt_dir: str | Path, tag: str, state: ParallelState) -> None:
-    durable.write_json(Path(ckpt_dir) / tag / LAYOUT_FILE, layout_of(state), indent=None)
+def save_layout(ckpt_dir: str | Path, tag: str, state: ParallelState, write: durable.Writer = durable.write_with) -> None:
+    data = durable.json_text(layout_of(state), indent=None).encode("utf-8")
+    write(Path(ckpt_dir) / tag / LAYOUT_FILE, lambda f: f.write(data))
 
 
 def saved_layout(ckpt_dir: str | Path, tag: str) -> dict[str, int] | None:

@@ -16,6 +16,8 @@ from bloomdata.cli import dispatch
 COMMANDS: dict[str, tuple[str, str]] = {
     "export": ("bloomtrain.cli.export", "write a transformers BloomForCausalLM directory (and its model card) from a "
                                         "checkpoint"),
+    "verify": ("bloomtrain.cli.verify", "check a checkpoint folder against the digests its saves recorded (exit 1: "
+                                        "damaged)"),
     "model-card": ("bloomtrain.cli.model_card", "(re)build a model card from an export's or a checkpoint's records"),
     "import": ("bloomtrain.cli.import_hf", "load a transformers BLOOM checkpoint for continued pretraining"),
     "generate": ("bloomtrain.cli.generate", "greedy or top-k/top-p sampling from a checkpoint or HF model"),

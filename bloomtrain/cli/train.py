@@ -6,10 +6,11 @@ single process. The ``TrainConfig`` comes from the YAML, then the flags generate
 YAML); ``bloomtrain.train.run`` does the rest.
 
 Exit record: each rank writes how it ended (finished, time budget, signal, kill switch, config or input
-error, failure: bloomtrain.exit_record) into ``BLOOMTRAIN_EXIT_DIR`` (default ``<checkpoint.dir>/exits``);
+error, full disk, damaged checkpoint, failure: bloomtrain.exit_record) into ``BLOOMTRAIN_EXIT_DIR`` (default ``<checkpoint.dir>/exits``);
 ``bloomtrain.recovery`` reads it to decide retry / requeue / stop. Under ``bloomtrain.launcher`` a failed rank
 prints nothing: its traceback goes to the record's file and the node's agent reports the attempt in a few
-lines. A config or input error (every input path is checked first: bloomtrain.inputs) exits 2.
+lines. A config or input error (every input path is checked first: bloomtrain.inputs), a full disk and a damaged
+checkpoint (with ``checkpoint.on_corrupt=fail``) exit 2: a retry would meet them again.
 
 Launch plain torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (bloomtrain.launcher, the flows and
 ``bloomtrain slurm`` do): with the rendezvous store shared between agent and workers, a restarted group can
@@ -23,7 +24,9 @@ import os
 from collections.abc import Iterator
 
 from bloomdata.cli.options import ConfigParser, Sources
+from bloomdata.disk import DiskFull, raising_disk_full
 from bloomdata.errors import BloomstackError
+from bloomtrain.checkpoint.manifest import CheckpointDamaged
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig
 from bloomtrain.exit_record import ExitKind, Recorder
@@ -49,13 +52,15 @@ def warn_shared_store() -> None:
 
 @contextlib.contextmanager
 def recorded(recorder: Recorder) -> Iterator[None]:
-    """Record how the process ends: a config or input error (exit 2), an interrupt, or a failure. Under
+    """Record how the process ends: a config or input error, a full disk or a damaged checkpoint (exit 2), an
+    interrupt, or a failure. Under
     bloomtrain.launcher both exit quietly (the agent reports them; a traceback goes to the record's file);
     otherwise they print as usual."""
     try:
-        yield
+        with raising_disk_full("a write", then="run the same command again"):  # a full disk outside a save's writes
+            yield
     except BloomstackError as exc:
-        recorder.end(ExitKind.CONFIG_ERROR, str(exc))
+        recorder.end(ending_of(exc), str(exc))
         if not recorder.quiet:
             raise
         raise SystemExit(2) from None
@@ -67,6 +72,13 @@ def recorded(recorder: Recorder) -> Iterator[None]:
         if not recorder.quiet:
             raise
         raise SystemExit(1) from None
+
+
+def ending_of(exc: BloomstackError) -> ExitKind:
+    """The exit record's kind of a user-facing error: each one a retry would meet again (recovery's ``never``)."""
+    if isinstance(exc, DiskFull):
+        return ExitKind.DISK_FULL
+    return ExitKind.CORRUPT_CHECKPOINT if isinstance(exc, CheckpointDamaged) else ExitKind.CONFIG_ERROR
 
 
 def train(cfg: TrainConfig, recorder: Recorder) -> int:

@@ -105,3 +105,26 @@ def test_export_errors_name_the_problem(tmp_path, capsys):
         export(tmp_path, tmp_path / "out")
     assert cli(["export", str(tmp_path), str(tmp_path / "out")]) == 2
     assert "not a checkpoint directory" in capsys.readouterr().err
+
+
+def test_export_refuses_a_damaged_checkpoint_in_one_line(tmp_path, hf_bloom, capsys):
+    """The import records digests like a training save; one flipped byte in a layer file and the export stops before
+    writing anything: no weights, no model card."""
+    hf_bloom(n_head=6, n_layer=2).save_pretrained(tmp_path / "hf")
+    ckpt = tmp_path / "ckpt"
+    assert cli(["import", str(tmp_path / "hf"), "--out", str(ckpt), "--tp", "2"]) == 0
+    assert cli(["verify", str(ckpt)]) == 0
+    assert "global_step0: ok (" in capsys.readouterr().out
+    layer = ckpt / "global_step0" / "layer_03-model_01-model_states.pt"
+    data = bytearray(layer.read_bytes())
+    data[-100] ^= 0x80
+    layer.write_bytes(data)
+
+    assert cli(["export", str(ckpt), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"bloomtrain export: error: {layer}: damaged (content): its xxh3-128 "
+                                               "digest is "), err
+    assert err[0].endswith(f"; refusing damaged weights: restore the file, or choose an earlier --tag (`bloomtrain "
+                           f"verify {ckpt}` says which verify)"), err
+    assert not (tmp_path / "out").exists()  # no weights, no README.md model card, no config.json
+    assert cli(["verify", str(ckpt)]) == 1

@@ -17,13 +17,13 @@ import os
 import pytest
 import torch
 
-# tests/conftest.py chose the interpreter before triton was first imported (DeepSpeed imports it too).
-assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1", "run under tests/conftest.py"
-
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference
 from bloomtrain.kernels.attention import attention_reference
 from bloomtrain.kernels.flash_attention import dropout_scale, flash_attention, flash_problem, keep_mask
 from bloomtrain.model.alibi import alibi_slopes
+
+# tests/conftest.py chose the interpreter before triton was first imported (DeepSpeed imports it too).
+assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1", "run under tests/conftest.py"
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3)}

@@ -89,7 +89,7 @@ def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path)
     assert decision.line == "rank 0 on n1: config or input error, not retried: data.blend: x not found"
 
     views = [node_view("n1", [0], {0: 1}, read_attempt(tmp_path, 0))]
-    views[0].config_error = None
+    views[0].user_error = None
     decision = after_worker_failure(views, {"n2": [2, 3]}, restarts_left=3, max_restarts=3)
     assert (decision.action, decision.exit_code) == ("stop", 1)
     assert decision.line == ("lost node n2 (ranks 2, 3): its agent stopped answering, so no restart on these nodes; "
@@ -98,6 +98,25 @@ def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path)
     assert decision.action == "stop" and decision.line.endswith("no torchrun restart left (max_restarts=3); the next "
                                                                 "attempt resumes from global_step4")
     assert decision.checkpoint == "global_step4"
+
+
+@pytest.mark.parametrize(("kind", "what"), [("disk_full", "disk full"), ("corrupt_checkpoint", "damaged checkpoint")])
+def test_a_full_disk_or_a_damaged_checkpoint_is_never_retried(tmp_path, kind, what):
+    """A restart would fill the same disk or read the same damaged files: stop, exit 2, whatever its peers say."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    commit_tag(ckpt, "global_step4")
+    _record(tmp_path, 0, "failure", message="RuntimeError: peer", ckpt=ckpt, ended=1.0)
+    _record(tmp_path, 1, kind, node="n2", message="the line", ckpt=ckpt, ended=2.0)
+    attempt = read_attempt(tmp_path, 0)
+    views = [node_view("n1", [0], {0: 1}, attempt), node_view("n2", [1], {1: 2}, attempt)]
+    decision = after_worker_failure(views, {}, restarts_left=3, max_restarts=3)
+    assert (decision.action, decision.exit_code, decision.line) == ("stop", 2, f"rank 1 on n2: {what}, not retried: "
+                                                                               "the line")
+    decision = after_launch(LaunchOutcome(exit_dir=str(tmp_path), returncode=2, checkpoint_dir=str(ckpt),
+                                          before="global_step2", max_requeues=3))  # progress: would requeue otherwise
+    assert (decision.action, decision.exit_code, decision.line) == ("stop", 2, f"rank 1 on n2: {what}, not requeued: "
+                                                                               "the line")
 
 
 @pytest.fixture
@@ -162,6 +181,8 @@ AFTER_EVERY_KIND = {
     ExitKind.SIGNAL: (0, ("stop", 0)),
     ExitKind.KILL_SWITCH: (0, ("stop", 0)),
     ExitKind.CONFIG_ERROR: (2, ("stop", 2)),
+    ExitKind.DISK_FULL: (2, ("stop", 2)),  # the same disk is full on a retry
+    ExitKind.CORRUPT_CHECKPOINT: (2, ("stop", 2)),  # the same damaged files (checkpoint.on_corrupt=fail)
     ExitKind.FAILURE: (1, ("requeue", 0)),
 }
 

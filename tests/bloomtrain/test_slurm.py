@@ -179,6 +179,20 @@ def test_config_error_and_kill_switch_stop(job):
     assert (rc, requeued) == (0, []) and "stopped by the kill switch at iteration 7" in out
 
 
+def test_a_full_disk_or_a_damaged_checkpoint_ends_the_job_and_says_why(job):
+    """Never requeued, even after a new checkpoint: the next allocation would meet the same full disk (or the same
+    damaged files, with checkpoint.on_corrupt=fail). The job exits 2 with the trainer's line."""
+    line = ("/ckpt: disk full on the xfs filesystem mounted at /scratch (/dev/sdb1): saving global_step9 needs "
+            "6,291,456 bytes (6.3 MB), 12,288 bytes (12.3 kB) free; free space there or set checkpoint.dir to another "
+            "disk, then run the same command again: it resumes from global_step8")
+    rc, out, requeued = job(kind="disk_full", rc=2, save="global_step8", message=line)
+    assert (rc, requeued) == (2, []), out
+    assert f"job 4242: rank 0 on node1: disk full, not requeued: {line}" in out
+    rc, out, requeued = job(kind="corrupt_checkpoint", rc=2, message="/ckpt/global_step8/rng/rank_00001.pt: missing")
+    assert (rc, requeued) == (2, []), out
+    assert "rank 0 on node1: damaged checkpoint, not requeued: /ckpt/global_step8/rng/rank_00001.pt: missing" in out
+
+
 def test_overrides_reach_the_trainer_as_written(tmp_path):
     """Quotes, spaces and $(...) in an override are one argument of the trainer, never shell code; the
     rendezvous endpoint is this task's launch node address. srun here runs its command; `python` prints the
