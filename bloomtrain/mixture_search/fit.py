@@ -78,46 +78,70 @@ def _ridge_column(z: np.ndarray, y: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_linear(w: np.ndarray, y: np.ndarray, seed: int = 0) -> Predictor:
-    """Ridge on log-weights, one target per column of ``y`` [n, t]."""
-    x = np.log(w + LOG_EPS)
+def fit_linear(w: np.ndarray, y: np.ndarray, scale: np.ndarray, seed: int = 0) -> Predictor:
+    """Ridge on every dataset's log-weight and epochs, one target per column of ``y`` [n, t]: a negative
+    log-weight and a positive epochs coefficient make a dataset's loss fall, then rise, with its weight."""
+    def features(weights: np.ndarray) -> np.ndarray:
+        return np.hstack([np.log(weights + LOG_EPS), weights * scale])
+
+    x = features(w)
     mean, std = x.mean(0), x.std(0)
     std = np.where(std > 0, std, 1.0)
     z = (x - mean) / std
     y_mean = y.mean(0)
-    coef = np.stack([_ridge_column(z, y[:, j] - y_mean[j]) for j in range(y.shape[1])], axis=1)  # [d, t]
+    coef = np.stack([_ridge_column(z, y[:, j] - y_mean[j]) for j in range(y.shape[1])], axis=1)  # [2d, t]
 
     def predict(weights: np.ndarray) -> np.ndarray:
-        return ((np.log(weights + LOG_EPS) - mean) / std) @ coef + y_mean
+        return ((features(weights) - mean) / std) @ coef + y_mean
 
     return predict
 
 
-def fit_lightgbm(w: np.ndarray, y: np.ndarray, seed: int = 0) -> Predictor:
-    """LightGBM, one booster per column of ``y`` [n, t]."""
+def fit_lightgbm(w: np.ndarray, y: np.ndarray, scale: np.ndarray, seed: int = 0) -> Predictor:
+    """LightGBM on the weights and epochs, one booster per column of ``y`` [n, t] (trees are not monotone:
+    a dataset's loss may rise past some weight without an extra term)."""
     import lightgbm as lgb  # noqa: PLC0415
 
-    boosters = [lgb.train({**LIGHTGBM_PARAMS, "seed": seed}, lgb.Dataset(w, y[:, j], params={"verbose": -1}))
+    x = np.hstack([w, w * scale])
+    boosters = [lgb.train({**LIGHTGBM_PARAMS, "seed": seed}, lgb.Dataset(x, y[:, j], params={"verbose": -1}))
                 for j in range(y.shape[1])]
 
     def predict(weights: np.ndarray) -> np.ndarray:
-        return np.stack([b.predict(weights) for b in boosters], axis=1)
+        features = np.hstack([weights, weights * scale])
+        return np.stack([b.predict(features) for b in boosters], axis=1)
 
     return predict
 
 
-def fit_power(w: np.ndarray, y: np.ndarray, seed: int = 0) -> Predictor:
-    """Per dataset j: ``y[:, j] = a_j + b_j (w[:, j] + LOG_EPS) ** -POWER``, least squares with ``b_j >= 0``."""
-    x = (w + LOG_EPS) ** -POWER
-    a, b = np.empty(y.shape[1]), np.empty(y.shape[1])
-    for j in range(y.shape[1]):
-        xc = x[:, j] - x[:, j].mean()
-        denom = float(xc @ xc)
-        b[j] = max(0.0, float(xc @ (y[:, j] - y[:, j].mean())) / denom) if denom > 0 else 0.0
-        a[j] = y[:, j].mean() - b[j] * x[:, j].mean()
+def _nonnegative_pair(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(a, b, c) minimizing ``|y - a - b x[:, 0] - c x[:, 1]|`` with ``b, c >= 0`` (x [n, 2], y [n]): the
+    unconstrained fit when it is feasible, else the better of the one-term fits (a two-variable active set)."""
+    xc, yc = x - x.mean(0), y - y.mean()
+    options = []
+    for cols in ([0, 1], [0], [1], []):
+        coef = np.zeros(2)
+        if cols:
+            sol, *_ = np.linalg.lstsq(xc[:, cols], yc, rcond=None)
+            if (sol < 0).any():
+                continue
+            coef[cols] = sol
+        options.append((float(np.sum((yc - xc @ coef) ** 2)), coef))
+    coef = min(options, key=lambda o: o[0])[1]
+    return float(y.mean() - x.mean(0) @ coef), float(coef[0]), float(coef[1])
+
+
+def fit_power(w: np.ndarray, y: np.ndarray, scale: np.ndarray, seed: int = 0) -> Predictor:
+    """Per dataset j: ``y[:, j] = a_j + b_j (w_j + LOG_EPS) ** -POWER + c_j epochs_j``, least squares with
+    ``b_j, c_j >= 0``: more of a dataset's own data helps it, and repeating it costs in proportion to its
+    epochs, so past ``w = (POWER b / c scale) ** (1 / (1 + POWER))`` more weight predicts worse."""
+    t = y.shape[1]
+    a, b, c = np.empty(t), np.empty(t), np.empty(t)
+    for j in range(t):
+        x = np.stack([(w[:, j] + LOG_EPS) ** -POWER, w[:, j] * scale[j]], axis=1)
+        a[j], b[j], c[j] = _nonnegative_pair(x, y[:, j])
 
     def predict(weights: np.ndarray) -> np.ndarray:
-        return a + b * (weights + LOG_EPS) ** -POWER
+        return a + b * (weights + LOG_EPS) ** -POWER + c * weights * scale
 
     return predict
 
@@ -140,20 +164,23 @@ def folds(n: int) -> list[np.ndarray]:
     return [np.arange(i, n, k) for i in range(k)]
 
 
-def held_out(name: str, w: np.ndarray, y: np.ndarray, objective: np.ndarray, seed: int) -> HeldOut:
+def held_out(name: str, w: np.ndarray, y: np.ndarray, scale: np.ndarray, objective: np.ndarray,
+             seed: int) -> HeldOut:
     """Predict each proxy's objective with a fit that did not see it; score against the measured ones."""
     predicted = np.empty(len(w))
     for test in folds(len(w)):
         train = np.setdiff1d(np.arange(len(w)), test)
-        predicted[test] = FITS[name](w[train], y[train], seed)(w[test]) @ objective
+        predicted[test] = FITS[name](w[train], y[train], scale, seed)(w[test]) @ objective
     measured = y @ objective
     return HeldOut(spearman=spearman(predicted, measured), mae=float(np.mean(np.abs(predicted - measured))),
                    predicted=predicted.tolist(), measured=measured.tolist())
 
 
-def fit_all(w: np.ndarray, y: np.ndarray, objective: np.ndarray, seed: int) -> dict[str, Fitted]:
-    """Both regressors: held-out scores, then the fit on every proxy."""
-    return {name: Fitted(name, FITS[name](w, y, seed), held_out(name, w, y, objective, seed)) for name in REGRESSORS}
+def fit_all(w: np.ndarray, y: np.ndarray, scale: np.ndarray, objective: np.ndarray, seed: int) -> dict[str, Fitted]:
+    """Every regressor: held-out scores, then the fit on every proxy. ``scale`` [d]: epochs per unit of
+    weight (the proxies' training tokens over each dataset's)."""
+    return {name: Fitted(name, FITS[name](w, y, scale, seed), held_out(name, w, y, scale, objective, seed))
+            for name in REGRESSORS}
 
 
 def choose(fits: dict[str, Fitted], regressor: str) -> Fitted:

@@ -33,6 +33,7 @@ from bloomdata.errors import BloomstackError
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 
 MIN_WEIGHT = 1e-4  # smaller drawn weights become 0
+POOL = 2048  # mixtures uniform within the bounds that the proxies' design picks from
 PROXY_STREAM, CANDIDATE_STREAM = 0, 1  # numpy seed sequences (seed, stream): proxies and candidates differ
 
 
@@ -49,6 +50,7 @@ class SearchSpace:
     hi: np.ndarray  # [d]
     prior_source: str  # "tokens ** 0.3" or the mixture file
     spec: BlendSpec  # the prior as a blend (split, ranges, rows), the template of the proposal's blend.yaml
+    budget: int  # the tokens the epoch caps are counted at: the final budget, else the proxies' tokens
 
     def weights(self, w: np.ndarray) -> dict[str, float]:
         return {n: float(x) for n, x in zip(self.names, w)}
@@ -56,8 +58,10 @@ class SearchSpace:
     def vector(self, weights: dict[str, float]) -> np.ndarray:
         return np.array([weights.get(n, 0.0) for n in self.names], dtype=np.float64)
 
-    def epochs(self, w: np.ndarray, budget: int) -> np.ndarray:
-        return w * budget / np.array([self.tokens[n] for n in self.names], dtype=np.float64)
+    def epochs(self, w: np.ndarray, budget: int | None = None) -> np.ndarray:
+        """Repetitions of each dataset when ``w`` [..., d] is drawn ``budget`` tokens (default: the bounds')."""
+        tokens = np.array([max(self.tokens[n], 1) for n in self.names], dtype=np.float64)
+        return w * (self.budget if budget is None else budget) / tokens
 
 
 def _bound(value: float | dict[str, float] | None, name: str, default: float) -> float:
@@ -80,21 +84,30 @@ def search_space(config: MixtureSearchConfig) -> SearchSpace:
     names = [d.name for d in spec.datasets]
     tokens = {d.name: int(d.tokens or 0) for d in spec.datasets}
     lo = np.array([_bound(config.floor, n, 0.0) for n in names])
-    hi = np.array([_bound(config.cap, n, 1.0) for n in names])
-    if config.token_budget is not None:
-        hi = np.minimum(hi, [config.max_epochs * tokens[n] / config.token_budget for n in names])
-        if hi.sum() < 1.0 - 1e-9:
-            raise BloomstackError(
-                f"token budget {config.token_budget:,} (token_budget) with at most {config.max_epochs:g} epochs per "
-                f"dataset (max_epochs): the datasets hold {sum(tokens.values()):,} training tokens, so even every one "
-                f"at its cap covers only {hi.sum():.1%} of the budget; lower the budget, raise max epochs or the cap, "
-                "or add data", keys=["token_budget", "max_epochs"])
+    budget = config.token_budget or config.proxy_tokens
+    hi = np.minimum([_bound(config.cap, n, 1.0) for n in names],
+                    [config.max_epochs * tokens[n] / budget for n in names])
+    if hi.sum() < 1.0 - 1e-9:
+        raise BloomstackError(_infeasible(config, tokens, budget, float(hi.sum())),
+                              keys=["token_budget", "max_epochs", "proxy_tokens"])
     prior = constrain({d.name: d.weight for d in spec.datasets}, dict(zip(names, lo)), dict(zip(names, hi)))
     source = config.prior_mixture or f"tokens ** {config.prior_alpha:g}"
     vector = np.array([prior[n] for n in names])
     center = vector ** config.temperature
     return SearchSpace(names=names, prefixes={d.name: d.prefix for d in spec.datasets}, tokens=tokens,
-                       prior=vector, center=center / center.sum(), lo=lo, hi=hi, prior_source=source, spec=spec)
+                       prior=vector, center=center / center.sum(), lo=lo, hi=hi, prior_source=source, spec=spec,
+                       budget=budget)
+
+
+def _infeasible(config: MixtureSearchConfig, tokens: dict[str, int], budget: int, covered: float) -> str:
+    """Why the epoch caps (and caps) leave no mixture, with the largest budget and the fewest epochs that fit."""
+    total = sum(tokens.values())
+    what = (f"token budget {budget:,} (token_budget)" if config.token_budget else
+            f"{budget:,} tokens per proxy (proxy_tokens; no token_budget, so the epochs are counted at the proxies')")
+    fix = "lower the budget" if config.token_budget else f"lower proxy_tokens to {int(config.max_epochs * total):,} or less"
+    return (f"{what} with at most {config.max_epochs:g} epochs per dataset (max_epochs): the datasets hold "
+            f"{total:,} training tokens, so even every one at its cap covers only {covered:.1%} of the budget; "
+            f"{fix}, raise max_epochs to {budget / max(total, 1):.3g} or more (or the cap), or add data")
 
 
 def within_bounds(w: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -138,15 +151,69 @@ def _dirichlet(rng: np.random.Generator, center: np.ndarray, n: int, concentrati
     return w
 
 
-def proxy_mixtures(space: SearchSpace, k: int, seed: int, concentration: tuple[float, float]) -> np.ndarray:
-    """The search's ``k`` mixtures [k, d]: the prior, then ``k - 1`` draws; draw j depends only on (seed, j),
-    so a search with more proxies keeps the mixtures of one with fewer."""
-    draws = [_dirichlet(np.random.default_rng((seed, PROXY_STREAM, j)), space.center, 1, concentration)
-             for j in range(k - 1)]
-    return np.vstack([space.prior[None, :], *(within_bounds(w, space.lo, space.hi) for w in draws)])
+def uniform_in_bounds(rng: np.random.Generator, start: np.ndarray, lo: np.ndarray, hi: np.ndarray, n: int,
+                      chains: int = 256) -> np.ndarray:
+    """``n`` mixtures [n, d] spread uniformly over the bounded simplex ``{sum w = 1, lo <= w <= hi}`` by
+    hit-and-run (Smith 1984): ``chains`` walks from ``start``, each step a random direction within the simplex
+    and a uniform point of the segment the bounds leave; ``5 d`` steps of burn-in, then one mixture every ``d``
+    steps. Rejection from the unbounded simplex would be hopeless where caps bind (a 4-epoch cap of 0.08 on five
+    datasets leaves a tiny share of the simplex)."""
+    d = len(start)
+    free = hi - lo > 1e-12
+    if free.sum() < 2:  # the bounds leave one mixture
+        return np.tile(start, (n, 1))
+    per = math.ceil(n / chains)
+    x = np.tile(start.astype(np.float64), (chains, 1))
+    out = []
+    for step in range(5 * d + per * d):
+        u = rng.standard_normal((chains, d)) * free
+        u -= free * (u.sum(1, keepdims=True) / free.sum())  # a direction within the simplex's plane
+        with np.errstate(divide="ignore", invalid="ignore"):
+            to_lo, to_hi = (lo - x) / u, (hi - x) / u
+        t_min = np.where(u > 0, to_lo, np.where(u < 0, to_hi, -np.inf)).max(1)
+        t_max = np.where(u > 0, to_hi, np.where(u < 0, to_lo, np.inf)).min(1)
+        x = np.clip(x + rng.uniform(t_min, np.maximum(t_max, t_min))[:, None] * u, lo, hi)
+        if step >= 5 * d and (step - 5 * d) % d == d - 1:
+            out.append(x.copy())
+    return within_bounds(np.vstack(out)[:n], lo, hi)  # exact sums after rounding
+
+
+def herd(pool: np.ndarray, first: np.ndarray, k: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``first`` and ``k`` mixtures of ``pool`` [m, d] picked one at a time by kernel herding (Chen, Welling and
+    Smola 2010): each pick is where the pool is dense and the picks so far are not, so the picks spread over
+    the pool like a space-filling design while staying typical of it (greedy maximin would take the simplex's
+    corners first: a proxy with 80% of one dataset). Gaussian kernel, its width the pool's median distance;
+    distances in units of each dataset's range ``hi - lo``, so a dataset capped at 0.08 is explored from 0 to
+    0.08 as one free over [0, 1] is over its range. The first ``j`` picks never depend on ``k``."""
+    span = np.where(hi - lo > 1e-12, hi - lo, 1.0)
+    z = (pool - lo) / span
+    sq = (z**2).sum(1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * z @ z.T, 0.0)  # [m, m] squared distances
+    width2 = 2.0 * max(float(np.median(d2)), 1e-12)
+    kernel = np.exp(-d2 / width2)
+    density = kernel.mean(1)  # [m]: how typical each pool mixture is
+    covered = np.exp(-(((z - (first - lo) / span) ** 2).sum(1)) / width2)  # [m]: kernel sum to the picks
+    picked = [first]
+    for t in range(1, k + 1):
+        i = int(np.argmax((t + 1) * density - covered))
+        picked.append(pool[i])
+        covered += kernel[i]
+    return np.vstack(picked)
+
+
+def proxy_mixtures(space: SearchSpace, k: int, seed: int) -> np.ndarray:
+    """The search's ``k`` mixtures [k, d]: the prior, then ``k - 1`` picked by ``herd`` from ``POOL`` mixtures
+    uniform within the bounds (drawn from ``seed``): a space-filling design of the feasible region, each
+    dataset's weight tried across its range. The pool depends only on the seed, so a search with more proxies
+    keeps the mixtures of one with fewer."""
+    pool = uniform_in_bounds(np.random.default_rng((seed, PROXY_STREAM)), space.prior, space.lo, space.hi, POOL)
+    return herd(pool, space.prior, k - 1, space.lo, space.hi)
 
 
 def candidate_mixtures(space: SearchSpace, n: int, seed: int, concentration: tuple[float, float]) -> np.ndarray:
-    """``n`` candidate mixtures [n, d] for the proposal, drawn as the proxies' are (another random stream)."""
-    w = _dirichlet(np.random.default_rng((seed, CANDIDATE_STREAM)), space.center, n, concentration)
-    return within_bounds(w, space.lo, space.hi)
+    """``n`` candidate mixtures [n, d] for the proposal (another random stream than the proxies'): half uniform
+    within the bounds, half RegMix's ``Dirichlet(C x center)`` draws moved within them (denser near the prior)."""
+    rng = np.random.default_rng((seed, CANDIDATE_STREAM))
+    uniform = uniform_in_bounds(rng, space.prior, space.lo, space.hi, n // 2, chains=1024)
+    near = within_bounds(_dirichlet(rng, space.center, n - n // 2, concentration), space.lo, space.hi)
+    return np.vstack([uniform, near])
