@@ -19,6 +19,15 @@ validated finalists, what blend.yaml holds, and written vs prior on the fresh se
     python benchmarks/bench_mixture_search.py                       # demo, 8 and 16 proxies of 600k tokens
     python benchmarks/bench_mixture_search.py --corpus skewed --proxy-tokens 1e5
     python benchmarks/bench_mixture_search.py --work /tmp/ms        # keep everything (a rerun reuses proxies)
+    python benchmarks/bench_mixture_search.py --synthetic           # design and proposal rule, no training
+
+``--synthetic`` (seconds, no proxies): a family of blend-quality laws with a known optimum (per dataset a
+power law of its effective share, transfer from the others, an overfitting term past 1-3 epochs, and noise;
+one dataset with 10x the tokens of the others, data for 1.7-3 proxy runs in all), searched by this search's
+design and proposal rule and by RegMix's (Dirichlet draws around the prior, concentration 1-30; the mean of
+the best 100 candidates), each with the same fits. Prints the share of the prior-to-optimum gain left
+unrealized (regret / gap: 0 is the optimum, 1 the prior) and how often the proposal is worse than the prior
+before validation (the case the gate and the selection by measurement are for).
 """
 
 from __future__ import annotations
@@ -110,6 +119,86 @@ def report(corpus: str, result, seconds: float, measured: dict[str, list[float]]
             "seconds": seconds, "search": result.model_dump(mode="json")}
 
 
+class Law:
+    """A random blend-quality law over ``d`` datasets (see the module docstring), bits per byte per dataset."""
+
+    def __init__(self, rng: np.random.Generator, d: int):
+        share = np.ones(d)
+        share[0] = 10.0  # one large dataset
+        self.tokens = share * rng.uniform(0.7, 1.3, d)
+        self.tokens *= rng.uniform(0.35, 0.6) / self.tokens.sum()  # in proxy runs: 1 = one proxy's tokens
+        self.base, self.gain = rng.uniform(1.5, 4.0, d), rng.uniform(0.5, 2.0, d)
+        self.beta, self.overfit, self.onset = rng.uniform(0.3, 0.6, d), rng.uniform(0.01, 0.08, d), rng.uniform(1, 3, d)
+        transfer = rng.uniform(0, 1, (d, d))
+        self.transfer = 0.15 * (transfer + transfer.T) / (2 * d) * (1 - np.eye(d))
+
+    def bpb(self, w: np.ndarray) -> np.ndarray:
+        epochs = w / self.tokens
+        return (self.base + self.gain * (w + w @ self.transfer + 0.01) ** -self.beta
+                + self.overfit * np.maximum(0, epochs - self.onset) ** 1.5)
+
+    def optimum(self, lo: np.ndarray, hi: np.ndarray, starts: np.ndarray) -> float:
+        from scipy.optimize import minimize  # noqa: PLC0415
+
+        return min(minimize(lambda w: self.bpb(w).mean(), x, method="SLSQP", bounds=list(zip(lo, hi)),
+                            constraints=[{"type": "eq", "fun": lambda w: w.sum() - 1}]).fun for x in starts)
+
+
+def synthetic_trial(law: Law, k: int, seed: int, fits: list[str]) -> dict[tuple[str, str], float]:
+    """regret / gap of each (rule, fit) on one law with ``k`` proxies."""
+    from bloomtrain.mixture_search import fit as fitting  # noqa: PLC0415
+    from bloomtrain.mixture_search import space  # noqa: PLC0415
+    from bloomtrain.mixture_search.propose import propose  # noqa: PLC0415
+
+    d = len(law.tokens)
+    lo, hi = np.zeros(d), np.minimum(1.0, 4 * law.tokens)
+    prior = space.within_bounds((law.tokens / law.tokens.sum())[None, :], lo, hi)[0]
+    rng = np.random.default_rng(seed)
+    pool = space.uniform_in_bounds(rng, prior, lo, hi, space.POOL)
+    candidates = np.vstack([space.uniform_in_bounds(rng, prior, lo, hi, 5000),
+                            space.within_bounds(space._dirichlet(rng, prior, 5000, (1.0, 30.0)), lo, hi)])
+    designs = {"this search": space.herd(pool, prior, k - 1, lo, hi),
+               "RegMix": np.vstack([prior, space.within_bounds(space._dirichlet(rng, prior, k - 1, (1.0, 30.0)),
+                                                               lo, hi)])}
+    best = law.optimum(lo, hi, np.vstack([prior, pool[:8]]))
+    gap, objective, scale = law.bpb(prior).mean() - best, np.full(d, 1.0 / d), 1.0 / law.tokens
+    out = {}
+    for rule, w in designs.items():
+        y = law.bpb(w) + rng.normal(0, 0.01, (k, d))  # a proxy's noise
+        fitted = fitting.fit_all(w, y, scale, objective, seed)
+        for name in fits:
+            f = fitting.choose(fitted, name)
+            if name == "auto":
+                out[(rule, f"picked {f.name}")] = 0.0
+            if rule == "RegMix":
+                tried = np.vstack([w, candidates])
+                top = np.argsort(f.predict(tried) @ objective, kind="stable")[:100]
+                proposal = space.within_bounds(tried[top].mean(0, keepdims=True), lo, hi)[0]
+            else:
+                proposal = propose(f, np.vstack([w, candidates]), objective, lo, hi, 100).weights
+            out[(rule, name)] = float((law.bpb(proposal).mean() - best) / gap)
+    return out
+
+
+def synthetic(trials: int, proxies: list[int]) -> None:
+    fits = ["power", "linear", "auto"]
+    print(f"synthetic laws: {trials} per size, regret / gap of the proposal (0: the optimum, 1: the prior), "
+          "mean and share worse than the prior, before validation")
+    for d in (6, 10):
+        for k in proxies:
+            rows: dict[tuple[str, str], list[float]] = {}
+            for t in range(trials):
+                for key, value in synthetic_trial(Law(np.random.default_rng((d, t)), d), k, t, fits).items():
+                    rows.setdefault(key, []).append(value)
+            for (rule, name), values in sorted(rows.items()):
+                v = np.array(values)
+                if name.startswith("picked"):
+                    print(f"  d={d:<2} {k:>2} proxies  {rule:<11} auto {name} in {len(v)} of {trials}")
+                    continue
+                print(f"  d={d:<2} {k:>2} proxies  {rule:<11} {name:<6} regret/gap {v.mean():6.3f} "
+                      f"(median {np.median(v):.3f})  worse than the prior {np.mean(v > 1):4.0%}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--corpus", choices=("demo", "skewed"), default="demo")
@@ -119,8 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prior-alpha", type=float, default=1.0)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fresh-seeds", type=int, default=3, help="seeds the prior and written blends are re-measured on")
+    p.add_argument("--synthetic", action="store_true", help="the design and proposal rule on synthetic laws instead")
+    p.add_argument("--trials", type=int, default=20, help="with --synthetic: laws per size")
     args = p.parse_args(argv)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if args.synthetic:
+        synthetic(args.trials, sorted(args.proxies))
+        return 0
 
     from bloomtrain.mixture_search.config import MixtureSearchConfig  # noqa: PLC0415
     from bloomtrain.mixture_search.run import run_search  # noqa: PLC0415

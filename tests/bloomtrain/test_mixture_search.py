@@ -99,8 +99,9 @@ def test_same_seed_same_mixtures_and_proposal(demo, tmp_path):
     assert [p.weights for p in more.proxies[:8]] == [p.weights for p in a.proxies]
     other = _search(demo, tmp_path / "d", seed=4, prior_alpha=1.0)
     assert [p.weights for p in other.proxies[1:]] != [p.weights for p in a.proxies[1:]]
-    # the stub's law is log-linear in the weights: a fit orders held-out proxies right, and auto picks it
-    assert a.fit[a.selected].spearman == max(f.spearman for f in a.fit.values()) > 0.8, a.fit
+    # the stub's law is log-linear in the weights: a fit orders held-out proxies right, and auto picks it (of
+    # the power law and the ridge: LightGBM joins only from 64 proxies)
+    assert a.fit[a.selected].spearman == max(a.fit["power"].spearman, a.fit["linear"].spearman) > 0.8, a.fit
     assert all(-1 <= f.spearman <= 1 and f.mae >= 0 for f in a.fit.values())
     # the proposal beats the prior on the stub's own law (uniform is its optimum), predicted and measured
     assert a.proposal.better_than_prior and a.proposal.predicted.objective < a.proxies[0].objective
