@@ -5,8 +5,8 @@ The rule: the best *measured* mixture, never a prediction over a measurement.
 - The proposal is not predicted better than the prior's measured objective (``propose``'s gate): the prior,
   nothing validated.
 - Validated (the default): the lowest objective averaged over the validation seeds among the prior, the
-  proposal and the best proxy (the one proxy that measured better than the prior on the search's seed, trained
-  on the other seeds too). A winner whose margin over the prior is less than the seed spread (the larger
+  proposal and the best proxy (the one proxy that measured better than the prior on the search's seed), all
+  trained on the same seeds, none of them the search's own (``run.validate``). A winner whose margin over the prior is less than the seed spread (the larger
   max - min over seeds of the two) is written, and reported as a tie.
 - ``--no-validate``: the lowest objective known, the prior's and the best proxy's measured on the search's
   seed, the proposal's predicted (flagged as not measured).

@@ -119,7 +119,7 @@ class MixtureSearchConfig(BaseModel):
                                     description="train proxies on the proposal, the prior and the best proxy, same "
                                                 "tokens and seeds, and write the best measured (--no-validate: the "
                                                 "best known, the proposal unmeasured)")
-    validate_seeds: int = Field(default=2, ge=2, description="seeds per validated mixture (seed, seed+1, ...); their "
+    validate_seeds: int = Field(default=2, ge=2, description="seeds per validated mixture (seed+1, seed+2, ...); their "
                                                              "spread is the noise a win must exceed")
     workers: int = Field(default=2, ge=0, description="proxies at a time on this machine (Dask LocalCluster "
                                                       "processes; 0: one by one in this process)")

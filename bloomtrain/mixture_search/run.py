@@ -3,12 +3,12 @@
     datasets + prior + epoch-aware bounds (space) -> K mixtures, the prior and a space-filling design (space)
       -> proxies (durable jobs, in parallel) -> regressions with held-out scores (fit)
       -> the fit's best mixture within the bounds, if predicted better than the prior's measured (propose)
-      -> validation: the prior, the proposal and the best proxy on every validation seed
+      -> validation: the prior, the proposal and the best proxy on validation seeds the proxies did not use
       -> the best measured of them (choice) -> blend.yaml and the reports (report)
 
 The output directory is held by one search at a time (a lock file); proxies live in ``OUT/proxies/<key>/``
-and are reused by any later search that needs the same job (a rerun, more proxies, another objective, the
-validation of the prior, whose first seed is the search's own prior proxy).
+and are reused by any later search that needs the same job (a rerun, more proxies, another objective, another
+search's validation).
 """
 
 from __future__ import annotations
@@ -162,9 +162,10 @@ def best_proxy(proxies: list[ProxyEntry]) -> ProxyEntry | None:
 
 def validate(search: Search, finalists: dict[str, np.ndarray], trainer: ProxyTrainer | None,
              on_proxy: OnProxy | None) -> Validation:
-    """Each finalist (name -> weights [d]: prior, proposal, maybe a proxy) trained with seeds ``seed, seed + 1,
-    ...``, the same tokens; the search's own proxies are the first seed's runs of the prior and the proxy."""
-    seeds = [search.config.seed + i for i in range(search.config.validate_seeds)]
+    """Each finalist (name -> weights [d]: prior, proposal, maybe a proxy) trained with seeds ``seed + 1, seed +
+    2, ...``, the same tokens. Not the search's own seed: the best proxy was picked for its measurement on that
+    seed, so the same run would favour it by the very luck that picked it (the lowest of K noisy numbers)."""
+    seeds = [search.config.seed + 1 + i for i in range(search.config.validate_seeds)]
     mixtures = np.vstack([np.tile(w, (len(seeds), 1)) for w in finalists.values()])
     names = [f"validate-{what}-seed{s}" for what in finalists for s in seeds]
     report = _progress(len(names), search.config, on_proxy, "validation proxies")

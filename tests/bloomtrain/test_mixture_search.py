@@ -137,7 +137,8 @@ def test_bounds_and_epoch_caps_hold(demo, tmp_path):
         {n: min(1.0, 4 * t / 100_000) for n, t in tokens.items()})
     assert max(max(p.weights[n] * 100_000 / tokens[n] for n in tokens) for p in free.proxies) <= 4 + 1e-9
     assert max(free.proposal.epochs.values()) <= 4 + 1e-9 and max(free.choice.epochs.values()) <= 4 + 1e-9
-    assert free.validation.seeds == [0, 1] and len(free.validation.prior.objectives) == 2  # two seeds by default
+    # two seeds by default, not the search's own (0)
+    assert free.validation.seeds == [1, 2] and len(free.validation.prior.objectives) == 2
     assert free.validation.prior.spread == pytest.approx(SEED_EFFECT)  # the stub's seed effect
     budget = 3 * sum(tokens.values())  # at most 4 epochs of each: yo (the smallest) is capped below its share
     result = _search(demo, tmp_path / "bounded", floor={"zh": 0.1}, cap=0.45, token_budget=budget, max_epochs=4,
@@ -368,8 +369,7 @@ def test_real_proxies_end_to_end(demo, tmp_path):
     for p in result.proxies:
         assert set(p.bpb) == set(DOCS) and all(0 < v < 20 for v in p.bpb.values())
     v = result.validation
-    assert v is not None and v.seeds == [0, 1], result.choice.reason  # the gate opened: a proposal was validated
-    assert v.prior.objectives[0] == result.proxies[0].objective  # the same job: the search's prior proxy, reused
+    assert v is not None and v.seeds == [1, 2], result.choice.reason  # the gate opened: a proposal was validated
     assert v.prior.spread > 0 and set(v.proposal.bpb) == set(DOCS) and math.isfinite(v.proposal.objective)
     finalists = {m.name: m.objective for m in (v.prior, v.proposal, v.proxy) if m is not None}
     assert result.choice.objective == min(finalists.values()) <= v.prior.objective

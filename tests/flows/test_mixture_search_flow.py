@@ -54,16 +54,16 @@ def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
     search = result.result
     v = search.validation
     assert type(result) is MixtureSearchResult and not result.skipped and v is not None  # validated by default
-    # 6 proxies, then seed 1 of the prior (and of the best proxy), both seeds of the proposal
+    # 6 proxies, then seeds 1 and 2 of the prior, the proposal (and the best proxy)
     trained = len(CALLS)
-    assert trained == 6 + 1 + 2 + (v.proxy is not None)
+    assert trained == 6 + 2 * (2 + (v.proxy is not None))
     assert [p.name for p in search.proxies][:2] == ["prior", "p01"]
     assert load_blend_spec(search.blend_yaml).weights == pytest.approx(list(search.choice.weights.values()))
     assert json.loads((tmp_path / "search" / "search.json").read_text())["choice"]["weights"] == \
         search.choice.weights
     rows = json.loads(artifact("mixture-search-proxies").data)
     assert [r["mixture"] for r in rows][:2] == ["prior", "p01"]
-    assert rows[-1]["mixture"].startswith("blend.yaml: ") and "prior (validated, seeds [0, 1])" in [r["mixture"] for r in rows]
+    assert rows[-1]["mixture"].startswith("blend.yaml: ") and "prior (validated, seeds [1, 2])" in [r["mixture"] for r in rows]
     assert search.choice.reason in artifact("mixture-search").data
     assert "data:image/png;base64," in artifact("mixture-search").data
     again = mixture_search_flow(config.model_copy(update={"workers": 2}))  # where proxies run is not in the key
