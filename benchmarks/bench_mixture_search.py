@@ -19,6 +19,7 @@ validated finalists, what blend.yaml holds, and written vs prior on the fresh se
     python benchmarks/bench_mixture_search.py                       # demo, 8 and 16 proxies of 600k tokens
     python benchmarks/bench_mixture_search.py --corpus skewed --proxy-tokens 1e5
     python benchmarks/bench_mixture_search.py --work /tmp/ms        # keep everything (a rerun reuses proxies)
+    python benchmarks/bench_mixture_search.py --proxies 16 --max-epochs 8   # wider bounds
     python benchmarks/bench_mixture_search.py --synthetic           # design and proposal rule, no training
 
 ``--synthetic`` (seconds, no proxies): a family of blend-quality laws with a known optimum (per dataset a
@@ -206,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--proxies", type=int, nargs="+", default=[8, 16])
     p.add_argument("--proxy-tokens", type=float, default=600_000)
     p.add_argument("--prior-alpha", type=float, default=1.0)
+    p.add_argument("--max-epochs", type=float, default=4.0, help="the epoch cap (the search's default: 4)")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--fresh-seeds", type=int, default=3, help="seeds the prior and written blends are re-measured on")
     p.add_argument("--synthetic", action="store_true", help="the design and proposal rule on synthetic laws instead")
@@ -224,19 +226,20 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir(parents=True, exist_ok=True)
         tok, data = build_data(corpus_files(args.corpus, work), work)
         print(f"mixture search on the {args.corpus} corpus: proxies of {int(args.proxy_tokens):,} tokens, "
-              f"{args.workers} workers, prior tokens ** {args.prior_alpha:g}; {os.cpu_count()} CPUs", flush=True)
+              f"at most {args.max_epochs:g} epochs, {args.workers} workers, prior tokens ** {args.prior_alpha:g}; "
+              f"{os.cpu_count()} CPUs", flush=True)
         rows, seeds = [], [FRESH_SEED + i for i in range(args.fresh_seeds)]
         for k in sorted(args.proxies):
             config = MixtureSearchConfig(datasets_dir=str(data), tokenizer=str(tok), out_dir=str(work / "search"),
                                          prior_alpha=args.prior_alpha, proxies=k, proxy_tokens=int(args.proxy_tokens),
-                                         workers=args.workers, progress=False)
+                                         max_epochs=args.max_epochs, workers=args.workers, progress=False)
             start = time.perf_counter()
             result = run_search(config)
             seconds = time.perf_counter() - start
             prior = {d.name: d.prior for d in result.datasets}
             rows.append(report(args.corpus, result, seconds, fresh(config, {"prior": prior,
                                                                             "written": result.choice.weights}, seeds)))
-        (work / "bench_mixture_search.json").write_text(json.dumps(rows, indent=1))
+        (work / f"bench_mixture_search-{args.max_epochs:g}.json").write_text(json.dumps(rows, indent=1))
     return 0
 
 

@@ -88,7 +88,8 @@ def validated(space: SearchSpace, v: Validation, proxies: int) -> Choice:
     elif best.source == "proposal":
         reason = f"blend.yaml holds the proposal: {figures}, {margin / max(spread, 1e-12):.1f}x the seed spread {spread:.4f}."
     else:
-        reason = f"blend.yaml holds {what}, the fit's proposal measured worse: {figures}; {next_step(proxies)}."
+        reason = (f"blend.yaml holds {what}, measured best: {figures} (seed spread {spread:.4f}); the proposal did "
+                  f"not beat it; {next_step(proxies)}.")
     return _choice(space, best, v.prior.objective, reason, tie)
 
 
