@@ -5,12 +5,13 @@ The work is the library's own (``bloomtrain.mixture_search.run.run_search`` on t
 search.json, search.md, search.png, proxies/). The flow adds skip-or-run (``flows.stages.Stage``: the result is
 the search's ``SearchResult``; the key is the config without where the proxies run, the upstream keys, and the
 datasets', tokenizer's, proxy recipe's and mixture file's sizes and mtimes), one log line per finished proxy,
-and two artifacts: ``mixture-search-proxies`` (a table: each proxy's objective and weights, then the prior and
-the proposal, predicted and validated) and ``mixture-search`` (search.md with search.png).
+and two artifacts: ``mixture-search-proxies`` (a table: each proxy's objective and weights, then the proposal,
+predicted, the validated finalists and what blend.yaml holds) and ``mixture-search`` (search.md with search.png).
 
 Finished proxies survive a failed or cancelled run in ``out_dir/proxies``, so a rerun trains only the rest.
-In ``bloom_pipeline`` (``PipelineConfig.mixture_search``) the stage runs after the build and its proposal
-becomes the blend stage's weights.
+In ``bloom_pipeline`` (``PipelineConfig.mixture_search``) the stage runs after the build and the mixture it
+wrote (``SearchResult.choice``: the best measured, the prior where nothing beat it) becomes the blend stage's
+weights.
 """
 
 from __future__ import annotations
@@ -52,18 +53,19 @@ def search_task(config: MixtureSearchConfig) -> SearchResult:
 
 
 def proxy_rows(result: SearchResult) -> list[dict[str, Any]]:
-    """The table artifact: each proxy, then the proposal (predicted; measured when validated)."""
+    """The table artifact: each proxy, the proposal (predicted), the validated finalists, then blend.yaml's."""
     names = [d.name for d in result.datasets]
-    rows = [{"mixture": p.name, "objective": round(p.objective, 4), **{n: round(p.weights[n], 4) for n in names}}
-            for p in result.proxies]
-    p = result.proposal
-    rows.append({"mixture": f"proposal (predicted, {p.regressor})", "objective": round(p.predicted.objective, 4),
-                 **{n: round(p.weights[n], 4) for n in names}})
+
+    def row(label: str, objective: float, weights: dict[str, float]) -> dict[str, Any]:
+        return {"mixture": label, "objective": round(objective, 4), **{n: round(weights[n], 4) for n in names}}
+
+    rows = [row(p.name, p.objective, p.weights) for p in result.proxies]
+    p, c = result.proposal, result.choice
+    rows.append(row(f"proposal (predicted, {p.regressor})", p.predicted.objective, p.weights))
     if (v := result.validation) is not None:
-        rows.append({"mixture": f"proposal (validated, seeds {v.seeds})", "objective": round(v.proposal.objective, 4),
-                     **{n: round(p.weights[n], 4) for n in names}})
-        rows.append({"mixture": f"prior (validated, seeds {v.seeds})", "objective": round(v.prior.objective, 4),
-                     **{d.name: round(d.prior, 4) for d in result.datasets}})
+        rows += [row(f"{m.name} (validated, seeds {v.seeds})", m.objective, m.weights)
+                 for m in (v.proposal, v.prior, v.proxy) if m is not None]
+    rows.append(row(f"blend.yaml: {c.name}{' (tie)' if c.tie else ''}", c.objective, c.weights))
     return rows
 
 
@@ -72,7 +74,7 @@ def search_artifacts(result: SearchResult) -> None:
     fit = result.fit[result.selected]
     create_table_artifact(proxy_rows(result), key="mixture-search-proxies",
                           description=f"objective and weights per mixture; {result.selected} fit, held-out "
-                                      f"Spearman {fit.spearman:.3f}")
+                                      f"Spearman {fit.spearman:.3f}; {result.choice.reason}")
     md = (out / SEARCH_MD).read_text(encoding="utf-8") if (out / SEARCH_MD).exists() else ""
     if (out / SEARCH_PNG).exists():
         md += "\n" + png_markdown(out / SEARCH_PNG, "mixture search") + "\n"
@@ -92,7 +94,8 @@ def input_files(config: MixtureSearchConfig) -> list[str]:
 @user_errors
 def mixture_search_flow(config: MixtureSearchStageConfig = MixtureSearchStageConfig(),
                         upstream: list[str] | None = None) -> MixtureSearchResult:
-    """Search blend weights with proxy models (skipped when done); returns the proposal, the fit and every proxy."""
+    """Search blend weights with proxy models (skipped when done); returns what blend.yaml holds, the proposal,
+    the fit and every proxy."""
     out = Path(config.out_dir).resolve()
     run = derive(config, out_dir=str(out), progress=False)
     key = stage_key(run.model_dump(exclude=RUN_ONLY), upstream=upstream or [], inputs=input_files(run))

@@ -8,7 +8,7 @@ and changing one stage's config re-runs that stage and everything downstream of 
 The clean stage (on unless ``config.clean`` is None) writes the cleaned shards the tokenizer and the build
 read instead of the corpus; their keys fold in its key. With ``mixture_search`` set, a mixture search
 (``flows.mixture_search``) runs on the built datasets with the blend stage's prior, bounds, split and budget,
-and its proposal becomes the blend's weights (the blend's key folds in the search's). A stage that does not
+and its chosen blend becomes the blend's weights (the blend's key folds in the search's). A stage that does not
 complete ends the pipeline Failed (Cancelled for a cancelled training) with "<stage> stage <state>: <its
 message>" (``flows.failures``).
 The training stage also gets one named validation set per language (each language dataset's validation
@@ -147,9 +147,9 @@ def prefixes_of(data: DatasetResult) -> dict[str, str]:
 def blend_stage(config: PipelineConfig, data: DatasetResult, root: Path,
                 search: MixtureSearchResult | None = None) -> BlendResult:
     """The blend of every non-empty dataset, for the training's token budget, sequence length and seed unless
-    the stage sets them; with a mixture search, weighed by its proposal."""
+    the stage sets them; with a mixture search, weighed by the mixture it chose (its blend.yaml's)."""
     train = config.train.train
-    proposal = {"overrides": search.result.proposal.weights} if search is not None else {}
+    proposal = {"overrides": search.result.choice.weights} if search is not None else {}
     blend_cfg = derive(config.blend, token_budget=blend_budget(config),
                        seq_length=config.blend.seq_length or train.model.seq_length,
                        seed=config.blend.seed if config.blend.seed is not None else train.data.seed,

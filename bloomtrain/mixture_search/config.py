@@ -6,11 +6,14 @@ parts, in the order a search uses them:
 - the datasets (``--dataset NAME=PREFIX`` / ``--datasets-dir``) and the tokenizer they were built with;
 - the prior, ``tokens ** prior_alpha`` or a mixture file's ratios (``bloomdata.blend.tune.tune_blend`` computes
   either), around which the proxies' mixtures are drawn;
-- the bounds every mixture of the search keeps: ``floor``/``cap`` per dataset and, with a final token
-  ``budget``, at most ``max_epochs`` repetitions of any dataset (``weight <= max_epochs x tokens / budget``);
+- the bounds every mixture of the search keeps: ``floor``/``cap`` per dataset and at most ``max_epochs``
+  repetitions of any dataset at the token ``budget`` (``weight <= max_epochs x tokens / budget``; without a
+  final budget, at the proxies' ``proxy_tokens``);
 - the proxies: ``proxies`` small models (``proxy_config``, default ``default_proxy_config()``), each trained
   on ``proxy_tokens`` tokens of its mixture with seed ``seed``;
 - the objective over each dataset's validation bits per byte: their mean, or a weighted mean;
+- the validation (on by default): the prior, the proposal and the best proxy trained with ``validate_seeds``
+  seeds, the best measured of them written to blend.yaml;
 - where the proxies run: local processes (``workers``), an existing Dask cluster (``scheduler``) or a Slurm
   job array (``slurm``).
 """
@@ -88,9 +91,10 @@ class MixtureSearchConfig(BaseModel):
                        description="maximum weight: one for every dataset, or NAME=W per dataset")
     token_budget: Annotated[int | None, BeforeValidator(parse_count)] = Field(
         default=None, ge=1, json_schema_extra=cli_option("--budget", metavar="TOKENS"),
-        description="final training tokens the proposal is for: caps each weight at max_epochs x tokens / budget, "
-                    "and blend.yaml gets tokens drawn and epochs")
-    max_epochs: float = Field(default=4.0, gt=0, description="with --budget: repetitions of a dataset at most")
+        description="final training tokens the blend is for: caps each weight at max_epochs x tokens / budget "
+                    "(default: at the proxies' tokens), and blend.yaml gets tokens drawn and epochs")
+    max_epochs: float = Field(default=4.0, gt=0, description="repetitions of a dataset at the budget at most (4: "
+                              "Muennighoff et al. 2023, repeated data stops helping past ~4 epochs; inf: no cap)")
     split: str | None = Field(default=DEFAULT_SPLIT, description="'90,10,0'-style train,valid,test split of every "
                                                                  "dataset; the proxies are scored on the valid part")
     train_range: str | None = Field(default=None, description="BLOOM per-dataset train range, e.g. 0:0.95")
@@ -99,20 +103,24 @@ class MixtureSearchConfig(BaseModel):
                                                                         "Megatron-DeepSpeed's (BLOOM)")
     valid_samples: int = Field(default=256, ge=1, description="validation samples per dataset and proxy, at most "
                                                               "(fewer where the validation split holds fewer)")
-    temperature: float = Field(default=1.0, gt=0, le=1, description="mixtures are drawn around prior ** T "
-                               "(renormalized; RegMix smooths a skewed prior with 0.5); 1: around the prior itself")
+    temperature: float = Field(default=1.0, gt=0, le=1, description="Dirichlet candidates are drawn around prior ** "
+                               "T (renormalized; RegMix smooths a skewed prior with 0.5); 1: around the prior itself")
     concentration: tuple[float, float] = Field(
         default=(1.0, 30.0), json_schema_extra=cli_option(metavar="C"),
-        description="Dirichlet(C x center) draws, C log-uniform in [MIN, MAX]: a small C strays far from the center")
+        description="half the candidates are Dirichlet(C x center) draws, C log-uniform in [MIN, MAX]: a small C "
+                    "strays far from the center (the other half and the proxies are spread uniformly in the bounds)")
     candidates: int = Field(default=100_000, ge=100, description="mixtures scored by the fitted regression")
-    top_k: int = Field(default=100, ge=1, description="the proposal averages the best top_k candidates")
+    top_k: int = Field(default=100, ge=1, description="the proposal starts from the better of the best candidate "
+                                                      "and the mean of the best top_k, then SLSQP on the fit")
     regressor: Literal["auto", "lightgbm", "linear", "power"] = Field(
-        default="auto", description="the fit that picks the proposal (auto: the better held-out Spearman)")
-    validate_proposal: bool = Field(default=False, json_schema_extra=cli_option("--validate"),
-                                    description="train proxies on the proposal and on the prior, same tokens and "
-                                                "seeds, and report both")
-    validate_seeds: int = Field(default=1, ge=1, description="with --validate: seeds per mixture (seed, seed+1, "
-                                                             "...); the spread shows the seed noise")
+        default="auto", description="the fit that picks the proposal (auto: the best held-out Spearman; "
+                                    "LightGBM from 64 proxies)")
+    validate_proposal: bool = Field(default=True, json_schema_extra=cli_option("--validate"),
+                                    description="train proxies on the proposal, the prior and the best proxy, same "
+                                                "tokens and seeds, and write the best measured (--no-validate: the "
+                                                "best known, the proposal unmeasured)")
+    validate_seeds: int = Field(default=2, ge=2, description="seeds per validated mixture (seed+1, seed+2, ...); their "
+                                                             "spread is the noise a win must exceed")
     workers: int = Field(default=2, ge=0, description="proxies at a time on this machine (Dask LocalCluster "
                                                       "processes; 0: one by one in this process)")
     threads: int = Field(default=1, ge=1, description="CPU threads per proxy (torch, OpenMP)")

@@ -1,4 +1,4 @@
-"""The search's files: the proposal as a blend (``blend.yaml`` + ``bloomdata blend``'s blend.md/json/png), and
+"""The search's files: the chosen mixture as a blend (``blend.yaml`` + ``bloomdata blend``'s blend.md/json/png), and
 ``search.json`` (``SearchResult``), ``search.md`` (tables) and ``search.png`` (charts).
 
 Written through ``bloomdata.durable``, search.json last: it is the search's own completion record (it names
@@ -30,15 +30,21 @@ def _objective_line(result: SearchResult) -> str:
         f"{n} {w:.3f}" for n, w in result.objective_weights.items()) + ")"
 
 
+def _weight(w: float, epochs: float) -> str:
+    return f"{w:.4f} ({epochs:.2f})"
+
+
 def _proposal_table(result: SearchResult) -> list[str]:
-    prior_proxy = result.proxies[0]
-    p = result.proposal
-    lines = ["| dataset | tokens | prior | proposal | bounds | epochs at budget | prior bpb (measured) | "
-             "proposal bpb (predicted) |", "|---|---:|---:|---:|---|---:|---:|---:|"]
+    prior_proxy, p, c = result.proxies[0], result.proposal, result.choice
+    lines = [f"Weights with, in brackets, each dataset's epochs at {result.epochs_budget:,} tokens "
+             f"({'the budget' if result.token_budget else 'the proxies: no --budget'}); bounds include at most "
+             "max epochs.", "",
+             "| dataset | tokens | bounds | prior | proposal | blend.yaml | prior bpb (measured) | "
+             "proposal bpb (predicted) |", "|---|---:|---|---:|---:|---:|---:|---:|"]
     for d in result.datasets:
-        epochs = None if p.epochs is None else p.epochs[d.name]
-        lines.append(f"| {d.name} | {d.tokens:,} | {d.prior:.4f} | {p.weights[d.name]:.4f} | [{d.lo:.3g}, {d.hi:.3g}] "
-                     f"| {_f(epochs, '.2f')} | {prior_proxy.bpb[d.name]:.4f} | {p.predicted.bpb[d.name]:.4f} |")
+        lines.append(f"| {d.name} | {d.tokens:,} | [{d.lo:.3g}, {d.hi:.3g}] | {_weight(d.prior, d.prior_epochs)} | "
+                     f"{_weight(p.weights[d.name], p.epochs[d.name])} | {_weight(c.weights[d.name], c.epochs[d.name])} "
+                     f"| {prior_proxy.bpb[d.name]:.4f} | {p.predicted.bpb[d.name]:.4f} |")
     lines.append(f"| **objective** | | | | | | {prior_proxy.objective:.4f} | {p.predicted.objective:.4f} |")
     return lines
 
@@ -46,26 +52,32 @@ def _proposal_table(result: SearchResult) -> list[str]:
 def _validation_table(result: SearchResult) -> list[str]:
     v = result.validation
     if v is None:
-        return ["Not validated (add --validate to train proxies on the proposal and the prior)."]
+        why = ("the proposal is not predicted better than the prior" if not result.proposal.better_than_prior
+               else "--no-validate")
+        return [f"Not validated ({why})."]
     seeds = ", ".join(str(s) for s in v.seeds)
-    lines = [f"Proxies trained on both mixtures with the same tokens and seeds ({seeds}); mean over seeds:", "",
+    lines = [f"Proxies trained on each finalist with the same tokens and seeds ({seeds}); mean over seeds:", "",
              "| | objective | per seed | spread |" + "".join(f" {d.name} |" for d in result.datasets),
              "|---|---:|---|---:|" + "---:|" * len(result.datasets)]
-    for label, m in (("prior", v.prior), ("proposal", v.proposal)):
+    rows = [("prior", v.prior), ("proposal", v.proposal)]
+    if v.proxy is not None:
+        rows.append((f"best proxy ({v.proxy.name})", v.proxy))
+    for label, m in rows:
         per_seed = ", ".join(f"{o:.4f}" for o in m.objectives)
         lines.append(f"| {label} | {m.objective:.4f} | {per_seed} | {m.spread:.4f} |"
                      + "".join(f" {m.bpb[d.name]:.4f} |" for d in result.datasets))
-    verdict = "better" if v.improvement > 0 else "not better"
-    lines += ["", f"The proposal is {verdict} than the prior by {v.improvement:+.4f} bits per byte (prior minus "
-                  f"proposal; the prior's seed spread is {v.prior.spread:.4f})."]
+    verdict = "a tie with" if v.tie else ("better" if v.improvement > 0 else "worse") + " than"
+    lines += ["", f"The proposal is {verdict} the prior: {v.improvement:+.4f} bits per byte (prior minus proposal; "
+                  f"the seed spread is {v.spread:.4f})."]
     return lines
 
 
 def search_markdown(result: SearchResult) -> str:
     n = len(result.proxies)
     lines = [f"# Mixture search: {n} proxies around the prior ({result.prior_source})", "",
-             f"Objective: {_objective_line(result)} (lower is better). The proposal is `{result.blend_yaml}` "
+             f"Objective: {_objective_line(result)} (lower is better). The blend is `{result.blend_yaml}` "
              f"(`bloomtrain train ... data.kind=blend data.blend={result.blend_yaml}`).", "",
+             f"**{result.choice.reason}**", "",
              "## Proposal", "", *_proposal_table(result), "",
              f"## Fit (each proxy predicted by a fit without it; {n} proxies)", "",
              "| regressor | Spearman | MAE (bits per byte) | picked the proposal |", "|---|---:|---:|---|"]
@@ -81,8 +93,8 @@ def search_markdown(result: SearchResult) -> str:
 
 
 def search_png(result: SearchResult) -> bytes:
-    """Predicted vs measured held-out objective per regressor (left); prior vs proposed weights, and with a
-    validation the measured bits per byte of both (right)."""
+    """Predicted vs measured held-out objective per regressor (left); the prior's, the proposal's and
+    blend.yaml's weights; with a validation, the finalists' measured bits per byte (right)."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
@@ -98,25 +110,30 @@ def search_png(result: SearchResult) -> bytes:
     ax.plot([min(values), max(values)], [min(values), max(values)], color="grey", linewidth=0.8)
     ax.set(xlabel="measured objective (bits per byte)", ylabel="predicted, held out", title="fit on held-out proxies")
     ax.legend(fontsize=8)
-    x = range(len(names))
-    axes[1].bar([i - 0.2 for i in x], [d.prior for d in result.datasets], 0.4, label="prior")
-    axes[1].bar([i + 0.2 for i in x], [result.proposal.weights[n] for n in names], 0.4, label="proposal")
-    axes[1].set_xticks(list(x), names, rotation=60, ha="right")
+    _bars(axes[1], names, [("prior", {d.name: d.prior for d in result.datasets}),
+                           ("proposal", result.proposal.weights), (f"blend.yaml ({result.choice.name})",
+                                                                   result.choice.weights)])
     axes[1].set(ylabel="weight", title="mixture")
-    axes[1].legend()
     if result.validation is not None:
         v = result.validation
-        axes[2].bar([i - 0.2 for i in x], [v.prior.bpb[n] for n in names], 0.4, label=f"prior {v.prior.objective:.3f}")
-        axes[2].bar([i + 0.2 for i in x], [v.proposal.bpb[n] for n in names], 0.4,
-                    label=f"proposal {v.proposal.objective:.3f}")
-        axes[2].set_xticks(list(x), names, rotation=60, ha="right")
+        finalists = [m for m in (v.prior, v.proposal, v.proxy) if m is not None]
+        _bars(axes[2], names, [(f"{m.name} {m.objective:.3f}", m.bpb) for m in finalists])
         axes[2].set(ylabel="validation bits per byte", title="validated (mean over seeds)")
-        axes[2].legend()
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     plt.close(fig)
     return buffer.getvalue()
+
+
+def _bars(ax, names: list[str], series: list[tuple[str, dict[str, float]]]) -> None:
+    """Grouped bars: one group per dataset, one bar per series."""
+    width = 0.8 / len(series)
+    for k, (label, values) in enumerate(series):
+        ax.bar([i + (k - (len(series) - 1) / 2) * width for i in range(len(names))], [values[n] for n in names],
+               width, label=label)
+    ax.set_xticks(list(range(len(names))), names, rotation=60, ha="right")
+    ax.legend(fontsize=8)
 
 
 def write_search(result: SearchResult, blend: BlendSpec, max_epochs: float) -> dict[str, Path]:

@@ -41,26 +41,33 @@ def stub_proxies(monkeypatch):
 
 
 def _search_config(**fields) -> MixtureSearchStageConfig:
-    return MixtureSearchStageConfig.model_validate({"proxies": 6, "candidates": 1000, "top_k": 10, "workers": 0,
-                                                    **fields})
+    # 50k tokens per proxy: the 4-epoch cap (at the proxies' tokens, no budget) leaves room on 90 documents
+    return MixtureSearchStageConfig.model_validate({"proxies": 6, "proxy_tokens": 50_000, "candidates": 1000,
+                                                    "top_k": 10, "workers": 0, **fields})
 
 
 def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
     data = write_datasets(tmp_path, {"fr": 40, "sw": 30, "yo": 20})
     config = _search_config(datasets_dir=str(data["data"]), tokenizer=str(data["tokenizer"]),
-                            out_dir=str(tmp_path / "search"), validate_proposal=True)
+                            out_dir=str(tmp_path / "search"))
     result = mixture_search_flow(config)
-    assert type(result) is MixtureSearchResult and not result.skipped and len(CALLS) == 7  # 6 + the proposal
     search = result.result
-    assert [p.name for p in search.proxies][:2] == ["prior", "p01"] and search.validation is not None
-    assert load_blend_spec(search.blend_yaml).weights == pytest.approx(list(search.proposal.weights.values()))
-    assert json.loads((tmp_path / "search" / "search.json").read_text())["proposal"]["weights"] == \
-        search.proposal.weights
+    v = search.validation
+    assert type(result) is MixtureSearchResult and not result.skipped and v is not None  # validated by default
+    # 6 proxies, then seeds 1 and 2 of the prior, the proposal (and the best proxy)
+    trained = len(CALLS)
+    assert trained == 6 + 2 * (2 + (v.proxy is not None))
+    assert [p.name for p in search.proxies][:2] == ["prior", "p01"]
+    assert load_blend_spec(search.blend_yaml).weights == pytest.approx(list(search.choice.weights.values()))
+    assert json.loads((tmp_path / "search" / "search.json").read_text())["choice"]["weights"] == \
+        search.choice.weights
     rows = json.loads(artifact("mixture-search-proxies").data)
-    assert [r["mixture"] for r in rows][:2] == ["prior", "p01"] and rows[-1]["mixture"].startswith("prior (validated")
+    assert [r["mixture"] for r in rows][:2] == ["prior", "p01"]
+    assert rows[-1]["mixture"].startswith("blend.yaml: ") and "prior (validated, seeds [1, 2])" in [r["mixture"] for r in rows]
+    assert search.choice.reason in artifact("mixture-search").data
     assert "data:image/png;base64," in artifact("mixture-search").data
     again = mixture_search_flow(config.model_copy(update={"workers": 2}))  # where proxies run is not in the key
-    assert again.skipped and again.result == search and len(CALLS) == 7
+    assert again.skipped and again.result == search and len(CALLS) == trained
 
 
 def test_pipeline_blend_takes_the_search_proposal(prefect_harness, stub_proxies, tmp_path):
@@ -80,7 +87,7 @@ def test_pipeline_blend_takes_the_search_proposal(prefect_harness, stub_proxies,
         return search, blend_stage(config, data, root, search)
 
     search, blend = until_blend()
-    proposal = search.result.proposal.weights
+    proposal = search.result.choice.weights  # what the search wrote: the best measured mixture
     assert set(proposal) == {"en", "fr", "yo"} and max(proposal.values()) <= 0.6 + 1e-12  # the blend's own cap
     assert search.result.token_budget == training_tokens(config.train) and Path(search.out_dir) == root / "search"
     spec = blend.result.spec
