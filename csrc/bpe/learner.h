@@ -1,0 +1,284 @@
+// The merge loop of Hugging Face's BpeTrainer over word counts, on compact arrays.
+//
+// The algorithm, its order of merges and its one arbitrary choice are documented in
+// bloomdata/tokenizer/merges.py (the Python reference of this file; the tests compare both with HF's
+// trainer). Memory, for W distinct words of S symbols in all and P distinct pairs:
+//   - the words: S uint32 symbols, merged in place (a word only shrinks), W uint64 offsets, W uint32
+//     lengths, W uint64 counts (the caller's arrays);
+//   - the pairs: an open-addressing table (uint64 key = left << 32 | right -> uint32 pair index) at most
+//     half full, and per pair an int64 count: ~36 bytes per pair;
+//   - the queue: 24 bytes per entry, and every entry's word list in one append-only arena of uint32 word
+//     numbers: the initial lists hold at most S numbers, and each merge in a word adds at most two.
+// So memory follows the distinct words, not the text they came from.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace bloombpe {
+
+inline uint64_t pair_key(uint32_t left, uint32_t right) { return (uint64_t(left) << 32) | right; }
+
+// uint64 pair key -> dense pair index (insertion order). Keys are never removed.
+class PairTable {
+ public:
+  explicit PairTable(size_t expected = 1024) { rehash(std::max<size_t>(64, expected * 2)); }
+
+  // The index of `key`, inserting it as the next index when absent.
+  uint32_t index(uint64_t key) {
+    size_t slot = find_slot(key);
+    if (keys_[slot] == key && used_[slot]) return values_[slot];
+    if ((size_ + 1) * 2 > keys_.size()) {
+      rehash(keys_.size() * 2);
+      slot = find_slot(key);
+    }
+    used_[slot] = 1;
+    keys_[slot] = key;
+    values_[slot] = uint32_t(size_);
+    return uint32_t(size_++);
+  }
+
+  size_t size() const { return size_; }
+
+ private:
+  static uint64_t mix(uint64_t x) {  // splitmix64's finalizer: pair keys are far from random
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+
+  size_t find_slot(uint64_t key) const {
+    const size_t mask = keys_.size() - 1;
+    size_t slot = mix(key) & mask;
+    while (used_[slot] && keys_[slot] != key) slot = (slot + 1) & mask;
+    return slot;
+  }
+
+  void rehash(size_t capacity) {
+    size_t n = 64;
+    while (n < capacity) n <<= 1;
+    std::vector<uint64_t> keys(n);
+    std::vector<uint32_t> values(n);
+    std::vector<uint8_t> used(n, 0);
+    keys.swap(keys_);
+    values.swap(values_);
+    used.swap(used_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!used[i]) continue;
+      const size_t slot = find_slot(keys[i]);
+      used_[slot] = 1;
+      keys_[slot] = keys[i];
+      values_[slot] = values[i];
+    }
+  }
+
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> values_;
+  std::vector<uint8_t> used_;
+  size_t size_ = 0;
+};
+
+// A queued entry: HF's `Merge` (count, pair, words). The words live in the arena at [begin, begin + n).
+struct Item {
+  uint64_t count;  // as HF keeps it: the pair's count when (re)queued, cast to unsigned
+  uint64_t key;
+  uint32_t entry;
+};
+
+// Largest count first, then the smaller pair, then the entry queued first (std::priority_queue pops the
+// largest under this "less").
+struct ItemLess {
+  bool operator()(const Item& x, const Item& y) const {
+    if (x.count != y.count) return x.count < y.count;
+    if (x.key != y.key) return x.key > y.key;
+    return x.entry > y.entry;
+  }
+};
+
+struct Change {
+  uint64_t key;
+  uint32_t word;
+  int32_t delta;
+};
+
+struct Words {
+  uint32_t* symbols;        // every word's symbols; word w starts at offsets[w]
+  const int64_t* offsets;   // W + 1 entries
+  const uint64_t* counts;   // W entries
+  size_t n;                 // W
+};
+
+class Learner {
+ public:
+  Learner(Words words, std::vector<std::string> vocab, size_t vocab_size, uint64_t min_frequency)
+      : words_(words), vocab_(std::move(vocab)), vocab_size_(vocab_size), min_frequency_(min_frequency),
+        lengths_(words.n) {
+    for (size_t i = 0; i < vocab_.size(); ++i) ids_.emplace(vocab_[i], uint32_t(i));
+    for (size_t w = 0; w < words.n; ++w) lengths_[w] = uint32_t(words.offsets[w + 1] - words.offsets[w]);
+  }
+
+  // Runs the loop; `tick(merges so far)` is called every `every` merges (progress).
+  template <typename Tick>
+  void run(Tick&& tick, size_t every) {
+    count_pairs();
+    while (ids_.size() < vocab_size_ && !queue_.empty()) {
+      Item top = queue_.top();
+      queue_.pop();
+      const uint64_t current = uint64_t(pair_counts_[pairs_.index(top.key)]);
+      if (top.count != current) {
+        top.count = current;
+        queue_.push(top);
+        continue;
+      }
+      if (top.count < 1 || min_frequency_ > top.count) break;
+      merge(top);
+      if (merges_.size() % every == 0) tick(merges_.size());
+    }
+  }
+
+  const std::vector<std::string>& vocab() const { return vocab_; }
+  const std::vector<std::pair<uint32_t, uint32_t>>& merges() const { return merges_; }
+
+ private:
+  // Pair counts and one entry per pair listing the words it occurs in (a two-pass CSR in the arena).
+  void count_pairs() {
+    std::vector<uint32_t> last;  // per pair: the last word counted, so a word is listed once
+    std::vector<uint64_t> listed;
+    for (size_t w = 0; w < words_.n; ++w) {
+      const uint32_t* s = words_.symbols + words_.offsets[w];
+      for (uint32_t i = 0; i + 1 < lengths_[w]; ++i) {
+        const uint32_t p = pairs_.index(pair_key(s[i], s[i + 1]));
+        if (p == pair_counts_.size()) {
+          pair_counts_.push_back(0);
+          last.push_back(UINT32_MAX);
+          listed.push_back(0);
+        }
+        pair_counts_[p] += int64_t(words_.counts[w]);
+        if (last[p] != w) {
+          last[p] = uint32_t(w);
+          ++listed[p];
+        }
+      }
+    }
+    const size_t pairs = pair_counts_.size();
+    std::vector<uint64_t> keys(pairs);
+    begin_.resize(pairs);
+    length_.assign(pairs, 0);
+    uint64_t total = 0;
+    for (size_t p = 0; p < pairs; ++p) {
+      begin_[p] = total;
+      total += listed[p];
+    }
+    arena_.resize(total);
+    std::fill(last.begin(), last.end(), UINT32_MAX);
+    for (size_t w = 0; w < words_.n; ++w) {
+      const uint32_t* s = words_.symbols + words_.offsets[w];
+      for (uint32_t i = 0; i + 1 < lengths_[w]; ++i) {
+        const uint64_t key = pair_key(s[i], s[i + 1]);
+        const uint32_t p = pairs_.index(key);
+        keys[p] = key;
+        if (last[p] != w) {
+          last[p] = uint32_t(w);
+          arena_[begin_[p] + length_[p]++] = uint32_t(w);
+        }
+      }
+    }
+    // entry e == pair index p for the initial entries; queued in pair order (ties cannot occur among them)
+    std::vector<Item> items;
+    items.reserve(pairs);
+    for (size_t p = 0; p < pairs; ++p) {
+      if (pair_counts_[p] > 0) items.push_back(Item{uint64_t(pair_counts_[p]), keys[p], uint32_t(p)});
+    }
+    queue_ = std::priority_queue<Item, std::vector<Item>, ItemLess>(ItemLess(), std::move(items));
+  }
+
+  // HF's Word::merge over one word, in place: (a, b) -> token, left to right; the neighbours' changes.
+  void merge_word(uint32_t w, uint32_t a, uint32_t b, uint32_t token) {
+    uint32_t* s = words_.symbols + words_.offsets[w];
+    const uint32_t n = lengths_[w];
+    uint32_t out = 0, r = 0;
+    while (r < n) {
+      if (s[r] == a && r + 1 < n && s[r + 1] == b) {
+        if (out > 0) {
+          changes_.push_back(Change{pair_key(s[out - 1], a), w, -1});
+          changes_.push_back(Change{pair_key(s[out - 1], token), w, 1});
+        }
+        if (r + 2 < n) {
+          changes_.push_back(Change{pair_key(b, s[r + 2]), w, -1});
+          changes_.push_back(Change{pair_key(token, s[r + 2]), w, 1});
+        }
+        s[out++] = token;
+        r += 2;
+      } else {
+        s[out++] = s[r++];
+      }
+    }
+    lengths_[w] = out;
+  }
+
+  void merge(const Item& top) {
+    const uint32_t a = uint32_t(top.key >> 32), b = uint32_t(top.key);
+    std::string joined = vocab_[a] + vocab_[b];
+    auto found = ids_.find(joined);
+    uint32_t token;
+    if (found != ids_.end()) {
+      token = found->second;
+    } else {
+      token = uint32_t(vocab_.size());
+      ids_.emplace(joined, token);
+      vocab_.push_back(std::move(joined));
+    }
+    merges_.emplace_back(a, b);
+    changes_.clear();
+    const uint64_t begin = begin_[top.entry];
+    for (uint32_t i = 0; i < length_[top.entry]; ++i) merge_word(arena_[begin + i], a, b, token);
+    formed_.clear();
+    for (const Change& c : changes_) {
+      const uint32_t p = pairs_.index(c.key);
+      if (p == pair_counts_.size()) pair_counts_.push_back(0);
+      pair_counts_[p] += int64_t(c.delta) * int64_t(words_.counts[c.word]);
+      if (c.delta > 0) formed_.emplace_back(c.key, c.word);
+    }
+    std::sort(formed_.begin(), formed_.end());
+    formed_.erase(std::unique(formed_.begin(), formed_.end()), formed_.end());
+    for (size_t i = 0; i < formed_.size();) {
+      size_t j = i;
+      while (j < formed_.size() && formed_[j].first == formed_[i].first) ++j;
+      const int64_t count = pair_counts_[pairs_.index(formed_[i].first)];
+      if (count > 0) {
+        const uint32_t entry = uint32_t(begin_.size());
+        begin_.push_back(arena_.size());
+        length_.push_back(uint32_t(j - i));
+        for (size_t k = i; k < j; ++k) arena_.push_back(formed_[k].second);
+        queue_.push(Item{uint64_t(count), formed_[i].first, entry});
+      }
+      i = j;
+    }
+  }
+
+  Words words_;
+  std::vector<std::string> vocab_;
+  std::unordered_map<std::string, uint32_t> ids_;
+  size_t vocab_size_;
+  uint64_t min_frequency_;
+  std::vector<uint32_t> lengths_;  // current symbols per word
+  PairTable pairs_;
+  std::vector<int64_t> pair_counts_;  // per pair index
+  std::vector<uint64_t> begin_;       // per entry: its words in the arena
+  std::vector<uint32_t> length_;
+  std::vector<uint32_t> arena_;
+  std::priority_queue<Item, std::vector<Item>, ItemLess> queue_;
+  std::vector<std::pair<uint32_t, uint32_t>> merges_;
+  std::vector<Change> changes_;
+  std::vector<std::pair<uint64_t, uint32_t>> formed_;
+};
+
+}  // namespace bloombpe
