@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
@@ -65,26 +66,46 @@ def make_tokenizer(out: Path) -> Path:
     return out
 
 
-def run(cmd: list[str]) -> dict:
-    """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers) and peak RSS (MB) of the
-    tree and of its largest process, for one CLI run."""
+def disk_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it does not exist)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed while we walked
+                pass
+    return total
+
+
+def run(cmd: list[str], watch: Path | None = None) -> dict:
+    """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers), peak RSS (MB) of the
+    tree, of its largest process and of each process (``procs_mb``: the CLI first, then the others by peak),
+    and, with ``watch``, the peak and final bytes under that directory (sampled every 2 s), for one CLI run."""
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    root, tree_peak, proc_peak = psutil.Process(proc.pid), 0, 0
+    root, tree_peak, peaks, disk_peak, disk_at = psutil.Process(proc.pid), 0, {}, 0, 0.0
     while proc.poll() is None:
         try:
-            rss = [p.memory_info().rss for p in [root, *root.children(recursive=True)]]
+            rss = {p.pid: p.memory_info().rss for p in [root, *root.children(recursive=True)]}
         except psutil.Error:
-            rss = []
-        if rss:
-            tree_peak, proc_peak = max(tree_peak, sum(rss)), max(proc_peak, max(rss))
+            rss = {}
+        tree_peak = max(tree_peak, sum(rss.values()))
+        for pid, n in rss.items():
+            peaks[pid] = max(peaks.get(pid, 0), n)
+        if watch is not None and time.perf_counter() - disk_at > 2:
+            disk_peak, disk_at = max(disk_peak, disk_bytes(watch)), time.perf_counter()
         time.sleep(0.1)
     stderr = proc.stderr.read()
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {stderr.strip()[-500:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
-    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "tree_mb": tree_peak / 1e6, "proc_mb": proc_peak / 1e6}
+    procs = [peaks.pop(proc.pid, 0), *sorted(peaks.values(), reverse=True)]
+    final = disk_bytes(watch) if watch is not None else 0
+    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "tree_mb": tree_peak / 1e6,
+            "proc_mb": max(procs) / 1e6, "procs_mb": [n / 1e6 for n in procs if n > 20e6],
+            "disk_peak_mb": max(disk_peak, final) / 1e6, "disk_mb": final / 1e6}
 
 
 def cli(command: str, src: Path, out: Path, workers: int, extra: list[str]) -> list[str]:

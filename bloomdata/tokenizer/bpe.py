@@ -46,9 +46,9 @@ from bloomdata import durable
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
+from bloomdata.tokenizer.split import BLOOM_SPLIT_PATTERN
 from bloomdata.units import parse_bytes
 
-BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3, in this order
 EOD_TOKEN = "</s>"
 BLOOM_VOCAB_SIZE = 250_680
@@ -280,7 +280,7 @@ def _train_counts(config: TokenizerTrainConfig, client: Any) -> TokenizerReport:
     from bloomdata.tokenizer.merges import learn_from_counts
 
     t0 = time.perf_counter()
-    counts = count_words(config, BLOOM_SPLIT_PATTERN, client)
+    counts = count_words(config, client)
     t1 = time.perf_counter()
     work = os.path.join(config.out_dir, WORK_NAME)
     learned = learn_from_counts(work, counts, list(SPECIAL_TOKENS), config, _merge_bar(config))

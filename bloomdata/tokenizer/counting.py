@@ -14,7 +14,7 @@ determines its files, so a killed run resumes where it stopped:
 3. ``choose`` (driver): per language, candidates in key order, equal keys once (equal text), each taken
    while it fits the quota (``sampling.fill``), or the first cut to the quota when none fits: the rows
    each shard counts, in ``chosen/<shard>.npy``.
-4. ``count`` (per shard): BLOOM's split (``split_pattern``) over the chosen texts; the words are counted
+4. ``count`` (per shard): BLOOM's split (``bloomdata.tokenizer.split``) over the chosen texts; the words are counted
    in a dict that is written out as a hash-partitioned ``.wc`` run (``bloomdata.tokenizer.word_counts``)
    whenever it holds ``spill_words`` words, so a worker's memory is bounded whatever its shard holds.
 5. ``merge`` (per partition): partition p of every run, equal words summed, in ``merged/part-PPPP.wc``.
@@ -38,13 +38,13 @@ from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel
-from tokenizers import Regex, pre_tokenizers
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob
 from bloomdata.readers import UNKNOWN_LANG, Document, Shard, SourceConfig, read_shard, shard_plan
 from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill
+from bloomdata.tokenizer.split import PIECES, split_pieces
 from bloomdata.tokenizer.word_counts import sum_partition, write_word_counts
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
@@ -80,7 +80,6 @@ class CountSettings:
 
     work_dir: str  # absolute
     seed: int
-    split_pattern: str  # BLOOM's split (Oniguruma), isolated pieces
     partitions: int = PARTITIONS
     spill_words: int = DEFAULT_SPILL_WORDS
 
@@ -212,7 +211,6 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
     shutil.rmtree(folder, ignore_errors=True)  # runs of an earlier attempt
     os.makedirs(folder, exist_ok=True)
     chosen = np.load(os.path.join(settings.work_dir, "chosen", f"{shard.name}.npy")).tolist()
-    split = pre_tokenizers.Split(Regex(settings.split_pattern), behavior="isolated", invert=False)
     counter: Counter[str] = Counter()
     runs: list[str] = []
     docs: Counter[str] = Counter()
@@ -230,7 +228,7 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
         lang = doc.lang or UNKNOWN_LANG
         docs[lang] += 1
         text_bytes[lang] += len(text.encode("utf-8"))
-        pieces = [piece for piece, _ in split.pre_tokenize_str(text)]
+        pieces = split_pieces(text)
         counter.update(pieces)  # Counter.update of a list runs in C
         occurrences += len(pieces)
         if len(counter) >= settings.spill_words:
@@ -247,7 +245,7 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
 def _spill(counter: Counter[str], folder: str, runs: list[str], settings: CountSettings) -> int:
     """Write the counted words as the next run and empty the counter; returns the words written."""
     path = os.path.join(folder, f"run-{len(runs):04d}.wc")
-    n = write_word_counts(path, ((w.encode("utf-8"), c) for w, c in counter.items()), settings.partitions)
+    n = write_word_counts(path, {w.encode("utf-8"): c for w, c in counter.items()}, settings.partitions)
     counter.clear()
     runs.append(path)
     return n
@@ -263,7 +261,7 @@ def merge_partition(item: tuple[int, list[str], str], settings: CountSettings) -
     if found is not None and os.path.isfile(path) and os.path.getsize(path) == found.file_bytes:
         return found
     total = sum_partition([os.path.join(settings.work_dir, r) for r in runs], p)
-    write_word_counts(path, total.items())
+    write_word_counts(path, total)
     manifest = MergeManifest(file=file, words=len(total), word_bytes=sum(map(len, total)),
                              occurrences=sum(total.values()), file_bytes=os.path.getsize(path))
     _done(settings, "merged", name, key, manifest)
@@ -322,18 +320,17 @@ class CountsJob(ShardedJob[WordCounts]):
     files = JobFiles(writer="tokenizer word count", lock=LOCK_FILE, summary=SUMMARY_FILE, marked="shards")
     summary_type = WordCounts
 
-    def __init__(self, config: CountingInputs, split_pattern: str, client: Any = None) -> None:
+    def __init__(self, config: CountingInputs, client: Any = None) -> None:
         self.started = time.perf_counter()
         self.config = config
         plan = shard_plan(config.sources, None, shard_bytes=config.shard_bytes, workers=config.workers or None)
         if not plan.shards:
             raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
         work = os.path.abspath(os.path.join(config.out_dir, WORK_NAME))
-        self.settings = CountSettings(work, config.seed, split_pattern,
-                                      spill_words=spill_words(config.max_memory, config.workers))
+        self.settings = CountSettings(work, config.seed, spill_words=spill_words(config.max_memory, config.workers))
         self.keys = [durable.content_key(shard_identity(s)) for s in plan.shards]
         fingerprint = durable.content_key([MARKER_VERSION, self.keys, config.seed, config.alpha, config.byte_budget,
-                                           split_pattern, PARTITIONS])
+                                           PIECES.pattern, PARTITIONS])
         where = Placement(config.workers, config.scheduler, client, config.show_progress)
         super().__init__(JobPlan(work, plan.shards, fingerprint, where))
         self.stage_seconds: dict[str, float] = {}
@@ -398,8 +395,8 @@ class CountsJob(ShardedJob[WordCounts]):
         data = np.ascontiguousarray(rows, dtype=np.uint64)
         durable.write_with(os.path.join(self.plan.out_dir, "chosen", f"{shard.name}.npy"),
                            functools.partial(np.save, arr=data, allow_pickle=False))
-        return durable.content_key([key, durable.digest(data.tobytes()), sorted(cut.items()),
-                                    self.settings.split_pattern, self.settings.partitions])
+        return durable.content_key([key, durable.digest(data.tobytes()), sorted(cut.items()), PIECES.pattern,
+                                    self.settings.partitions])
 
     def _summary(self, sizes: dict[str, int], quotas: dict[str, int], measured: list[MeasureManifest],
                  counted: list[CountManifest], merged: list[MergeManifest], pending: int) -> WordCounts:
@@ -421,7 +418,7 @@ class CountsJob(ShardedJob[WordCounts]):
             rejects_total=sum(m.rejects for m in measured), fingerprint=self.plan.fingerprint)
 
 
-def count_words(config: CountingInputs, split_pattern: str, client: Any = None) -> WordCounts:
+def count_words(config: CountingInputs, client: Any = None) -> WordCounts:
     """Draw the sample and count its words (module docstring); returns the summary, which names the merged
     partition files under ``OUT/word_counts``."""
-    return CountsJob(config, split_pattern, client).run()
+    return CountsJob(config, client).run()

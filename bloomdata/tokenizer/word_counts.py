@@ -18,8 +18,8 @@ Byte layout (little-endian; ``n`` words, ``P`` partitions, ``B`` bytes of words)
     ..      B            the words' bytes, concatenated in word order
 
 A word's partition is ``xxh64(word) % P`` (seed 0): every file of a run partitions alike, so one partition
-of every spill holds every count of its words. Within a partition the words are sorted by their bytes,
-so a file's bytes depend only on its table.
+of every spill holds every count of its words. Within a partition the words keep the order they were
+counted in, so a file's bytes are a deterministic function of what was counted.
 """
 
 from __future__ import annotations
@@ -99,36 +99,35 @@ class WordCountsFile:
         return Partition(self.counts, self.lengths, blob)
 
 
-def _write(out: IO[bytes], parts: list[list[tuple[bytes, int]]]) -> None:
-    word_at, byte_at = [0], [0]
-    for part in parts:
-        word_at.append(word_at[-1] + len(part))
-        byte_at.append(byte_at[-1] + sum(len(w) for w, _ in part))
+def _write(out: IO[bytes], words: list[bytes], counts: np.ndarray, word_at: np.ndarray) -> None:
+    lengths = np.fromiter(map(len, words), dtype="<u4", count=len(words))
+    starts = np.zeros(len(words) + 1, dtype="<u8")
+    np.cumsum(lengths, out=starts[1:])
+    byte_at = starts[word_at]
     out.write(MAGIC)
-    out.write(np.array([len(parts)], dtype="<u8").tobytes())
-    out.write(np.array(word_at, dtype="<u8").tobytes())
-    out.write(np.array(byte_at, dtype="<u8").tobytes())
-    for part in parts:
-        out.write(np.fromiter((c for _, c in part), dtype="<u8", count=len(part)).tobytes())
-    for part in parts:
-        out.write(np.fromiter((len(w) for w, _ in part), dtype="<u4", count=len(part)).tobytes())
-    for part in parts:
-        out.write(b"".join(w for w, _ in part))
+    out.write(np.array([len(word_at) - 1], dtype="<u8").tobytes())
+    out.write(word_at.astype("<u8").tobytes())
+    out.write(byte_at.astype("<u8").tobytes())
+    out.write(counts.astype("<u8").tobytes())
+    out.write(lengths.tobytes())
+    out.write(b"".join(words))
 
 
-def write_word_counts(path: str | os.PathLike[str], counts: Iterable[tuple[bytes, int]], partitions: int = 1) -> int:
-    """Write ``(word, count)`` pairs (each word once) as a ``.wc`` file of ``partitions`` hash partitions,
-    atomically and synced (a completion marker vouches for it); returns the number of words."""
-    parts: list[list[tuple[bytes, int]]] = [[] for _ in range(partitions)]
-    if partitions == 1:
-        parts[0] = list(counts)
+def write_word_counts(path: str | os.PathLike[str], counts: dict[bytes, int], partitions: int = 1) -> int:
+    """Write ``counts`` (word -> count) as a ``.wc`` file of ``partitions`` hash partitions, atomically and
+    synced (a completion marker vouches for it); returns the number of words. Within a partition the words
+    keep the dict's order (a deterministic function of what was counted)."""
+    words = list(counts)
+    values = np.fromiter(counts.values(), dtype=np.uint64, count=len(words))
+    if partitions > 1:
+        part = np.fromiter(map(xxhash.xxh64_intdigest, words), dtype=np.uint64, count=len(words)) % np.uint64(partitions)
+        order = np.argsort(part, kind="stable")
+        words, values = [words[i] for i in order.tolist()], values[order]
+        word_at = np.searchsorted(part[order], np.arange(partitions + 1, dtype=np.uint64))
     else:
-        for word, count in counts:
-            parts[partition_of(word, partitions)].append((word, count))
-    for part in parts:
-        part.sort()
-    durable.write_with(path, lambda out: _write(out, parts))
-    return sum(len(p) for p in parts)
+        word_at = np.array([0, len(words)])
+    durable.write_with(path, lambda out: _write(out, words, values, word_at))
+    return len(words)
 
 
 def sum_partition(paths: Iterable[str | os.PathLike[str]], p: int) -> dict[bytes, int]:

@@ -37,6 +37,7 @@ from bloomdata.tokenizer.merges import (
     learn_merges_reference,
     load_words,
 )
+from bloomdata.tokenizer.split import split_pieces
 from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_word_counts
 from tests.bloomdata.conftest import SMALL_BUDGET, SMALL_VOCAB
 
@@ -140,17 +141,30 @@ def test_cpp_learner_equals_the_reference_on_a_large_vocabulary(corpus_dir):
     assert _learn(counts, 6_000, 2) == _learn(counts, 6_000, 2, reference=True)
 
 
+def test_python_split_equals_hf_split(corpus_dir):
+    """The counting workers' ``re`` split gives HF's pieces: every BMP code point between pieces, inside them and
+    doubled, astral characters, runs of spaces, and every document of the corpus."""
+    chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF] + ["😀", "\U0001f1eb\U0001f1f7"]
+    texts = ["".join(f"x{c} {c}{c}y  {c} " for c in chars), "  a  b\n\n c\t\x1c \x1c !? . , (x) | …。，、।۔،",
+             " ", "", "a", " a", "a "]
+    texts += [json.loads(line)["text"] for p in sorted(corpus_dir.glob("*.jsonl"))
+              for line in p.read_text(encoding="utf-8").splitlines()]
+    split = pre_tokenizers.Split(Regex(BLOOM_SPLIT_PATTERN), behavior="isolated", invert=False)
+    for text in texts:
+        assert split_pieces(text) == [p for p, _ in split.pre_tokenize_str(text)], text[:80]
+
+
 def test_word_counts_file_round_trip_and_damage(tmp_path):
     words = {f"w{i}".encode() * (i % 5 + 1): i + 1 for i in range(1000)} | {"é日".encode(): 7, b"": 1}
     path = tmp_path / "a.wc"
-    assert write_word_counts(path, words.items(), 8) == len(words)
+    assert write_word_counts(path, words, 8) == len(words)
     f = WordCountsFile(path)
     assert f.partitions == 8 and f.n == len(words)
     seen = {}
     for p in range(8):
         part = f.partition(p)
         got = list(part.words())
-        assert got == sorted(got) and all(partition_of(w, 8) == p for w in got)
+        assert got == [w for w in words if partition_of(w, 8) == p], "in the dict's order"
         seen.update(zip(got, part.counts.tolist()))
     assert seen == words
     path.write_bytes(path.read_bytes()[:-3])
@@ -169,7 +183,7 @@ def test_load_words_maps_bytes_to_byte_level_ids(tmp_path):
     text = "".join(chr(c) for c in range(1, 0x800)) + "日本😀"
     assert "".join(byte_level_chars()[b] for b in text.encode("utf-8")) == \
         "".join(p for p, _ in byte_level.pre_tokenize_str(text))
-    write_word_counts(tmp_path / "x.wc", [(b"ab", 3), ("é".encode(), 2)])
+    write_word_counts(tmp_path / "x.wc", {b"ab": 3, "é".encode(): 2})
     words = load_words([str(tmp_path / "x.wc")], byte_ids(vocab))
     assert words.offsets.tolist() == [0, 2, 4] and words.counts.tolist() == [3, 2]
     assert [vocab[i] for i in words.symbols] == ["a", "b", *byte_level_chars()[0xC3:0xC4], byte_level_chars()[0xA9]]
@@ -185,16 +199,16 @@ def test_spills_dask_and_resume_give_the_same_tokenizer(tmp_path, client, corpus
     assert spill_words(config.max_memory, config.workers) == 1_000
     memory = _trained(config, "memory", tmp_path / "memory")
     work = str(tmp_path / "out" / WORK_NAME)
-    counts = count_words(config, BLOOM_SPLIT_PATTERN, client)
+    counts = count_words(config, client)
     assert counts.spills > counts.shards >= 8 and not counts.up_to_date
     unbounded = config.model_copy(update={"max_memory": None})
     learned = learn_from_counts(work, counts, list(SPECIAL_TOKENS), unbounded)
     assert tokenizer_from_merges(learned.vocab, learned.merges).to_str(pretty=True).encode("utf-8") == memory
-    assert count_words(config, BLOOM_SPLIT_PATTERN, client).up_to_date, "a rerun reuses the counts"
+    assert count_words(config, client).up_to_date, "a rerun reuses the counts"
     markers = sorted((tmp_path / "out" / WORK_NAME / "count").glob("*.done.json"))
     markers[3].unlink()
     (tmp_path / "out" / WORK_NAME / "word_counts.json").unlink()
-    again = count_words(config, BLOOM_SPLIT_PATTERN, client)
+    again = count_words(config, client)
     assert again.shards_counted == 1 and again.words == counts.words and again.occurrences == counts.occurrences
     report = train_tokenizer(unbounded, client)  # max_memory is not in the counts' key: they are reused
     assert report.distinct_words == counts.words and report.sampling_seconds < again.wall_seconds
