@@ -43,7 +43,7 @@ from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import JobFiles, JobPlan, Placement, ShardedJob
 from bloomdata.readers import UNKNOWN_LANG, Document, Shard, SourceConfig, read_shard, shard_plan
-from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill
+from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill, truncate
 from bloomdata.tokenizer.split import PIECES, split_pieces
 from bloomdata.tokenizer.word_counts import sum_partition, write_word_counts
 
@@ -178,8 +178,9 @@ def measure_shard(item: tuple[Shard, str], settings: CountSettings) -> MeasureMa
 def candidates_shard(item: tuple[Shard, str, dict[str, int]], settings: CountSettings) -> CandidatesManifest:
     """Stage 2 of one shard: (language, key, size, row) of every document under its language's cutoff."""
     shard, key, cutoff = item
+    path = os.path.join(settings.work_dir, "candidates", f"{shard.name}.npy")
     found = durable.read_manifest(_marker(settings, "candidates", shard.name), key, CandidatesManifest)
-    if found is not None:
+    if found is not None and os.path.isfile(path):
         return found
     languages = sorted(cutoff)
     number = {lang: i for i, lang in enumerate(languages)}
@@ -193,7 +194,6 @@ def candidates_shard(item: tuple[Shard, str, dict[str, int]], settings: CountSet
             for column, value in zip(columns, (number[lang], doc_k, len(doc.text.encode("utf-8")), row)):
                 column.append(value)
     table = np.array([np.frombuffer(c, dtype=np.uint64) for c in columns]).reshape(4, -1)
-    path = os.path.join(settings.work_dir, "candidates", f"{shard.name}.npy")
     durable.write_with(path, functools.partial(np.save, arr=table, allow_pickle=False))
     manifest = CandidatesManifest(languages=languages, candidates=table.shape[1])
     _done(settings, "candidates", shard.name, key, manifest)
@@ -224,7 +224,7 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
             continue
         at += 1
         assert isinstance(doc, Document), f"{shard.path}: chosen row {row} is not a document"
-        text = doc.text if row not in cut else doc.text.encode("utf-8")[:cut[row]].decode("utf-8", errors="ignore")
+        text = doc.text if row not in cut else truncate(doc.text, cut[row])
         lang = doc.lang or UNKNOWN_LANG
         docs[lang] += 1
         text_bytes[lang] += len(text.encode("utf-8"))

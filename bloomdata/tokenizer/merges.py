@@ -19,6 +19,12 @@ learns from the same counts (tokenizers' ``models/bpe/trainer.rs``, ``do_train``
    this step is queued as a new entry of the words it was formed in, when its total count is positive. The
    merged pair's own count is left as it is (HF never clears it).
 
+One shortcut changes nothing: an entry whose count is below ``max(min_frequency, 1)`` is not queued (HF
+queues every positive count). Such an entry could only pop once no queued count is higher (a count that
+grows gets a new entry with its new total, so every pair has an entry at or above its count), and there the
+first fresh entry popped ends HF's loop without a merge. Rare pairs thus cost neither a queue entry nor a
+word list.
+
 One point HF leaves to chance: two queued entries of the *same* pair with the *same* count (possible only
 through step 3's re-formed tokens) pop in the order of HF's heap, which depends on the order its hash maps
 hand out pairs (seeded per process). Here the entry queued first pops first. On the repository's corpora
@@ -106,8 +112,9 @@ def learn_merges_reference(words: list[list[int]], counts: list[int], vocab: lis
             pair_counts[pair] = pair_counts.get(pair, 0) + count
             where.setdefault(pair, set()).add(w)
     queue = _Queue()
+    floor = max(min_frequency, 1)  # lower counts are never queued (module docstring)
     for pair in sorted(where):
-        if pair_counts[pair] > 0:
+        if pair_counts[pair] >= floor:
             queue.push(pair_counts[pair], pair, where[pair])
     merges: list[tuple[int, int]] = []
     while len(ids) < vocab_size and queue.heap:
@@ -129,7 +136,7 @@ def learn_merges_reference(words: list[list[int]], counts: list[int], vocab: lis
                 if delta > 0:
                     formed.setdefault(changed, set()).add(w)
         for changed in sorted(formed):
-            if pair_counts[changed] > 0:
+            if pair_counts[changed] >= floor:
                 queue.push(pair_counts[changed], changed, formed[changed])
     return LearnedMerges(vocab, merges)
 
@@ -203,10 +210,11 @@ def load_words(paths: list[str], ids: np.ndarray) -> WordArrays:
 
 
 def learner_bytes(words: int, symbols: int) -> int:
-    """About the learner's peak memory for ``words`` distinct words of ``symbols`` bytes in all: the arrays
-    (16 bytes per symbol: the symbols, the initial word lists and what merges add; 28 per word) and the pair
-    table and queue (~80 bytes per distinct pair, at most one pair per symbol, ~1 in 3 in practice)."""
-    return 16 * symbols + 28 * words + 80 * symbols // 3
+    """About the learner's peak memory for ``words`` distinct words of ``symbols`` bytes in all: 32 bytes per
+    symbol (the symbols, the initial word lists, what merges add to them, and the pairs and queue entries,
+    ~1 per 5 symbols at ~80 bytes each) and 32 per word (offsets, counts, lengths). Measured: 381,318 Zipfian
+    words of 4.9 MB peaked 138 MB above the interpreter, estimated 168 MB."""
+    return 32 * symbols + 32 * words
 
 
 class LearnSettings(Protocol):

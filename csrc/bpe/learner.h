@@ -7,13 +7,19 @@
 //     lengths, W uint64 counts (the caller's arrays);
 //   - the pairs: an open-addressing table (uint64 key = left << 32 | right -> uint32 pair index) at most
 //     half full, and per pair an int64 count: ~36 bytes per pair;
-//   - the queue: 24 bytes per entry, and every entry's word list in one append-only arena of uint32 word
-//     numbers: the initial lists hold at most S numbers, and each merge in a word adds at most two.
+//   - the queue: 24 bytes per entry and 12 for its word list's place; the lists are uint32 word numbers in
+//     an append-only arena of blocks (no reallocation doubles it): the initial lists hold at most S numbers,
+//     and each merge in a word adds at most two;
+//   - per merge step, 8 bytes per pair it forms in a word (the new token is one side of every pair formed,
+//     so the other side and the word fit a uint64).
+//     An entry whose count is below max(min_frequency, 1) is never queued: it could only pop once every
+//     count is that low, where HF's loop ends (bloomdata/tokenizer/merges.py), so rare pairs cost no list.
 // So memory follows the distinct words, not the text they came from.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -103,10 +109,24 @@ struct ItemLess {
   }
 };
 
-struct Change {
-  uint64_t key;
-  uint32_t word;
-  int32_t delta;
+// Append-only storage of the entries' word lists, in blocks: a list never moves once written.
+class Arena {
+ public:
+  uint32_t* allocate(size_t n) {
+    if (blocks_.empty() || used_ + n > size_) {
+      size_ = std::max(n, kBlock);
+      blocks_.emplace_back(new uint32_t[size_]);
+      used_ = 0;
+    }
+    uint32_t* at = blocks_.back().get() + used_;
+    used_ += n;
+    return at;
+  }
+
+ private:
+  static constexpr size_t kBlock = size_t(1) << 20;  // 4 MB
+  std::vector<std::unique_ptr<uint32_t[]>> blocks_;
+  size_t used_ = 0, size_ = 0;
 };
 
 struct Words {
@@ -120,7 +140,7 @@ class Learner {
  public:
   Learner(Words words, std::vector<std::string> vocab, size_t vocab_size, uint64_t min_frequency)
       : words_(words), vocab_(std::move(vocab)), vocab_size_(vocab_size), min_frequency_(min_frequency),
-        lengths_(words.n) {
+        floor_(int64_t(std::max<uint64_t>(min_frequency, 1))), lengths_(words.n) {
     for (size_t i = 0; i < vocab_.size(); ++i) ids_.emplace(vocab_[i], uint32_t(i));
     for (size_t w = 0; w < words.n; ++w) lengths_[w] = uint32_t(words.offsets[w + 1] - words.offsets[w]);
   }
@@ -170,14 +190,17 @@ class Learner {
     }
     const size_t pairs = pair_counts_.size();
     std::vector<uint64_t> keys(pairs);
-    begin_.resize(pairs);
+    begin_.assign(pairs, nullptr);
     length_.assign(pairs, 0);
     uint64_t total = 0;
     for (size_t p = 0; p < pairs; ++p) {
-      begin_[p] = total;
-      total += listed[p];
+      if (pair_counts_[p] >= floor_) total += listed[p];
     }
-    arena_.resize(total);
+    uint32_t* list = arena_.allocate(total);
+    for (size_t p = 0; p < pairs; ++p) {
+      begin_[p] = list;
+      if (pair_counts_[p] >= floor_) list += listed[p];
+    }
     std::fill(last.begin(), last.end(), UINT32_MAX);
     for (size_t w = 0; w < words_.n; ++w) {
       const uint32_t* s = words_.symbols + words_.offsets[w];
@@ -185,9 +208,9 @@ class Learner {
         const uint64_t key = pair_key(s[i], s[i + 1]);
         const uint32_t p = pairs_.index(key);
         keys[p] = key;
-        if (last[p] != w) {
+        if (pair_counts_[p] >= floor_ && last[p] != w) {
           last[p] = uint32_t(w);
-          arena_[begin_[p] + length_[p]++] = uint32_t(w);
+          begin_[p][length_[p]++] = uint32_t(w);
         }
       }
     }
@@ -195,25 +218,37 @@ class Learner {
     std::vector<Item> items;
     items.reserve(pairs);
     for (size_t p = 0; p < pairs; ++p) {
-      if (pair_counts_[p] > 0) items.push_back(Item{uint64_t(pair_counts_[p]), keys[p], uint32_t(p)});
+      if (pair_counts_[p] >= floor_) items.push_back(Item{uint64_t(pair_counts_[p]), keys[p], uint32_t(p)});
     }
     queue_ = std::priority_queue<Item, std::vector<Item>, ItemLess>(ItemLess(), std::move(items));
   }
 
-  // HF's Word::merge over one word, in place: (a, b) -> token, left to right; the neighbours' changes.
+  // Adds `delta` occurrences of the pair `key` (times the word's count) to its count.
+  void add(uint64_t key, int64_t delta) {
+    const uint32_t p = pairs_.index(key);
+    if (p == pair_counts_.size()) pair_counts_.push_back(0);
+    pair_counts_[p] += delta;
+  }
+
+  // HF's Word::merge over one word, in place: (a, b) -> token, left to right. Each merge lowers the counts
+  // of the neighbouring pairs it breaks and raises those it forms; a formed pair is noted as (the other
+  // side, the word) in formed_left_ (other, token) or formed_right_ (token, other).
   void merge_word(uint32_t w, uint32_t a, uint32_t b, uint32_t token) {
     uint32_t* s = words_.symbols + words_.offsets[w];
     const uint32_t n = lengths_[w];
+    const int64_t count = int64_t(words_.counts[w]);
     uint32_t out = 0, r = 0;
     while (r < n) {
       if (s[r] == a && r + 1 < n && s[r + 1] == b) {
         if (out > 0) {
-          changes_.push_back(Change{pair_key(s[out - 1], a), w, -1});
-          changes_.push_back(Change{pair_key(s[out - 1], token), w, 1});
+          add(pair_key(s[out - 1], a), -count);
+          add(pair_key(s[out - 1], token), count);
+          formed_left_.push_back((uint64_t(s[out - 1]) << 32) | w);
         }
         if (r + 2 < n) {
-          changes_.push_back(Change{pair_key(b, s[r + 2]), w, -1});
-          changes_.push_back(Change{pair_key(token, s[r + 2]), w, 1});
+          add(pair_key(b, s[r + 2]), -count);
+          add(pair_key(token, s[r + 2]), count);
+          formed_right_.push_back((uint64_t(s[r + 2]) << 32) | w);
         }
         s[out++] = token;
         r += 2;
@@ -237,30 +272,54 @@ class Learner {
       vocab_.push_back(std::move(joined));
     }
     merges_.emplace_back(a, b);
-    changes_.clear();
-    const uint64_t begin = begin_[top.entry];
-    for (uint32_t i = 0; i < length_[top.entry]; ++i) merge_word(arena_[begin + i], a, b, token);
-    formed_.clear();
-    for (const Change& c : changes_) {
-      const uint32_t p = pairs_.index(c.key);
-      if (p == pair_counts_.size()) pair_counts_.push_back(0);
-      pair_counts_[p] += int64_t(c.delta) * int64_t(words_.counts[c.word]);
-      if (c.delta > 0) formed_.emplace_back(c.key, c.word);
-    }
-    std::sort(formed_.begin(), formed_.end());
-    formed_.erase(std::unique(formed_.begin(), formed_.end()), formed_.end());
-    for (size_t i = 0; i < formed_.size();) {
-      size_t j = i;
-      while (j < formed_.size() && formed_[j].first == formed_[i].first) ++j;
-      const int64_t count = pair_counts_[pairs_.index(formed_[i].first)];
-      if (count > 0) {
-        const uint32_t entry = uint32_t(begin_.size());
-        begin_.push_back(arena_.size());
-        length_.push_back(uint32_t(j - i));
-        for (size_t k = i; k < j; ++k) arena_.push_back(formed_[k].second);
-        queue_.push(Item{uint64_t(count), formed_[i].first, entry});
+    formed_left_.clear();
+    formed_right_.clear();
+    const uint32_t* words = begin_[top.entry];
+    for (uint32_t i = 0; i < length_[top.entry]; ++i) merge_word(words[i], a, b, token);
+    queue_formed(token);
+    for (auto* formed : {&formed_left_, &formed_right_}) {
+      if (formed->capacity() > (size_t(1) << 24) && formed->size() < formed->capacity() / 4) {
+        std::vector<uint64_t>().swap(*formed);  // one very common pair grew it: give the memory back
       }
-      i = j;
+    }
+  }
+
+  // Queues, in pair order, one entry per pair formed this step with a count at or above the floor, listing
+  // the words it was formed in. (token, token) can be noted on both sides: its words are joined.
+  void queue_formed(uint32_t token) {
+    for (auto* formed : {&formed_left_, &formed_right_}) {
+      std::sort(formed->begin(), formed->end());
+      formed->erase(std::unique(formed->begin(), formed->end()), formed->end());
+    }
+    const auto key_of = [&](bool left, uint64_t f) {
+      return left ? pair_key(uint32_t(f >> 32), token) : pair_key(token, uint32_t(f >> 32));
+    };
+    size_t i = 0, j = 0;
+    const auto& L = formed_left_;
+    const auto& R = formed_right_;
+    while (i < L.size() || j < R.size()) {
+      const uint64_t key = std::min(i < L.size() ? key_of(true, L[i]) : UINT64_MAX,
+                                    j < R.size() ? key_of(false, R[j]) : UINT64_MAX);
+      size_t i2 = i, j2 = j;
+      while (i2 < L.size() && key_of(true, L[i2]) == key) ++i2;
+      while (j2 < R.size() && key_of(false, R[j2]) == key) ++j2;
+      const int64_t count = pair_counts_[pairs_.index(key)];
+      if (count >= floor_) {
+        words_buffer_.clear();
+        for (size_t k = i; k < i2; ++k) words_buffer_.push_back(uint32_t(L[k]));
+        for (size_t k = j; k < j2; ++k) words_buffer_.push_back(uint32_t(R[k]));
+        if (i2 > i && j2 > j) {  // (token, token): a word may be on both sides
+          std::sort(words_buffer_.begin(), words_buffer_.end());
+          words_buffer_.erase(std::unique(words_buffer_.begin(), words_buffer_.end()), words_buffer_.end());
+        }
+        uint32_t* list = arena_.allocate(words_buffer_.size());
+        std::copy(words_buffer_.begin(), words_buffer_.end(), list);
+        queue_.push(Item{uint64_t(count), key, uint32_t(begin_.size())});
+        begin_.push_back(list);
+        length_.push_back(uint32_t(words_buffer_.size()));
+      }
+      i = i2;
+      j = j2;
     }
   }
 
@@ -269,16 +328,18 @@ class Learner {
   std::unordered_map<std::string, uint32_t> ids_;
   size_t vocab_size_;
   uint64_t min_frequency_;
+  int64_t floor_;                  // entries below this count are never queued
   std::vector<uint32_t> lengths_;  // current symbols per word
   PairTable pairs_;
   std::vector<int64_t> pair_counts_;  // per pair index
-  std::vector<uint64_t> begin_;       // per entry: its words in the arena
+  std::vector<uint32_t*> begin_;      // per entry: its words in the arena
   std::vector<uint32_t> length_;
-  std::vector<uint32_t> arena_;
+  Arena arena_;
   std::priority_queue<Item, std::vector<Item>, ItemLess> queue_;
   std::vector<std::pair<uint32_t, uint32_t>> merges_;
-  std::vector<Change> changes_;
-  std::vector<std::pair<uint64_t, uint32_t>> formed_;
+  std::vector<uint64_t> formed_left_;   // this step: (other << 32 | word) of pairs (other, token) formed
+  std::vector<uint64_t> formed_right_;  // and of pairs (token, other)
+  std::vector<uint32_t> words_buffer_;
 };
 
 }  // namespace bloombpe

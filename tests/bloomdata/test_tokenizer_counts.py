@@ -110,6 +110,24 @@ def test_min_frequency_and_vocab_limits(tmp_path, corpus_dir, min_frequency):
     assert _trained(config, "counts", tmp_path / "counts") == _trained(config, "memory", tmp_path / "memory")
 
 
+def test_duplicates_and_a_text_cut_to_its_quota(tmp_path, corpus_dir):
+    """Exact duplicate documents (drawn once) across files, and a language whose documents are all larger than
+    its quota (its first document in key order is cut at a character boundary): the same sample both ways."""
+    rows = [json.loads(line) for line in (corpus_dir / "hi.jsonl").read_text(encoding="utf-8").splitlines()]
+    long = [{"text": " ".join(r["text"] for r in rows[i:i + 40]), "lang": "long"} for i in range(0, 120, 40)]
+    (tmp_path / "in").mkdir()
+    for name, part in (("a", rows[:100] + long), ("b", rows[50:] + long[:1])):
+        (tmp_path / "in" / f"{name}.jsonl").write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in part), encoding="utf-8")
+    config = _config([SourceConfig(paths=[str(tmp_path / "in")])], tmp_path, vocab_size=5_000, byte_budget=30_000,
+                     alpha=0.0, shard_bytes=20_000, workers=0)
+    memory = _trained(config, "memory", tmp_path / "memory")
+    assert _trained(config, "counts", tmp_path / "counts") == memory
+    reports = [json.loads((tmp_path / d / "training_report.json").read_text()) for d in ("memory", "counts")]
+    assert reports[0]["docs_drawn"]["long"] == 1 and reports[0]["bytes_drawn"]["long"] <= 15_000
+    assert [r["bytes_drawn"] for r in reports] == [reports[0]["bytes_drawn"]] * 2
+
+
 def _random_texts(rng: random.Random, alphabet: str, docs: int) -> list[str]:
     """Words of a tiny alphabet with long repeats (aaaa, abab...): many equal counts (ties) and tokens formed
     two ways (ab+c and a+bc), the learner's hard cases."""
@@ -228,7 +246,7 @@ def test_trainer_choice_and_budget():
 
 def test_learner_memory_over_max_memory_is_refused(tmp_path, corpus_dir):
     config = _config([SourceConfig(paths=[str(corpus_dir / "en.jsonl")])], tmp_path, vocab_size=1000,
-                     byte_budget=50_000, trainer="counts", max_memory="1MB", workers=0)
+                     byte_budget=50_000, trainer="counts", max_memory="300KB", workers=0)
     with pytest.raises(BloomstackError, match=r"distinct words .* over max_memory 0\.0 GB; raise max_memory"):
         train_tokenizer(config)
     assert (tmp_path / WORK_NAME / "word_counts.json").is_file(), "the counts are kept for a rerun"
