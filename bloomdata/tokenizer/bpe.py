@@ -78,7 +78,8 @@ class TokenizerTrainConfig(BaseModel):
     trainer: Literal["auto", "counts", "memory"] = Field(
         default="auto", description="memory: HF's trainer over the text in this process; counts: count words in "
                                     "parallel, spill to disk, learn the same merges from the counts; auto: counts "
-                                    "when the memory trainer would need more than max_memory")
+                                    "when the memory trainer would need more than max_memory (without it: when "
+                                    f"byte_budget > {MAX_SAFE_BUDGET:,})")
     max_memory: Annotated[int | None, BeforeValidator(parse_bytes)] = Field(
         default=None, ge=1, json_schema_extra=cli_option(metavar="BYTES"),
         description="RAM the training may use, all processes together (e.g. 1GB): auto picks the trainer by it, "

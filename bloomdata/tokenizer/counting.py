@@ -8,20 +8,21 @@ the sweep of stray temps, the up-to-date check and the summary as the job's mark
 step is pure and idempotent and leaves a completion marker under ``OUT/word_counts/<stage>/``, keyed by what
 determines its files, so a killed run resumes where it stopped:
 
-1. ``measure`` (per shard): UTF-8 bytes of text per language: the sampling's first pass.
-2. ``candidates`` (per shard): the documents whose seeded key falls under their language's cutoff (the
-   second pass's pre-filter), as uint64[4, n] (language, key, size, row) in ``candidates/<shard>.npy``.
-3. ``choose`` (driver): per language, candidates in key order, equal keys once (equal text), each taken
-   while it fits the quota (``sampling.fill``), or the first cut to the quota when none fits: the rows
-   each shard counts, in ``chosen/<shard>.npy``.
-4. ``count`` (per shard): BLOOM's split (``bloomdata.tokenizer.split``) over the chosen texts; the words are counted
+1. ``scan`` (per shard): every document's language, seeded key, UTF-8 size and row, as uint64[4, n] in
+   ``keys/<shard>.npy`` (32 bytes per document), and the bytes of text per language: the sampling's first
+   pass, and what its second pass needs (the text is read once before counting, not twice).
+2. ``choose`` (driver): the documents under their language's key cutoff (the second pass's pre-filter),
+   then per language in key order, equal keys once (equal text), each taken while it fits the quota
+   (``sampling.fill``), or the first cut to the quota when none fits: the rows each shard counts, in
+   ``chosen/<shard>.npy``. The driver holds the candidates only, one shard's keys at a time besides.
+3. ``count`` (per shard): BLOOM's split (``bloomdata.tokenizer.split``) over the chosen texts; the words are counted
    in a dict that is written out as a hash-partitioned ``.wc`` run (``bloomdata.tokenizer.word_counts``)
    whenever it holds ``spill_words`` words, so a worker's memory is bounded whatever its shard holds.
-5. ``merge`` (per partition): partition p of every run, equal words summed, in ``merged/part-PPPP.wc``.
+4. ``merge`` (per partition): partition p of every run, equal words summed, in ``merged/part-PPPP.wc``.
 
 The summary ``OUT/word_counts/word_counts.json`` (a ``WordCounts``) is written last, keyed by every shard's
 identity and the sampling settings. Memory: a worker holds ``spill_words`` words while counting and one
-partition's distinct words while merging; the driver, 32 bytes per candidate document.
+partition's distinct words while merging; the driver, 32 bytes per candidate document and one shard's keys.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ MARKER_VERSION = 1  # bump when a work file's format changes: every old marker b
 WORK_NAME = "word_counts"  # OUT/word_counts
 SUMMARY_FILE = "word_counts.json"
 LOCK_FILE = ".bloomdata-word-counts.lock"
-STAGES = ("measure", "candidates", "chosen", "count", "merged")
+STAGES = ("keys", "chosen", "count", "merged")
 PARTITIONS = 64  # hash partitions of every run: a merge task holds ~1/64 of the distinct words
 # A distinct word in the counting dict costs ~120-200 bytes in CPython (str, int, dict slot; measured 150 for
 # short Latin words); spills are sized so that the dict stays within half of a worker's share of max_memory.
@@ -109,14 +110,11 @@ class WordCounts(BaseModel):
     up_to_date: bool = False
 
 
-class MeasureManifest(BaseModel):
+class ScanManifest(BaseModel):
+    languages: list[str]  # the language numbers of keys/<shard>.npy
     sizes: dict[str, int]  # language -> UTF-8 bytes of text
+    documents: int
     rejects: int
-
-
-class CandidatesManifest(BaseModel):
-    languages: list[str]  # the language numbers of candidates/<shard>.npy
-    candidates: int
 
 
 class CountManifest(BaseModel):
@@ -157,46 +155,32 @@ def _done(settings: CountSettings, stage: str, name: str, key: str, manifest: Ba
 # The steps (pure; nothing here knows about Dask)
 
 
-def measure_shard(item: tuple[Shard, str], settings: CountSettings) -> MeasureManifest:
-    """Stage 1 of one shard: UTF-8 bytes of text per language, and its unreadable rows."""
+def scan_shard(item: tuple[Shard, str], settings: CountSettings) -> ScanManifest:
+    """Stage 1 of one shard: (language, key, size, row) of every document, and its unreadable rows."""
     shard, key = item
-    found = durable.read_manifest(_marker(settings, "measure", shard.name), key, MeasureManifest)
-    if found is not None:
-        return found
-    sizes: Counter[str] = Counter()
-    rejects = 0
-    for doc in read_shard(shard):
-        if isinstance(doc, Document):
-            sizes[doc.lang or UNKNOWN_LANG] += len(doc.text.encode("utf-8"))
-        else:
-            rejects += 1
-    manifest = MeasureManifest(sizes=dict(sorted(sizes.items())), rejects=rejects)
-    _done(settings, "measure", shard.name, key, manifest)
-    return manifest
-
-
-def candidates_shard(item: tuple[Shard, str, dict[str, int]], settings: CountSettings) -> CandidatesManifest:
-    """Stage 2 of one shard: (language, key, size, row) of every document under its language's cutoff."""
-    shard, key, cutoff = item
-    path = os.path.join(settings.work_dir, "candidates", f"{shard.name}.npy")
-    found = durable.read_manifest(_marker(settings, "candidates", shard.name), key, CandidatesManifest)
+    path = os.path.join(settings.work_dir, "keys", f"{shard.name}.npy")
+    found = durable.read_manifest(_marker(settings, "keys", shard.name), key, ScanManifest)
     if found is not None and os.path.isfile(path):
         return found
-    languages = sorted(cutoff)
-    number = {lang: i for i, lang in enumerate(languages)}
+    number: dict[str, int] = {}
+    sizes: Counter[str] = Counter()
     columns = [array("Q") for _ in range(4)]
+    rejects = 0
     for row, doc in enumerate(read_shard(shard)):
         if not isinstance(doc, Document):
+            rejects += 1
             continue
         lang = doc.lang or UNKNOWN_LANG
-        doc_k = doc_key(settings.seed, doc.text)
-        if doc_k < cutoff[lang]:
-            for column, value in zip(columns, (number[lang], doc_k, len(doc.text.encode("utf-8")), row)):
-                column.append(value)
+        size = len(doc.text.encode("utf-8"))
+        sizes[lang] += size
+        for column, value in zip(columns, (number.setdefault(lang, len(number)), doc_key(settings.seed, doc.text),
+                                           size, row)):
+            column.append(value)
     table = np.array([np.frombuffer(c, dtype=np.uint64) for c in columns]).reshape(4, -1)
     durable.write_with(path, functools.partial(np.save, arr=table, allow_pickle=False))
-    manifest = CandidatesManifest(languages=languages, candidates=table.shape[1])
-    _done(settings, "candidates", shard.name, key, manifest)
+    manifest = ScanManifest(languages=list(number), sizes=dict(sorted(sizes.items())), documents=table.shape[1],
+                            rejects=rejects)
+    _done(settings, "keys", shard.name, key, manifest)
     return manifest
 
 
@@ -280,6 +264,19 @@ class Chosen:
     cut: list[dict[int, int]]  # per shard: row -> UTF-8 bytes kept
 
 
+def candidates(work_dir: str, shards: list[Shard], scans: list[ScanManifest], cut: dict[str, int]) -> list[np.ndarray]:
+    """Per shard, the rows of ``keys/<shard>.npy`` whose key is under their language's cutoff (a cutoff of
+    2**64 keeps every key)."""
+    tables = []
+    for shard, scan in zip(shards, scans):
+        table = np.load(os.path.join(work_dir, "keys", f"{shard.name}.npy"))
+        limit = np.array([min(cut[lang], 2**64 - 1) for lang in scan.languages] or [0], dtype=np.uint64)
+        every = np.array([cut[lang] >= 2**64 for lang in scan.languages] or [False])
+        lang = table[0].astype(np.intp)
+        tables.append(table[:, (table[1] < limit[lang]) | every[lang]])
+    return tables
+
+
 def choose(tables: list[np.ndarray], languages: list[list[str]], quotas: dict[str, int]) -> Chosen:
     """Per language, the candidates in key order with equal keys once (the first in plan order: equal keys are
     equal texts), taken by ``sampling.fill``; when none fits, the first is cut to the quota."""
@@ -328,7 +325,7 @@ class CountsJob(ShardedJob[WordCounts]):
             raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
         work = os.path.abspath(os.path.join(config.out_dir, WORK_NAME))
         self.settings = CountSettings(work, config.seed, spill_words=spill_words(config.max_memory, config.workers))
-        self.keys = [durable.content_key(shard_identity(s)) for s in plan.shards]
+        self.keys = [durable.content_key([shard_identity(s), config.seed]) for s in plan.shards]  # the scan's keys
         fingerprint = durable.content_key([MARKER_VERSION, self.keys, config.seed, config.alpha, config.byte_budget,
                                            PIECES.pattern, PARTITIONS])
         where = Placement(config.workers, config.scheduler, client, config.show_progress)
@@ -365,21 +362,17 @@ class CountsJob(ShardedJob[WordCounts]):
         shards, config = self.plan.shards, self.config
         for stage in STAGES:
             os.makedirs(os.path.join(self.plan.out_dir, stage), exist_ok=True)
-        measured = self._stage("measure", measure_shard, list(zip(shards, self.keys)))
+        scans = self._stage("scan", scan_shard, list(zip(shards, self.keys)))
         sizes: Counter[str] = Counter()
-        for m in measured:
+        for m in scans:
             sizes.update(m.sizes)
         if not sizes:
             raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
         quotas = byte_quotas(dict(sizes), config.alpha, config.byte_budget)
-        cut = cutoffs(dict(sizes), quotas)
-        keyed = [durable.content_key([k, cut, config.seed]) for k in self.keys]
-        found = self._stage("candidates", candidates_shard, [(s, k, cut) for s, k in zip(shards, keyed)])
         t0 = time.perf_counter()
-        tables = [np.load(os.path.join(self.plan.out_dir, "candidates", f"{s.name}.npy")) for s in shards]
-        chosen = choose(tables, [m.languages for m in found], quotas)
-        del tables
-        count_keys = [self._write_chosen(s, k, rows, c) for s, k, rows, c in zip(shards, keyed, chosen.rows, chosen.cut)]
+        chosen = choose(candidates(self.plan.out_dir, shards, scans, cutoffs(dict(sizes), quotas)),
+                        [m.languages for m in scans], quotas)
+        count_keys = [self._write_chosen(s, k, rows, c) for s, k, rows, c in zip(shards, self.keys, chosen.rows, chosen.cut)]
         self.stage_seconds["choose"] = round(time.perf_counter() - t0, 3)
         pending = sum(durable.read_marker(_marker(self.settings, "count", s.name), k) is None
                       for s, k in zip(shards, count_keys))
@@ -388,7 +381,7 @@ class CountsJob(ShardedJob[WordCounts]):
         merge_key = durable.content_key([MARKER_VERSION, count_keys])
         merged = self._stage("merge", merge_partition, [(p, runs, durable.content_key([merge_key, p]))
                                                        for p in range(PARTITIONS)])
-        return self._summary(dict(sizes), quotas, measured, counted, merged, pending)
+        return self._summary(dict(sizes), quotas, scans, counted, merged, pending)
 
     def _write_chosen(self, shard: Shard, key: str, rows: np.ndarray, cut: dict[int, int]) -> str:
         """``chosen/<shard>.npy`` (its rows, ascending); returns the key of the shard's count step."""
@@ -398,7 +391,7 @@ class CountsJob(ShardedJob[WordCounts]):
         return durable.content_key([key, durable.digest(data.tobytes()), sorted(cut.items()), PIECES.pattern,
                                     self.settings.partitions])
 
-    def _summary(self, sizes: dict[str, int], quotas: dict[str, int], measured: list[MeasureManifest],
+    def _summary(self, sizes: dict[str, int], quotas: dict[str, int], scans: list[ScanManifest],
                  counted: list[CountManifest], merged: list[MergeManifest], pending: int) -> WordCounts:
         drawn: Counter[str] = Counter()
         docs: Counter[str] = Counter()
@@ -415,7 +408,7 @@ class CountsJob(ShardedJob[WordCounts]):
             partition_bytes=[m.file_bytes for m in merged], shards=len(self.plan.shards), shards_counted=pending,
             spills=sum(len(m.runs) for m in counted), spill_words=self.settings.spill_words,
             stage_seconds=self.stage_seconds, wall_seconds=round(time.perf_counter() - self.started, 3),
-            rejects_total=sum(m.rejects for m in measured), fingerprint=self.plan.fingerprint)
+            rejects_total=sum(m.rejects for m in scans), fingerprint=self.plan.fingerprint)
 
 
 def count_words(config: CountingInputs, client: Any = None) -> WordCounts:

@@ -128,6 +128,17 @@ def test_duplicates_and_a_text_cut_to_its_quota(tmp_path, corpus_dir):
     assert [r["bytes_drawn"] for r in reports] == [reports[0]["bytes_drawn"]] * 2
 
 
+def test_a_rerun_with_another_seed_draws_its_own_sample(tmp_path, corpus_dir):
+    """The kept work files of one seed are never reused for another (the scan's keys depend on the seed)."""
+    config = _config([SourceConfig(paths=[str(corpus_dir / f"{lang}.jsonl") for lang in ("fr", "ur")])], tmp_path,
+                     vocab_size=800, byte_budget=60_000, keep_work=True, workers=0)
+    for seed in (1, 2):
+        again = config.model_copy(update={"seed": seed})
+        assert _trained(again, "counts", tmp_path / "counts") == _trained(again, "memory", tmp_path / f"m{seed}")
+    assert _trained(config.model_copy(update={"seed": 1}), "memory", tmp_path / "m") != \
+        (tmp_path / "counts" / "tokenizer.json").read_bytes(), "the seeds draw different samples"
+
+
 def _random_texts(rng: random.Random, alphabet: str, docs: int) -> list[str]:
     """Words of a tiny alphabet with long repeats (aaaa, abab...): many equal counts (ties) and tokens formed
     two ways (ab+c and a+bc), the learner's hard cases."""
