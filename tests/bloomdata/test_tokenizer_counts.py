@@ -5,7 +5,12 @@ disk and resumes; the C++ learner and its Python reference agree merge for merge
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -41,6 +46,7 @@ from bloomdata.tokenizer.split import split_pieces
 from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_word_counts
 from tests.bloomdata.conftest import SMALL_BUDGET, SMALL_VOCAB
 
+REPO = Path(__file__).resolve().parents[2]
 LANGS = sorted(p.stem for p in (Path(__file__).parents[1] / "data" / "corpus").glob("*.jsonl"))
 
 
@@ -242,6 +248,35 @@ def test_spills_dask_and_resume_give_the_same_tokenizer(tmp_path, client, corpus
     report = train_tokenizer(unbounded, client)  # max_memory is not in the counts' key: they are reused
     assert report.distinct_words == counts.words and report.sampling_seconds < again.wall_seconds
     assert (tmp_path / "out" / "tokenizer.json").read_bytes() == memory
+
+
+def test_a_killed_run_resumes_to_the_same_tokenizer(tmp_path, client, corpus_dir):
+    """SIGKILL the CLI and its worker once some shards are counted; the rerun counts only the others (their
+    markers say so) and writes the memory trainer's tokenizer."""
+    inputs = [str(corpus_dir / f"{lang}.jsonl") for lang in ("bn", "es", "te", "yo")]
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "bloomdata.cli", "train-tokenizer", *[a for i in inputs for a in ("--input", i)],
+           "--out", str(out), "--trainer", "counts", "--workers", "1", "--shard-bytes", "20000", "--vocab-size",
+           "1200", "--byte-budget", "2MB", "--keep-work", "--quiet"]
+    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    markers = out / WORK_NAME / "count"
+    try:
+        deadline = time.time() + 120
+        while len(list(markers.glob("*.done.json"))) < 3 and time.time() < deadline:
+            assert proc.poll() is None, "the run exited before it could be killed"
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its LocalCluster worker (one session)
+        proc.wait(30)
+    assert not (out / "tokenizer.json").exists(), "the run finished before it was killed"
+    config = _config([SourceConfig(paths=inputs)], out, trainer="counts", workers=1, shard_bytes=20_000,
+                     vocab_size=1200, byte_budget=2_000_000, keep_work=True)
+    done = len(list(markers.glob("*.done.json")))
+    counts = count_words(config, client)
+    assert 3 <= done < counts.shards and counts.shards_counted == counts.shards - done
+    train_tokenizer(config, client)
+    assert (out / "tokenizer.json").read_bytes() == _trained(config, "memory", tmp_path / "memory")
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
 
 
 def test_trainer_choice_and_budget():
