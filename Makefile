@@ -29,7 +29,7 @@ VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 install: $(STAMP)
 
 # Re-runs only when the packaging or the C++ helpers change; a no-op otherwise.
-$(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*)
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*) $(wildcard csrc/bpe/*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(if $(strip $(TORCH_SPEC)),$(PY) -m pip install -q $(TORCH_FROM) "$(TORCH_SPEC)")
 	$(PY) -m pip install -q $(PIP_FROM) -e ".$(if $(strip $(EXTRAS)),[$(EXTRAS)])"
@@ -50,10 +50,10 @@ wheelhouse:
 demo: install
 	@PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) -m flows.demo --out demo_out || [ $$? -eq 130 ]
 
-# setup.py builds the C++ index helpers as optional (installs without a compiler still work, on numpy):
+# setup.py builds the C++ index helpers and BPE learner as optional (installs without a compiler still work, on numpy):
 # here a failed build must fail, not skip their tests.
 test: lint
-	@$(PY) -c "import bloomdata._index_helpers" || { echo "bloomdata._index_helpers is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
+	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner" || { echo "bloomdata._index_helpers or _bpe_learner is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
 
 lint: install

@@ -1,8 +1,10 @@
-"""Builds the C++ sample-index helpers (csrc/indices) as ``bloomdata._index_helpers``.
+"""Builds the C++ sample-index helpers (csrc/indices) as ``bloomdata._index_helpers`` and the BPE merge learner
+(csrc/bpe) as ``bloomdata._bpe_learner``.
 
 Everything else about the package lives in pyproject.toml. The extension is optional in the
 Megatron way: if it cannot be built, the install still succeeds and bloomdata falls back to its
-numpy builders, which produce identical arrays (tests/bloomdata/test_index_builders.py).
+numpy builders, which produce identical arrays (tests/bloomdata/test_index_builders.py), and the merge
+learner falls back to its Python reference, which learns the same merges (tests/bloomdata/test_tokenizer_counts.py).
 The fused training kernels (csrc/kernels) are not built here: bloomtrain.kernels JIT-builds them
 with torch.utils.cpp_extension on first use, or ahead of time with `bloomtrain build-kernels`.
 """
@@ -23,7 +25,15 @@ ext_modules = [
         extra_compile_args=["-O3", "-ffp-contract=off", "-fopenmp"],
         extra_link_args=["-fopenmp"],
         optional=True,
-    )
+    ),
+    Pybind11Extension(
+        "bloomdata._bpe_learner",
+        ["csrc/bpe/bindings.cpp"],
+        depends=sorted(glob("csrc/bpe/*.h")),
+        cxx_std=17,
+        extra_compile_args=["-O3"],
+        optional=True,
+    ),
 ]
 
 setup(ext_modules=ext_modules)

@@ -1,26 +1,34 @@
-"""`bloomdata clean` and `bloomdata build` at scale: time per GB and peak memory, and clean's shard plans.
+"""`bloomdata clean`, `bloomdata build` and the tokenizer's word counting at scale: time per GB, peak memory, disk.
 
-    python benchmarks/bench_scale.py                         # clean + build at 250 MB and 1 GB, 2 workers
+    python benchmarks/bench_scale.py                          # the 10 GB rehearsal (issue 32): 1, 3 and 10 GB,
+                                                              # one big file and many files, every stage; hours
+    python benchmarks/bench_scale.py --sizes 250 1000 --layouts big --stages clean build   # issue 24's runs
+    python benchmarks/bench_scale.py --sizes 50 200 --work /tmp/quick                       # a quick look
     python benchmarks/bench_scale.py --sizes 250 --plans     # clean at 250 MB: its default plan against
                                                              # --max-rows-per-shard 2500 5000 10000 25000
-    python benchmarks/bench_scale.py --sizes 50 --plans --rows 1000 5000   # a quick look
 
-Input: one jsonl file per size of ~10 KB documents (25,000 in 250 MB, as in issue 24): 25 to 75 sentences of one
-language of tests/data/corpus (27 languages), drawn at random with a fixed seed, written once under --work.
+Input: per size, one jsonl file of ~10 KB documents (25,000 in 250 MB, as in issue 24): 25 to 75 sentences of one
+language of tests/data/corpus (27 languages), drawn at random with a fixed seed, written once under --work; the
+``many`` layout is the same documents cut into files of ``--file-mb`` MB (100 files per GB by default).
 The build's tokenizer is a byte-level BPE of vocabulary 3000 trained once on tests/data/corpus.
 
-Each run is the CLI in a fresh process (``python -m bloomdata.cli clean|build --input FILE --workers 2``): its wall
-time per GB of input, its CPU seconds (the CLI and its Dask workers: less sensitive than wall time to a loaded
-machine, though a plan's gain is in wall time), and the peak resident memory of the process tree (the CLI and its Dask workers, sampled
-every 0.1 s with psutil: ``tree``) and of its largest process (``max proc``). ``--plans`` also checks that every
-plan writes the same cleaned documents (the concatenated data files, per language, in plan order). Goal (issue
-24): clean's default throughput within 10% of the best --max-rows-per-shard on one 250 MB file with 2 workers.
+Stages, each the CLI (or, for ``count``, the library) in a fresh process with ``--workers 2``:
+``clean`` (default preset), ``clean-roots`` (``--preset roots``), ``build`` (``--append-eod``) and ``count``: the
+counts trainer's passes over the inputs (``bloomdata.tokenizer.counting.count_words``: sample sizes, candidates,
+word counts, merged partitions) with the whole input as the sample. Per run: wall time per GB of input, CPU
+seconds (the process and its Dask workers), the peak resident memory of the process tree (sampled every 0.1 s
+with psutil: ``tree``) and of its largest process (``max proc``), and the disk the output directory used (its
+peak, sampled every 2 s, and what is left at the end). Goals (issue 32): s/GB at the largest size within 10% of
+the smallest size's for every stage and layout; peak memory flat within 25%; the last lines say which hold.
+``--plans`` checks that every plan writes the same cleaned documents (the concatenated data files, per language,
+in plan order); issue 24's goal: clean's default throughput within 10% of the best --max-rows-per-shard.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
@@ -65,26 +73,46 @@ def make_tokenizer(out: Path) -> Path:
     return out
 
 
-def run(cmd: list[str]) -> dict:
-    """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers) and peak RSS (MB) of the
-    tree and of its largest process, for one CLI run."""
+def disk_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it does not exist)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:  # removed while we walked
+                pass
+    return total
+
+
+def run(cmd: list[str], watch: Path | None = None) -> dict:
+    """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers), peak RSS (MB) of the
+    tree, of its largest process and of each process (``procs_mb``: the CLI first, then the others by peak),
+    and, with ``watch``, the peak and final bytes under that directory (sampled every 2 s), for one CLI run."""
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    root, tree_peak, proc_peak = psutil.Process(proc.pid), 0, 0
+    root, tree_peak, peaks, disk_peak, disk_at = psutil.Process(proc.pid), 0, {}, 0, 0.0
     while proc.poll() is None:
         try:
-            rss = [p.memory_info().rss for p in [root, *root.children(recursive=True)]]
+            rss = {p.pid: p.memory_info().rss for p in [root, *root.children(recursive=True)]}
         except psutil.Error:
-            rss = []
-        if rss:
-            tree_peak, proc_peak = max(tree_peak, sum(rss)), max(proc_peak, max(rss))
+            rss = {}
+        tree_peak = max(tree_peak, sum(rss.values()))
+        for pid, n in rss.items():
+            peaks[pid] = max(peaks.get(pid, 0), n)
+        if watch is not None and time.perf_counter() - disk_at > 2:
+            disk_peak, disk_at = max(disk_peak, disk_bytes(watch)), time.perf_counter()
         time.sleep(0.1)
     stderr = proc.stderr.read()
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}): {stderr.strip()[-500:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
-    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "tree_mb": tree_peak / 1e6, "proc_mb": proc_peak / 1e6}
+    procs = [peaks.pop(proc.pid, 0), *sorted(peaks.values(), reverse=True)]
+    final = disk_bytes(watch) if watch is not None else 0
+    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "tree_mb": tree_peak / 1e6,
+            "proc_mb": max(procs) / 1e6, "procs_mb": [n / 1e6 for n in procs if n > 20e6],
+            "disk_peak_mb": max(disk_peak, final) / 1e6, "disk_mb": final / 1e6}
 
 
 def cli(command: str, src: Path, out: Path, workers: int, extra: list[str]) -> list[str]:
@@ -108,12 +136,117 @@ def cleaned(out: Path) -> dict[str, bytes]:
 def line(what: str, mb: int, r: dict) -> str:
     return (f"{what:<34} {mb:>5} MB  {r['wall_s']:7.1f} s  {r['wall_s'] / (mb / 1000):6.0f} s/GB  "
             f"{mb / r['wall_s']:5.2f} MB/s  CPU {r['cpu_s']:6.0f} s  tree {r['tree_mb']:5.0f} MB  "
-            f"max proc {r['proc_mb']:4.0f} MB")
+            f"max proc {r['proc_mb']:4.0f} MB  disk {r.get('disk_peak_mb', 0):6.0f} MB peak, "
+            f"{r.get('disk_mb', 0):6.0f} MB left")
+
+
+def split_input(src: Path, folder: Path, file_mb: int) -> Path:
+    """``src`` cut at line ends into files of about ``file_mb`` MB under ``folder`` (written once)."""
+    if folder.is_dir():
+        return folder
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    out, size, n = None, 0, 0
+    with open(src, "rb") as f:
+        for row in f:
+            if out is None or size >= file_mb * 1_000_000:
+                if out is not None:
+                    out.close()
+                out, size, n = open(tmp / f"part-{n:05d}.jsonl", "wb"), 0, n + 1
+            out.write(row)
+            size += len(row)
+    if out is not None:
+        out.close()
+    tmp.rename(folder)
+    return folder
+
+
+COUNT = """import sys
+from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.bpe import TokenizerTrainConfig
+from bloomdata.tokenizer.counting import count_words
+src, out, workers, budget = sys.argv[1:5]
+s = count_words(TokenizerTrainConfig(sources=[SourceConfig(paths=[src])], out_dir=out, workers=int(workers),
+                                     byte_budget=int(budget), show_progress=False))
+print(s.words, s.occurrences, s.spills)
+"""
+
+
+def stage_command(stage: str, src: Path, out: Path, workers: int, tok: Path, mb: int) -> list[str]:
+    if stage == "count":
+        shutil.rmtree(out, ignore_errors=True)
+        return [sys.executable, "-c", COUNT, str(src), str(out), str(workers), str(mb * 2_000_000)]
+    if stage == "build":
+        return cli("build", src, out, workers, ["--tokenizer", str(tok), "--append-eod"])
+    return cli("clean", src, out, workers, ["--preset", "roots"] if stage == "clean-roots" else [])
+
+
+def rehearsal(args: argparse.Namespace, tok: Path) -> dict[tuple[str, str], dict[int, dict]]:
+    """Every stage on every layout at every size; results[(stage, layout)][mb]. With ``--drop-inputs`` a size's
+    big file is deleted once its files are cut (and they once run): one input on disk at a time."""
+    results: dict[tuple[str, str], dict[int, dict]] = {}
+    for mb in args.sizes:
+        big = make_input(args.work / f"docs_{mb}mb.jsonl", mb)
+        many = args.work / f"docs_{mb}mb_files"
+        for layout in sorted(args.layouts):  # big first: its file is what the many files are cut from
+            src = big
+            if layout == "many":
+                src = split_input(big, many, args.file_mb)
+                if args.drop_inputs:
+                    big.unlink()
+            for stage in args.stages:
+                out = args.work / f"{stage}_out"
+                r = run(stage_command(stage, src, out, args.workers, tok, mb), watch=out)
+                results.setdefault((stage, layout), {})[mb] = r
+                print(line(f"{stage} ({layout})", mb, r), flush=True)
+                shutil.rmtree(out, ignore_errors=True)
+        if args.drop_inputs:
+            big.unlink(missing_ok=True)
+            shutil.rmtree(many, ignore_errors=True)
+    return results
+
+
+def goals(results: dict[tuple[str, str], dict[int, dict]]) -> None:
+    """s/GB at the largest size against the smallest (within 10%), peak memory flat (within 25%)."""
+    for (stage, layout), by_size in results.items():
+        lo, hi = min(by_size), max(by_size)
+        if lo == hi:
+            continue
+        a, b = by_size[lo], by_size[hi]
+        speed = (b["wall_s"] / hi) / (a["wall_s"] / lo)
+        tree, proc = b["tree_mb"] / a["tree_mb"], b["proc_mb"] / a["proc_mb"]
+        print(f"{stage} ({layout}) {hi} / {lo} MB: s/GB x{speed:.3f} ({'met' if speed <= 1.10 else 'NOT met'}: "
+              f"<= 1.10), peak tree x{tree:.2f}, max proc x{proc:.2f} "
+              f"({'met' if max(tree, proc) <= 1.25 else 'NOT met'}: <= 1.25)", flush=True)
+
+
+def plans(args: argparse.Namespace, mb: int) -> None:
+    """Clean's default plan against --max-rows-per-shard plans on one file (issue 24)."""
+    src = make_input(args.work / f"docs_{mb}mb.jsonl", mb)
+    mb = round(src.stat().st_size / 1e6)
+    runs = {"default": [], **{f"--max-rows-per-shard {n}": ["--max-rows-per-shard", str(n)] for n in args.rows}}
+    results, reference = {}, None
+    for label, extra in runs.items():
+        out = args.work / "clean_out"
+        results[label] = run(cli("clean", src, out, args.workers, extra))
+        print(line(f"clean {label}", mb, results[label]), flush=True)
+        texts = cleaned(out)
+        reference = reference or texts
+        assert texts == reference, f"clean {label} wrote other documents than the default plan"
+    best = min(results.values(), key=lambda r: r["wall_s"])
+    print(f"clean default / best plan throughput: {best['wall_s'] / results['default']['wall_s']:.3f} "
+          "(same documents for every plan)")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[250, 1000], help="input sizes in MB")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000], help="input sizes in MB")
+    ap.add_argument("--layouts", nargs="+", choices=["big", "many"], default=["big", "many"])
+    ap.add_argument("--stages", nargs="+", choices=["clean", "clean-roots", "build", "count"],
+                    default=["clean", "clean-roots", "build", "count"])
+    ap.add_argument("--file-mb", type=int, default=10, help="file size of the many-files layout")
+    ap.add_argument("--drop-inputs", action="store_true", help="delete each size's inputs after its runs (disk)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--plans", action="store_true", help="clean only: the default plan against --rows")
     ap.add_argument("--rows", type=int, nargs="+", default=[2500, 5000, 10000, 25000])
@@ -121,27 +254,16 @@ def main() -> None:
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     tok = make_tokenizer(args.work / "tokenizer")
-    print(f"{time.strftime('%Y-%m-%d')}, {args.workers} workers, {psutil.cpu_count()} CPUs")
-    for mb in args.sizes:
-        src = make_input(args.work / f"docs_{mb}mb.jsonl", mb)
-        mb = round(src.stat().st_size / 1e6)
-        if args.plans:
-            runs = {"default": [], **{f"--max-rows-per-shard {n}": ["--max-rows-per-shard", str(n)] for n in args.rows}}
-            results, reference = {}, None
-            for label, extra in runs.items():
-                out = args.work / "clean_out"
-                results[label] = run(cli("clean", src, out, args.workers, extra))
-                print(line(f"clean {label}", mb, results[label]), flush=True)
-                texts = cleaned(out)
-                reference = reference or texts
-                assert texts == reference, f"clean {label} wrote other documents than the default plan"
-            best = min(results.values(), key=lambda r: r["wall_s"])
-            print(f"clean default / best plan throughput: {best['wall_s'] / results['default']['wall_s']:.3f} "
-                  "(same documents for every plan)")
-            continue
-        print(line("clean", mb, run(cli("clean", src, args.work / "clean_out", args.workers, []))), flush=True)
-        build = cli("build", src, args.work / "build_out", args.workers, ["--tokenizer", str(tok), "--append-eod"])
-        print(line("build", mb, run(build)), flush=True)
+    print(f"{time.strftime('%Y-%m-%d')}, {args.workers} workers, {psutil.cpu_count()} CPUs, load average "
+          f"{psutil.getloadavg()[0]:.1f}, free disk {shutil.disk_usage(args.work).free / 1e9:.0f} GB", flush=True)
+    if args.plans:
+        for mb in args.sizes:
+            plans(args, mb)
+        return
+    results = rehearsal(args, tok)
+    goals(results)
+    (args.work / "results.json").write_text(json.dumps(
+        {f"{stage} ({layout})": by_size for (stage, layout), by_size in results.items()}, indent=1))
 
 
 if __name__ == "__main__":

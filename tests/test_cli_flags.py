@@ -81,10 +81,15 @@ def test_train_tokenizer_flags():
         "sources": [_source("c/en.jsonl", "en", "body", "language", "jsonl"),
                     _source("c/x", None, "body", "language", "jsonl")],
         "out_dir": "tok", "vocab_size": 32000, "alpha": 0.25, "byte_budget": 50_000_000, "seed": 3,
-        "min_frequency": 4, "allow_large_budget": True, "show_progress": False})
-    cfg, _ = _parse("bloomdata train-tokenizer", ["--input", "c/x", "--out", "tok", "--byte-budget", "1GiB"])
+        "min_frequency": 4, "allow_large_budget": True, "trainer": "auto", "max_memory": None, "workers": 2,
+        "scheduler": None, "shard_bytes": 64_000_000, "keep_work": False, "show_progress": False})
+    cfg, _ = _parse("bloomdata train-tokenizer", ["--input", "c/x", "--out", "tok", "--byte-budget", "1GiB",
+                                                  "--trainer", "counts", "--max-memory", "2GB", "--workers", "4",
+                                                  "--scheduler", "tcp://h:8786", "--shard-bytes", "1GB", "--keep-work"])
     assert _same(cfg, {"sources": [_source("c/x")], "out_dir": "tok", "vocab_size": 250680, "alpha": 0.3,
                                 "byte_budget": 2**30, "seed": 0, "min_frequency": 2, "allow_large_budget": False,
+                                "trainer": "counts", "max_memory": 2_000_000_000, "workers": 4,
+                                "scheduler": "tcp://h:8786", "shard_bytes": 1_000_000_000, "keep_work": True,
                                 "show_progress": True})
 
 

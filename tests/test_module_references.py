@@ -13,7 +13,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DOTTED = re.compile(r"(?<![\w./-])((?:bloomdata|bloomtrain|flows)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 NOT_MODULES = {
-    "bloomdata._index_helpers",  # the C++ extension setup.py builds
+    "bloomdata._index_helpers",  # the C++ extensions setup.py builds
+    "bloomdata._bpe_learner",
     "bloomdata.__file__",
     "bloomtrain.DurableCheckpointEngine",  # the name DeepSpeed logs for our checkpoint engine
     "flows.md",  # docs/flows.md

@@ -69,7 +69,15 @@ from bloomdata.megatron.indexed import (
     index_file_path,
     merge_datasets,
 )
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, ShardPlan, output_name_of, plan_job
+from bloomdata.readers import (
+    REJECT_REASONS,
+    Reject,
+    Shard,
+    ShardPlan,
+    file_line_offsets,
+    output_name_of,
+    plan_job,
+)
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 # ---------------------------------------------------------------------------------------------------------
@@ -98,27 +106,11 @@ def merge_shards(out_dir: str, shards: list[Shard], manifests: list[ShardManifes
     return stats
 
 
-def file_line_offsets(shards: list[Shard], manifests: list[ShardManifest]) -> list[int]:
-    """Per shard, what to add to its rows' line numbers to make them file lines: the rows of the earlier
-    byte ranges of its file for a byte-range shard (its file's ranges are consecutive in plan order, the
-    first at byte 0), 0 for the others (their readers count file lines)."""
-    offsets, before = [], 0
-    for shard, manifest in zip(shards, manifests):
-        if not shard.local_lines:
-            offsets.append(0)
-            continue
-        if shard.byte_range is not None and shard.byte_range[0] == 0:
-            before = 0
-        offsets.append(before)
-        before += manifest.rows
-    return offsets
-
-
 def write_rejects(path: str, shards: list[Shard], manifests: list[ShardManifest], max_examples: int) -> None:
     """The first ``max_examples`` rejects of each reason, in plan order (file:line, reason, detail)."""
     taken: Counter[str] = Counter()
     lines = []
-    for offset, manifest in zip(file_line_offsets(shards, manifests), manifests):
+    for offset, manifest in zip(file_line_offsets(shards, [m.rows for m in manifests]), manifests):
         for ex in manifest.reject_examples:
             if taken[ex["reason"]] < max_examples:
                 taken[ex["reason"]] += 1
@@ -227,7 +219,7 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
     def refuse_rejects(self, manifests: list[ShardManifest]) -> None:
         """--strict over shards reused from a lenient run, which may hold rejects: the first, at its file line."""
         shards = self.plan.shards
-        for shard, m, offset in zip(shards, manifests, file_line_offsets(shards, manifests)):
+        for shard, m, offset in zip(shards, manifests, file_line_offsets(shards, [m.rows for m in manifests])):
             if any(m.rejects.values()):
                 examples = m.reject_examples or [{"path": shard.path, "line": shard.start + 1,
                                                   "reason": next(iter(m.rejects)), "detail": "or later"}]

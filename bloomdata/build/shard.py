@@ -29,7 +29,7 @@ from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import strict_error
 from bloomdata.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path
-from bloomdata.readers import Reject, Shard, file_line, output_name_of, read_shard
+from bloomdata.readers import Reject, Shard, file_reject, output_name_of, read_shard
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 
@@ -106,11 +106,6 @@ def _tokenizer(path: str):
     except OSError:
         return load_tokenizer(path), None  # raises the tokenizer module's error naming the path
     return _cached_tokenizer(file, st.st_size, st.st_mtime_ns)
-
-
-def file_reject(shard: Shard, reject: Reject) -> Reject:
-    """The reject with its file line number: a byte-range shard counts lines from its own first line."""
-    return dataclasses.replace(reject, line=file_line(shard, reject.line))  # file_line: as it is without a range
 
 
 class _Parts:

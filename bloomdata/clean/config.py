@@ -30,7 +30,7 @@ from bloomdata.config_loader import cli_option, close_name_hint, fields_of
 from bloomdata.errors import FieldValueError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
-MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
+MARKER_VERSION = 2  # bump when a work file's format changes: every old marker becomes invalid
 SUMMARY_FILE = "clean_summary.json"
 REMOVED_FILE = "removed.jsonl.zst"
 REPORT_MD = "clean.md"

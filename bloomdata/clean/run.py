@@ -66,7 +66,7 @@ from bloomdata.disk import tree_bytes
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.executor import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, Where, strict_error
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, plan_job
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, file_line_offsets, plan_job
 
 
 def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> dict[str, Any]:
@@ -208,7 +208,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         outputs = _outputs(out_dir, written)
         os.makedirs(os.path.join(out_dir, DATA_DIR), exist_ok=True)  # readable even when nothing was kept
         _remove_stale_parts(out_dir, outputs)
-        _write_examples(out_dir, shards, self.config.max_removed_examples)
+        _write_examples(out_dir, shards, manifests, self.config.max_removed_examples)
         summary = _summary(self, _Stages(manifests, pending, written, outputs, join_tasks))
         write_report(summary)
         summary.stage_seconds["report"] = round(time.perf_counter() - t5, 3)
@@ -227,15 +227,16 @@ def run_clean(config: CleanConfig, client: Any = None) -> CleanSummary:
 
 
 def _refuse_rejects(out_dir: str, shards: list[Shard], manifests: list[FilterManifest]) -> None:
-    for shard, m in zip(shards, manifests):
+    offsets = file_line_offsets(shards, [m.rows for m in manifests])
+    for shard, m, offset in zip(shards, manifests, offsets):
         if any(m.rejects.values()):
             with open(os.path.join(shard_dir(out_dir, shard), "removed.jsonl"), encoding="utf-8") as f:
                 first = next((r for r in map(json.loads, f) if r["reason"] in REJECT_REASONS), None)
             if first is None:  # no examples kept (max_removed_examples 0): name the shard's first row
                 reason = next(r for r in REJECT_REASONS if m.rejects.get(r))
-                raise strict_error(Reject(reason, shard.path, shard.start + 1, "or later"))
+                raise strict_error(Reject(reason, shard.path, shard.start + 1 + offset, "or later"))
             path, _, line = first["where"].rpartition(":")
-            raise strict_error(Reject(first["reason"], path, int(line), first.get("detail", "")))
+            raise strict_error(Reject(first["reason"], path, int(line) + offset, first.get("detail", "")))
 
 
 def _outputs(out_dir: str, written: list[WriteManifest]) -> dict[str, OutputStats]:
@@ -263,13 +264,15 @@ def _remove_stale_parts(out_dir: str, outputs: dict[str, OutputStats]) -> None:
             os.rmdir(root)
 
 
-def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
-    """OUT/removed.jsonl.zst: the first ``limit`` examples of each reason in plan order, reasons in order."""
+def _write_examples(out_dir: str, shards: list[Shard], manifests: list[FilterManifest], limit: int) -> None:
+    """OUT/removed.jsonl.zst: the first ``limit`` examples of each reason in plan order, reasons in order, at
+    their file lines (the work files hold each shard's own line numbers)."""
     import zstandard
 
+    offsets = file_line_offsets(shards, [m.rows for m in manifests])
     by_reason: dict[str, list[dict]] = {r: [] for r in (*REJECT_REASONS, *removal_reasons())}
     for stage in ("filter", "write"):
-        for shard in shards:
+        for shard, offset in zip(shards, offsets):
             path = os.path.join(out_dir, WORK_DIR, stage, shard.name, "removed.jsonl")
             if not os.path.isfile(path):
                 continue
@@ -278,12 +281,14 @@ def _write_examples(out_dir: str, shards: list[Shard], limit: int) -> None:
                     record = json.loads(line)
                     kept = by_reason.setdefault(record["reason"], [])
                     if len(kept) < limit:
+                        where, _, at = record["where"].rpartition(":")
+                        record["where"] = f"{where}:{int(at) + offset}"
                         kept.append(record)
     for record in by_reason["exact_duplicate"] + by_reason["near_duplicate"]:
         of = record.pop("duplicate_of")
         index = next(i for i, s in enumerate(shards) if s.name == of["shard"])
         lines = np.load(os.path.join(shard_dir(out_dir, shards[index]), "candidates.npy"), mmap_mode="r")[0]
-        record["duplicate_of"] = f"{shards[index].path}:{int(lines[of['candidate']])}"
+        record["duplicate_of"] = f"{shards[index].path}:{int(lines[of['candidate']]) + offsets[index]}"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for records in by_reason.values() for r in records)
     durable.write_bytes(os.path.join(out_dir, REMOVED_FILE), zstandard.ZstdCompressor(level=3).compress(text.encode()))
 

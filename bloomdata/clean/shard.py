@@ -15,6 +15,10 @@ one shard and writes, under ``OUT/work/filter/<shard name>/``:
   removal (``bloomdata.clean.templates``; empty when it is off);
 - ``removed.jsonl``: the first ``max_removed_examples`` documents of each reason;
 
+Lines (``candidates.npy``, the ``where`` of ``removed.jsonl``) are the reader's: a byte-range shard numbers
+its rows from its own first line, and the run adds the rows of the file's earlier shards when it names them
+(``readers.file_line_offsets``; the manifest records ``rows``), so no shard reads the file before its range.
+
 then its marker ``OUT/work/filter/<shard name>.done.json`` (a ``FilterManifest``), last, under a key that
 holds everything that determines those bytes (the shard, its input's size and mtime, every setting of the
 steps, the word lists and the models' files). Memory: the hashes of the shard's candidates (~8 bytes per
@@ -47,7 +51,7 @@ from bloomdata.clean.text import word_units
 from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import strict_error
-from bloomdata.readers import Reject, Shard, output_name_of, read_shard_file_lines
+from bloomdata.readers import Reject, Shard, file_reject, output_name_of, read_shard
 
 STAGE = "filter"
 BATCH = 1024  # documents per MinHash batch
@@ -134,7 +138,7 @@ def filter_shard(shard: Shard, out_dir: str, config: CleanConfig, settings: str,
         shutil.rmtree(work, ignore_errors=True)  # and the staged temps in it
         raise
     manifest = FilterManifest(
-        shard=shard.name, identity=durable.to_jsonable(identity), candidates=len(state.lines),
+        shard=shard.name, identity=durable.to_jsonable(identity), candidates=len(state.lines), rows=state.rows,
         languages=dict(sorted(state.counts.items())), rejects=dict(sorted(state.rejects.items())),
         examples=len(state.examples.lines), step_seconds={k: round(v, 4) for k, v in state.clock.items()},
         seconds=round(time.perf_counter() - t_start, 3), cpu_seconds=round(time.process_time() - cpu_start, 3))
@@ -158,6 +162,7 @@ class _ShardFilter:
         self.examples = _Examples(config.max_removed_examples, config.max_example_chars)
         self.names_of: dict[str | None, str] = {}
         self.clock = dict.fromkeys(STEPS, 0.0)  # seconds per step
+        self.rows = 0  # rows read: documents and rejects
         # per candidate: its file line, its UTF-8 size, its number within its output file
         self.lines: list[int] = []
         self.sizes: list[int] = []
@@ -173,12 +178,13 @@ class _ShardFilter:
     def read(self, shard: Shard) -> None:
         clock = self.clock
         t0 = time.perf_counter()
-        for item in read_shard_file_lines(shard):  # file lines, for byte ranges too
+        for item in read_shard(shard):  # a byte-range shard's lines count from its first line
             t1 = time.perf_counter()
             clock["read"] += t1 - t0
+            self.rows += 1
             if isinstance(item, Reject):
                 if self.config.strict:
-                    raise strict_error(item)
+                    raise strict_error(file_reject(shard, item))
                 self.rejects[item.reason] += 1
                 self.examples.add(item.reason, f"{item.path}:{item.line}", None, detail=item.detail)
             else:

@@ -58,6 +58,7 @@ class FilterManifest(BaseModel):
     shard: str  # Shard.name
     identity: dict[str, Any]  # what the key was computed from, for people reading the marker
     candidates: int  # documents that passed the filters (before deduplication)
+    rows: int  # rows read (documents and rejects): turns a byte-range shard's lines into file lines
     languages: dict[str, LangCounts]  # output name -> counts; documents_kept = candidates
     rejects: dict[str, int]  # reader reject reason -> rows
     examples: int  # lines in the shard's removed.jsonl

@@ -6,6 +6,8 @@ without ``LANG=`` each row's ``lang`` field names its language).
 
     bloomdata train-tokenizer --input ../shared/corpus --out tok --vocab-size 32000 --byte-budget 50MB
     bloomdata train-tokenizer --input en=data/en/*.jsonl.zst --input fr=data/fr --out tok
+    bloomdata train-tokenizer --input roots/ --out tok --byte-budget 5GB --max-memory 2GB --workers 2
+        (past one machine's memory: words counted in parallel and spilled, the same merges learned from them)
     bloomdata train-tokenizer --config my-tokenizer.yaml   (a TokenizerTrainConfig in YAML)
 """
 

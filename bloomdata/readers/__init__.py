@@ -23,11 +23,12 @@ from bloomdata.readers.shards import (
     ShardPlan,
     count_rows,
     file_line,
+    file_line_offsets,
+    file_reject,
     iter_documents,
     plan_job,
     plan_shards,
     read_shard,
-    read_shard_file_lines,
     shard_bytes_field,
     shard_plan,
 )
@@ -42,7 +43,7 @@ from bloomdata.readers.sources import (
 
 __all__ = [
     "REJECT_REASONS", "UNKNOWN_LANG", "Document", "Format", "Reject", "Shard", "ShardBytes", "ShardPlan",
-    "SourceConfig", "count_rows", "file_line", "format_of", "iter_documents", "output_name_of", "plan_job",
-    "plan_shards", "read_shard", "read_shard_file_lines", "resolve_files", "shard_bytes_field", "shard_plan",
+    "SourceConfig", "count_rows", "file_line", "file_line_offsets", "file_reject", "format_of", "iter_documents",
+    "output_name_of", "plan_job", "plan_shards", "read_shard", "resolve_files", "shard_bytes_field", "shard_plan",
     "source_from_spec", "sources_field", "validate_row",
 ]

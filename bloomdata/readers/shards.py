@@ -7,7 +7,9 @@
 - ``plan_job(config)``: the plan of a sharded job (build, clean) from its ``sources``, ``max_rows_per_shard``,
   ``shard_bytes`` (``shard_bytes_field``) and ``workers``: both cut a large file the same way.
 - ``read_shard(shard)``: streams one shard with bounded memory, in file order, through the format's reader;
-  ``read_shard_file_lines`` numbers a byte-range shard's rows by file line too.
+  a byte-range shard numbers its rows from its own first line: ``file_line_offsets`` turns them into file
+  lines from the row counts of the shards before it (each byte of a file is read once, whatever its cuts),
+  ``file_line`` / ``file_reject`` name one row's file line at once (an error: it reads the file up to the range).
 - ``iter_documents(sources)``: all documents of all sources (rejects dropped).
 
 Two ways to cut a large file, both deterministic, so an interrupted build finds the same shards again:
@@ -239,16 +241,21 @@ def read_shard(shard: Shard) -> Iterator[Document | Reject]:
     yield from _READERS[fmt](shard)
 
 
-def read_shard_file_lines(shard: Shard) -> Iterator[Document | Reject]:
-    """``read_shard`` with every row's ``line`` its file line, a byte-range shard's too (it counts the lines
-    before its range once: reads the file up to the range, at disk speed)."""
-    if not shard.local_lines:
-        yield from read_shard(shard)
-        return
-    assert shard.byte_range is not None  # local_lines
-    before = lines_before(shard.path, shard.byte_range[0])
-    for item in read_shard(shard):
-        yield dataclasses.replace(item, line=item.line + before)
+def file_line_offsets(shards: list[Shard], rows: list[int]) -> list[int]:
+    """Per shard, what to add to its rows' line numbers to make them file lines, from every shard's row count
+    (``rows``, in plan order): the rows of the earlier byte ranges of its file for a byte-range shard (its
+    file's ranges are consecutive in plan order, the first at byte 0), 0 for the others (their readers count
+    file lines)."""
+    offsets, before = [], 0
+    for shard, n in zip(shards, rows):
+        if not shard.local_lines:
+            offsets.append(0)
+            continue
+        if shard.byte_range is not None and shard.byte_range[0] == 0:
+            before = 0
+        offsets.append(before)
+        before += n
+    return offsets
 
 
 def file_line(shard: Shard, line: int) -> int:
@@ -257,6 +264,11 @@ def file_line(shard: Shard, line: int) -> int:
     if shard.byte_range is None:  # not local_lines: already the file's
         return line
     return lines_before(shard.path, shard.byte_range[0]) + line
+
+
+def file_reject(shard: Shard, reject: Reject) -> Reject:
+    """The reject with its file line number (``file_line``): for an error raised where it is read."""
+    return dataclasses.replace(reject, line=file_line(shard, reject.line))
 
 
 def iter_documents(sources: list[SourceConfig]) -> Iterator[Document]:

@@ -12,20 +12,32 @@ Configuration (the published BLOOM ``tokenizer.json``; docs/tokenizer.md, "Confi
 - special tokens ``<unk>=0 <s>=1 </s>=2 <pad>=3``; encoding adds none (Megatron appends ``</s>`` as EOD);
 - ByteLevel decoder, ByteLevel(trim_offsets=False) post-processor (offsets only).
 
-Training memory: HF's BpeTrainer peaks at ~30 bytes of RAM per byte of training text, so samples are
-capped at ``MAX_SAFE_BUDGET`` unless explicitly allowed. The output directory loads with
-``transformers.AutoTokenizer.from_pretrained`` (``BloomTokenizerFast``) and with ``Tokenizer.from_file``.
+Two trainers learn the same tokenizer (``trainer``):
+
+- ``memory``: HF's BpeTrainer over the sample's text in this process. It peaks at 5-30 bytes of RAM per
+  byte of training text, so samples are capped at ``MAX_SAFE_BUDGET`` unless explicitly allowed.
+- ``counts``: the sample's words are counted in parallel on the build's Dask placement and spilled to disk
+  (``bloomdata.tokenizer.counting``), then ``bloomdata.tokenizer.merges`` learns HF's merges from the
+  counts: memory follows the distinct words, not the text, and ``max_memory`` bounds it. For any sample
+  the in-memory trainer can hold, ``tokenizer.json`` is byte-identical.
+- ``auto`` (the default) takes ``counts`` when the in-memory trainer would need more than ``max_memory``
+  (without one: when the budget is over ``MAX_SAFE_BUDGET``), so today's default runs stay in memory.
+
+The output directory loads with ``transformers.AutoTokenizer.from_pretrained`` (``BloomTokenizerFast``) and
+with ``Tokenizer.from_file``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import sys
 import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
@@ -34,10 +46,10 @@ from bloomdata import durable
 from bloomdata.config_loader import cli_option
 from bloomdata.disk import disk_full, is_disk_full
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import SourceConfig, sources_field
+from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
+from bloomdata.tokenizer.split import BLOOM_SPLIT_PATTERN
 from bloomdata.units import parse_bytes
 
-BLOOM_SPLIT_PATTERN = " ?[^(\\s|[.,!?…。，、।۔،])]+"
 SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", "<pad>")  # ids 0..3, in this order
 EOD_TOKEN = "</s>"
 BLOOM_VOCAB_SIZE = 250_680
@@ -62,7 +74,22 @@ class TokenizerTrainConfig(BaseModel):
     seed: int = Field(default=0, description="sampling seed (which documents are drawn)")
     min_frequency: int = Field(default=2, ge=0, description="pairs seen fewer times are never merged")
     allow_large_budget: bool = Field(
-        default=False, description=f"allow byte_budget > {MAX_SAFE_BUDGET:,} (the trainer needs ~30x the text in RAM)")
+        default=False, description=f"memory trainer: allow byte_budget > {MAX_SAFE_BUDGET:,} (it needs ~30x the "
+                                   "text in RAM)")
+    trainer: Literal["auto", "counts", "memory"] = Field(
+        default="auto", description="memory: HF's trainer over the text in this process; counts: count words in "
+                                    "parallel, spill to disk, learn the same merges from the counts; auto: counts "
+                                    "when the memory trainer would need more than max_memory (without it: when "
+                                    f"byte_budget > {MAX_SAFE_BUDGET:,})")
+    max_memory: Annotated[int | None, BeforeValidator(parse_bytes)] = Field(
+        default=None, ge=1, json_schema_extra=cli_option(metavar="BYTES"),
+        description="RAM the training may use, all processes together (e.g. 1GB): auto picks the trainer by it, "
+                    "the counting workers spill to stay under it")
+    workers: int = Field(default=2, ge=0, description="counts trainer: LocalCluster worker processes (0: in-process)")
+    scheduler: str | None = Field(default=None, description="counts trainer: tcp://host:port of a Dask scheduler",
+                                  json_schema_extra=cli_option(metavar="ADDR"))
+    shard_bytes: ShardBytes = shard_bytes_field()
+    keep_work: bool = Field(default=False, description="counts trainer: keep OUT/word_counts after training")
     show_progress: bool = Field(default=True, description="progress bars on stderr",
                                 json_schema_extra=cli_option("--progress", off=["--quiet"]))
 
@@ -80,6 +107,23 @@ def bloom_tokenizer() -> Tokenizer:
     return tok
 
 
+def tokenizer_from_merges(vocab: list[str], merges: list[tuple[int, int]]) -> Tokenizer:
+    """BLOOM's pipeline around a BPE model of ``vocab`` (id -> token) and ``merges`` (pairs of ids, in order),
+    with the special tokens added as the trainer adds them: the tokenizer HF's trainer returns for them."""
+    tok = bloom_tokenizer()
+    tok.model = models.BPE(vocab={token: i for i, token in enumerate(vocab)},
+                           merges=[(vocab[a], vocab[b]) for a, b in merges], unk_token=None, fuse_unk=False)
+    tok.add_special_tokens(list(SPECIAL_TOKENS))
+    _check_special_ids(tok)
+    return tok
+
+
+def _check_special_ids(tok: Tokenizer) -> None:
+    for i, token in enumerate(SPECIAL_TOKENS):
+        if tok.token_to_id(token) != i:  # cannot happen with the trainers here; checked because ids are ABI
+            raise BloomstackError(f"trained tokenizer put {token} at id {tok.token_to_id(token)}, expected {i}")
+
+
 def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, min_frequency: int = 2,
                      show_progress: bool = False, length: int | None = None) -> Tokenizer:
     """Train BLOOM's byte-level BPE on an iterable of documents (held by the trainer: mind the memory)."""
@@ -92,9 +136,7 @@ def train_from_texts(texts: Iterable[str], vocab_size: int = BLOOM_VOCAB_SIZE, m
         show_progress=show_progress,
     )
     tok.train_from_iterator(texts, trainer=trainer, length=length)
-    for i, token in enumerate(SPECIAL_TOKENS):
-        if tok.token_to_id(token) != i:  # cannot happen with the trainer above; checked because ids are ABI
-            raise BloomstackError(f"trained tokenizer put {token} at id {tok.token_to_id(token)}, expected {i}")
+    _check_special_ids(tok)
     return tok
 
 
@@ -120,6 +162,8 @@ class TokenizerReport(BaseModel):
     sampling_seconds: float
     training_seconds: float
     wall_seconds: float
+    trainer: Literal["memory", "counts"] = "memory"
+    distinct_words: int | None = None  # counts trainer: the words the merges were learned from
     tokenizer_identity: str | None = None  # sha256 of tokenizer.json (not in the file: it hashes that file's sibling)
 
 
@@ -174,29 +218,48 @@ def tokenizer_files(tok: Tokenizer, report: TokenizerReport | None = None) -> di
     files = {"tokenizer_config.json": durable.json_text(config, indent=2),
              "special_tokens_map.json": durable.json_text(special_map, indent=2)}
     if report is not None:
-        files[REPORT_FILE] = durable.json_text(report.model_dump(exclude={"tokenizer_identity"}), indent=2)
+        files[REPORT_FILE] = durable.json_text(report.model_dump(exclude={"tokenizer_identity"}, exclude_none=True), indent=2)
     files["tokenizer.json"] = tok.to_str(pretty=True)  # the bytes Tokenizer.save writes
     return files
 
 
+def memory_trainer_bytes(byte_budget: int) -> int:
+    """RAM the in-memory trainer may need for a sample of ``byte_budget`` bytes (the worst corpora seen)."""
+    return byte_budget * TRAINER_BYTES_PER_BYTE
+
+
+def choose_trainer(config: TokenizerTrainConfig) -> Literal["memory", "counts"]:
+    """``config.trainer``, with ``auto`` resolved: counts when the in-memory trainer would need more than
+    ``max_memory`` (without one: when the budget is over ``MAX_SAFE_BUDGET``)."""
+    if config.trainer != "auto":
+        return config.trainer
+    if config.max_memory is None:
+        return "memory" if config.byte_budget <= MAX_SAFE_BUDGET else "counts"
+    return "memory" if memory_trainer_bytes(config.byte_budget) <= config.max_memory else "counts"
+
+
 def check_budget(config: TokenizerTrainConfig) -> None:
-    """Refuse (or, when allowed, warn about) samples the BPE trainer would need too much RAM for."""
-    if config.byte_budget <= MAX_SAFE_BUDGET:
+    """Refuse (or, when allowed, warn about) samples the in-memory trainer would need too much RAM for; the
+    counts trainer takes any budget."""
+    if config.byte_budget <= MAX_SAFE_BUDGET or choose_trainer(config) == "counts":
         return
-    need_gb = config.byte_budget * TRAINER_BYTES_PER_BYTE / 1e9
-    msg = (f"byte_budget {config.byte_budget:,} B exceeds {MAX_SAFE_BUDGET:,} B: the BPE trainer would "
+    need_gb = memory_trainer_bytes(config.byte_budget) / 1e9
+    msg = (f"byte_budget {config.byte_budget:,} B exceeds {MAX_SAFE_BUDGET:,} B: the in-memory BPE trainer would "
            f"need ~{need_gb:.0f} GB of RAM ({TRAINER_BYTES_PER_BYTE}x the text)")
     if not config.allow_large_budget:
-        raise BloomstackError(msg + "; lower byte_budget or set allow_large_budget",
-                              keys=["byte_budget", "allow_large_budget"])
+        raise BloomstackError(msg + "; lower byte_budget, set trainer to counts or auto, or set allow_large_budget",
+                              keys=["byte_budget", "trainer", "allow_large_budget"])
     warnings.warn(msg, stacklevel=2)
 
 
-def train_tokenizer(config: TokenizerTrainConfig) -> TokenizerReport:
-    """Sample, train and save; returns the training report (also written to training_report.json)."""
+def train_tokenizer(config: TokenizerTrainConfig, client: Any = None) -> TokenizerReport:
+    """Sample, train and save with the chosen trainer; returns the training report (also written to
+    training_report.json). ``client``: a ``distributed.Client`` for the counts trainer."""
+    check_budget(config)
+    if choose_trainer(config) == "counts":
+        return _train_counts(config, client)
     from bloomdata.tokenizer.sampling import draw_sample
 
-    check_budget(config)
     t0 = time.perf_counter()
     sample = draw_sample(config.sources, config.alpha, config.byte_budget, config.seed, config.show_progress)
     t1 = time.perf_counter()
@@ -225,6 +288,42 @@ def train_tokenizer(config: TokenizerTrainConfig) -> TokenizerReport:
     save_tokenizer(tok, config.out_dir, report)
     report.tokenizer_identity = tokenizer_identity(config.out_dir)
     return report
+
+
+def _train_counts(config: TokenizerTrainConfig, client: Any) -> TokenizerReport:
+    """The counts trainer: count the sample's words (resumable), learn the merges, save."""
+    from bloomdata.tokenizer.counting import WORK_NAME, count_words
+    from bloomdata.tokenizer.merges import learn_from_counts
+
+    t0 = time.perf_counter()
+    counts = count_words(config, client)
+    t1 = time.perf_counter()
+    work = os.path.join(config.out_dir, WORK_NAME)
+    learned = learn_from_counts(work, counts, list(SPECIAL_TOKENS), config, _merge_bar(config))
+    tok = tokenizer_from_merges(learned.vocab, learned.merges)
+    t2 = time.perf_counter()
+    report = TokenizerReport(
+        languages=counts.languages, bytes_available=counts.bytes_available, probabilities=counts.probabilities,
+        bytes_quota=counts.bytes_quota, bytes_drawn=counts.bytes_drawn, docs_drawn=counts.docs_drawn,
+        total_bytes_drawn=sum(counts.bytes_drawn.values()), seed=config.seed, alpha=config.alpha,
+        byte_budget=config.byte_budget, min_frequency=config.min_frequency, vocab_size_requested=config.vocab_size,
+        vocab_size=tok.get_vocab_size(), sampling_seconds=round(t1 - t0, 3), training_seconds=round(t2 - t1, 3),
+        wall_seconds=round(t2 - t0, 3), trainer="counts", distinct_words=counts.words)
+    save_tokenizer(tok, config.out_dir, report)
+    if not config.keep_work:
+        shutil.rmtree(work, ignore_errors=True)
+    report.tokenizer_identity = tokenizer_identity(config.out_dir)
+    return report
+
+
+def _merge_bar(config: TokenizerTrainConfig) -> Any:
+    """A progress callback for the merge learner (merges so far), or None."""
+    if not config.show_progress:
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=config.vocab_size, desc="learning merges", unit=" merges", file=sys.stderr, mininterval=1.0)
+    return lambda done: bar.update(done - bar.n)
 
 
 def _tokenizer_file(path_or_dir: str | os.PathLike[str]) -> Path:

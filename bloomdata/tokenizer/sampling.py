@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from bloomdata.blend.weights import alpha_weights, water_fill
@@ -98,6 +98,29 @@ def count_bytes(sources: list[SourceConfig], show_progress: bool = False) -> dic
     return sizes
 
 
+def cutoffs(sizes: dict[str, int], quotas: dict[str, int]) -> dict[str, int]:
+    """Per language, the key below which a document is kept by the second pass (the Bernoulli pre-filter)."""
+    return {lang: min(_KEY_SPACE, int(_KEY_SPACE * (_OVERSAMPLE * q + _SLACK_BYTES) / sizes[lang]))
+            for lang, q in quotas.items()}
+
+
+def fill(sizes: Sequence[int], quota: int) -> list[int]:
+    """The documents taken, by position in key order: each one that still fits the quota (``sizes`` in UTF-8
+    bytes; a document too large is skipped and later smaller ones may still fit)."""
+    taken, used = [], 0
+    for i, n in enumerate(sizes):
+        if used + n <= quota:
+            taken.append(i)
+            used += n
+    return taken
+
+
+def truncate(text: str, quota: int) -> str:
+    """``text`` cut to at most ``quota`` UTF-8 bytes, at a character boundary (a language whose every kept
+    document is larger than its quota gives its first document so cut)."""
+    return text.encode("utf-8")[:quota].decode("utf-8", errors="ignore")
+
+
 def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, seed: int,
                 show_progress: bool = False) -> Sample:
     """Both passes: alpha-weighted, budgeted, seeded sample of the sources' documents (see module doc)."""
@@ -107,8 +130,7 @@ def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, see
     if not sizes:
         raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
     quotas = byte_quotas(sizes, alpha, byte_budget)
-    cutoff = {lang: min(_KEY_SPACE, int(_KEY_SPACE * (_OVERSAMPLE * q + _SLACK_BYTES) / sizes[lang]))
-              for lang, q in quotas.items()}
+    cutoff = cutoffs(sizes, quotas)
     kept: dict[str, dict[int, str]] = {lang: {} for lang in quotas}
     for doc in _progress(_documents(sources), "sampling text", show_progress):
         lang = doc.lang or UNKNOWN_LANG
@@ -117,14 +139,10 @@ def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, see
             kept[lang][key] = doc.text  # equal text -> equal key: duplicates collapse
     sample = Sample({}, sizes, alpha_probabilities(sizes, alpha), quotas)
     for lang, by_key in kept.items():
-        texts, used = [], 0
-        for key in sorted(by_key):
-            n = len(by_key[key].encode("utf-8"))
-            if used + n <= quotas[lang]:
-                texts.append(by_key[key])
-                used += n
-        if not texts and by_key and quotas[lang] > 0:
-            first = by_key[min(by_key)].encode("utf-8")[: quotas[lang]].decode("utf-8", errors="ignore")
-            texts, used = [first], len(first.encode("utf-8"))
-        sample.texts[lang], sample.drawn[lang], sample.docs[lang] = texts, used, len(texts)
+        ordered = [by_key[key] for key in sorted(by_key)]
+        texts = [ordered[i] for i in fill([len(t.encode("utf-8")) for t in ordered], quotas[lang])]
+        if not texts and ordered and quotas[lang] > 0:
+            texts = [truncate(ordered[0], quotas[lang])]
+        sample.texts[lang], sample.docs[lang] = texts, len(texts)
+        sample.drawn[lang] = sum(len(t.encode("utf-8")) for t in texts)
     return sample

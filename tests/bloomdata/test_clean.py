@@ -8,6 +8,7 @@ One 2-worker LocalCluster (processes) is shared by the module; the 1- and 4-work
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import random
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -208,8 +210,47 @@ def test_byte_range_shards_name_file_lines(tmp_path):
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     summary = run_clean(_config([path], tmp_path / "out", workers=0, shard_bytes=path.stat().st_size // 6))
     assert summary.shards.total >= 6
-    assert [r["where"] for r in _removed(tmp_path / "out") if r["reason"] in REJECT_REASONS] == \
-        [f"{path}:{i + 1}" for i in bad]
+    removed = _removed(tmp_path / "out")
+    assert [r["where"] for r in removed if r["reason"] in REJECT_REASONS] == [f"{path}:{i + 1}" for i in bad]
+    first = {}  # text -> the file line of its first copy
+    for i, row in enumerate(rows):
+        if i not in bad:
+            first.setdefault(json.loads(row)["text"], i + 1)
+    duplicates = [r for r in removed if r["reason"] == "exact_duplicate"]
+    assert len(duplicates) == 20, "copies 2 and 3 of the file's rows, in later shards"
+    for r in duplicates:  # both lines are file lines, the copy's and the first copy's
+        line = int(r["where"].rpartition(":")[2])
+        original = first[json.loads(rows[line - 1])["text"]]
+        assert line > original and r["duplicate_of"] == f"{path}:{original}"
+
+
+class _CountingFile(io.FileIO):
+    """A file that adds the bytes it reads to ``read[path]``."""
+
+    read: Counter[str] = Counter()
+
+    def readinto(self, buffer) -> int:
+        n = super().readinto(buffer)
+        _CountingFile.read[str(self.name)] += n or 0
+        return n
+
+
+def test_byte_range_shards_read_each_byte_once(tmp_path, monkeypatch):
+    """One file cut into 8 byte ranges: the run reads each byte once, plus at most a read buffer and a line per
+    shard (each range names its rows from its own first line; the run adds the rows of the shards before)."""
+    import bloomdata.readers.jsonl
+
+    rows = [json.dumps(r, ensure_ascii=False) for lang in ("en", "hi") for r in _rows(CORPUS_DIR / f"{lang}.jsonl")]
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    size, buffer = path.stat().st_size, 1 << 12
+    monkeypatch.setattr(bloomdata.readers.jsonl, "open_bytes",
+                        lambda p: io.BufferedReader(_CountingFile(p, "rb"), buffer))
+    _CountingFile.read.clear()
+    summary = run_clean(_config([path], tmp_path / "out", workers=0, shard_bytes=size // 8 + 1))
+    assert summary.shards.total == 8 and summary.documents_in == len(rows)
+    longest = max(len(r.encode("utf-8")) + 1 for r in rows)
+    assert size <= _CountingFile.read[str(path)] <= size + 8 * (buffer + longest) < size + size
 
 
 def test_clean_plans_a_large_file_by_bytes_and_workers_as_the_build_does(mixed):

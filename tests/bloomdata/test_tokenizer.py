@@ -147,7 +147,8 @@ def test_library_api(small_tokenizer_dir, tmp_path):
 
 
 def test_budget_guard():
-    config = TokenizerTrainConfig(sources=[SourceConfig(paths=["x"])], out_dir="o", byte_budget=600_000_000)
+    config = TokenizerTrainConfig(sources=[SourceConfig(paths=["x"])], out_dir="o", byte_budget=600_000_000,
+                                  trainer="memory")
     with pytest.raises(BloomstackError, match="~18 GB of RAM.*set allow_large_budget"):
         check_budget(config)
     with pytest.warns(UserWarning, match="exceeds"):
