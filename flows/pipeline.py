@@ -14,8 +14,8 @@ message>" (``flows.failures``).
 The training stage also gets one named validation set per language (each language dataset's validation
 split, ``language_valid_sets``) and the tokenizer, so the run logs every language's loss, perplexity and
 bits per byte at each evaluation, and its summary shows them. The export's model card (README.md) is built
-from the run's records with the clean summary and the tokenizer's fertility table (``card_records``), and
-rebuilt after the evaluation with its eval.json.
+from the run's records with the clean summary and the tokenizer's fertility table (``card_records``), named
+``export.name`` or else the pipeline's ``name``, and rebuilt after the evaluation with its eval.json.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ def model_stages(config: PipelineConfig, clean: CleanResult | None, tok: Tokeniz
     t = train_cfg.train
     export_cfg = config.export.model_copy(update={
         "checkpoint": train.result.paths.checkpoints, "tokenizer": tok.result.tokenizer_dir, "out_dir": str(root / "hf"),
-        **card_records(clean, tok)})
+        "name": config.export.name or config.name, **card_records(clean, tok)})
     check = ExportCheck(blend=blend.result.blend_yaml, samples=t.logging.eval_iters * t.schedule.global_batch_size,
                         compat=t.data.compat, cache_dir=t.data.cache_dir) if t.logging.eval_interval else None
     export = stage_result("export", export_flow(export_cfg, check, upstream=[train.key], return_state=True),

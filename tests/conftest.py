@@ -36,3 +36,14 @@ def prefect_harness(tmp_path_factory):
     with temporary_settings({PREFECT_RESULTS_LOCAL_STORAGE_PATH: store}):
         with prefect_test_harness(server_startup_timeout=180):
             yield
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """``make demo`` once for the run, at small sizes on a terminal (tests/demo_run.py): its console, output folder
+    (Prefect database, model card, logs) and the files the docs' commands build on."""
+    from tests.demo_run import run_demo
+
+    run = run_demo(tmp_path_factory.mktemp("demo"))
+    assert run.returncode == 0, "\n".join(run.lines[-40:])
+    return run
