@@ -16,15 +16,27 @@ WHEEL_PYTHON ?=
 WHEEL_PLATFORM ?=
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+DEMO_OUT ?= demo_out
+DEMO_ARGS ?=
+UI_ARGS ?=
+# The real-engine tests run Debian's Slurm (tests/slurm_cluster.py) and headless Chromium (the Prefect UI test).
+ENGINE_PACKAGES := slurm-wlm munge chromium
+ENGINE_BINARIES := munged mungekey slurmctld slurmd sbatch scontrol chromium
+# (evaluated only when `engines` runs)
+ENGINES_MISSING = $(strip $(foreach b,$(ENGINE_BINARIES),$(if $(shell command -v $(b) || ls /usr/sbin/$(b) 2>/dev/null),,$(b))))
+CAN_APT = $(shell [ "$$(id -u)" = 0 ] && command -v apt-get)
 GPU_REPORT ?= gpu_report
+# Prefect's telemetry (a call home that offline clusters cannot make; its first-run notice is 4 console lines):
+# off on the server and in the client.
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
 
 # With a wheelhouse every pip call is offline; TORCH_INDEX only applies online.
 PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
 TORCH_FROM := $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
 VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 
-.PHONY: install demo test lint bench clean wheelhouse gpu-check
+.PHONY: install demo ui test engines lint bench clean wheelhouse gpu-check
 
 install: $(STAMP)
 
@@ -47,12 +59,25 @@ wheelhouse:
 # The whole pipeline (tokenizer -> datasets -> blend -> training -> export -> sample) as Prefect flows.
 # Ctrl-C: the demo saves its training and says so in one line (exit 130); `|| [ $$? -eq 130 ]` keeps make from
 # adding its own "Error 130" line after it.
+# DEMO_ARGS: more flags (python -m flows.demo --help), e.g. DEMO_ARGS="--train-iters 50 --verbose".
 demo: install
-	@PREFECT_SERVER_ANALYTICS_ENABLED=false $(PY) -m flows.demo --out demo_out || [ $$? -eq 130 ]
+	@$(PY) -m flows.demo --out $(DEMO_OUT) $(DEMO_ARGS) || [ $$? -eq 130 ]
+
+# The Prefect UI on the runs `make demo` recorded (its database is in $(DEMO_OUT)/prefect/), until Ctrl-C.
+ui: install
+	@$(PY) -m flows.ui --out $(DEMO_OUT) $(UI_ARGS) || [ $$? -eq 130 ]
+
+# What the real-engine tests need, installed with apt when missing (CI runs as root: .ci/run reaches this through
+# `make test`); a no-op once installed. Without root or apt, one line says what to install, before any test runs.
+engines:
+	$(if $(ENGINES_MISSING),$(if $(CAN_APT),,$(error make test: the real-engine tests need $(ENGINES_MISSING): install \
+		them with `sudo apt-get install $(ENGINE_PACKAGES)` (Debian's packages), then run make test again)))
+	@$(if $(ENGINES_MISSING),echo "make engines: installing $(ENGINE_PACKAGES) with apt-get (missing: $(ENGINES_MISSING))" \
+		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(ENGINE_PACKAGES) >/dev/null,true)
 
 # setup.py builds the C++ index helpers and BPE learner as optional (installs without a compiler still work, on numpy):
 # here a failed build must fail, not skip their tests.
-test: lint
+test: engines lint
 	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner" || { echo "bloomdata._index_helpers or _bpe_learner is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
 
@@ -67,4 +92,4 @@ gpu-check: install
 	$(PY) benchmarks/gpu_check.py --out $(GPU_REPORT)
 
 clean:
-	rm -rf $(VENV) build *.egg-info demo_out
+	rm -rf $(VENV) build *.egg-info $(DEMO_OUT)

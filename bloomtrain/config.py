@@ -362,7 +362,9 @@ class CardConfig(BaseModel):
 
     license: str | None = Field(default=None, description="licence of the weights, as a Hub licence id (apache-2.0, "
                                 "bigscience-bloom-rail-1.0, other, ...); no default: the card says it is not set")
-    model_name: str | None = Field(default=None, description="name on the card (default: the model directory's name)")
+    name: str | None = Field(default=None, description="the model's name on its card and in the card's metadata "
+                                                       "(default: the run's name: the directory of the run that holds "
+                                                       "its checkpoints, e.g. tiny for runs/tiny/checkpoints)")
     tags: list[str] = Field(default_factory=list, json_schema_extra=cli_option("--hub-tag", metavar="TAG"),
                             description="extra Hub tags for the card (repeatable)")
     clean_summary: str | None = Field(default=None, json_schema_extra=cli_option(metavar="JSON"),
@@ -383,6 +385,15 @@ class CardConfig(BaseModel):
     carbon_intensity: float | None = Field(default=None, ge=0, json_schema_extra=cli_option(metavar="KG_PER_KWH"),
                                            description="grid carbon intensity in kg CO2eq per kWh; with "
                                                        "--power-watts the card estimates emissions")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        # provenance.json of exports written before `name` replaced `model_name`
+        if isinstance(data, dict) and "model_name" in data and "name" not in data:
+            data = {**data, "name": data["model_name"]}
+            data.pop("model_name")
+        return data
 
     def card_settings(self, given_only: bool = False) -> CardConfig:
         """This config's card fields (those of a subclass: ExportConfig, the flows' export stage) as a CardConfig;

@@ -26,6 +26,7 @@ from bloomdata.clean.summary import LangCounts
 from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
 from flows.config import CleanStageConfig
+from flows.console import bars
 from flows.data import source_files
 from flows.failures import transient, user_errors
 from flows.report import png_markdown
@@ -86,7 +87,7 @@ def _clean(config: CleanConfig) -> CleanSummary:
     log = get_run_logger()
     where = config.scheduler or (f"a LocalCluster of {config.workers} processes" if config.workers else "this process")
     log.info("clean: %d source(s) on %s -> %s", len(config.sources), where, config.out_dir)
-    cleaned = clean_task(derive(config, progress=False))
+    cleaned = clean_task(derive(config, progress=config.progress or bars()))
     log.info("%s", format_summary(cleaned))
     return cleaned
 

@@ -72,7 +72,8 @@ class CleanStageConfig(CleanConfig):
                                         description="documents to clean (any input the build reads)")
     out_dir: str = Field("runs/clean", description="data/<lang>/*.jsonl.zst, clean_summary.json, removed.jsonl.zst, "
                                                    "clean.md, clean.png")
-    progress: bool = Field(False, description="tqdm progress bars on stderr (the flow logs instead)")
+    progress: bool = Field(False, description="tqdm progress bars on stderr always (on an interactive terminal "
+                                             "the flow draws them anyway: flows.console)")
 
 
 class TrainStageConfig(BaseModel):
@@ -165,7 +166,8 @@ class EvaluateStageConfig(EvaluateConfig):
     context: int | None = Field(None, ge=1, description="tokens per forward pass at most (None: 2048; in the "  # type: ignore[assignment]
                                                         "pipeline, the training's seq_length)")
     out_dir: str = Field("runs/eval", description="eval.json, eval.md, eval.png and heldout/<lang>.jsonl")
-    progress: bool = Field(False, description="tqdm progress bar on stderr (the flow logs instead)")
+    progress: bool = Field(False, description="tqdm progress bar on stderr always (on an interactive terminal "
+                                             "the flow draws it anyway: flows.console)")
 
     @model_validator(mode="after")
     def _check(self) -> EvaluateStageConfig:  # replaces EvaluateConfig's: context may be None here
@@ -204,6 +206,8 @@ class PipelineConfig(BaseModel):
     stage configs are therefore ignored here (they matter when a stage flow runs on its own).
     """
 
+    name: str = Field("bloomstack-demo", description="the run's name: the exported model's name on its card "
+                                                     "unless export.name sets one")
     out_dir: str = Field("runs/demo", description="root of every stage's outputs")
     corpus: list[SourceConfig] = Field(default_factory=demo_sources, description="input documents")
     clean: CleanStageConfig | None = Field(default_factory=CleanStageConfig,

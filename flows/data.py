@@ -32,6 +32,7 @@ from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, load_tokenizer, train_tokenizer
 from bloomdata.tokenizer.fertility import FERTILITY_FILE, FertilityRow, fertility_table, write_fertility
 from flows.config import demo_build_config, demo_tokenizer_config
+from flows.console import bars
 from flows.failures import transient, user_errors
 from flows.results import DatasetResult, TokenizerResult, TrainedTokenizer
 from flows.stages import Stage, stage_key
@@ -132,7 +133,7 @@ def _build(config: BuildConfig) -> BuildSummary:
     log = get_run_logger()
     where = config.scheduler or f"a LocalCluster of {config.workers} processes"
     log.info("dataset: tokenizing %d source(s) on %s", len(config.sources), where)
-    built = build_task(derive(config, progress=False))
+    built = build_task(derive(config, progress=config.progress or bars()))
     log.info("dataset: %s documents, %s tokens in %d outputs -> %s", built.documents, built.tokens,
              len(built.outputs), config.out_dir)
     return built

@@ -4,10 +4,12 @@ Runs ``bloom_pipeline`` on its embedded defaults: the 10-language corpus shipped
 ``--corpus``: a jsonl[.gz|.zst], parquet, arrow or txt file, a directory of them, or an HF ``save_to_disk``
 directory, with the language in a per-row field), cleaned with ``bloomdata clean``'s defaults, a local Dask
 cluster for the clean and the build, and a tiny BLOOM trained on CPU by torchrun with gloo over 2 processes,
-tensor-parallel over both. Prefect is local: with no ``PREFECT_API_URL`` set, Prefect starts a temporary
-server for the run (runs, logs and artifacts are visible while it runs; ``prefect server start`` first to keep
-them, see docs/flows.md). A second run with the same arguments finds every stage done and only prints the
-summary.
+tensor-parallel over both. Prefect is local: with no ``PREFECT_API_URL`` set, a temporary server records the
+runs in ``OUT/prefect/prefect.db``, and ``python -m flows.ui --out OUT`` (``make ui``) serves the Prefect UI on
+them afterwards; the last lines say so, with the link to the pipeline's run. The console shows each stage's
+start and end, progress bars, summaries, warnings and errors; other libraries' output goes to
+``OUT/logs/demo.log`` (flows.console; ``--verbose`` prints it all). A second run with the same arguments finds
+every stage done and only prints the summary.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class DemoConfig(BaseModel):
     scheduler: str | None = Field(None, description="tcp://host:port of an existing Dask scheduler instead",
                                   json_schema_extra=cli_option(metavar="ADDR"))
     train_iters: int | None = Field(None, ge=1, description="override the training length")
+    verbose: bool = Field(False, description="print every library's output on the console as it comes (DEBUG with "
+                                             "LOG_LEVEL=DEBUG); otherwise it goes to OUT/logs/demo.log")
 
 
 def parser() -> ConfigParser[DemoConfig]:
@@ -138,26 +142,47 @@ def shorter(train: TrainConfig, iters: int) -> TrainConfig:
     return derive(train, schedule=schedule, logging=logging)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from flows.failures import ended_unfinished  # noqa: PLC0415
-    from flows.interrupts import run_entry_point  # noqa: PLC0415
-    from flows.pipeline import bloom_pipeline  # noqa: PLC0415
+def ui_lines(out_dir: str, flow_run_id: object, external_ui: str | None) -> str:
+    """Where to see the runs after the demo: the Prefect server it ran against, or ``flows.ui`` on its database."""
+    from flows.ui import run_link, ui_command  # noqa: PLC0415
 
+    if external_ui:
+        return f"\nThe runs are on your Prefect server: {run_link(flow_run_id, external_ui)}"
+    return (f"\nThe runs in the Prefect UI: `{ui_command(out_dir)}` serves it on {out_dir}'s database; the pipeline's "
+            f"run is then at\n  {run_link(flow_run_id)}")
+
+
+def main(argv: list[str] | None = None) -> int:
     try:
         args, _ = parser().parse(sys.argv[1:] if argv is None else argv)
         config = pipeline_config(args)
     except BloomstackError as exc:
         print(f"flows.demo: error: {exc}", file=sys.stderr)
         return 2
+    from flows.console import setup  # noqa: PLC0415 - prefect, after the arguments are checked
+
+    setup(args.out_dir, "demo", args.verbose)
+    from prefect.settings import PREFECT_API_URL, PREFECT_UI_URL  # noqa: PLC0415
+
+    from flows.failures import ended_unfinished  # noqa: PLC0415
+    from flows.interrupts import run_entry_point  # noqa: PLC0415
+    from flows.pipeline import bloom_pipeline  # noqa: PLC0415
+    from flows.ui import database  # noqa: PLC0415
+
+    api = PREFECT_API_URL.value()
+    external_ui = (PREFECT_UI_URL.value() or api.removesuffix("/api")) if api else None  # the runs' own server
+
     def run() -> int:
         t0 = time.monotonic()
         state = bloom_pipeline(config, return_state=True)
         if ended_unfinished("flows.demo", state, "the pipeline"):
+            print(ui_lines(args.out_dir, state.state_details.flow_run_id, external_ui))
             return 1
         print(report(state.result(), time.monotonic() - t0))
+        print(ui_lines(args.out_dir, state.state_details.flow_run_id, external_ui))
         return 0
 
-    return run_entry_point("flows.demo", run)
+    return run_entry_point("flows.demo", run, database=database(args.out_dir))
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from bloomtrain.evaluation.config import ModelSpec
 from bloomtrain.evaluation.heldout import HeldOutFile, heldout_files
 from bloomtrain.evaluation.report import OVERALL, EvalReport, ModelResult
 from flows.config import EvaluateStageConfig
+from flows.console import bars
 from flows.data import source_files
 from flows.failures import user_errors
 from flows.report import png_markdown
@@ -121,7 +122,7 @@ def _evaluate(run: EvaluateStageConfig) -> Evaluation:
         sources = [SourceConfig(paths=[h.path], lang=h.name) for h in heldout]
         log.info("evaluate: %d held-out documents from the validation ranges of %s", sum(h.docs for h in heldout),
                  run.blend)
-    report = evaluate_task(run, sources)
+    report = evaluate_task(derive(run, progress=run.progress or bars()), sources)
     log.info("evaluate: bits per byte per language\n%s", bpb_table(report.models))
     # eval.json's per-model scores (small: languages x models), for the pipeline's summary and the demo
     return Evaluation(eval_json=str(out / "eval.json"), heldout=heldout, models=report.models)

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 
 from prefect.exceptions import TerminationSignal
@@ -102,42 +103,68 @@ def _stop_on_first_signal(received: list[int]) -> Callable[[int, object], None]:
     return handler
 
 
-@contextlib.contextmanager
-def temporary_server(timeout_s: float = 180.0) -> Iterator[None]:
-    """Prefect's temporary API server (as Prefect starts one when ``PREFECT_API_URL`` is unset), but in a
-    session of its own and stopped last, after the flow recorded how it ended. Nothing when an API is set."""
+def start_server(port: int, env: dict[str, str], *, host: str = "127.0.0.1", log: Path | None = None,
+                 timeout_s: float = 180.0) -> subprocess.Popen[bytes]:
+    """A Prefect API server (uvicorn on Prefect's app) in a session of its own, once it answers; ``env`` holds
+    its settings on top of this process's. Its output goes to ``log`` (None: inherited)."""
     import httpx  # noqa: PLC0415
+    from prefect.settings import get_current_settings  # noqa: PLC0415
+
+    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
+           # Prefect's telemetry heartbeat (analytics: a call home that offline clusters cannot make) printed an
+           # ERROR traceback, 'sqlite3.OperationalError: database is locked', at a start of `python -m
+           # flows.rehearsal`; make demo and the tests already turn it off. A user's own setting wins.
+           "PREFECT_SERVER_ANALYTICS_ENABLED": os.environ.get("PREFECT_SERVER_ANALYTICS_ENABLED", "false"), **env}
+    out = open(log, "ab") if log is not None else None  # noqa: SIM115 - the server's append-only log
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+                                 "--host", host, "--port", str(port), "--log-level", "error", "--lifespan", "on"],
+                                env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
+    finally:
+        if out is not None:
+            out.close()
+    url = f"http://{host}:{port}/api"
+    deadline = time.monotonic() + timeout_s
+    while not _healthy(httpx, url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_group(proc)
+            where = f"; its log: {log}" if log is not None else ""
+            raise RuntimeError(f"the Prefect server did not start within {timeout_s:.0f} s (exit {proc.poll()}"
+                               f"{where}); start one with `prefect server start` and set PREFECT_API_URL")
+        time.sleep(0.2)
+    return proc
+
+
+@contextlib.contextmanager
+def temporary_server(database: Path | None = None) -> Iterator[None]:
+    """Prefect's temporary API server (as Prefect starts one when ``PREFECT_API_URL`` is unset), but in a
+    session of its own and stopped last, after the flow recorded how it ended. Nothing when an API is set.
+    ``database``: the SQLite file that keeps the runs (``flows.ui`` serves the UI on it later); None: Prefect's
+    own under PREFECT_HOME."""
     from prefect.server.api.server import SubprocessASGIServer  # noqa: PLC0415
-    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings  # noqa: PLC0415
+    from prefect.settings import PREFECT_API_URL, temporary_settings  # noqa: PLC0415
 
     if PREFECT_API_URL.value():
         yield
         return
     port = SubprocessASGIServer().find_available_port()
-    env = {**os.environ, **get_current_settings().to_environment_variables(exclude_unset=True),
-           "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-           # Prefect's telemetry heartbeat (analytics: a call home that offline clusters cannot make) printed an
-           # ERROR traceback, 'sqlite3.OperationalError: database is locked', at a start of `python -m
-           # flows.rehearsal`; make demo and the tests already turn it off. A user's own setting wins.
-           "PREFECT_SERVER_ANALYTICS_ENABLED": os.environ.get("PREFECT_SERVER_ANALYTICS_ENABLED", "false")}
-    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
-                             "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"],
-                            env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    env = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url(database)
+    proc = start_server(port, env)
     try:
-        url = f"http://127.0.0.1:{port}/api"
-        deadline = time.monotonic() + timeout_s
-        while not _healthy(httpx, url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the temporary Prefect server did not start within {timeout_s:.0f} s (exit "
-                                   f"{proc.poll()}); start one with `prefect server start` and set PREFECT_API_URL")
-            time.sleep(0.2)
-        with temporary_settings({PREFECT_API_URL: url}):
+        with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
             try:
                 yield
             finally:
                 _drain_prefect()  # the runs' last logs and events reach the server before it stops
     finally:
         kill_group(proc)  # the whole group, the server's own children too
+
+
+def database_url(path: Path) -> str:
+    return f"sqlite+aiosqlite:///{Path(path).resolve()}"
 
 
 def _drain_prefect() -> None:
@@ -167,15 +194,15 @@ def exit_process(code: int) -> None:
     os._exit(code)
 
 
-def run_entry_point(prog: str, body: Callable[[], int]) -> int:
-    """Run ``body`` (a command's work: flows) with the temporary server, stopping cleanly on SIGINT/SIGTERM:
-    one line, exit 130. A body that handles the interrupt itself (``prefect.serve`` shuts its runner down and
-    returns) still ends with the line."""
+def run_entry_point(prog: str, body: Callable[[], int], database: Path | None = None) -> int:
+    """Run ``body`` (a command's work: flows) with the temporary server (its runs kept in ``database``, when
+    given), stopping cleanly on SIGINT/SIGTERM: one line, exit 130. A body that handles the interrupt itself
+    (``prefect.serve`` shuts its runner down and returns) still ends with the line."""
     received: list[int] = []
     handler = _stop_on_first_signal(received)
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with temporary_server():
+        with temporary_server(database):
             code = body()
     except INTERRUPTS as exc:
         if (where := interrupted_in(exc)) is not None:

@@ -14,8 +14,8 @@ message>" (``flows.failures``).
 The training stage also gets one named validation set per language (each language dataset's validation
 split, ``language_valid_sets``) and the tokenizer, so the run logs every language's loss, perplexity and
 bits per byte at each evaluation, and its summary shows them. The export's model card (README.md) is built
-from the run's records with the clean summary and the tokenizer's fertility table (``card_records``), and
-rebuilt after the evaluation with its eval.json.
+from the run's records with the clean summary and the tokenizer's fertility table (``card_records``), named
+``export.name`` or else the pipeline's ``name``, and rebuilt after the evaluation with its eval.json.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def model_stages(config: PipelineConfig, clean: CleanResult | None, tok: Tokeniz
     train_cfg, train = train_stage(config, tok, blend, root)
     t = train_cfg.train
     export_cfg = derive(config.export, checkpoint=train.result.paths.checkpoints, tokenizer=tok.result.tokenizer_dir,
-                        out_dir=str(root / "hf"), **card_records(clean, tok))
+                        out_dir=str(root / "hf"), name=config.export.name or config.name, **card_records(clean, tok))
     check = ExportCheck(blend=blend.result.blend_yaml, samples=t.logging.eval_iters * t.schedule.global_batch_size,
                         compat=t.data.compat, seed=t.data.seed, seq_length=t.model.seq_length,
                         cache_dir=t.data.cache_dir) if t.logging.eval_interval else None

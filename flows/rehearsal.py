@@ -41,6 +41,7 @@ from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.config import TrainConfig, load_config
 from bloomtrain.metrics import read_metrics, read_precision
 from flows.config import BlendStageConfig, PipelineConfig, TrainStageConfig, demo_build_config, demo_sources
+from flows.console import setup
 from flows.evaluate import bpb_table
 from flows.failures import ended_unfinished, stage_result, user_errors
 from flows.interrupts import run_entry_point
@@ -61,6 +62,7 @@ from flows.rehearsal_config import (
 )
 from flows.results import PipelineResult, TrainedRun
 from flows.stages import MARKER, read_marker
+from flows.ui import database
 
 
 class RehearsalConfig(BaseModel):
@@ -85,7 +87,7 @@ def pipeline_config(config: RehearsalConfig) -> PipelineConfig:
     blend = BlendStageConfig(mixture=str(MIXTURE), split=None, compat=train.data.compat, seed=train.seed)
     # 4 ranks share 2 cores: one thread each, or they oversubscribe the cores
     launch = LaunchConfig(nproc_per_node=TP * PP, env={"OMP_NUM_THREADS": "1"})
-    return PipelineConfig(out_dir=str(root), corpus=demo_sources(), tokenizer=tokenizer,
+    return PipelineConfig(name="bloom-176b-rehearsal", out_dir=str(root), corpus=demo_sources(), tokenizer=tokenizer,
                           dataset=derive(demo_build_config(), workers=config.workers),
                           blend=blend, train=TrainStageConfig(train=train, launch=launch))
 
@@ -220,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     except BloomstackError as exc:
         print(f"flows.rehearsal: error: {exc}", file=sys.stderr)
         return 2
+    setup(config.out_dir, "rehearsal")  # LOG_LEVEL=DEBUG prints everything
+
     def run() -> int:
         t0 = time.monotonic()
         state = rehearsal_flow(config, return_state=True)
@@ -229,10 +233,11 @@ def main(argv: list[str] | None = None) -> int:
         print(result.summary_markdown)
         print(result.overrides_markdown)
         print(f"(python -m flows.rehearsal: {time.monotonic() - t0:.0f} s, Prefect's start included; "
-              f"everything is under {result.pipeline.out_dir})")
+              f"everything is under {result.pipeline.out_dir}; the runs in the Prefect UI: python -m flows.ui "
+              f"--out {config.out_dir})")
         return 0
 
-    return run_entry_point("flows.rehearsal", run)
+    return run_entry_point("flows.rehearsal", run, database=database(config.out_dir))
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ from bloomtrain.exit_record import EXIT_DIR_ENV
 from bloomtrain.metrics import read_metrics, summarize
 from bloomtrain.recovery import Decision, LaunchOutcome, after_launch
 from flows.config import TrainStageConfig
+from flows.console import QUIET, TrainingBar, job_line
 from flows.failures import FlowEnded, user_errors
 from flows.interrupts import quiet_console, stage_interrupts
 from flows.launch import LaunchError, LaunchResult, Watch, run_process
@@ -95,11 +96,13 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
     metrics = run / "logs" / "metrics.jsonl"
     progress = cast(UUID, create_progress_artifact(0.0, key="training-progress",
                                                    description=f"training in {run_dir}"))  # sync: an id
+    bar = TrainingBar(total_iters)
     slurm_job: list[str] = []
     published = [0]
 
     def on_line(line: str) -> None:
-        log.info(line)
+        level, on_console = job_line(line)  # DeepSpeed's INFO, layer listing, iteration lines: the log file's
+        log.log(level, line, extra=None if on_console else QUIET)
         if not slurm_job and (m := SBATCH_JOB_ID.search(line)):
             slurm_job.append(m.group(1))
 
@@ -107,7 +110,8 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
         # Runs every few seconds in the main thread: refresh progress and the restart record, then ask the
         # API about cancellation.
         if total_iters:
-            train, _ = read_metrics(metrics)
+            train, evals = read_metrics(metrics)
+            bar.show(train, evals)
             if train:
                 update_progress_artifact(progress, min(100.0, 100.0 * train[-1]["iteration"] / total_iters))
         restarts = torchrun_restarts(exit_dir)
@@ -119,8 +123,12 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
     log.info("launching: %s", " ".join(cmd))
     watch = Watch(on_line=on_line, should_stop=should_stop, timeout_s=launch.timeout_s, grace_s=launch.grace_s,
                   tail_lines=launch.tail_lines, log_file=run / "launch.log", on_interrupt=quiet_console,
-                  on_start=lambda pid: log.info("job process group %d", pid))
-    result = run_process(cmd, env={**launch_env(launch), EXIT_DIR_ENV: exit_dir}, cwd=os.getcwd(), watch=watch)
+                  on_start=lambda pid: log.info("job process group %d", pid, extra=QUIET))
+    result: LaunchResult | None = None
+    try:
+        result = run_process(cmd, env={**launch_env(launch), EXIT_DIR_ENV: exit_dir}, cwd=os.getcwd(), watch=watch)
+    finally:
+        bar.close(read_metrics(metrics) if total_iters else None, finished=result is not None and result.ok)
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
         run_process(["scancel", slurm_job[0]], watch=Watch(on_line=log.warning))

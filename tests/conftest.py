@@ -54,3 +54,14 @@ def small_disk(tmp_path) -> Iterator[SmallDisk]:
     """A 5 MiB tmpfs mounted at ``tmp_path/disk`` for the test (root only: tests/small_disk.py), unmounted after."""
     with mounted(tmp_path / "disk") as disk:
         yield disk
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """``make demo`` once for the run, at small sizes on a terminal (tests/demo_run.py): its console, output folder
+    (Prefect database, model card, logs) and the files the docs' commands build on."""
+    from tests.demo_run import run_demo
+
+    run = run_demo(tmp_path_factory.mktemp("demo"))
+    assert run.returncode == 0, "\n".join(run.lines[-40:])
+    return run

@@ -1,7 +1,7 @@
 """A real Slurm cluster on this machine for the tests: munged, slurmctld and two slurmd nodes (n1, n2).
 
-Debian's ``slurm-wlm`` and ``munge`` (``.ci/run`` installs them with apt when they are missing; elsewhere:
-``apt-get install slurm-wlm munge``). Everything lives in one temporary directory: the munge key and socket,
+Debian's ``slurm-wlm`` and ``munge`` (``make test`` installs them with apt when they are missing, ``make
+engines``; elsewhere: ``apt-get install slurm-wlm munge``). Everything lives in one temporary directory: the munge key and socket,
 slurm.conf (written here), the controller's state, each node's spool, pid and log files. The daemons listen
 on free ports of 127.0.0.1 (both nodes: ``NodeAddr=127.0.0.1``, ``slurmd -N n1`` / ``-N n2``), run in the
 foreground as children of the test process, and are stopped by pid: SIGTERM, then SIGKILL. In containers
@@ -26,7 +26,7 @@ from pathlib import Path
 
 DAEMONS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "scontrol")
 NODES = ("n1", "n2")
-INSTALL = "install them with `apt-get install slurm-wlm munge` (.ci/run does when they are missing)"
+INSTALL = "install them with `apt-get install slurm-wlm munge` (`make test` does, as root: make engines)"
 
 CONF = """ClusterName=bloomtest
 SlurmctldHost={host}(127.0.0.1)

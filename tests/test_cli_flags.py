@@ -35,6 +35,7 @@ COMMANDS = {
     "python -m flows.demo": "flows.demo",
     "python -m flows.serve": "flows.serve",
     "python -m flows.rehearsal": "flows.rehearsal",
+    "python -m flows.ui": "flows.ui",
 }
 TINY = Path(__file__).resolve().parents[1] / "configs" / "train" / "tiny-cpu.yaml"
 
@@ -148,10 +149,10 @@ def test_export_import_generate_flags():
                                 "dtype": "bfloat16"})
     cfg, _ = _parse("bloomtrain export", ["ck", "out"])
     assert _same(cfg, {"checkpoint": "ck", "out_dir": "out", "tag": None, "tokenizer": None, "dtype": None})
-    card = ["--license", "apache-2.0", "--model-name", "m", "--hub-tag", "a", "--hub-tag", "b", "--clean-summary",
+    card = ["--license", "apache-2.0", "--name", "m", "--hub-tag", "a", "--hub-tag", "b", "--clean-summary",
             "c.json", "--fertility", "f.json", "--evaluation", "e.json", "--evaluated-model", "exported",
             "--evaluation-split", "validation", "--power-watts", "400", "--carbon-intensity", "0.057"]
-    card_values = {"license": "apache-2.0", "model_name": "m", "tags": ["a", "b"], "clean_summary": "c.json",
+    card_values = {"license": "apache-2.0", "name": "m", "tags": ["a", "b"], "clean_summary": "c.json",
                    "fertility": "f.json", "evaluation": "e.json", "evaluated_model": "exported",
                    "evaluation_split": "validation", "power_watts": 400.0, "carbon_intensity": 0.057}
     cfg, _ = _parse("bloomtrain export", ["ck", "out", *card])
@@ -226,6 +227,9 @@ def test_flows_demo_and_serve_flags():
                                 "scheduler": "tcp://h:1", "train_iters": 50})
     cfg, _ = _parse("python -m flows.demo", [])
     assert _same(cfg, {"corpus": [], "out_dir": "demo_out", "workers": 2, "scheduler": None, "train_iters": None})
+    assert _parse("python -m flows.demo", ["--verbose"])[0].verbose
+    cfg, _ = _parse("python -m flows.ui", ["--out", "runs/r", "--port", "4300"])
+    assert (cfg.out_dir, cfg.host, cfg.port) == ("runs/r", "127.0.0.1", 4300)
     assert _parse("python -m flows.serve", ["--limit", "4"])[0].limit == 4
     assert _parse("python -m flows.serve", [])[0].limit is None
 

@@ -18,6 +18,7 @@ from bloomdata.errors import BloomstackError
 from bloomtrain.card.details import model_details
 from bloomtrain.card.evaluation import eval_results, evaluation_section
 from bloomtrain.card.images import CURVES_PNG, LANGUAGES_PNG
+from bloomtrain.card.published import published, run_name
 from bloomtrain.card.records import CardRecords, load_records
 from bloomtrain.card.training_data import languages, training_data
 from bloomtrain.card.usage import compute_section, how_to_load, uses_and_limitations
@@ -51,10 +52,12 @@ def intro(r: CardRecords, name: str) -> str:
 
 
 def build_card(r: CardRecords, model_dir: Path, out_dir: Path) -> ModelCard:
-    """The card of the model in ``model_dir``; its images are written into ``out_dir`` (the card's folder)."""
-    name = r.provenance.card.model_name or model_dir.resolve().name
+    """The card of the model in ``model_dir``; its images are written into ``out_dir`` (the card's folder). The
+    card names no path of this machine (bloomtrain.card.published)."""
+    name = r.provenance.card.name or run_name(r.provenance)
+    r = published(r, out_dir)
     body = "\n\n".join([intro(r, name), model_details(r), training_data(r, out_dir), evaluation_section(r, out_dir),
-                        uses_and_limitations(r), compute_section(r), how_to_load(r, model_dir)])
+                        uses_and_limitations(r), compute_section(r), how_to_load(r, name)])
     return ModelCard(f"---\n{card_data(r, name).to_yaml()}\n---\n\n{body}\n")
 
 

@@ -111,8 +111,9 @@ def _training(records: CardRecords) -> None:
         return
     metrics = training.metrics_file
     if metrics is None or not metrics.is_file():
-        records.notes["metrics"] = (f"the run's {metrics} is gone" if metrics else "the run logged to the console "
-                                    "only (no logging.dir)")
+        # (a card names no path of this machine: the file by its name only)
+        records.notes["metrics"] = (f"the run's {metrics.name} is gone" if metrics else "the run logged to the "
+                                    "console only (no logging.dir)")
         return
     train, evals = read_metrics(metrics)
     records.train = [r for r in train if r["iteration"] <= training.iteration]
@@ -120,7 +121,8 @@ def _training(records: CardRecords) -> None:
     records.summary = summarize(records.train, records.evals)
     records.launches = read_launches(metrics, training.iteration)
     if not records.launches:
-        records.notes["launches"] = f"{metrics} holds no launch header with times (written by an older version)"
+        records.notes["launches"] = f"the run's {metrics.name} holds no launch header with times (written by an older " \
+                                    "version)"
 
 
 def _data(records: CardRecords) -> None:
@@ -131,7 +133,7 @@ def _data(records: CardRecords) -> None:
         if Path(data.blend).is_file():
             records.blend, records.blend_path = load_blend_spec(data.blend), data.blend
         else:
-            records.notes["blend"] = f"the blend the run trained on, {data.blend}, is gone"
+            records.notes["blend"] = f"the blend the run trained on ({Path(data.blend).name}) is gone"
     elif data is not None:
         records.notes["blend"] = f"the run trained on {data.kind} data, not a blend"
     tokenizer = (data.tokenizer if data else None) or (export.tokenizer if export else None)

@@ -3,8 +3,6 @@ model complete), the compute estimate, and how to load the model."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from bloomtrain.card.compute import estimate
 from bloomtrain.card.markdown import note, table
 from bloomtrain.card.records import CardRecords
@@ -50,14 +48,14 @@ def compute_section(r: CardRecords) -> str:
                          table(["", ""], rows, 2), *notes])
 
 
-def how_to_load(r: CardRecords, model_dir: Path) -> str:
+def how_to_load(r: CardRecords, name: str) -> str:
     if r.provenance.export is None:
         return "## How to load\n\nThis card describes a bloomtrain checkpoint: export it to transformers first,\n\n" \
                f"```bash\nbloomtrain export {r.provenance.checkpoint} OUT_DIR\n```"
-    name = model_dir.name
     code = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            f'tokenizer = AutoTokenizer.from_pretrained("{name}")  # this directory, or its Hub repository\n'
-            f'model = AutoModelForCausalLM.from_pretrained("{name}")\n'
+            f'model_id = "{name}"  # its Hub repository, or the path of the folder holding this card\n'
+            "tokenizer = AutoTokenizer.from_pretrained(model_id)\n"
+            "model = AutoModelForCausalLM.from_pretrained(model_id)\n"
             'inputs = tokenizer("The city", return_tensors="pt")\n'
             "print(tokenizer.decode(model.generate(**inputs, max_new_tokens=20)[0]))")
     return f"## How to load\n\n```python\n{code}\n```"

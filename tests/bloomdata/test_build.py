@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -37,12 +34,12 @@ from tests.bloomdata.build_helpers import (
     BIG_SHARD_ROWS,
     BIG_SHARDS,
     LANGS,
-    REPO,
     _config,
     _outputs,
     _temps,
     build_killing_a_worker,
 )
+from tests.kill_midway import kill_after_markers
 
 
 def test_tokens_equal_direct_encoding_and_megatron_reads(tmp_path, client, small_corpus, small_tokenizer_dir):
@@ -126,18 +123,8 @@ def test_sigkilled_build_process_reruns_only_unfinished_shards(tmp_path, client,
     cmd = [sys.executable, "-m", "bloomdata.cli", "build", "--input", str(big_jsonl), "--tokenizer",
            str(small_tokenizer_dir), "--out", str(tmp_path), "--workers", "1", "--append-eod",
            "--shard-bytes", str(shard_bytes), "--keep-shards", "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 90
-        while not list((tmp_path / SHARDS_DIR).glob("*.done.json")) and time.time() < deadline:
-            assert proc.poll() is None, "the build exited before it could be killed"
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the build and its LocalCluster workers (one session)
-        proc.wait(30)
+    finished = kill_after_markers(cmd, tmp_path / SHARDS_DIR, count=1, timeout_s=90)
     assert not (tmp_path / SUMMARY_FILE).exists(), "the build finished before it was killed"
-    finished = len(list((tmp_path / SHARDS_DIR).glob("*.done.json")))
     assert 1 <= finished < len(shards)
     assert not any(p.suffix in (".bin", ".idx") for p in tmp_path.iterdir())  # nothing merged, nothing half
     summary = run_build(config, client=client)

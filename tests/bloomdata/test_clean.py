@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
 from tests.data import CORPUS_DIR
+from tests.kill_midway import kill_after_markers
 
 REPO = Path(__file__).resolve().parents[2]
 LANGS = sorted(p.stem for p in CORPUS_DIR.glob("*.jsonl"))
@@ -270,18 +268,8 @@ def test_clean_plans_a_large_file_by_bytes_and_workers_as_the_build_does(mixed):
 def test_killed_run_resumes_to_identical_output(tmp_path, client, mixed, reference):
     cmd = [sys.executable, "-m", "bloomdata.cli", "clean", "--input", str(mixed), "--out", str(tmp_path),
            "--workers", "1", "--max-rows-per-shard", "300", "--keep-work", "--no-progress"]
-    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    markers = tmp_path / "work" / "filter"
-    try:
-        deadline = time.time() + 120
-        while len(list(markers.glob("*.done.json"))) < 3 and time.time() < deadline:
-            assert proc.poll() is None, "the run exited before it could be killed"
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run and its LocalCluster worker (one session)
-        proc.wait(30)
+    finished = kill_after_markers(cmd, tmp_path / "work" / "filter")
     assert not (tmp_path / SUMMARY_FILE).exists(), "the run finished before it was killed"
-    finished = len(list(markers.glob("*.done.json")))
     summary = run_clean(_config([mixed], tmp_path, max_rows_per_shard=300), client=client)
     assert summary.shards.reused == finished and summary.shards.built == 9 - finished
     assert _files(tmp_path) == reference

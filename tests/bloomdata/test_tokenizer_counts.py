@@ -5,12 +5,8 @@ disk and resumes; the C++ learner and its Python reference agree merge for merge
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -45,8 +41,8 @@ from bloomdata.tokenizer.merges import (
 from bloomdata.tokenizer.split import split_pieces
 from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_word_counts
 from tests.bloomdata.conftest import SMALL_BUDGET, SMALL_VOCAB
+from tests.kill_midway import kill_after_markers
 
-REPO = Path(__file__).resolve().parents[2]
 LANGS = sorted(p.stem for p in (Path(__file__).parents[1] / "data" / "corpus").glob("*.jsonl"))
 
 
@@ -258,20 +254,10 @@ def test_a_killed_run_resumes_to_the_same_tokenizer(tmp_path, client, corpus_dir
     cmd = [sys.executable, "-m", "bloomdata.cli", "train-tokenizer", *[a for i in inputs for a in ("--input", i)],
            "--out", str(out), "--trainer", "counts", "--workers", "1", "--shard-bytes", "20000", "--vocab-size",
            "1200", "--byte-budget", "2MB", "--keep-work", "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    markers = out / WORK_NAME / "count"
-    try:
-        deadline = time.time() + 120
-        while len(list(markers.glob("*.done.json"))) < 3 and time.time() < deadline:
-            assert proc.poll() is None, "the run exited before it could be killed"
-            time.sleep(0.005)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its LocalCluster worker (one session)
-        proc.wait(30)
+    done = kill_after_markers(cmd, out / WORK_NAME / "count")
     assert not (out / "tokenizer.json").exists(), "the run finished before it was killed"
     config = _config([SourceConfig(paths=inputs)], out, trainer="counts", workers=1, shard_bytes=20_000,
                      vocab_size=1200, byte_budget=2_000_000, keep_work=True)
-    done = len(list(markers.glob("*.done.json")))
     counts = count_words(config, client)
     assert 3 <= done < counts.shards and counts.shards_counted == counts.shards - done
     train_tokenizer(config, client)

@@ -11,6 +11,11 @@ Run under torchrun from the repository root, exactly like the real trainer (``-m
   launched, before it imports torch, on every start (a rank that keeps dying, within a second);
 - ``FAULT_MARKER``: a file; when given, the fault happens once: the file is created just before the kill,
   and a rank that finds it does not die again (the restarted worker group runs on);
+- ``FAULT_PEERS_RECORD``: set, the other ranks of the attempt with the fault ignore SIGTERM outside the trainer's
+  own handler (which only asks for a save): each records the error the death caused in its peers before it
+  exits, whenever the agent sends its stop. Without it the order is chance: the trainer puts the previous
+  SIGTERM action back as the error unwinds, and an agent quick to see the death then killed the peer before
+  it wrote its record (it said ``running``);
 - ``FAULT_SLOW_S``: seconds every rank sleeps after each iteration (time for a test to act mid-run);
 - ``FAULT_BUDGET_FIRST_ATTEMPT``: minutes; the first attempt of a Slurm job (``SLURM_RESTART_COUNT`` unset or
   0) gets this ``checkpoint.exit_duration_in_mins``: an allocation whose time runs out, then a requeued one
@@ -73,6 +78,9 @@ def main(argv: list[str]) -> int:
             die(rank, "at launch", marker)  # before any import of torch: a second per death
         else:
             fault = kill_rank_callback(rank, after, marker)
+        fault_ahead = marker is None or not marker.exists()
+        if os.environ.get("FAULT_PEERS_RECORD") and fault_ahead and int(os.environ["RANK"]) != rank:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
     budget = os.environ.get("FAULT_BUDGET_FIRST_ATTEMPT")
     if budget and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
         argv = [*argv, f"checkpoint.exit_duration_in_mins={budget}"]  # the last override wins

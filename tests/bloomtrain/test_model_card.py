@@ -22,6 +22,7 @@ from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import REPORT_FILE, TokenizerReport
 from bloomdata.tokenizer.fertility import FertilityRow, write_fertility
+from bloomtrain.card.published import card_path, run_name
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.checkpoint.tags import commit_tag
 from bloomtrain.cli import main as cli
@@ -150,12 +151,18 @@ def test_export_writes_a_card_from_every_record(tmp_path, tiny_tokenizer_dir):
     eval_json, report = _eval_json(tmp_path, hf)
     clean = _clean_summary(tmp_path)
     assert cli(["export", str(ckpt), str(hf), "--tokenizer", str(tiny_tokenizer_dir), "--license", "apache-2.0",
-                "--clean-summary", clean.out_dir + "/clean_summary.json", "--fertility", str(fertility), "--evaluation", eval_json,
+                "--name", "bloom-tiny-test", "--clean-summary", clean.out_dir + "/clean_summary.json", "--fertility", str(fertility), "--evaluation", eval_json,
                 "--evaluation-split", "validation", "--power-watts", "10", "--carbon-intensity", "0.5"]) == 0
 
     card = ModelCard.load(hf / "README.md")
     data = card.data.to_dict()
     assert data["language"] == list(LANGS) and data["license"] == "apache-2.0"
+    assert data["model-index"][0]["name"] == "bloom-tiny-test" and card.text.lstrip().startswith("# bloom-tiny-test\n")
+    # for publication: no path of this machine; the files it names are relative to the card's folder
+    text = (hf / "README.md").read_text()
+    assert str(tmp_path) not in text and "/tmp" not in text, [x for x in text.splitlines() if "/tmp" in x]
+    assert "`../ckpt`, tag `global_step6`" in text and "the blend `../blend.yaml`" in text
+    assert "(`exported` in `../eval/eval.json`)" in text and 'model_id = "bloom-tiny-test"' in text
     assert data["library_name"] == "transformers" and data["pipeline_tag"] == "text-generation"
     assert {"bloom", "bloomstack", "multilingual"} <= set(data["tags"])
     # model-index: exactly eval.json's per-language numbers of this model, one entry per language and metric
@@ -210,6 +217,7 @@ def test_a_run_without_evaluation_or_cleaning_gets_no_such_sections_until_an_eva
     assert "*Not recorded: cleaning; " in body and "*Not recorded: the licence; none was given" in body
     assert "*Not recorded: energy and emissions; no power figure was given" in body
     assert len(re.findall(r"^\*Not recorded: .*\*$", body, flags=re.MULTILINE)) == 5  # + fertility per language
+    assert body.lstrip().startswith("# ckpt\n")  # no --name: the run's name (its checkpoint directory's)
 
     # A later evaluation: the card is rebuilt from the records, and provenance.json keeps the new record
     eval_json, report = _eval_json(tmp_path, hf)
@@ -227,7 +235,7 @@ def test_model_card_of_a_checkpoint_and_errors_that_name_the_fix(tmp_path, tiny_
     ckpt = _run(tmp_path, tiny_tokenizer_dir)
     assert cli(["model-card", str(ckpt), "--out", str(tmp_path / "card" / "README.md")]) == 0
     body = ModelCard.load(tmp_path / "card" / "README.md").text
-    assert f"bloomtrain export {ckpt.resolve()} OUT_DIR" in body and (tmp_path / "card" / "languages.png").is_file()
+    assert "bloomtrain export ../ckpt OUT_DIR" in body and (tmp_path / "card" / "languages.png").is_file()
 
     assert cli(["model-card", str(ckpt)]) == 2
     assert "is a checkpoint: set --out (a file path) for its card" in capsys.readouterr().err
@@ -242,3 +250,16 @@ def test_model_card_of_a_checkpoint_and_errors_that_name_the_fix(tmp_path, tiny_
         from bloomtrain.export import export
 
         export(ckpt, tmp_path / "hf", card=CardConfig(evaluation=eval_json))
+
+
+def test_a_card_names_the_run_and_its_files_as_published(tmp_path):
+    """The default name is the run's, not the export folder's; files are named relative to the card's folder
+    when they belong to the same run folder, else by their run directory and name: never an absolute path."""
+    def named(checkpoint: str) -> str:
+        return run_name(Provenance(checkpoint=checkpoint, tag="t", model=ModelConfig.tiny(), tp_size=1, pp_size=1))
+
+    assert named("/data/runs/tiny/checkpoints") == "tiny" and named("/data/ckpt") == "ckpt"
+    card = tmp_path / "run" / "hf"
+    assert card_path(tmp_path / "run" / "blend" / "blend.yaml", card) == "../blend/blend.yaml"
+    assert card_path(tmp_path / "run" / "hf" / "eval.json", card) == "eval.json"
+    assert card_path("/data/runs/tiny/checkpoints", card) == "tiny/checkpoints"

@@ -60,7 +60,7 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_f
 
     run = tmp_path / "killed"
     rc, lines = _launch(run, max_restarts=1, FAULT_RANK="1", FAULT_AFTER=str(KILL_AFTER),
-                        FAULT_MARKER=str(tmp_path / "killed-once"))
+                        FAULT_MARKER=str(tmp_path / "killed-once"), FAULT_PEERS_RECORD="1")
     assert rc == 0, "\n".join(lines[-30:])
     assert (tmp_path / "killed-once").exists()  # the fault did happen
     # the agent said what failed and where the new worker group resumes, in one line; no traceback
@@ -69,7 +69,8 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_f
     assert f"bloomtrain: resumed at iteration {KILL_AFTER}, {8 * KILL_AFTER} samples consumed" in lines
     assert not [line for line in lines if "Traceback" in line]
     failed, restarted = (read_attempt(run / "exits", n) for n in attempts(run / "exits"))
-    assert failed.ranks[1].kind == "running" and failed.ranks[0].kind == "failure"  # killed / its peer's error
+    # killed / its peer's error, recorded before the agent's stop could end it (FAULT_PEERS_RECORD makes that order)
+    assert failed.ranks[1].kind == "running" and failed.ranks[0].kind == "failure"
     assert failed.nodes["node0"].action == "retry" and "gloo" in failed.ranks[0].message
     assert [(r.kind, r.iteration, r.checkpoint, r.resumed_from) for r in restarted.ranks.values()] == \
         [("finished", ITERS, tag_for(ITERS), tag_for(KILL_AFTER))] * 2

@@ -166,6 +166,8 @@ def _check_model_card(hf: Path, result, exported: dict, printed: list[str]) -> N
     assert {(r.dataset_config, r.metric_type): r.metric_value for r in card.data.eval_results} == \
         {(lang, name): exported["languages"][lang][key] for lang in LANGS for key, name in metrics}
     assert {r.dataset_split for r in card.data.eval_results} == {"validation"}
+    assert card.data.model_name == "bloomstack-demo"  # the pipeline's name: export.name is not set
+    assert str(hf.parent) not in str(card)  # for publication: no path of this machine
     body = card.text
     final, ppl, valid, valid_ppl, speed = re.search(r"final loss (\S+)  perplexity (\S+)  validation loss (\S+) "
                                                     r"\(ppl (\S+)\)  (\S+) tokens/s", "\n".join(printed)).groups()
