@@ -171,6 +171,13 @@ def setup(out_dir: str | Path, prog: str, verbose: bool = False) -> Console:
     log_file = Path(out_dir).resolve() / LOGS_DIR / f"{prog}.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     ensure_logging_setup()
+    # Dask configures its loggers when first imported: a stderr handler of its own, propagate off, so its lines
+    # would never reach the file. Imported here and handed to the root logger's handlers, they go where every
+    # other library's go (the file; warnings and errors to the terminal, once).
+    import distributed  # noqa: F401, PLC0415
+
+    logging.getLogger("distributed").handlers.clear()
+    logging.getLogger("distributed").propagate = True
     file_handler = logging.FileHandler(log_file, encoding="utf-8")  # an append-only log, not a durable file
     file_handler.setLevel(min(level, logging.INFO))
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
