@@ -161,17 +161,16 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
         self.names = {config.output_name} if config.split_by == "none" else \
             {output_name_of(s.lang) for s in config.sources if s.lang}
         self.identities = [shard_key(s, self.tokenizer_sha, self.settings) for s in shards]
-        self.keys = [durable.content_key(identity) for identity in self.identities]
-        fingerprint = durable.content_key([self.keys, sorted(self.names), config.max_reject_examples])
+        keys = [durable.content_key(identity) for identity in self.identities]
+        fingerprint = durable.content_key([keys, sorted(self.names), config.max_reject_examples])
         where = Placement(config.workers, config.scheduler, client, config.progress)
-        super().__init__(JobPlan(out_dir, shards, self.keys, fingerprint, where, config.strict))
+        super().__init__(JobPlan(out_dir, shards, keys, fingerprint, where, config.strict))
 
     def load_marker(self, shard: Shard, key: str) -> ShardManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
 
-    def done_bytes(self) -> list[int]:
-        found = [load_marker(self.plan.out_dir, s, k) for s, k in zip(self.plan.shards, self.keys)]
-        return [sum(p.bin_bytes + p.idx_bytes for p in m.outputs.values()) for m in found if m is not None]
+    def shard_bytes(self, shard: Shard, manifest: ShardManifest) -> int:
+        return sum(p.bin_bytes + p.idx_bytes for p in manifest.outputs.values())
 
     def bytes_per_input_byte(self) -> float:
         return float(self.dtype.itemsize)  # one id per input byte: about the most a byte-level BPE makes

@@ -122,7 +122,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         self.config = config = check_models(config)
         self.closed, self.flagged = load_word_lists(config.quality)
         self.settings = durable.content_key(filter_settings(config, self.closed, self.flagged))
-        self.keys = keys = [durable.content_key(shard_key(s, self.settings)) for s in shards]
+        keys = [durable.content_key(shard_key(s, self.settings)) for s in shards]
         fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
                                            config.near_dedup.enabled, config.simhash.enabled,
                                            config.template_dedup.model_dump()])
@@ -133,10 +133,8 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
     def load_marker(self, shard: Shard, key: str) -> FilterManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
 
-    def done_bytes(self) -> list[int]:
-        out_dir = self.plan.out_dir
-        return [tree_bytes(shard_dir(out_dir, s)) for s, k in zip(self.plan.shards, self.keys)
-                if load_marker(out_dir, s, k) is not None]
+    def shard_bytes(self, shard: Shard, manifest: FilterManifest) -> int:
+        return tree_bytes(shard_dir(self.plan.out_dir, shard))
 
     def intact(self, summary: CleanSummary) -> bool:
         for output in summary.outputs.values():
@@ -166,7 +164,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         config, out_dir, shards, where = self.config, self.plan.out_dir, self.plan.shards, self.plan.where
         t0 = time.perf_counter()
         tasks = dedup.plan_joins(config, sum(m.candidates for m in manifests))
-        items = [(task, dedup.join_key(task, self.keys)) for task in tasks]
+        items = [(task, dedup.join_key(task, self.plan.keys)) for task in tasks]
         join = functools.partial(_join_item, out_dir=out_dir, shard_dirs=[shard_dir(out_dir, s) for s in shards],
                                  hamming_distance=config.simhash.hamming_distance)
         where.map("join", join, items)
@@ -181,7 +179,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
             digests.append(durable.digest(data.tobytes()))
         post = None
         if config.template_dedup.enabled:  # stage 3b: template lines, counted over the surviving documents
-            templates_path, templates_digest = _find_templates(config, out_dir, shards, self.keys, digests, where)
+            templates_path, templates_digest = _find_templates(config, out_dir, shards, self.plan.keys, digests, where)
             digests = [durable.content_key([d, templates_digest]) for d in digests]
             post = functools.partial(write.TemplateRemoval, templates_path, config)
         self.stage_seconds["resolve"] = time.perf_counter() - t1
@@ -191,7 +189,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         """Stage 4: write the kept documents of every shard."""
         config, shards, t0 = self.config, self.plan.shards, time.perf_counter()
         items = [(s, i, m, write.write_key(k, d, i, config.output_format))
-                 for i, (s, m, k, d) in enumerate(zip(shards, manifests, self.keys, digests))]
+                 for i, (s, m, k, d) in enumerate(zip(shards, manifests, self.plan.keys, digests))]
         settings = write.WriteSettings(self.plan.out_dir, [s.name for s in shards], config.output_format,
                                        config.max_removed_examples, config.max_example_chars)
         step = functools.partial(_write_item, settings=settings, post=post)

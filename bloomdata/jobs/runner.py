@@ -157,10 +157,15 @@ class ShardedJob(ABC, Generic[S, M]):
     def finish(self, summary: S) -> None:
         """After the summary is written (e.g. remove the work files)."""
 
+    def done_shards(self) -> list[tuple[Shard, M]]:
+        """The shards whose first-stage marker is valid now, with their manifests, in plan order."""
+        found = ((s, self.load_marker(s, k)) for s, k in zip(self.plan.shards, self.plan.keys))
+        return [(s, m) for s, m in found if m is not None]
+
     def marked(self) -> int:
         """Shards whose first-stage marker is valid now: a lost Dask cluster's message says how many are done
         (a rerun reuses them)."""
-        return sum(self.load_marker(s, k) is not None for s, k in zip(self.plan.shards, self.plan.keys))
+        return len(self.done_shards())
 
     def first_stage(self, name: str, step: Callable[[Shard], M], count: Callable[[M], None] | None = None,
                     postfix: Callable[[], dict[str, Any]] | None = None) -> tuple[list[M], list[int]]:
@@ -185,9 +190,10 @@ class ShardedJob(ABC, Generic[S, M]):
         assert len(manifests) == len(shards)  # every pending shard returned its manifest
         return manifests, pending
 
-    def done_bytes(self) -> list[int]:
-        """The bytes the first stage's files of each done shard take (what ``marked`` counts), for ``space_needed``."""
-        return []
+    def shard_bytes(self, shard: Shard, manifest: M) -> int | None:
+        """The bytes the first stage's files of a done shard take, for ``space_needed``; None: the job does not
+        say (``space_needed`` then goes by ``bytes_per_input_byte``)."""
+        return None
 
     def bytes_per_input_byte(self) -> float:
         """What ``space_needed`` assumes per input byte while no shard is done."""
@@ -198,7 +204,8 @@ class ShardedJob(ABC, Generic[S, M]):
         the average size of the done ones (with none done, ``bytes_per_input_byte`` of the input), and as much again
         for the files of the later stages beside them (the build's merged outputs equal its parts; clean's join,
         write and output files measured 0.55x its filter files on the test corpus)."""
-        sizes, total = self.done_bytes(), len(self.plan.shards)
+        found, total = [self.shard_bytes(s, m) for s, m in self.done_shards()], len(self.plan.shards)
+        sizes = [n for n in found if n is not None] if None not in found else []
         if sizes:
             per_shard = sum(sizes) / len(sizes)
         else:

@@ -326,11 +326,11 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
             raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
         work = os.path.abspath(os.path.join(config.out_dir, WORK_NAME))
         self.settings = CountSettings(work, config.seed, spill_words=spill_words(config.max_memory, config.workers))
-        self.keys = [durable.content_key([shard_identity(s), config.seed]) for s in plan.shards]  # the scan's keys
-        fingerprint = durable.content_key([MARKER_VERSION, self.keys, config.seed, config.alpha, config.byte_budget,
+        keys = [durable.content_key([shard_identity(s), config.seed]) for s in plan.shards]  # the scan's keys
+        fingerprint = durable.content_key([MARKER_VERSION, keys, config.seed, config.alpha, config.byte_budget,
                                            PIECES.pattern, PARTITIONS])
         where = Placement(config.workers, config.scheduler, client, config.show_progress)
-        super().__init__(JobPlan(work, plan.shards, self.keys, fingerprint, where))
+        super().__init__(JobPlan(work, plan.shards, keys, fingerprint, where))
         self.stage_seconds: dict[str, float] = {}
 
     def intact(self, summary: WordCounts) -> bool:
@@ -370,7 +370,7 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
         shards, config = self.plan.shards, self.config
         for stage in STAGES:
             os.makedirs(os.path.join(self.plan.out_dir, stage), exist_ok=True)
-        scans = self._stage("scan", scan_shard, list(zip(shards, self.keys)))
+        scans = self._stage("scan", scan_shard, list(zip(shards, self.plan.keys)))
         sizes: Counter[str] = Counter()
         for m in scans:
             sizes.update(m.sizes)
@@ -380,7 +380,7 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
         t0 = time.perf_counter()
         chosen = choose(candidates(self.plan.out_dir, shards, scans, cutoffs(dict(sizes), quotas)),
                         [m.languages for m in scans], quotas)
-        count_keys = [self._write_chosen(s, k, rows, c) for s, k, rows, c in zip(shards, self.keys, chosen.rows, chosen.cut)]
+        count_keys = [self._write_chosen(s, k, rows, c) for s, k, rows, c in zip(shards, self.plan.keys, chosen.rows, chosen.cut)]
         self.stage_seconds["choose"] = round(time.perf_counter() - t0, 3)
         pending = sum(durable.read_marker(_marker(self.settings, "count", s.name), k) is None
                       for s, k in zip(shards, count_keys))
