@@ -2,10 +2,9 @@
 
 torchelastic's error file (``TORCHELASTIC_ERROR_FILE``) says why a rank *failed*; an exit record says how it
 ended, whatever the ending (finished, time budget, signal, kill switch, config or input error, full disk, damaged
-checkpoint, failure), at
-which iteration and with which checkpoint. The restart hook of ``bloomtrain.launcher``, the flows and the
-Slurm job read them through ``bloomtrain.recovery``, which decides retry / requeue / stop: nobody parses log
-lines. Layout, under the launch's exit directory (``BLOOMTRAIN_EXIT_DIR``, which the launchers set on a
+checkpoint, failure), at which iteration and with which checkpoint. The restart hook of ``bloomtrain.launcher``,
+the flows and the Slurm job read them through ``bloomtrain.recovery``, which decides retry / requeue / stop: nobody
+parses log lines. Layout, under the launch's exit directory (``BLOOMTRAIN_EXIT_DIR``, which the launchers set on a
 file system every node sees; default ``<checkpoint.dir>/exits``)::
 
     attempt-<K>/rank-<R>.json        K: torchrun's restart count (TORCHELASTIC_RESTART_COUNT), R: global rank
@@ -36,7 +35,6 @@ from bloomdata.disk import is_disk_full
 EXIT_DIR_ENV = "BLOOMTRAIN_EXIT_DIR"
 NODE_ENV = "BLOOMTRAIN_NODE"
 AGENT_ENV = "BLOOMTRAIN_AGENT"  # set by bloomtrain.launcher: its agent reports failures, the ranks stay quiet
-
 
 
 class ExitKind(StrEnum):
