@@ -16,6 +16,8 @@ Run under torchrun from the repository root, exactly like the real trainer (``-m
   exits, whenever the agent sends its stop. Without it the order is chance: the trainer puts the previous
   SIGTERM action back as the error unwinds, and an agent quick to see the death then killed the peer before
   it wrote its record (it said ``running``);
+- ``FAULT_LATE_S``: seconds every rank but 0 waits at launch, before it imports torch: rank 0 meets an input
+  error first, so the agent's line names it (without it, which rank records the shared error first is chance);
 - ``FAULT_SLOW_S``: seconds every rank sleeps after each iteration (time for a test to act mid-run);
 - ``FAULT_BUDGET_FIRST_ATTEMPT``: minutes; the first attempt of a Slurm job (``SLURM_RESTART_COUNT`` unset or
   0) gets this ``checkpoint.exit_duration_in_mins``: an allocation whose time runs out, then a requeued one
@@ -70,6 +72,8 @@ def slow_callback(seconds: float):
 
 
 def main(argv: list[str]) -> int:
+    if os.environ.get("FAULT_LATE_S") and int(os.environ["RANK"]) != 0:
+        time.sleep(float(os.environ["FAULT_LATE_S"]))
     fault = slow_callback(float(os.environ["FAULT_SLOW_S"])) if os.environ.get("FAULT_SLOW_S") else None
     if "FAULT_RANK" in os.environ:
         rank, after = int(os.environ["FAULT_RANK"]), os.environ["FAULT_AFTER"]

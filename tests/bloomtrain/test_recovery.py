@@ -101,7 +101,9 @@ def test_a_rank_that_keeps_dying_stops_after_max_restarts_with_the_root_cause(tm
 
 
 def test_a_missing_input_is_never_restarted(tmp_path):
-    rc, lines = _launch(tmp_path, max_restarts=3, overrides=("data.kind=blend", f"data.blend={tmp_path}/no.yaml"))
+    # both ranks meet the missing file; rank 1 starts late, so rank 0's record is the one the agent reads first
+    rc, lines = _launch(tmp_path, max_restarts=3, overrides=("data.kind=blend", f"data.blend={tmp_path}/no.yaml"),
+                        FAULT_LATE_S="10")
     assert rc == 2
     assert lines == [f"bloomtrain: node node0: rank 0 on node0: config or input error, not retried: data.blend: blend "
                      f"file {tmp_path}/no.yaml not found; write it with `bloomdata blend` or fix the path"]
