@@ -74,11 +74,15 @@ POLL_S = 2.0  # how often run_shards checks the workers while no task finishes
 
 class _DropLostSchedulerNoise(logging.Filter):
     """Dask's client logs, after its scheduler went away: "Failed to reconnect to scheduler after 30.00 seconds"
-    when it closes (however soon that is), and a CancelledError traceback per coroutine the close cancels."""
+    when it closes (however soon that is), a CancelledError traceback per coroutine the close cancels, and
+    "Couldn't gather 1 keys, rescheduling (...)" when a result was being fetched as it went. The job's own
+    one-line error says what was lost and what a rerun reuses."""
+
+    NOISE = ("Failed to reconnect to scheduler", "Couldn't gather ")
 
     def filter(self, record: logging.LogRecord) -> bool:
         cancelled = record.exc_info is not None and isinstance(record.exc_info[1], asyncio.CancelledError)
-        return not (cancelled or record.getMessage().startswith("Failed to reconnect to scheduler"))
+        return not (cancelled or record.getMessage().startswith(self.NOISE))
 
 
 logging.getLogger("distributed.client").addFilter(_DropLostSchedulerNoise())
