@@ -16,6 +16,8 @@ WHEEL_PYTHON ?=
 WHEEL_PLATFORM ?=
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test (tests/conftest.py groups what must share one worker); 0 runs in one process
+TEST_WORKERS ?= 2
 DEMO_OUT ?= demo_out
 DEMO_ARGS ?=
 UI_ARGS ?=
@@ -79,7 +81,7 @@ engines:
 # here a failed build must fail, not skip their tests.
 test: engines lint
 	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner" || { echo "bloomdata._index_helpers or _bpe_learner is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
-	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py

@@ -11,7 +11,9 @@ recompute, init and optimizer; sequence 2048) with synthetic tokens, ``--iters``
 where the world size takes it, else TP = PP = 1 (``fit_layout``; bloom-1b7's TP 2 x PP 2 on one GPU).
 ``--activation-checkpointing`` / ``--no-activation-checkpointing`` override the recipe's recompute.
 ``--anchor`` also times a plain PyTorch GPT of the same shape in the same process (benchmarks/anchor_gpt.py,
-first, so that each run's peak memory is its own) and prints our tokens/s over its.
+first, so that each run's peak memory is its own; ``--anchor-after``: after ours) and prints our tokens/s over
+its. To tell variants apart on one device: ``--set KEY=VALUE`` (more config overrides, e.g. ``model.compile=off``)
+and ``--head-chunk-mib`` (the fused head's chunk budget).
 The figures are the trainer's metrics (``bloomtrain.metrics``), medians over the timed iterations:
 
 - ``megatron_tflops``: Megatron-DeepSpeed's logged TFLOPs, ``24 f B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs
@@ -49,6 +51,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--anchor-compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the anchor's blocks (default: on CUDA; Inductor's CPU build of them takes "
                         "minutes on a small machine)")
+    p.add_argument("--anchor-after", action="store_true",
+                   help="time the anchor after our step instead of before it (does the order change either figure?)")
+    p.add_argument("--head-chunk-mib", type=int, default=None,
+                   help="the fused head's chunk budget on this device (fp32 logits; default: head_loss.CHUNK_BYTES)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="one more config override after the bench's own (repeatable), e.g. model.compile=off")
     p.add_argument("--iters", type=int, default=8, help="timed iterations")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     p.add_argument("--quick", action="store_true", help="a tiny shape (2 layers, hidden 64, seq 64): the path only")
@@ -71,6 +79,7 @@ def overrides(a: argparse.Namespace, log_dir: str, layout: tuple[int, int] = (1,
            "logging.tensorboard=false", "logging.eval_interval=null"]
     if a.activation_checkpointing is not None:
         out.append(f"parallel.activation_checkpointing={str(a.activation_checkpointing).lower()}")
+    out += a.sets
     if a.quick:
         out += ["model.num_layers=2", "model.hidden_size=64", "model.num_heads=4", "model.seq_length=64",
                 "model.vocab_size=512", "model.pad_vocab_size_to=512"]
@@ -107,14 +116,20 @@ def measure(a: argparse.Namespace) -> dict:
     if a.device == "cpu":
         os.environ["DS_ACCELERATOR"] = "cpu"
     from bloomtrain.metrics import device_peak_tflops, flops_per_iteration, read_precision
+    from bloomtrain.parallel import head_loss
     from bloomtrain.train import build_trainer
 
+    if a.head_chunk_mib is not None:
+        head_loss.CHUNK_BYTES[a.device] = a.head_chunk_mib << 20
     with tempfile.TemporaryDirectory() as log_dir:
         cfg, recipe_layout = load_recipe(a, log_dir)
-        anchor = run_anchor(a, cfg) if a.anchor else None  # first: the trainer's peak memory is then its own
+        # first by default: the trainer's peak memory is then its own (_release_cuda)
+        anchor = run_anchor(a, cfg) if a.anchor and not a.anchor_after else None
         if a.device == "cuda":
             _release_cuda()
         build_trainer(cfg).fit()  # closes metrics.jsonl at the end
+        if a.anchor and a.anchor_after:
+            anchor = run_anchor(a, cfg)
         metrics = Path(log_dir) / "metrics.jsonl"
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         precision = read_precision(metrics)

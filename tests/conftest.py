@@ -7,10 +7,12 @@ no analytics, and a server start-up timeout that fits a loaded 2-core box (measu
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +30,53 @@ import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+# `make test` runs the suite on two pytest-xdist workers (`-n 2 --dist loadgroup --no-loadscope-reorder`): most
+# tests wait on subprocesses, servers and disks, and one process left a 2-core machine ~1/3 idle (1,310 s). A group
+# runs whole on one worker: the modules that use the demo's run or the Prefect server (session fixtures: once per
+# worker, so once in all), and otherwise each module (its module-scoped fixtures, the Slurm cluster included,
+# start once). The two shared groups are the longest (~5 min each) and CPU-bound: queued first, side by side, they
+# slowed each other (1,195 s in all), so the demo's group goes first and the Prefect group halfway. The groups are
+# made here, by module: xdist's own xdist_group marks rename node ids through an attribute pytest 9.2 no longer
+# reads.
+XDIST_GROUPS = {"demo_run": "demo", "prefect_harness": "prefect"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@functools.cache
+def group_of(module: str) -> str:
+    """The group of the tests in ``module`` (a path from the repository root): a shared session fixture's when
+    the module names it, else the module's own."""
+    text = (ROOT / module).read_text(encoding="utf-8")
+    return next((group for fixture, group in XDIST_GROUPS.items() if fixture in text), module)
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: `pytest -p no:xdist` and installs without it
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByTestGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(_module(nodeid))
+
+    return ByTestGroup(config, log)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The demo's group first and the Prefect group halfway through the modules (the order workers take them)."""
+    by_group: dict[str, list[pytest.Item]] = {"demo": [], "prefect": [], "": []}
+    for item in items:
+        group = group_of(_module(item.nodeid))
+        by_group[group if group in by_group else ""].append(item)
+    rest = by_group[""]
+    items[:] = by_group["demo"] + rest[:len(rest) // 2] + by_group["prefect"] + rest[len(rest) // 2:]
 
 
 def pytest_unconfigure(config):

@@ -266,6 +266,16 @@ def test_the_mfu_bench_runs_the_recipe_as_it_is_fitted_to_one_process(tmp_path, 
     assert bench.fit_layout(2, 2, 2) == (1, 1) and bench.fit_layout(1, 1, 1) == (1, 1)
 
 
+def test_the_mfu_bench_takes_more_overrides_for_side_by_side_variants(tmp_path):
+    """``--set`` lands after the bench's own overrides (a device run compares variants of one recipe)."""
+    bench = _bench_mfu()
+    a = bench.parser().parse_args(["--set", "model.compile=off", "--set", "model.attention_dropout=0", "--anchor-after",
+                                   "--head-chunk-mib", "1024"])
+    cfg, _ = bench.load_recipe(a, str(tmp_path))
+    assert cfg.model.compile == "off" and cfg.model.attention_dropout == 0 and cfg.model.hidden_dropout == 0.1
+    assert a.anchor_after and a.head_chunk_mib == 1024
+
+
 def test_the_mfu_bench_times_the_anchor_in_the_same_run_on_cpu(tmp_path):
     """`bench_mfu --quick --device cpu --anchor`: our step and the plain PyTorch GPT of the same shape, one process."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mfu.py"), "--quick", "--device", "cpu",

@@ -10,15 +10,20 @@ multiple of ``make_vocab_size_divisible_by * tp_size`` (250752 at TP=1, 250880 a
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 
 from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError, FieldValueError
 
 BLOOM_VOCAB = 250680  # len(tokenizer) of bigscience/tokenizer
 BLOOM_PADDED_VOCAB = 250880  # = 1960 * 128; the rows in every released BLOOM checkpoint
+
+
+def _on_off(value: Any) -> Any:
+    """``on`` / ``off`` as written: YAML 1.1 reads both as booleans, in a config file and in ``model.compile=off``."""
+    return ("on" if value else "off") if isinstance(value, bool) else value
 
 
 class ModelConfig(BaseModel):
@@ -55,7 +60,7 @@ class ModelConfig(BaseModel):
     auto: each fused kernel that passes a self-check against PyTorch on first use per device type and dtype,
     PyTorch for the others (one warning each); fused: the fused kernels, an error where one fails to build or
     check; torch: PyTorch only; compile: torch.compile of the PyTorch ops; apex: NVIDIA apex where it applies."""
-    compile: Literal["auto", "on", "off"] = "auto"
+    compile: Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)] = "auto"
     """torch.compile each transformer block with the attention kernel left opaque, so LayerNorm, bias + GeLU, the
     dropouts and the residual adds become a few generated kernels around the matmuls (bloomtrain.model.compiled).
     auto: on where the blocks run on CUDA, off on the CPU; on: on any device (the CPU needs a C++ compiler);

@@ -93,6 +93,17 @@ def test_overrides_are_typed_and_nested():
     assert cfg.parallel.pp == 2 and cfg.schedule.rampup_batch_size == (4, 2, 100)
 
 
+def test_compile_on_and_off_as_written_in_yaml_and_overrides(tmp_path):
+    """YAML 1.1 reads ``on`` / ``off`` as booleans: ``model.compile`` takes them as the words the docs write."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text((CONFIGS / "tiny-cpu.yaml").read_text().replace("model:\n", "model:\n  compile: off\n", 1))
+    assert load_config(recipe).model.compile == "off"
+    assert load_config(recipe, ["model.compile=on"]).model.compile == "on"
+    assert load_config(recipe, ["model.compile=auto"]).model.compile == "auto"
+    with pytest.raises(BloomstackError, match="model.compile"):
+        load_config(recipe, ["model.compile=sometimes"])
+
+
 @pytest.mark.parametrize("overrides,needle", [
     (["optim.lrr=1"], "optim.lrr"),
     (["schedule.train_samples=10"], "exactly one of train_samples and train_iters"),
