@@ -169,7 +169,7 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
     def load_marker(self, shard: Shard, key: str) -> ShardManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
 
-    def shard_bytes(self, shard: Shard, manifest: ShardManifest) -> int:
+    def first_stage_bytes(self, shard: Shard, manifest: ShardManifest) -> int:
         return sum(p.bin_bytes + p.idx_bytes for p in manifest.outputs.values())
 
     def bytes_per_input_byte(self) -> float:

@@ -133,7 +133,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
     def load_marker(self, shard: Shard, key: str) -> FilterManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
 
-    def shard_bytes(self, shard: Shard, manifest: FilterManifest) -> int:
+    def first_stage_bytes(self, shard: Shard, manifest: FilterManifest) -> int:
         return tree_bytes(shard_dir(self.plan.out_dir, shard))
 
     def intact(self, summary: CleanSummary) -> bool:

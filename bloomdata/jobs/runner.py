@@ -190,7 +190,7 @@ class ShardedJob(ABC, Generic[S, M]):
         assert len(manifests) == len(shards)  # every pending shard returned its manifest
         return manifests, pending
 
-    def shard_bytes(self, shard: Shard, manifest: M) -> int | None:
+    def first_stage_bytes(self, shard: Shard, manifest: M) -> int | None:
         """The bytes the first stage's files of a done shard take, for ``space_needed``; None: the job does not
         say (``space_needed`` then goes by ``bytes_per_input_byte``)."""
         return None
@@ -204,8 +204,9 @@ class ShardedJob(ABC, Generic[S, M]):
         the average size of the done ones (with none done, ``bytes_per_input_byte`` of the input), and as much again
         for the files of the later stages beside them (the build's merged outputs equal its parts; clean's join,
         write and output files measured 0.55x its filter files on the test corpus)."""
-        found, total = [self.shard_bytes(s, m) for s, m in self.done_shards()], len(self.plan.shards)
-        sizes = [n for n in found if n is not None] if None not in found else []
+        found, total = [self.first_stage_bytes(s, m) for s, m in self.done_shards()], len(self.plan.shards)
+        known = [n for n in found if n is not None]
+        sizes = known if len(known) == len(found) else []  # a job that does not say: as if none were done
         if sizes:
             per_shard = sum(sizes) / len(sizes)
         else:
