@@ -251,6 +251,9 @@ def main() -> None:
     ap.add_argument("--plans", action="store_true", help="clean only: the default plan against --rows")
     ap.add_argument("--rows", type=int, nargs="+", default=[2500, 5000, 10000, 25000])
     ap.add_argument("--work", type=Path, default=Path("/tmp/bloomstack_bench_scale"))
+    ap.add_argument("--baseline", type=Path, action="append", default=[],
+                    help="results.json of an earlier run on the same machine class: its sizes join the goal lines "
+                         "(e.g. the 1 GB rows when this run takes 10 GB); repeatable")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     tok = make_tokenizer(args.work / "tokenizer")
@@ -261,9 +264,21 @@ def main() -> None:
             plans(args, mb)
         return
     results = rehearsal(args, tok)
-    goals(results)
     (args.work / "results.json").write_text(json.dumps(
         {f"{stage} ({layout})": by_size for (stage, layout), by_size in results.items()}, indent=1))
+    goals(with_baselines(results, args.baseline))
+
+
+def with_baselines(results: dict[tuple[str, str], dict[int, dict]],
+                   paths: list[Path]) -> dict[tuple[str, str], dict[int, dict]]:
+    """``results`` with the sizes of earlier runs' results.json files added (this run's figures win)."""
+    merged = {key: dict(by_size) for key, by_size in results.items()}
+    for path in paths:
+        for label, by_size in json.loads(path.read_text()).items():
+            stage, layout = label[:-1].split(" (")
+            if (stage, layout) in merged:
+                merged[(stage, layout)] = {int(mb): r for mb, r in by_size.items()} | merged[(stage, layout)]
+    return merged
 
 
 if __name__ == "__main__":
