@@ -3,6 +3,7 @@
     python benchmarks/bench_tokenizer.py                                  # 100 and 500 MB, vocab 32,000, 2 workers
     python benchmarks/bench_tokenizer.py --sizes 120 360                  # the issue's memory check
     python benchmarks/bench_tokenizer.py --sizes 5000 --counts-only --max-memory 2GB   # the 5 GB figures
+    python benchmarks/bench_tokenizer.py --sizes 120 360 --words-per-script 50000      # distinct words fixed
 
 Input (issue 32's): text drawn from a Zipfian vocabulary of 2M words (rank r drawn with p ~ 1/r; four scripts,
 500,000 words each: Latin, Cyrillic, Devanagari and Han syllables of 1-4 units), ~4 KB documents of one script
@@ -15,6 +16,11 @@ the split between sampling/counting and learning (training_report.json), the pea
 of each process (the CLI, and for the counts trainer each Dask worker), and whether tokenizer.json is byte for
 byte the memory trainer's. Goal (issue 32): identical output; the counts trainer's peak memory follows the
 distinct words (flat from 120 MB to 360 MB), not the bytes of text as the memory trainer's does.
+
+Over 2M words, 120 MB of this text holds ~1.15M distinct words and 360 MB ~1.74M: the distinct words grow with
+the text there. ``--words-per-script 50000`` (200,000 words) draws a vocabulary that 120 MB already nearly
+exhausts, so both sizes hold about the same distinct words and only the bytes of text differ: the case that
+tells "follows the distinct words" from "follows the text".
 """
 
 from __future__ import annotations
@@ -35,29 +41,28 @@ WORDS_PER_SCRIPT = 500_000
 DOC_WORDS = 700  # ~4 KB of Latin text per document
 
 
-def zipf_vocabulary(rng: np.random.Generator) -> dict[str, list[str]]:
-    """500,000 distinct words per script: 1-4 random units (letters, or Han characters), then 2-3 letter
-    Latin-style syllables until the word is new."""
+def zipf_vocabulary(rng: np.random.Generator, per_script: int = WORDS_PER_SCRIPT) -> dict[str, list[str]]:
+    """``per_script`` distinct words per script: 2-9 random letters (1-4 Han characters), drawn until new."""
     vocab: dict[str, list[str]] = {}
     for lang, (first, units) in SCRIPTS.items():
         seen: set[str] = set()
-        while len(seen) < WORDS_PER_SCRIPT:
-            for n in rng.integers(1 if lang == "zh" else 2, 5 if lang == "zh" else 10, size=WORDS_PER_SCRIPT):
+        while len(seen) < per_script:
+            for n in rng.integers(1 if lang == "zh" else 2, 5 if lang == "zh" else 10, size=per_script):
                 seen.add("".join(chr(first + int(c)) for c in rng.integers(0, units, size=n)))
-                if len(seen) == WORDS_PER_SCRIPT:
+                if len(seen) == per_script:
                     break
         vocab[lang] = sorted(seen)
         rng.shuffle(vocab[lang])  # rank order: random with respect to spelling
     return vocab
 
 
-def make_input(path: Path, mb: int, seed: int = 0) -> Path:
-    """~``mb`` MB of Zipfian documents (written once; reused when present)."""
+def make_input(path: Path, mb: int, seed: int = 0, per_script: int = WORDS_PER_SCRIPT) -> Path:
+    """~``mb`` MB of Zipfian documents over ``per_script`` words per script (written once; reused when present)."""
     if path.is_file():
         return path
     rng = np.random.default_rng(seed)
-    vocab = zipf_vocabulary(rng)
-    ranks = np.arange(1, WORDS_PER_SCRIPT + 1, dtype=np.float64)
+    vocab = zipf_vocabulary(rng, per_script)
+    ranks = np.arange(1, per_script + 1, dtype=np.float64)
     cdf = np.cumsum(1 / ranks)
     cdf /= cdf[-1]
     langs, size, tmp = sorted(vocab), 0, path.with_suffix(".tmp")
@@ -103,13 +108,16 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--max-memory", default=None, help="the counts trainer's --max-memory (e.g. 2GB)")
     ap.add_argument("--counts-only", action="store_true", help="no memory trainer (samples it cannot hold)")
+    ap.add_argument("--words-per-script", type=int, default=WORDS_PER_SCRIPT,
+                    help="distinct words of the Zipfian vocabulary per script (four scripts)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bloomstack_bench_tokenizer"))
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     print(f"{time.strftime('%Y-%m-%d')}, {args.workers} workers, {psutil.cpu_count()} CPUs, vocab {args.vocab_size:,}"
           f", max-memory {args.max_memory}, load average {psutil.getloadavg()[0]:.1f}", flush=True)
     for mb in args.sizes:
-        src = make_input(args.work / f"zipf_{mb}mb.jsonl", mb)
+        words = "" if args.words_per_script == WORDS_PER_SCRIPT else f"_{args.words_per_script}w"
+        src = make_input(args.work / f"zipf_{mb}mb{words}.jsonl", mb, per_script=args.words_per_script)
         counts = train(src, args.work / "counts", "counts", args)
         print(show("counts", counts), flush=True)
         if args.counts_only:

@@ -14,7 +14,7 @@ determines its files, so a killed run resumes where it stopped:
 2. ``choose`` (driver): the documents under their language's key cutoff (the second pass's pre-filter),
    then per language in key order, equal keys once (equal text), each taken while it fits the quota
    (``sampling.fill``), or the first cut to the quota when none fits: the rows each shard counts, in
-   ``chosen/<shard>.npy``. The driver holds the candidates only, one shard's keys at a time besides.
+   ``chosen/<shard>.npy``. The driver holds one language's candidates at a time.
 3. ``count`` (per shard): BLOOM's split (``bloomdata.tokenizer.split``) over the chosen texts; the words are counted
    in a dict that is written out as a hash-partitioned ``.wc`` run (``bloomdata.tokenizer.word_counts``)
    whenever it holds ``spill_words`` words, so a worker's memory is bounded whatever its shard holds.
@@ -22,7 +22,8 @@ determines its files, so a killed run resumes where it stopped:
 
 The summary ``OUT/word_counts/word_counts.json`` (a ``WordCounts``) is written last, keyed by every shard's
 identity and the sampling settings. Memory: a worker holds ``spill_words`` words while counting and one
-partition's distinct words while merging; the driver, 32 bytes per candidate document and one shard's keys.
+partition's distinct words while merging; the driver, ~100 bytes per candidate document of one language while
+it chooses, and 8 per chosen document.
 """
 
 from __future__ import annotations
@@ -265,31 +266,32 @@ class Chosen:
     cut: list[dict[int, int]]  # per shard: row -> UTF-8 bytes kept
 
 
-def candidates(work_dir: str, shards: list[Shard], scans: list[ScanManifest], cut: dict[str, int]) -> list[np.ndarray]:
-    """Per shard, the rows of ``keys/<shard>.npy`` whose key is under their language's cutoff (a cutoff of
-    2**64 keeps every key)."""
-    tables = []
-    for shard, scan in zip(shards, scans):
-        table = np.load(os.path.join(work_dir, "keys", f"{shard.name}.npy"))
-        limit = np.array([min(cut[lang], 2**64 - 1) for lang in scan.languages] or [0], dtype=np.uint64)
-        every = np.array([cut[lang] >= 2**64 for lang in scan.languages] or [False])
-        lang = table[0].astype(np.intp)
-        tables.append(table[:, (table[1] < limit[lang]) | every[lang]])
-    return tables
+def _language_candidates(keys_path: str, languages: list[str], lang: str, cut: int) -> np.ndarray:
+    """uint64[3, k]: (key, size, row) of one shard's documents of ``lang`` whose key is under ``cut`` (a cut of
+    2**64 keeps every key). The keys file is memory-mapped: only its language row is read whole."""
+    table = np.load(keys_path, mmap_mode="r")
+    take = table[0] == languages.index(lang)
+    if cut < 2**64:
+        take &= table[1] < np.uint64(cut)
+    return np.asarray(table[1:4, take])
 
 
-def choose(tables: list[np.ndarray], languages: list[list[str]], quotas: dict[str, int]) -> Chosen:
-    """Per language, the candidates in key order with equal keys once (the first in plan order: equal keys are
-    equal texts), taken by ``sampling.fill``; when none fits, the first is cut to the quota."""
-    picked: list[list[np.ndarray]] = [[] for _ in tables]
-    cut: list[dict[int, int]] = [{} for _ in tables]
+def choose(work_dir: str, shards: list[Shard], scans: list[ScanManifest], cut: dict[str, int],
+           quotas: dict[str, int]) -> Chosen:
+    """Per language, the candidates (``keys/<shard>.npy`` rows under the language's key cutoff) in key order
+    with equal keys once (the first in plan order: equal keys are equal texts), taken by ``sampling.fill``;
+    when none fits, the first is cut to the quota. One language's candidates are in memory at a time."""
+    picked: list[list[np.ndarray]] = [[] for _ in shards]
+    chosen_cut: list[dict[int, int]] = [{} for _ in shards]
     for lang, quota in quotas.items():
-        parts = [(s, t[:, t[0] == langs.index(lang)]) for s, (t, langs) in enumerate(zip(tables, languages))
-                 if lang in langs]
+        parts = [(s, _language_candidates(os.path.join(work_dir, "keys", f"{shard.name}.npy"), scan.languages, lang,
+                                          cut[lang]))
+                 for s, (shard, scan) in enumerate(zip(shards, scans)) if lang in scan.languages]
         if not parts:
             continue
-        keys, sizes, rows = (np.concatenate([t[i] for _, t in parts]) for i in (1, 2, 3))
+        keys, sizes, rows = (np.concatenate([t[i] for _, t in parts]) for i in (0, 1, 2))
         shard = np.concatenate([np.full(t.shape[1], s, dtype=np.uint64) for s, t in parts])
+        del parts
         order = np.lexsort((rows, shard, keys))
         keys, sizes, rows, shard = keys[order], sizes[order], rows[order], shard[order]
         first = np.concatenate([[True], keys[1:] != keys[:-1]]) if len(keys) else np.zeros(0, bool)
@@ -297,11 +299,11 @@ def choose(tables: list[np.ndarray], languages: list[list[str]], quotas: dict[st
         taken = np.array(fill(sizes.tolist(), quota), dtype=np.int64)
         if not len(taken) and len(rows) and quota > 0:
             taken = np.zeros(1, dtype=np.int64)
-            cut[int(shard[0])][int(rows[0])] = quota
+            chosen_cut[int(shard[0])][int(rows[0])] = quota
         for s in np.unique(shard[taken]).tolist():
             picked[s].append(rows[taken][shard[taken] == s])
     rows_per_shard = [np.sort(np.concatenate(p)) if p else np.zeros(0, np.uint64) for p in picked]
-    return Chosen(rows_per_shard, cut)
+    return Chosen(rows_per_shard, chosen_cut)
 
 
 def spill_words(max_memory: int | None, workers: int) -> int:
@@ -378,8 +380,7 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
             raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
         quotas = byte_quotas(dict(sizes), config.alpha, config.byte_budget)
         t0 = time.perf_counter()
-        chosen = choose(candidates(self.plan.out_dir, shards, scans, cutoffs(dict(sizes), quotas)),
-                        [m.languages for m in scans], quotas)
+        chosen = choose(self.plan.out_dir, shards, scans, cutoffs(dict(sizes), quotas), quotas)
         count_keys = [self._write_chosen(s, k, rows, c) for s, k, rows, c in zip(shards, self.plan.keys, chosen.rows, chosen.cut)]
         self.stage_seconds["choose"] = round(time.perf_counter() - t0, 3)
         pending = sum(durable.read_marker(_marker(self.settings, "count", s.name), k) is None

@@ -139,6 +139,12 @@ def test_duplicates_exact_and_near_go_and_the_first_in_plan_order_stays(tmp_path
     first = examples["exact_duplicate"]
     assert first["where"].startswith(str(tmp_path / "in" / "b_copies.jsonl"))
     assert first["duplicate_of"].startswith(str(tmp_path / "in" / "a_corpus.jsonl"))
+    # Cut into ranges of 700 keys (8 per band, not 1), the join finds the same pairs: the same output, byte for byte.
+    ranged = run_clean(config.model_copy(update={"out_dir": str(tmp_path / "ranged"), "near_dedup": config.near_dedup.model_copy(
+        update={"docs_per_task": 700})}), client=client)
+    assert ranged.join_tasks == 8 * summary.join_tasks
+    assert ranged.removed == summary.removed
+    assert _kept(tmp_path / "ranged") == _kept(tmp_path / "out")
 
 
 def test_emails_and_ip_addresses_are_redacted_and_counted_per_language(tmp_path, client):
