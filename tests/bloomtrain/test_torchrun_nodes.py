@@ -82,7 +82,9 @@ def test_a_lost_node_stops_the_other_within_60_s_and_the_restart_matches(tmp_pat
     finally:
         n1.stop()
         n2.stop()
-    assert n1.proc.returncode == 1 and stopped_s < 60, (n1.proc.returncode, stopped_s)
+    # n1's last lines with the figures: once (2026-11-28, under load) n1's agent died of SIGABRT (-6) here, 12 s in
+    assert n1.proc.returncode == 1 and stopped_s < 60, (n1.proc.returncode, stopped_s,
+                                                         [line for _, line in n1.output()][-20:])
     after = [line for t, line in n1.output() if t > killed_at and not line.startswith("iter ")]
     latest = read_latest(run / "ckpt")
     [exits] = (run / "exits").iterdir()
