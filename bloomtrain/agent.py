@@ -33,6 +33,7 @@ from bloomtrain.recovery import Decision, NodeView, after_worker_failure, node_v
 
 BEAT_S = 1.0  # heartbeat period
 STALL_S = 8.0  # a heartbeat that has not moved for this long: the node is lost
+STOP_S = 10.0  # how long an exiting agent waits for the heartbeat's store call to return
 ROLL_CALL_S = 30.0  # how long a node waits for the other nodes' views before deciding with what it has
 EXIT_BARRIER_S = 300.0  # torchrun's exit barrier, kept for live peers only
 
@@ -49,7 +50,8 @@ class Heartbeat:
         self.store: Any = None  # the rendezvous store (a torch.distributed.Store), once ``use`` gives it
         self._stop = threading.Event()
         self._seen: dict[str, tuple[int, float]] = {}  # peer -> (last counter value, when it last moved)
-        threading.Thread(target=self._run, daemon=True, name="bloomtrain-heartbeat").start()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bloomtrain-heartbeat")
+        self._thread.start()
 
     def use(self, store: Any) -> None:
         """Beat in this rendezvous round's store from now on."""
@@ -80,8 +82,16 @@ class Heartbeat:
                 lost.append(peer)
         return lost
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = STOP_S) -> bool:
+        """Stop beating and wait for the thread to leave its store call; False if it is still in one after
+        ``timeout_s``. Every agent must call this before the interpreter exits: a daemon thread that returns
+        from a store call (C++, the GIL released) while the interpreter finalizes is ended by ``pthread_exit``
+        inside pybind11's GIL guard, a noexcept destructor, and the process aborts (SIGABRT, "terminate called
+        without an active exception") instead of exiting with the decision's code."""
         self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()
 
 
 class BloomAgent(LocalElasticAgent):

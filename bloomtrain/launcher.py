@@ -96,9 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     cpp_log_level = os.environ.get("TORCH_CPP_LOG_LEVEL")
     os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
     from torch.distributed import run as torchrun  # noqa: PLC0415 - `--help` of the callers stays fast
-    from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: PLC0415
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
-    from torch.distributed.elastic.rendezvous.api import RendezvousError  # noqa: PLC0415
 
     if cpp_log_level is None:
         os.environ.pop("TORCH_CPP_LOG_LEVEL")
@@ -114,25 +111,42 @@ def main(argv: list[str] | None = None) -> int:
 
     with _bloom_agent(node, exit_dir, say) as agents:
         try:
-            torchrun.run(args)
-        except ChildFailedError as exc:
-            with log.open("a") as f:
-                f.write(exc.format_msg() + "\n")
-            decision = agents[0].decision if agents else None
-            if decision is None or decision.exit_code != 2:
-                say(f"stopped; tracebacks beside the exit records in {exit_dir}, torchrun's log in {log}")
-            return decision.exit_code if decision is not None else 1
-        except RendezvousError as exc:  # e.g. the store's host died between two of the agent's checks
-            with log.open("a") as f:
-                f.write(f"{type(exc).__name__}: {exc}\n")
-            say(f"lost the rendezvous ({type(exc).__name__}: {exc}); the node hosting it is gone or unreachable; "
-                f"torchrun's log in {log}")
-            return 1
-        except SignalException as exc:
-            say(f"stopped by {signal.Signals(exc.sigval).name}: the ranks were asked to save and exit")
-            return 128 + int(exc.sigval)
-    return 0
+            code = _run_agent(torchrun, args, agents, log, exit_dir, say)
+        finally:
+            stopped = all([agent.heartbeat.stop() for agent in agents])  # before finalizing: Heartbeat.stop
+    if not stopped:  # its store call still waits on a node that does not answer: leave without finalizing
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
+
+def _run_agent(torchrun, args, agents: list, log: Path, exit_dir: str, say) -> int:
+    """torchrun's ``run`` under our agent; the exit code (module docstring)."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: PLC0415
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
+    from torch.distributed.elastic.rendezvous.api import RendezvousError  # noqa: PLC0415
+
+    try:
+        torchrun.run(args)
+    except ChildFailedError as exc:
+        with log.open("a") as f:
+            f.write(exc.format_msg() + "\n")
+        decision = agents[0].decision if agents else None
+        if decision is None or decision.exit_code != 2:
+            say(f"stopped; tracebacks beside the exit records in {exit_dir}, torchrun's log in {log}")
+        return decision.exit_code if decision is not None else 1
+    except RendezvousError as exc:  # e.g. the store's host died between two of the agent's checks
+        with log.open("a") as f:
+            f.write(f"{type(exc).__name__}: {exc}\n")
+        say(f"lost the rendezvous ({type(exc).__name__}: {exc}); the node hosting it is gone or unreachable; "
+            f"torchrun's log in {log}")
+        return 1
+    except SignalException as exc:
+        say(f"stopped by {signal.Signals(exc.sigval).name}: the ranks were asked to save and exit")
+        return 128 + int(exc.sigval)
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
