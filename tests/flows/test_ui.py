@@ -47,7 +47,8 @@ def test_make_ui_serves_the_demo_runs_to_a_browser(demo_run, tmp_path):
     env.pop("PREFECT_API_URL", None)
     proc = subprocess.Popen(["make", "--no-print-directory", "ui", f"DEMO_OUT={demo_run.out}", f"UI_ARGS=--port {port}"],
                             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_at_a_terminal)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(x.rstrip("\n") for x in proc.stdout), daemon=True)
     reader.start()
@@ -78,6 +79,13 @@ def test_make_ui_serves_the_demo_runs_to_a_browser(demo_run, tmp_path):
         reader.join(timeout=10)
     time.sleep(1)
     assert not [p for p in started if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+
+def _as_at_a_terminal() -> None:
+    """Ctrl-C reaches a command started at a terminal; a pytest started in the background of a script (``cmd &``)
+    hands its children SIGINT ignored (POSIX), and `make ui` then never stopped (60 s timeout)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_without_a_demo_database_flows_ui_says_what_to_run(tmp_path, capsys):
