@@ -89,8 +89,7 @@ class Heartbeat:
         inside pybind11's GIL guard, a noexcept destructor, and the process aborts (SIGABRT, "terminate called
         without an active exception") instead of exiting with the decision's code."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout_s)
+        self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
 

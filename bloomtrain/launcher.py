@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code = _run_agent(torchrun, args, agents, log, exit_dir, say)
         finally:
-            stopped = all([agent.heartbeat.stop() for agent in agents])  # before finalizing: Heartbeat.stop
+            # before finalizing (Heartbeat.stop); a list, not a generator: every agent's, even after a False
+            stopped = all([agent.heartbeat.stop() for agent in agents])
     if not stopped:  # its store call still waits on a node that does not answer: leave without finalizing
         logging.shutdown()
         sys.stdout.flush()
@@ -147,6 +148,7 @@ def _run_agent(torchrun, args, agents: list, log: Path, exit_dir: str, say) -> i
         say(f"stopped by {signal.Signals(exc.sigval).name}: the ranks were asked to save and exit")
         return 128 + int(exc.sigval)
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -395,7 +395,8 @@ class NearDedupConfig(BaseModel):
     rows: int = Field(default=5, ge=1, description="hashes per band; more demand higher similarity")
     seed: int = Field(default=1, description="seed of the hash permutations (same for every shard)")
     # 1M: a task holds ~100 MB, under a worker's filter-stage peak (223 MB at 1-3 GB). Not what made a 10 GB
-    # clean peak higher than a 1 GB one: that growth is unexplained (benchmarks/RESULTS.md, bench_scale.py).
+    # clean peak higher than a 1 GB one: that was the driver's Dask waits (bloomdata.jobs.executor._collect;
+    # benchmarks/RESULTS.md, bench_scale.py).
     docs_per_task: int = Field(default=1_000_000, ge=1, json_schema_extra=not_in_key(),
                                description="documents per band-join task (its memory: ~100 bytes each)")
 

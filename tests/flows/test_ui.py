@@ -81,7 +81,6 @@ def test_make_ui_serves_the_demo_runs_to_a_browser(demo_run, tmp_path):
     assert not [p for p in started if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-
 def _as_at_a_terminal() -> None:
     """Ctrl-C reaches a command started at a terminal; a pytest started in the background of a script (``cmd &``)
     hands its children SIGINT ignored (POSIX), and `make ui` then never stopped (60 s timeout)."""
