@@ -18,7 +18,8 @@ counts trainer's passes over the inputs (``bloomdata.tokenizer.counting.count_wo
 word counts, merged partitions) with the whole input as the sample. Per run: wall time per GB of input, CPU
 seconds (the process and its Dask workers), the peak resident memory of the process tree (sampled every 0.1 s
 with psutil: ``tree``) and of its largest process (``max proc``), and the disk the output directory used (its
-peak, sampled every 2 s, and what is left at the end). Goals (issue 32): s/GB at the largest size within 10% of
+peak, sampled every 2 s, and what is left at the end), and the largest process's peak per stage (the newest folder
+the run has made: clean's filter, join, resolve, write; the build's shards; the counts pass's). Goals (issue 32): s/GB at the largest size within 10% of
 the smallest size's for every stage and layout; peak memory flat within 25%; the last lines say which hold.
 ``--plans`` checks that every plan writes the same cleaned documents (the concatenated data files, per language,
 in plan order); issue 24's goal: clean's default throughput within 10% of the best --max-rows-per-shard.
@@ -85,13 +86,27 @@ def disk_bytes(path: Path) -> int:
     return total
 
 
+def stage_folders(out: Path) -> list[str]:
+    """The folders a run has made so far: under OUT (the build's shards), OUT/work (clean: filter, join, resolve,
+    write) and OUT/word_counts (the counts pass: keys, chosen, count, merged)."""
+    found = []
+    for where in (out, out / "work", out / "word_counts"):
+        try:
+            found += sorted(entry.name for entry in os.scandir(where) if entry.is_dir())
+        except OSError:  # not made yet, or removed at the end
+            pass
+    return found
+
+
 def run(cmd: list[str], watch: Path | None = None) -> dict:
     """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers), peak RSS (MB) of the
     tree, of its largest process and of each process (``procs_mb``: the CLI first, then the others by peak),
-    and, with ``watch``, the peak and final bytes under that directory (sampled every 2 s), for one CLI run."""
+    and, with ``watch``, the peak and final bytes under that directory (sampled every 2 s) and the largest
+    process's peak per stage (``stage_mb``: a stage is the newest folder the run made, seen every 2 s)."""
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root, tree_peak, peaks, disk_peak, disk_at = psutil.Process(proc.pid), 0, {}, 0, 0.0
+    seen, stage_peaks = ["start"], {}
     while proc.poll() is None:
         try:
             rss = {p.pid: p.memory_info().rss for p in [root, *root.children(recursive=True)]}
@@ -102,6 +117,8 @@ def run(cmd: list[str], watch: Path | None = None) -> dict:
             peaks[pid] = max(peaks.get(pid, 0), n)
         if watch is not None and time.perf_counter() - disk_at > 2:
             disk_peak, disk_at = max(disk_peak, disk_bytes(watch)), time.perf_counter()
+            seen += [name for name in stage_folders(watch) if name not in seen]
+        stage_peaks[seen[-1]] = max([stage_peaks.get(seen[-1], 0), *rss.values()])
         time.sleep(0.1)
     stderr = proc.stderr.read()
     if proc.returncode:
@@ -112,7 +129,8 @@ def run(cmd: list[str], watch: Path | None = None) -> dict:
     final = disk_bytes(watch) if watch is not None else 0
     return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "tree_mb": tree_peak / 1e6,
             "proc_mb": max(procs) / 1e6, "procs_mb": [n / 1e6 for n in procs if n > 20e6],
-            "disk_peak_mb": max(disk_peak, final) / 1e6, "disk_mb": final / 1e6}
+            "disk_peak_mb": max(disk_peak, final) / 1e6, "disk_mb": final / 1e6,
+            "stage_mb": {stage: n / 1e6 for stage, n in stage_peaks.items()}}
 
 
 def cli(command: str, src: Path, out: Path, workers: int, extra: list[str]) -> list[str]:
@@ -137,7 +155,9 @@ def line(what: str, mb: int, r: dict) -> str:
     return (f"{what:<34} {mb:>5} MB  {r['wall_s']:7.1f} s  {r['wall_s'] / (mb / 1000):6.0f} s/GB  "
             f"{mb / r['wall_s']:5.2f} MB/s  CPU {r['cpu_s']:6.0f} s  tree {r['tree_mb']:5.0f} MB  "
             f"max proc {r['proc_mb']:4.0f} MB  disk {r.get('disk_peak_mb', 0):6.0f} MB peak, "
-            f"{r.get('disk_mb', 0):6.0f} MB left")
+            f"{r.get('disk_mb', 0):6.0f} MB left" +
+            ("; largest process by stage: " + ", ".join(f"{k} {v:.0f}" for k, v in r["stage_mb"].items()) + " MB"
+             if r.get("stage_mb") else ""))
 
 
 def split_input(src: Path, folder: Path, file_mb: int) -> Path:

@@ -394,11 +394,12 @@ class NearDedupConfig(BaseModel):
     bands: int = Field(default=20, ge=1, description="LSH bands; more catch lower similarity")
     rows: int = Field(default=5, ge=1, description="hashes per band; more demand higher similarity")
     seed: int = Field(default=1, description="seed of the hash permutations (same for every shard)")
-    # 1M: a task holds ~100 MB, under a worker's filter-stage peak (223 MB at 1-3 GB). Not what made a 10 GB
-    # clean peak higher than a 1 GB one: that was the driver's Dask waits (bloomdata.jobs.executor._collect;
-    # benchmarks/RESULTS.md, bench_scale.py).
-    docs_per_task: int = Field(default=1_000_000, ge=1, json_schema_extra=not_in_key(),
-                               description="documents per band-join task (its memory: ~100 bytes each)")
+    # 250k: a task adds ~27 MB (~107 bytes an entry for the exact keys and a SimHash band) to a worker that
+    # still holds its filter stage's heap. At 1M the roots preset's 10 GB clean (1.3M documents: 2 ranges of 650k)
+    # peaked at 260 MB against 198 at 1 GB, where one task holds all 130k (benchmarks/RESULTS.md, bench_scale.py).
+    # More ranges cost one binary search per shard file each; they change no output.
+    docs_per_task: int = Field(default=250_000, ge=1, json_schema_extra=not_in_key(),
+                               description="documents per band-join task (its memory: ~110 bytes each)")
 
 
 def _sources_field() -> Any:

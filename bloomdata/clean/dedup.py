@@ -6,9 +6,9 @@ only that slice (datatrove's MinHash stages do the same with per-bucket files: s
 collected in one dict). It sorts its entries by (key, global id) and, for every run of equal keys, writes
 one pair (document, first document of the run) per later document. A global id is ``shard index << 32 |
 candidate number``, so "first" means first in plan order, whatever the scheduling. Memory: ~100 bytes per
-entry of its range for the exact keys, ~75 for a band (measured: the slices, their concatenation, the sort's
-order and the sorted copies); ``near_dedup.docs_per_task`` sets how many ranges a band is cut into, and the
-ranges change no output.
+entry of its range for the exact keys and a SimHash band, ~75 for a MinHash band (measured: the slices, their
+concatenation, the sort's order and the sorted copies; tests/bloomdata/test_clean_dedup_roots.py holds them to
+it); ``near_dedup.docs_per_task`` sets how many ranges a band is cut into, and the ranges change no output.
 
 Stage 3 (``resolve``, in the driver): the pairs are edges of a graph whose components are the duplicate
 clusters (transitively: A~B and B~C put C with A, as datatrove's clustering stage does). Components are found

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ import zstandard
 
 from bloomdata.clean import DATA_DIR, PRESETS, CleanConfig, run_clean
 from bloomdata.clean.config import ExactDedupConfig, SimHashConfig
-from bloomdata.clean.dedup import _simhash_pairs, components
+from bloomdata.clean.dedup import JoinTask, _simhash_pairs, components, join
 from bloomdata.clean.language import load_word_lists
 from bloomdata.clean.minhash import document_key
 from bloomdata.clean.quality_filter import QualityFilter
@@ -167,3 +168,31 @@ def test_roots_preset_run_reports_its_settings_and_removals(tmp_path):
     assert "language id off" in report and "perplexity off for bn, en, sw, zh" in report
     bn = next(line for line in report.splitlines() if line.startswith("| bn | 20 |"))
     assert f"{100 * summary.languages['bn'].removed['closed_class_words'] / 20:.1f}%" in bn
+
+
+@pytest.mark.parametrize("kind, per_entry", [("exact", 110), ("simhash", 110), ("minhash", 80)])
+def test_a_join_task_holds_the_bytes_per_entry_its_docs_give(tmp_path, kind, per_entry):
+    """near_dedup.docs_per_task is sized from these figures (bloomdata.clean.dedup: ~100 bytes an entry for the
+    exact keys and a SimHash band, ~75 for a MinHash band): a join that held more would make a worker's peak grow
+    with the corpus up to that many documents (the roots preset's 10 GB clean did, at 1M a task)."""
+    rng, shards, per_shard = np.random.default_rng(0), 4, 15_000
+    layout = {"exact": ("exact.npy", 3), "minhash": ("minhash.npy", 2), "simhash": ("simhash.npy", 3)}
+    name, rows = layout[kind]
+    dirs = []
+    for s in range(shards):
+        table = rng.integers(0, 2**63, size=(2, rows, per_shard), dtype=np.uint64)  # two bands
+        table[:, 0] >>= np.uint64(44 if kind == "simhash" else 0)  # 20-bit band keys: runs to compare
+        table[:, 0].sort(axis=-1)  # stage 1 writes each band's keys sorted
+        table[:, rows - 2 if kind == "simhash" else rows - 1] = np.arange(per_shard, dtype=np.uint64)  # candidate
+        dirs.append(tmp_path / f"shard{s}")
+        dirs[-1].mkdir()
+        np.save(dirs[-1] / name, table[0] if kind == "exact" else table)
+    task = JoinTask(-1 if kind == "exact" else 1, 0, 1, kind)
+    tracemalloc.start()  # numpy reports its buffers to tracemalloc
+    try:
+        manifest = join(task, str(tmp_path / "out"), [str(d) for d in dirs], "key", hamming_distance=4)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert manifest.entries == shards * per_shard
+    assert peak / manifest.entries <= per_entry, f"{kind}: {peak / manifest.entries:.0f} bytes an entry"
