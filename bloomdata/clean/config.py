@@ -395,9 +395,9 @@ class NearDedupConfig(BaseModel):
     rows: int = Field(default=5, ge=1, description="hashes per band; more demand higher similarity")
     seed: int = Field(default=1, description="seed of the hash permutations (same for every shard)")
     # 250k: a task adds ~27 MB (~107 bytes an entry for the exact keys and a SimHash band) to a worker that
-    # still holds its filter stage's heap. At 1M the roots preset's 10 GB clean (1.3M documents: 2 ranges of 650k)
-    # peaked at 260 MB against 198 at 1 GB, where one task holds all 130k (benchmarks/RESULTS.md, bench_scale.py).
-    # More ranges cost one binary search per shard file each; they change no output.
+    # still holds its filter stage's heap. At 1M a 10 GB clean (1.3M documents) has 2 ranges of 650k: +67 MB a
+    # task, against +14 MB at 1 GB. (The roots preset's 10 GB peak, 260 MB against 198, comes from its filter stage
+    # instead: benchmarks/RESULTS.md.) More ranges cost one binary search per shard file each; no output changes.
     docs_per_task: int = Field(default=250_000, ge=1, json_schema_extra=not_in_key(),
                                description="documents per band-join task (its memory: ~110 bytes each)")
 
