@@ -174,16 +174,17 @@ def test_roots_preset_run_reports_its_settings_and_removals(tmp_path):
 def test_a_join_task_holds_the_bytes_per_entry_its_docs_give(tmp_path, kind, per_entry):
     """near_dedup.docs_per_task is sized from these figures (bloomdata.clean.dedup: ~100 bytes an entry for the
     exact keys and a SimHash band, ~75 for a MinHash band): a join that held more would make a worker's peak grow
-    with the corpus up to that many documents (the roots preset's 10 GB clean did, at 1M a task)."""
+    with the corpus, up to that many documents a task."""
     rng, shards, per_shard = np.random.default_rng(0), 4, 15_000
-    layout = {"exact": ("exact.npy", 3), "minhash": ("minhash.npy", 2), "simhash": ("simhash.npy", 3)}
-    name, rows = layout[kind]
+    # stage 1's files: (name, rows, the candidate-number row); row 0 is the key, sorted
+    layout = {"exact": ("exact.npy", 3, 2), "minhash": ("minhash.npy", 2, 1), "simhash": ("simhash.npy", 3, 1)}
+    name, rows, candidate = layout[kind]
     dirs = []
     for s in range(shards):
         table = rng.integers(0, 2**63, size=(2, rows, per_shard), dtype=np.uint64)  # two bands
         table[:, 0] >>= np.uint64(44 if kind == "simhash" else 0)  # 20-bit band keys: runs to compare
         table[:, 0].sort(axis=-1)  # stage 1 writes each band's keys sorted
-        table[:, rows - 2 if kind == "simhash" else rows - 1] = np.arange(per_shard, dtype=np.uint64)  # candidate
+        table[:, candidate] = np.arange(per_shard, dtype=np.uint64)
         dirs.append(tmp_path / f"shard{s}")
         dirs[-1].mkdir()
         np.save(dirs[-1] / name, table[0] if kind == "exact" else table)
