@@ -394,10 +394,11 @@ class NearDedupConfig(BaseModel):
     bands: int = Field(default=20, ge=1, description="LSH bands; more catch lower similarity")
     rows: int = Field(default=5, ge=1, description="hashes per band; more demand higher similarity")
     seed: int = Field(default=1, description="seed of the hash permutations (same for every shard)")
-    # 250k: a task adds ~27 MB (~107 bytes an entry for the exact keys and a SimHash band) to a worker that
-    # still holds its filter stage's heap. At 1M a 10 GB clean (1.3M documents) has 2 ranges of 650k: +67 MB a
-    # task, against +14 MB at 1 GB. (The roots preset's 10 GB peak, 260 MB against 198, comes from its filter stage
-    # instead: benchmarks/RESULTS.md.) More ranges cost one binary search per shard file each; no output changes.
+    # 250k: a task adds ~27 MB (~107 bytes an entry for the exact keys and a SimHash band) to a worker's
+    # ~200 MB filter-stage peak. At 1M a 10 GB clean (1.3M documents) has 2 ranges of 650k: +67 MB a task,
+    # against +14 MB at 1 GB. (The roots preset's 10 GB peak of 260 MB came from finished filter tasks kept on
+    # the workers instead, fixed in jobs.executor: benchmarks/RESULTS.md.) More ranges cost one binary search per
+    # shard file each; no output changes.
     docs_per_task: int = Field(default=250_000, ge=1, json_schema_extra=not_in_key(),
                                description="documents per band-join task (its memory: ~110 bytes each)")
 

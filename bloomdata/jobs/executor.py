@@ -31,7 +31,8 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
   raises ``ClusterLost``: one line naming the scheduler and what to restart; the callers add how many shards
   are done (their markers stay, so a rerun reuses them). Dask's own "Failed to reconnect to scheduler after
   30.00 seconds" log line, printed when the client closes however soon the loss came, and the tracebacks of
-  the coroutines that close cancels, are dropped.
+  the coroutines that close cancels, are dropped; so is the heartbeat traceback a worker of our own
+  LocalCluster may log as it closes after an error.
 - Called from inside a Dask task (a Prefect task on a DaskTaskRunner), the shards run on that same
   cluster through ``worker_client``: a daemonic worker process cannot start a LocalCluster of its own.
 - Spawned worker processes re-import ``__main__``: scripts that call this must guard their entry point
@@ -100,6 +101,24 @@ class _DropAbandonedGather(logging.Filter):
 logging.getLogger("asyncio").addFilter(_DropAbandonedGather())
 
 
+class _DropHeartbeatLoss(logging.Filter):
+    """A worker of our LocalCluster logs "Failed to communicate with scheduler during heartbeat", with a
+    traceback, when a heartbeat is in flight as the cluster closes (it did after a one-line user error). The
+    scheduler runs in the driver's process, so it is never lost while the driver still reports."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Failed to communicate with scheduler during heartbeat")
+
+
+class _LocalWorkerLogs(WorkerPlugin):
+    """Adds ``_DropHeartbeatLoss`` to the workers of a LocalCluster we start (never to another cluster's)."""
+
+    name = "bloomdata-local-worker-logs"
+
+    def setup(self, worker) -> None:
+        logging.getLogger("distributed.worker").addFilter(_DropHeartbeatLoss())
+
+
 class _WorkerEnv(WorkerPlugin):
     """Sets ``WORKER_ENV`` in every worker of a cluster we did not start (and in ones that join later)."""
 
@@ -142,6 +161,7 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
             cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
                                    dashboard_address=None, env=dict(WORKER_ENV), silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:
+            client.register_plugin(_LocalWorkerLogs())
             yield client
 
 

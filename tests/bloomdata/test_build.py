@@ -305,6 +305,20 @@ def test_large_vocabulary_builds_int32(tmp_path, small_tokenizer_dir):
     assert max(max(ds[i]) for i in range(len(texts))) > 65_535
 
 
+def test_our_local_workers_drop_a_heartbeat_lost_as_the_cluster_closes(client):
+    """A --strict reject in `bloomdata build` once printed a worker's "Failed to communicate with scheduler
+    during heartbeat" traceback after its one-line error: the heartbeat was in flight as our LocalCluster
+    closed. Its workers drop that record, and only that one."""
+    import logging
+
+    def kept() -> list[bool]:
+        logger = logging.getLogger("distributed.worker")
+        return [bool(logger.filter(logger.makeRecord(logger.name, logging.ERROR, "worker.py", 1, message, (), None)))
+                for message in ("Failed to communicate with scheduler during heartbeat.", "Compute Failed")]
+
+    assert list(client.run(kept).values()) == [[False, True]] * 2
+
+
 def test_a_finished_task_leaves_its_worker(client):
     """The roots preset's 10 GB clean grew its workers to 260 MB against 198 at 1 GB: while the driver held a
     finished task's future, its worker kept the task, with its own unpickled copy of the step (~0.75 MB: the
