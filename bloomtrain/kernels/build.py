@@ -8,7 +8,8 @@ list, so a stale build is never loaded and an unchanged tree never rebuilds. Two
 (two venvs with the same torch version) get two builds: with one key, each compiled against its own torch
 headers and libraries over the other's build on every start (a restarted job spent 100 s recompiling). A file lock
 serialises concurrent builders (DDP ranks, pytest workers); the losers wait and then load the
-winner's ``.so``. Flags are portable (``-O3``, no ``-march=native``) because the cache may be shared
+winner's ``.so``. The build runs the pip ``ninja`` whatever else PATH holds (two ninja versions rebuilt over
+each other's logs). Flags are portable (``-O3``, no ``-march=native``) because the cache may be shared
 between machines; the CPU kernels get their SIMD from ``#pragma omp simd``, built twice on x86-64 (baseline
 and AVX2 + FMA, chosen at run time from CPUID: ``ext.cpu_isa()``).
 
@@ -18,12 +19,14 @@ back to the PyTorch reference with one log line instead of recompiling on every 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -85,16 +88,32 @@ def build_key(with_cuda: bool) -> str:
     return h.hexdigest()[:16]
 
 
-def _ninja_on_path() -> None:
-    # torch looks for the `ninja` executable on PATH; a venv run as .venv/bin/python has the pip
-    # ninja's bin dir outside PATH, so put it there when the system has none.
+@contextlib.contextmanager
+def _our_ninja_first() -> Iterator[None]:
+    """While the extension builds, the pip ``ninja`` (a dependency of this package) comes first on PATH; torch
+    runs whichever ``ninja`` PATH finds. Debian's ninja 1.11 and pip's 1.13 record a command's hash in the
+    build directory's log differently, so each one rebuilt the whole extension (~40 s) whenever the other had
+    built last: runs from an activated venv (its bin first on PATH) and from ``.venv/bin/python`` (the
+    system's ninja first) took turns, five rebuilds in one run of the test suite. Without the pip package,
+    PATH is left as it is."""
     try:
         import ninja  # noqa: PLC0415
+
+        bin_dir = getattr(ninja, "BIN_DIR", None)
     except ImportError:
+        bin_dir = None
+    if not bin_dir:
+        yield
         return
-    bin_dir = getattr(ninja, "BIN_DIR", None)
-    if bin_dir and bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join([os.environ.get("PATH", ""), bin_dir])
+    saved = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([bin_dir, *([saved] if saved else [])])
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PATH", None)
+        else:
+            os.environ["PATH"] = saved
 
 
 def load(with_cuda: bool, verbose: bool = False) -> ModuleType:
@@ -111,11 +130,10 @@ def load(with_cuda: bool, verbose: bool = False) -> ModuleType:
     missing = [s for s in sources if not Path(s).exists()]
     if missing:
         raise KernelBuildError(f"kernel sources missing: {missing} (expected under {source_dir()})")
-    _ninja_on_path()
     name = f"bloomstack_kernels_{'cuda' if with_cuda else 'cpu'}_{key[:8]}"
     started = time.perf_counter()
     try:
-        with filelock.FileLock(str(build_dir / "build.lock")):
+        with filelock.FileLock(str(build_dir / "build.lock")), _our_ninja_first():
             module = cpp_extension.load(
                 name=name,
                 sources=sources,

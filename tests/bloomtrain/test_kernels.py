@@ -16,6 +16,7 @@ paths) is tested in test_kernel_selfcheck.py.
 from __future__ import annotations
 
 import logging
+import os
 import site
 import subprocess
 import sys
@@ -308,6 +309,34 @@ def test_two_python_environments_get_two_kernel_builds(tmp_path):
     assert ours[0] == theirs[0]  # the same torch build...
     assert ours[1] != theirs[1]  # ...in another environment: another key
     assert key(sys.executable) == ours and ours[1] == build.build_key(False)
+
+
+def test_the_build_runs_our_ninja_whatever_comes_first_on_path(monkeypatch, tmp_path):
+    """Debian's ninja 1.11 and pip's 1.13 record a build log's hashes differently, so each rebuilt the extension
+    (~40 s) when the other had built last: the build runs the pip package's ninja, and leaves PATH as it was."""
+    import shutil
+
+    import ninja
+    from torch.utils import cpp_extension
+
+    system = tmp_path / "system-bin"
+    system.mkdir()
+    (system / "ninja").write_text("#!/bin/sh\nexit 1\n")
+    (system / "ninja").chmod(0o755)
+    path = f"{system}{os.pathsep}{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.setenv("BLOOMSTACK_KERNEL_CACHE", str(tmp_path / "cache"))
+    found = []
+
+    def fake_load(**kwargs):
+        found.append(shutil.which("ninja"))
+        return "module"
+
+    monkeypatch.setattr(cpp_extension, "load", fake_load)
+    assert shutil.which("ninja") == str(system / "ninja")
+    assert build.load(False) == "module"
+    assert found == [os.path.join(ninja.BIN_DIR, "ninja")]
+    assert os.environ["PATH"] == path
 
 
 def test_build_kernels_cli_uses_the_cache(ext, capsys):
