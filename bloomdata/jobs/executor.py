@@ -62,6 +62,7 @@ from distributed.scheduler import KilledWorker
 from tqdm import tqdm
 
 from bloomdata.disk import DiskFull, is_disk_full
+from bloomdata.environ import environ_restored
 from bloomdata.errors import BloomstackError, ClusterLost
 
 WORKER_ENV = {"TOKENIZERS_PARALLELISM": "false"}
@@ -174,15 +175,8 @@ def _parent_environ_restored() -> Iterator[None]:
     build (the C++ index builders, numpy's BLAS, torch) was left on one thread.
     """
     keys = set(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}) | {"PYTHONHASHSEED"}
-    saved = {key: os.environ.get(key) for key in keys}
-    try:
+    with environ_restored(keys):
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bloomdata.environ import environ_restored
 from bloomdata.errors import BloomstackError
 
 FORCE_ENV = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
@@ -96,16 +97,9 @@ def refused(path: Path, exc: Exception) -> BloomstackError:
 @contextlib.contextmanager
 def weights_only_loads() -> Iterator[None]:
     """Every ``torch.load`` in this scope (DeepSpeed's own included) reads with weights_only and the allowlist."""
-    before = os.environ.get(FORCE_ENV)
-    os.environ[FORCE_ENV] = "1"
-    try:
-        with torch.serialization.safe_globals(allowed_globals()):
-            yield
-    finally:
-        if before is None:
-            os.environ.pop(FORCE_ENV, None)
-        else:
-            os.environ[FORCE_ENV] = before
+    with environ_restored([FORCE_ENV]), torch.serialization.safe_globals(allowed_globals()):
+        os.environ[FORCE_ENV] = "1"
+        yield
 
 
 def guarded(folder: Path, read: Callable[[], Any]) -> Any:

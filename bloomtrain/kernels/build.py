@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from bloomdata.environ import environ_restored
+
 logger = logging.getLogger("bloomtrain.kernels")
 
 CPU_SOURCES = ("layer_norm_cpu.cpp", "bias_gelu_cpu.cpp", "alibi_softmax_cpu.cpp", "cpu_avx2.cpp", "bindings.cpp")
@@ -105,15 +107,9 @@ def _our_ninja_first() -> Iterator[None]:
     if not bin_dir:
         yield
         return
-    saved = os.environ.get("PATH")
-    os.environ["PATH"] = os.pathsep.join([bin_dir, *([saved] if saved else [])])
-    try:
+    with environ_restored(["PATH"]):
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *filter(None, [os.environ.get("PATH")])])
         yield
-    finally:
-        if saved is None:
-            os.environ.pop("PATH", None)
-        else:
-            os.environ["PATH"] = saved
 
 
 def load(with_cuda: bool, verbose: bool = False) -> ModuleType:
