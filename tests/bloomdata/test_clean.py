@@ -475,3 +475,43 @@ def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn
     with pytest.raises(BloomstackError, match=r"quality\.defaults\.max_digit: no filter step has a parameter "
                                               r"'max_digit'; did you mean max_digits"):
         load_config(CleanConfig, values={**base, "quality": {"defaults": {"max_digit": 0.1}}})
+
+
+def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir, monkeypatch):
+    """A 10 GB clean of 1,000 files peaked at 265 MB in the driver against 162 MB at 1 GB (100 files): the driver
+    kept every shard's filter and write manifests, with their per-language counts, to the end (~27 KB a shard of
+    12 languages here, measured). The run now sums them once a stage has them: a few KB a shard remain."""
+    import gc
+    import tracemalloc
+
+    from bloomdata.clean import run as clean_run
+
+    rows = [_rows(p)[0] for p in sorted(corpus_dir.glob("*.jsonl"))[:12]]
+    held: dict[int, int] = {}
+    summarize = clean_run._summary
+
+    def at_summary(job, stages):  # what the run holds once every stage is done
+        gc.collect()
+        held[len(job.plan.shards)] = tracemalloc.get_traced_memory()[0] - base
+        return summarize(job, stages)
+
+    monkeypatch.setattr(clean_run, "_summary", at_summary)
+
+    def run(shards: int) -> None:
+        nonlocal base
+        inputs = [_write(tmp_path / f"in{shards}" / f"f{i:03d}.jsonl",
+                         [{"text": f"{r['text']} {i}", "lang": r["lang"]} for r in rows]) for i in range(shards)]
+        gc.collect()
+        base = tracemalloc.get_traced_memory()[0]
+        run_clean(_config(inputs, tmp_path / f"out{shards}", workers=0))
+
+    base = 0
+    tracemalloc.start()
+    try:
+        run(1)  # imports and caches
+        run(3)
+        run(15)
+    finally:
+        tracemalloc.stop()
+    per_shard = (held[15] - held[3]) / 12
+    assert per_shard < 12_000, f"the driver holds {per_shard:,.0f} bytes a shard at the end of a clean run"
