@@ -210,7 +210,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         os.makedirs(os.path.join(out_dir, DATA_DIR), exist_ok=True)  # readable even when nothing was kept
         _remove_stale_parts(out_dir, outputs)
         _write_examples(out_dir, shards, manifests, self.config.max_removed_examples)
-        summary = _summary(self, _Stages(len(manifests), pending, outputs, join_tasks))
+        summary = _summary(self, _Stages(pending, outputs, join_tasks))
         write_report(summary)
         summary.stage_seconds["report"] = round(time.perf_counter() - t5, 3)
         summary.wall_seconds = round(time.perf_counter() - self.started, 3)
@@ -340,7 +340,6 @@ def _without_counts(manifest: FilterManifest) -> FilterManifest:
 class _Stages:
     """What the stages of one clean run produced (for its summary); the counts are in ``CleanJob.totals``."""
 
-    shards: int
     pending: list[int]  # the shards filtered in this run (the others were reused)
     outputs: dict[str, OutputStats]
     join_tasks: int
@@ -360,7 +359,7 @@ def _languages(totals: _Totals, outputs: dict[str, OutputStats]) -> dict[str, La
 def _summary(job: CleanJob, stages: _Stages) -> CleanSummary:
     config, out_dir, outputs = job.config, job.plan.out_dir, stages.outputs
     languages, rejects = _languages(job.totals, outputs), job.totals.rejects
-    built, total = len(stages.pending), stages.shards
+    built, total = len(stages.pending), len(job.plan.shards)
     wall = time.perf_counter() - job.started
     return CleanSummary(
         out_dir=out_dir, data_dir=os.path.join(out_dir, DATA_DIR), output_format=config.output_format,
