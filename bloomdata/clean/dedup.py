@@ -203,8 +203,7 @@ def resolve(out_dir: str, tasks: list[JoinTask], shards: int) -> list[np.ndarray
     reason = np.where(np.isin(removed, exact_pairs[:, 0]), EXACT, NEAR).astype(np.uint64)
     shard_of = removed >> np.uint64(SHARD_BITS)
     local = removed & np.uint64((1 << SHARD_BITS) - 1)
-    out = []
-    for s in range(shards):
-        mine = shard_of == s  # `removed` is sorted, so each shard's candidates come in order
-        out.append(np.stack([local[mine], reason[mine], survivor[mine]]))
-    return out
+    # `removed` is sorted (np.unique's nodes), so each shard's candidates are one run, in order: its bounds by
+    # binary search (a mask per shard was O(shards x removed): hours at 100,000 files with millions removed)
+    bounds = np.searchsorted(shard_of, np.arange(shards + 1, dtype=np.uint64)).tolist()
+    return [np.stack([local[a:b], reason[a:b], survivor[a:b]]) for a, b in zip(bounds, bounds[1:])]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import ipaddress
 import json
+import os
 import random
 import re
 import sys
@@ -20,7 +21,7 @@ import pytest
 
 from bloomdata.clean.closed_class import CLOSED_CLASS_WORDS
 from bloomdata.clean.config import CleanConfig, NearDedupConfig, NormalizeConfig, PiiConfig, QualityConfig
-from bloomdata.clean.dedup import components
+from bloomdata.clean.dedup import EXACT, NEAR, SHARD_BITS, JoinTask, components, join_dir, resolve
 from bloomdata.clean.lang_models import check_models
 from bloomdata.clean.language import load_word_lists
 from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_repetition_ratio
@@ -288,6 +289,32 @@ def test_components_root_is_the_smallest_member_like_union_find():
             ra, rb = _find(parent, a), _find(parent, b)
             parent[max(ra, rb)] = min(ra, rb)
         assert {int(n): int(r) for n, r in zip(nodes, roots)} == {n: _find(parent, n) for n in parent}
+
+
+def test_resolve_gives_each_shard_its_removed_candidates_in_order(tmp_path):
+    """Removals of exact and near pairs across shards, some shards with none (the first and the last among
+    them): each shard gets its own (candidate, reason, survivor) columns, as a mask per shard would."""
+    rng = np.random.default_rng(1)
+    shards = 9
+
+    def ids(n: int) -> np.ndarray:  # global ids in shards 1..7 (0 and 8 hold no duplicates)
+        return (rng.integers(1, shards - 1, n).astype(np.uint64) << np.uint64(SHARD_BITS)) | \
+            rng.integers(0, 50, n).astype(np.uint64)
+
+    tasks = [JoinTask(-1, 0, 1, "exact"), JoinTask(0, 0, 1)]
+    os.makedirs(join_dir(str(tmp_path)))
+    for task in tasks:
+        np.save(os.path.join(join_dir(str(tmp_path)), f"{task.name}.npy"), np.stack([ids(200), ids(200)], axis=1))
+    out = resolve(str(tmp_path), tasks, shards)
+    pairs = np.concatenate([np.load(os.path.join(join_dir(str(tmp_path)), f"{t.name}.npy")) for t in tasks])
+    nodes, roots = components(pairs)
+    exact = set(np.load(os.path.join(join_dir(str(tmp_path)), f"{tasks[0].name}.npy"))[:, 0].tolist())
+    assert len(out) == shards and out[0].shape == out[-1].shape == (3, 0)
+    for s in range(shards):
+        want = [(n & ((1 << SHARD_BITS) - 1), EXACT if n in exact else NEAR, r)
+                for n, r in zip(nodes.tolist(), roots.tolist()) if n != r and n >> SHARD_BITS == s]
+        assert [tuple(col) for col in out[s].T.tolist()] == want
+    assert sum(o.shape[1] for o in out) > 100
 
 
 def _find(parent: dict[int, int], x: int) -> int:
