@@ -20,8 +20,10 @@ seconds (the process and its Dask workers), the peak resident memory of the proc
 with psutil: ``tree``) and of its largest process (``max proc``), and the disk the output directory used (its
 peak, sampled every 2 s, and what is left at the end), and the largest process's peak per stage (the newest folder
 the run has made: clean's filter, join, resolve, write; the build's shards; the counts pass's), and ``probe``: a
-fixed Python loop timed just before the run (the machine's speed then; it drifts on shared VMs). Goals (issue 32): s/GB at the largest size within 10% of
-the smallest size's for every stage and layout; peak memory flat within 25%; the last lines say which hold.
+fixed Python loop's CPU seconds just before the run and, as a mean of short ones, during it, with the seconds the
+hypervisor stole meanwhile (the machine's speed; it drifts on shared VMs). Goals (issue 32): s/GB at the largest
+size within 10% of the smallest size's for every stage and layout; peak memory flat within 25%; the last lines say
+which hold.
 ``--plans`` checks that every plan writes the same cleaned documents (the concatenated data files, per language,
 in plan order); issue 24's goal: clean's default throughput within 10% of the best --max-rows-per-shard.
 """
@@ -99,21 +101,35 @@ def stage_folders(out: Path) -> list[str]:
     return found
 
 
-def probe() -> float:
-    """Seconds of a fixed pure-Python loop (~1 s): the machine's speed just before a run. This VM's speed drifts
-    (the same 1 GB count took 68 s, then 83 s two hours later; this loop 2.59 s, then 3.16 s, idle), so the goal
-    lines also give each time ratio over the ratio of the probes."""
-    start = time.perf_counter()
-    sum(i * i for i in range(10_000_000))
-    return time.perf_counter() - start
+def probe(loops: int = 10_000_000) -> float:
+    """CPU seconds of this thread for a fixed pure-Python loop, scaled to 10M turns (~1 s idle here): the machine's
+    speed. This VM's speed drifts (the same 1 GB count took 68 s, then 83 s two hours later; the same 1 GB clean
+    402 s, then 252 s within the hour), so the goal lines also give each time ratio over the ratio of the probes.
+    Thread CPU time, not wall time, so that a probe taken while the run's workers hold every core is not counted
+    waiting for one."""
+    start = time.thread_time()
+    sum(i * i for i in range(loops))
+    return (time.thread_time() - start) * 10_000_000 / loops
+
+
+def steal_s() -> float:
+    """Seconds the hypervisor has kept this VM's CPUs from running (/proc/stat's steal column, all CPUs); 0 where
+    there is no such file."""
+    try:
+        with open("/proc/stat") as f:
+            return int(f.readline().split()[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def run(cmd: list[str], watch: Path | None = None) -> dict:
     """Wall seconds, CPU seconds (the CLI and every process it reaped: its Dask workers), peak RSS (MB) of the
     tree, of its largest process and of each process (``procs_mb``: the CLI first, then the others by peak),
     and, with ``watch``, the peak and final bytes under that directory (sampled every 2 s) and the largest
-    process's peak per stage (``stage_mb``: a stage is the newest folder the run made, seen every 2 s)."""
-    speed = probe()
+    process's peak per stage (``stage_mb``: a stage is the newest folder the run made, seen every 2 s). ``probe_s``
+    is the probe just before the run; ``probe_run_s`` the mean of short probes (50 ms, every 20 s) during it, and
+    ``steal_s`` the CPU seconds the hypervisor took meanwhile: the machine's speed over the whole run."""
+    speed, stolen, during, probe_at = probe(), steal_s(), [], time.perf_counter()
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     root, tree_peak, peaks, disk_peak, disk_at = psutil.Process(proc.pid), 0, {}, 0, 0.0
@@ -130,6 +146,9 @@ def run(cmd: list[str], watch: Path | None = None) -> dict:
             disk_peak, disk_at = max(disk_peak, disk_bytes(watch)), time.perf_counter()
             seen += [name for name in stage_folders(watch) if name not in seen]
         stage_peaks[seen[-1]] = max([stage_peaks.get(seen[-1], 0), *rss.values()])
+        if time.perf_counter() - probe_at > 20:
+            during.append(probe(500_000))
+            probe_at = time.perf_counter()
         time.sleep(0.1)
     stderr = proc.stderr.read()
     if proc.returncode:
@@ -138,7 +157,9 @@ def run(cmd: list[str], watch: Path | None = None) -> dict:
     cpu = after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime
     procs = [peaks.pop(proc.pid, 0), *sorted(peaks.values(), reverse=True)]
     final = disk_bytes(watch) if watch is not None else 0
-    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "probe_s": speed, "tree_mb": tree_peak / 1e6,
+    return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "probe_s": speed,
+            "probe_run_s": sum(during) / len(during) if during else speed, "steal_s": steal_s() - stolen,
+            "tree_mb": tree_peak / 1e6,
             "proc_mb": max(procs) / 1e6, "procs_mb": [n / 1e6 for n in procs if n > 20e6],
             "disk_peak_mb": max(disk_peak, final) / 1e6, "disk_mb": final / 1e6,
             "stage_mb": {stage: n / 1e6 for stage, n in stage_peaks.items()}}
@@ -166,7 +187,8 @@ def line(what: str, mb: int, r: dict) -> str:
     return (f"{what:<34} {mb:>5} MB  {r['wall_s']:7.1f} s  {r['wall_s'] / (mb / 1000):6.0f} s/GB  "
             f"{mb / r['wall_s']:5.2f} MB/s  CPU {r['cpu_s']:6.0f} s  tree {r['tree_mb']:5.0f} MB  "
             f"max proc {r['proc_mb']:4.0f} MB  disk {r.get('disk_peak_mb', 0):6.0f} MB peak, "
-            f"{r.get('disk_mb', 0):6.0f} MB left; probe {r.get('probe_s', 0):.2f} s" +
+            f"{r.get('disk_mb', 0):6.0f} MB left; probe {r.get('probe_s', 0):.2f} s before, "
+            f"{r.get('probe_run_s', 0):.2f} s during; steal {r.get('steal_s', 0):.0f} s" +
             ("; largest process by stage: " + ", ".join(f"{k} {v:.0f}" for k, v in r["stage_mb"].items()) + " MB"
              if r.get("stage_mb") else ""))
 
@@ -256,8 +278,9 @@ def goals(results: dict[tuple[str, str], dict[int, dict]]) -> None:
         a, b = by_size[lo], by_size[hi]
         speed = (b["wall_s"] / hi) / (a["wall_s"] / lo)
         tree, proc = b["tree_mb"] / a["tree_mb"], b["proc_mb"] / a["proc_mb"]
-        drift = (f" (x{speed * a['probe_s'] / b['probe_s']:.3f} over the probes' x{b['probe_s'] / a['probe_s']:.3f})"
-                 if a.get("probe_s") and b.get("probe_s") else "")
+        key = "probe_run_s" if a.get("probe_run_s") and b.get("probe_run_s") else "probe_s"
+        drift = (f" (x{speed * a[key] / b[key]:.3f} over the probes' x{b[key] / a[key]:.3f}, {key})"
+                 if a.get(key) and b.get(key) else "")
         print(f"{stage} ({layout}) {hi} / {lo} MB: s/GB x{speed:.3f}{drift} ({'met' if speed <= 1.10 else 'NOT met'}: "
               f"<= 1.10), peak tree x{tree:.2f}, max proc x{proc:.2f} "
               f"({'met' if max(tree, proc) <= 1.25 else 'NOT met'}: <= 1.25)", flush=True)
