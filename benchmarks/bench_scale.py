@@ -128,7 +128,9 @@ def run(cmd: list[str], watch: Path | None = None) -> dict:
     and, with ``watch``, the peak and final bytes under that directory (sampled every 2 s) and the largest
     process's peak per stage (``stage_mb``: a stage is the newest folder the run made, seen every 2 s). ``probe_s``
     is the probe just before the run; ``probe_run_s`` the mean of short probes (50 ms, every 20 s) during it, and
-    ``steal_s`` the CPU seconds the hypervisor took meanwhile: the machine's speed over the whole run."""
+    ``steal_s`` the CPU seconds the hypervisor took meanwhile: the machine's speed over the whole run. A run too
+    short for a probe during it has ``probe_run_s`` None, not the one before it: an idle probe reads slower than
+    one taken during a run (1.05 against 0.85 s here), so mixing the two would skew the adjusted ratio."""
     speed, stolen, during, probe_at = probe(), steal_s(), [], time.perf_counter()
     start, used = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -158,7 +160,7 @@ def run(cmd: list[str], watch: Path | None = None) -> dict:
     procs = [peaks.pop(proc.pid, 0), *sorted(peaks.values(), reverse=True)]
     final = disk_bytes(watch) if watch is not None else 0
     return {"wall_s": time.perf_counter() - start, "cpu_s": cpu, "probe_s": speed,
-            "probe_run_s": sum(during) / len(during) if during else speed, "steal_s": steal_s() - stolen,
+            "probe_run_s": sum(during) / len(during) if during else None, "steal_s": steal_s() - stolen,
             "tree_mb": tree_peak / 1e6,
             "proc_mb": max(procs) / 1e6, "procs_mb": [n / 1e6 for n in procs if n > 20e6],
             "disk_peak_mb": max(disk_peak, final) / 1e6, "disk_mb": final / 1e6,
@@ -187,8 +189,9 @@ def line(what: str, mb: int, r: dict) -> str:
     return (f"{what:<34} {mb:>5} MB  {r['wall_s']:7.1f} s  {r['wall_s'] / (mb / 1000):6.0f} s/GB  "
             f"{mb / r['wall_s']:5.2f} MB/s  CPU {r['cpu_s']:6.0f} s  tree {r['tree_mb']:5.0f} MB  "
             f"max proc {r['proc_mb']:4.0f} MB  disk {r.get('disk_peak_mb', 0):6.0f} MB peak, "
-            f"{r.get('disk_mb', 0):6.0f} MB left; probe {r.get('probe_s', 0):.2f} s before, "
-            f"{r.get('probe_run_s', 0):.2f} s during; steal {r.get('steal_s', 0):.0f} s" +
+            f"{r.get('disk_mb', 0):6.0f} MB left; probe {r.get('probe_s', 0):.2f} s before" +
+            (f", {r['probe_run_s']:.2f} s during" if r.get("probe_run_s") else "") +
+            f"; steal {r.get('steal_s', 0):.0f} s" +
             ("; largest process by stage: " + ", ".join(f"{k} {v:.0f}" for k, v in r["stage_mb"].items()) + " MB"
              if r.get("stage_mb") else ""))
 
