@@ -193,8 +193,8 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         config, shards, t0 = self.config, self.plan.shards, time.perf_counter()
         items = [(s, i, m, write.write_key(k, d, i, config.output_format))
                  for i, (s, m, k, d) in enumerate(zip(shards, manifests, self.plan.keys, digests))]
-        settings = write.WriteSettings(self.plan.out_dir, [s.name for s in shards], config.output_format,
-                                       config.max_removed_examples, config.max_example_chars)
+        settings = write.WriteSettings(self.plan.out_dir, config.output_format, config.max_removed_examples,
+                                       config.max_example_chars)
         step = functools.partial(_write_item, settings=settings, post=post)
         written = self.plan.where.map("write", step, items, lambda i, manifest: self.totals.written(manifest))
         self.stage_seconds["write"] = time.perf_counter() - t0
@@ -287,7 +287,7 @@ def _write_examples(out_dir: str, shards: list[Shard], manifests: list[FilterMan
                         kept.append(record)
     for record in by_reason["exact_duplicate"] + by_reason["near_duplicate"]:
         of = record.pop("duplicate_of")
-        index = next(i for i, s in enumerate(shards) if s.name == of["shard"])
+        index = of["shard"]  # the survivor's shard by plan index (write._ShardWriter.remove)
         lines = np.load(os.path.join(shard_dir(out_dir, shards[index]), "candidates.npy"), mmap_mode="r")[0]
         record["duplicate_of"] = f"{shards[index].path}:{int(lines[of['candidate']]) + offsets[index]}"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for records in by_reason.values() for r in records)

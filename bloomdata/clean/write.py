@@ -49,8 +49,9 @@ def part_name(name: str, index: int, shard: Shard, output_format: str) -> str:
 
 
 def write_key(filter_key: str, removals_digest: str, index: int, output_format: str) -> str:
+    # "examples": the removed.jsonl work file's format (2: a duplicate names its survivor's shard by plan index)
     return durable.content_key({"version": MARKER_VERSION, "filter": filter_key, "removed": removals_digest,
-                                "index": index, "format": output_format})
+                                "index": index, "format": output_format, "examples": 2})
 
 
 def load_marker(out_dir: str, shard: Shard, key: str) -> WriteManifest | None:
@@ -97,8 +98,10 @@ class TemplateRemoval:
 class WriteSettings:
     """What stage 4 of every shard shares: where parts go, their format, the removed examples kept."""
 
+    # no per-shard list here: a copy travels with every write task, so a list of the plan's shards cost
+    # O(shards^2) bytes (~3 MB x 100,000 tasks at 100,000 files); a duplicate names its survivor's shard by
+    # plan index and the driver turns that into file:line (run._write_examples)
     out_dir: str
-    shard_names: list[str]  # plan order: a near duplicate names its survivor's shard by plan index
     output_format: str
     max_examples: int  # removed documents kept as examples, per reason
     max_chars: int  # characters of an example's text
@@ -185,7 +188,7 @@ class _ShardWriter:
                    "text": record["text"][:max_chars], "truncated": len(record["text"]) > max_chars}
         if survivor is not None:
             s, c = survivor >> SHARD_BITS, survivor & ((1 << SHARD_BITS) - 1)
-            example["duplicate_of"] = {"shard": self.settings.shard_names[s], "candidate": c}
+            example["duplicate_of"] = {"shard": s, "candidate": c}  # s: the survivor's shard, by plan index
         self.examples.append(json.dumps(example, ensure_ascii=False))
 
     def publish(self) -> None:
