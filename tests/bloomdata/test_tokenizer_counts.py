@@ -172,6 +172,25 @@ def test_cpp_learner_equals_the_reference_on_a_large_vocabulary(corpus_dir):
     assert _learn(counts, 6_000, 2) == _learn(counts, 6_000, 2, reference=True)
 
 
+def test_cpp_learner_equals_the_reference_past_a_dense_pair_index(corpus_dir):
+    """An initial vocabulary over 4,096 tokens (5,000 unused ones before the bytes) takes the learner's hash-map
+    index of the initial pairs instead of its dense table; merges and tokens stay the reference's."""
+    texts = [json.loads(line)["text"] for line in (corpus_dir / "en.jsonl").read_text(encoding="utf-8").splitlines()]
+    counts = _counts_of(texts[:400])
+    vocab = initial_vocab([*SPECIAL_TOKENS, *(f"<extra_{i}>" for i in range(5_000))], byte_level_chars())
+    ids = byte_ids(vocab)
+    words = [w.encode("utf-8") for w in counts]
+    symbols = ids[np.frombuffer(b"".join(words), dtype=np.uint8)]
+    offsets = np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
+    freq = np.array(list(counts.values()), dtype=np.uint64)
+    bounds = offsets.tolist()
+    reference = learn_merges_reference([symbols[a:b].tolist() for a, b in zip(bounds, bounds[1:])], freq.tolist(),
+                                       vocab, len(vocab) + 1_500, 2)
+    learned = learn_merges(WordArrays(symbols.copy(), offsets, freq), vocab, len(vocab) + 1_500, 2)
+    assert len(reference.merges) > 1_000
+    assert (learned.vocab, learned.merges) == (reference.vocab, reference.merges)
+
+
 def test_python_split_equals_hf_split(corpus_dir):
     """The counting workers' ``re`` split gives HF's pieces: every BMP code point between pieces, inside them and
     doubled, astral characters, runs of spaces, and every document of the corpus."""
