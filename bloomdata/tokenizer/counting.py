@@ -48,7 +48,7 @@ from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob
 from bloomdata.readers import UNKNOWN_LANG, Document, Shard, SourceConfig, read_shard, shard_plan
 from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill, truncate
 from bloomdata.tokenizer.split import PIECES, split_pieces
-from bloomdata.tokenizer.word_counts import sum_partition, write_word_counts
+from bloomdata.tokenizer.word_counts import sum_partition, write_word_counts, write_word_list
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
 WORK_NAME = "word_counts"  # OUT/word_counts
@@ -231,8 +231,10 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
 def _spill(counter: Counter[str], folder: str, runs: list[str], settings: CountSettings) -> int:
     """Write the counted words as the next run and empty the counter; returns the words written."""
     path = os.path.join(folder, f"run-{len(runs):04d}.wc")
-    n = write_word_counts(path, {w.encode("utf-8"): c for w, c in counter.items()}, settings.partitions)
-    counter.clear()
+    words = [w.encode("utf-8") for w in counter]
+    counts = np.fromiter(counter.values(), dtype=np.uint64, count=len(words))
+    counter.clear()  # before writing: the words are held once, as bytes, not in a second dict beside the first
+    n = write_word_list(path, words, counts, settings.partitions)
     runs.append(path)
     return n
 

@@ -117,16 +117,21 @@ def write_word_counts(path: str | os.PathLike[str], counts: dict[bytes, int], pa
     """Write ``counts`` (word -> count) as a ``.wc`` file of ``partitions`` hash partitions, atomically and
     synced (a completion marker vouches for it); returns the number of words. Within a partition the words
     keep the dict's order (a deterministic function of what was counted)."""
-    words = list(counts)
-    values = np.fromiter(counts.values(), dtype=np.uint64, count=len(words))
+    return write_word_list(path, list(counts), np.fromiter(counts.values(), dtype=np.uint64, count=len(counts)),
+                           partitions)
+
+
+def write_word_list(path: str | os.PathLike[str], words: list[bytes], counts: np.ndarray, partitions: int = 1) -> int:
+    """``write_word_counts`` of ``words[i]`` seen ``counts[i]`` times (distinct words), for a caller that empties
+    its dict before writing: no second dict of the words is built."""
     if partitions > 1:
         part = np.fromiter(map(xxhash.xxh64_intdigest, words), dtype=np.uint64, count=len(words)) % np.uint64(partitions)
         order = np.argsort(part, kind="stable")
-        words, values = [words[i] for i in order.tolist()], values[order]
+        words, counts = np.asarray(words, dtype=object)[order].tolist(), counts[order]  # 8 bytes a word, no ints
         word_at = np.searchsorted(part[order], np.arange(partitions + 1, dtype=np.uint64))
     else:
         word_at = np.array([0, len(words)])
-    durable.write_with(path, lambda out: _write(out, words, values, word_at))
+    durable.write_with(path, lambda out: _write(out, words, counts, word_at))
     return len(words)
 
 
