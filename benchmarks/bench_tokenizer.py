@@ -2,6 +2,7 @@
 
     python benchmarks/bench_tokenizer.py                                  # 100 and 500 MB, vocab 32,000, 2 workers
     python benchmarks/bench_tokenizer.py --sizes 120 360                  # the memory check
+    python benchmarks/bench_tokenizer.py --sizes 120 360 --counts-only --max-memory 512MB   # the same, bounded
     python benchmarks/bench_tokenizer.py --sizes 5000 --counts-only --max-memory 2GB   # the 5 GB figures
     python benchmarks/bench_tokenizer.py --sizes 120 360 --words-per-script 50000      # distinct words fixed
 
