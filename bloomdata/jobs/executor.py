@@ -73,6 +73,10 @@ WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 CONNECT_TIMEOUT_S = 30  # to reach an existing scheduler and see at least one worker
 WORKERS_GONE_S = 30.0  # an external scheduler without any worker this long, mid-run: the worker set is lost
 POLL_S = 2.0  # how often run_shards checks the workers while no task finishes
+# Tasks run_shards keeps submitted and not yet taken, at least (or 4 per worker thread, when more): the
+# scheduler holds each submitted task's spec (~8-12 KB measured, more with a large fn), so a job of 100,000
+# shards submitted at once held ~1 GB in the driver before the first result.
+SUBMIT_WINDOW = 512
 
 
 class _DropLostSchedulerNoise(logging.Filter):
@@ -227,60 +231,92 @@ def run_shards(fn: Callable[[Any], Any], items: Sequence[Any], *, n_workers: int
         if client is None:
             client = stack.enter_context(dask_client(n_workers, scheduler_address))
         client.register_plugin(_WorkerEnv())  # idempotent (named); a no-op on our own LocalCluster
-        # keys named after fn (e.g. tokenize_shard-<uuid>-<i>), not after the wrapper
-        futures = client.map(functools.partial(_step, fn), list(items), key=funcname(fn), pure=False)
-        position = {future.key: i for i, future in enumerate(futures)}
+        window = _Window(client, fn, items)
         try:
-            _collect(client, futures, position, items, results, on_result)
+            _collect(client, window, items, results, on_result)
         except BaseException:
             if client.status == "running":
-                client.cancel([f for f in futures if f is not None])
+                client.cancel(list(window.futures.values()))
             raise
     return results
 
 
-def _collect(client: Client, futures: list, position: dict, items: Sequence[Any], results: list[Any],
+class _Window:
+    """The tasks of ``items`` submitted in item order, at most ``SUBMIT_WINDOW`` (or 4 per worker thread) ahead
+    of the results taken; each submitted future queues itself in ``finished`` when it is done.
+
+    Each future is dropped once its result is taken (``take``): while the client holds a future, its worker
+    keeps the finished task, with its own unpickled copy of ``fn`` (the roots preset's word lists: ~0.75 MB a
+    task), so a 10 GB roots clean's workers grew by the shards they had run (260 MB against 198 at 1 GB)."""
+
+    def __init__(self, client: Client, fn: Callable[[Any], Any], items: Sequence[Any]):
+        self.client, self.items = client, items
+        self.step = functools.partial(_step, fn)
+        self.name = funcname(fn)  # keys named after fn (e.g. tokenize_shard-<uuid>-<i>), not after the wrapper
+        self.finished: queue.SimpleQueue = queue.SimpleQueue()
+        self.futures: dict[int, Any] = {}  # item index -> future, submitted and not yet taken
+        self.position: dict[Any, int] = {}  # future key -> item index
+        self.submitted, self.size = 0, SUBMIT_WINDOW
+        self.top_up()
+
+    def top_up(self) -> None:
+        """Submit the next items, once half the window has been taken (the window's size is read again then:
+        workers may have joined)."""
+        if self.submitted == len(self.items) or len(self.futures) > self.size // 2:
+            return
+        self.size = max(SUBMIT_WINDOW, 4 * sum(self.client.nthreads().values()))
+        end = min(len(self.items), self.submitted + self.size - len(self.futures))
+        chunk = self.client.map(self.step, list(self.items[self.submitted:end]), key=self.name, pure=False)
+        for i, future in enumerate(chunk, self.submitted):
+            self.futures[i] = future
+            self.position[future.key] = i
+            future.add_done_callback(self.finished.put)
+        self.submitted = end
+
+    def take(self, future: Any) -> int:
+        """The item index of a finished future, which the window forgets (the scheduler releases its task)."""
+        i = self.position.pop(future.key)
+        del self.futures[i]
+        return i
+
+
+def _collect(client: Client, window: _Window, items: Sequence[Any], results: list[Any],
              on_result: Callable[[int, Any], None] | None) -> None:
-    """Results into ``results`` as tasks finish; the first failure, or a lost cluster, raises.
+    """Results into ``results`` as tasks finish, topping the window up; the first failure, or a lost
+    cluster, raises.
 
     Each future gets one done-callback that queues it (Dask calls it in a thread of its own when the future
     finishes, errs or is cancelled, e.g. with its scheduler lost). Not ``distributed.wait(FIRST_COMPLETED,
     timeout)`` in a loop: every call of it leaves one waiting asyncio task per unfinished future (its ``Any``
-    never cancels them), so a 10 GB clean's driver held (unfinished shards x calls) of them, 465 MB.
-
-    Each future is dropped (``futures[i] = None``) once its result is taken: while the client holds a future,
-    its worker keeps the finished task, with its own unpickled copy of ``fn`` (the roots preset's word lists:
-    ~0.75 MB a task), so a 10 GB roots clean's workers grew by the shards they had run (260 MB against 198
-    at 1 GB)."""
-    finished: queue.SimpleQueue = queue.SimpleQueue()
-    for future in futures:
-        future.add_done_callback(finished.put)
-    left, idle_since = len(futures), None
+    never cancels them), so a 10 GB clean's driver held (unfinished shards x calls) of them, 465 MB."""
+    left, idle_since = len(items), None
     while left:
         try:
-            batch = [finished.get(timeout=POLL_S)]
+            batch = [window.finished.get(timeout=POLL_S)]
         except queue.Empty:
             idle_since = _check_workers(client, idle_since)
             continue
-        while not finished.empty():
-            batch.append(finished.get())
+        while not window.finished.empty():
+            batch.append(window.finished.get())
         idle_since, left = None, left - len(batch)
-        for future in sorted(batch, key=lambda f: position[f.key]):
-            i = position[future.key]
+        for future in sorted(batch, key=lambda f: window.position[f.key]):
             try:
-                results[i] = _result(client, future)
+                result = _result(client, future)
             except KilledWorker as exc:
+                i = window.position[future.key]
                 what = getattr(items[i], "name", None) or repr(items[i])
                 raise BloomstackError(f"{what}: its task killed {exc.allowed_failures + 1} workers "
                                       "(out of memory? lower batch sizes or give workers more memory)") from None
             except (FutureCancelledError, OSError) as exc:  # OSError: a gather cut off (CommClosedError)
                 _raise_if_scheduler_lost(client, exc)
                 raise
-            futures[i] = None  # the scheduler releases the task: its worker forgets it and its result
-            if isinstance(results[i], _UserError):
-                raise results[i].error from None
+            i = window.take(future)
+            results[i] = result
+            if isinstance(result, _UserError):
+                raise result.error from None
             if on_result is not None:
-                on_result(i, results[i])
+                on_result(i, result)
+        window.top_up()
 
 
 def _result(client: Client, future: Any) -> Any:
