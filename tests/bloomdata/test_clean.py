@@ -480,8 +480,12 @@ def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn
 def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir, monkeypatch):
     """A 10 GB clean of 1,000 files peaked at 265 MB in the driver against 162 MB at 1 GB (100 files): the driver
     kept every shard's filter and write manifests, with their per-language counts, to the end (~27 KB a shard of
-    12 languages here, measured). The run now sums them once a stage has them: ~0.1 KB a shard remains."""
+    12 languages here, measured). The run now sums them once a stage has them: 6-9 KB a shard remain (the
+    manifests without their counts, the write manifests, the keys read back). Log records that pytest
+    captures (up to ~5 KB a shard more, by what earlier tests set) are not the driver's: allocations in
+    logging and pytest are left out, and the bound leaves room under the 27 KB it guards against."""
     import gc
+    import logging
     import tracemalloc
 
     from bloomdata.clean import run as clean_run
@@ -490,9 +494,14 @@ def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir,
     held: dict[int, int] = {}
     summarize = clean_run._summary
 
-    def at_summary(job, stages):  # what the run holds once every stage is done
+    not_the_driver = [tracemalloc.Filter(False, logging.__file__), tracemalloc.Filter(False, "*/_pytest/*")]
+
+    def traced() -> int:
         gc.collect()
-        held[len(job.plan.shards)] = tracemalloc.get_traced_memory()[0] - base
+        return sum(t.size for t in tracemalloc.take_snapshot().filter_traces(not_the_driver).traces)
+
+    def at_summary(job, stages):  # what the run holds once every stage is done
+        held[len(job.plan.shards)] = traced() - base
         return summarize(job, stages)
 
     monkeypatch.setattr(clean_run, "_summary", at_summary)
@@ -501,17 +510,16 @@ def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir,
         nonlocal base
         inputs = [_write(tmp_path / f"in{shards}{name}" / f"f{i:03d}.jsonl",
                          [{"text": f"{r['text']} {i}", "lang": r["lang"]} for r in rows]) for i in range(shards)]
-        gc.collect()
-        base = tracemalloc.get_traced_memory()[0]
+        base = traced()
         run_clean(_config(inputs, tmp_path / f"out{shards}{name}", workers=0))
 
     base = 0
     tracemalloc.start()
     try:
-        run(15, "warm")  # imports and caches, at the largest size (a 1-shard warm-up left ~5 KB a shard to chance)
+        run(15, "warm")  # imports and caches, at the largest size
         run(3)
         run(15)
     finally:
         tracemalloc.stop()
     per_shard = (held[15] - held[3]) / 12
-    assert per_shard < 12_000, f"the driver holds {per_shard:,.0f} bytes a shard at the end of a clean run"
+    assert per_shard < 18_000, f"the driver holds {per_shard:,.0f} bytes a shard at the end of a clean run"
