@@ -213,9 +213,9 @@ def learner_bytes(words: int, symbols: int) -> int:
     """About the learner's peak memory for ``words`` distinct words of ``symbols`` bytes in all, its input
     arrays included: 18 bytes per symbol (4 for the symbol, up to 14 for the word lists, pairs and queue
     entries csrc/bpe/learner.h keeps; more merges keep more) and 24 per word (offsets, counts, lengths).
-    Measured on Zipfian words (benchmarks/bench_tokenizer.py): 1,743,371 words of 22.1 MB took 327 MB above the interpreter at
-    vocabulary 32,000 and 423 MB at 250,680 (estimated 439 MB); 1,154,768 words of 14.6 MB, 215 and 284 MB
-    (estimated 290 MB)."""
+    Measured on Zipfian words (benchmarks/bench_tokenizer.py), above the interpreter: 1,743,371 words of 22.1 MB
+    took 327 MB at vocabulary 32,000 and 423 MB at 250,680 (estimated 439 MB); 1,154,768 words of 14.6 MB, 215
+    and 284 MB (estimated 290 MB)."""
     return 18 * symbols + 24 * words
 
 

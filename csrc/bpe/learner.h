@@ -284,7 +284,9 @@ class PairIndex {
 };
 
 // The word lists: LEB128 varints of ascending word numbers' differences (the first from 0).
-inline size_t varint_bytes(uint32_t v) { return v < (1u << 7) ? 1 : v < (1u << 14) ? 2 : v < (1u << 21) ? 3 : v < (1u << 28) ? 4 : 5; }
+inline size_t varint_bytes(uint32_t v) {
+  return v < (1u << 7) ? 1 : v < (1u << 14) ? 2 : v < (1u << 21) ? 3 : v < (1u << 28) ? 4 : 5;
+}
 
 inline uint8_t* put_varint(uint8_t* at, uint32_t v) {
   while (v >= 0x80) {
@@ -376,6 +378,9 @@ class Learner {
     std::vector<int64_t> counts;
     std::vector<uint32_t> last, listed;  // per pair: the last word listed, and how many words
     std::vector<uint64_t> place;         // per pair: bytes of its list, then where the next number goes
+    const auto gap = [&](uint32_t p, size_t w) {  // what word w adds to pair p's list (the first: w itself)
+      return last[p] == kNone ? uint32_t(w) : uint32_t(w) - last[p];
+    };
     for (size_t w = 0; w < words_.n; ++w) {
       const uint32_t* s = words_.symbols + words_.offsets[w];
       for (uint32_t i = 0; i + 1 < lengths_[w]; ++i) {
@@ -389,7 +394,7 @@ class Learner {
         }
         counts[p] += int64_t(words_.counts[w]);
         if (last[p] != w) {
-          place[p] += varint_bytes(last[p] == kNone ? uint32_t(w) : uint32_t(w) - last[p]);
+          place[p] += varint_bytes(gap(p, w));
           last[p] = uint32_t(w);
           ++listed[p];
         }
@@ -418,8 +423,7 @@ class Learner {
       for (uint32_t i = 0; i + 1 < lengths_[w]; ++i) {
         const uint32_t p = index.index(s[i], s[i + 1]);
         if (counts[p] >= floor_ && last[p] != w) {
-          const uint32_t delta = last[p] == kNone ? uint32_t(w) : uint32_t(w) - last[p];
-          place[p] = uint64_t(put_varint(lists_.data() + place[p], delta) - lists_.data());
+          place[p] = uint64_t(put_varint(lists_.data() + place[p], gap(p, w)) - lists_.data());
           last[p] = uint32_t(w);
         }
       }
@@ -474,8 +478,6 @@ class Learner {
       vocab_.push_back(std::move(joined));
     }
     merges_.emplace_back(a, b);
-    formed_left_.clear();
-    formed_right_.clear();
     // the entry's words, then its list is dead (nothing appends to the arena while it is read)
     const uint8_t* const start = lists_.data() + entry_list_[top.entry];
     const uint8_t* at = start;
@@ -490,7 +492,7 @@ class Learner {
     entry_words_[top.entry] = 0;
     queue_formed(token);
     constexpr size_t kKeep = size_t(1) << 16;  // what one very common pair grew is given back
-    formed_left_.clear();
+    formed_left_.clear();  // empty for the next step
     formed_right_.clear();
     words_buffer_.clear();
     formed_left_.shrink(kKeep);
@@ -560,10 +562,7 @@ class Learner {
       if (entry_words_[e] == 0) continue;
       const uint8_t* from = base + entry_list_[e];
       const uint8_t* at = from;
-      for (uint32_t i = 0, n = entry_words_[e]; i < n; ++i) {
-        while (*at++ >= 0x80) {
-        }
-      }
+      for (uint32_t i = 0, n = entry_words_[e], skipped; i < n; ++i) at = get_varint(at, &skipped);
       const size_t bytes = size_t(at - from);
       std::memmove(base + to, from, bytes);
       entry_list_[e] = to;

@@ -29,6 +29,7 @@ from bloomdata.tokenizer.bpe import (
 )
 from bloomdata.tokenizer.counting import WORK_NAME, count_words, spill_words
 from bloomdata.tokenizer.merges import (
+    LearnedMerges,
     WordArrays,
     byte_ids,
     byte_level_chars,
@@ -61,21 +62,30 @@ def _counts_of(texts: list[str]) -> Counter[str]:
     return Counter(p for t in texts for p, _ in split.pre_tokenize_str(t))
 
 
+def _word_arrays(counts: Counter[str], vocab: list[str]) -> WordArrays:
+    """The learner's arrays of word counts over ``vocab``'s byte characters, as the .wc files give them."""
+    words = [w.encode("utf-8") for w in counts]
+    symbols = byte_ids(vocab)[np.frombuffer(b"".join(words), dtype=np.uint8)] if words else np.zeros(0, np.uint32)
+    offsets = np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
+    return WordArrays(np.ascontiguousarray(symbols, dtype=np.uint32), offsets,
+                      np.array(list(counts.values()), dtype=np.uint64))
+
+
+def _learn_both(counts: Counter[str], vocab: list[str], vocab_size: int, min_frequency: int,
+                reference: bool = False) -> LearnedMerges:
+    """The merges of the C++ learner, or (``reference``) of the Python one."""
+    words = _word_arrays(counts, vocab)
+    if not reference:
+        return learn_merges(words, vocab, vocab_size, min_frequency)
+    bounds, flat = words.offsets.tolist(), words.symbols.tolist()
+    return learn_merges_reference([flat[a:b] for a, b in zip(bounds, bounds[1:])], words.counts.tolist(), vocab,
+                                  vocab_size, min_frequency)
+
+
 def _learn(counts: Counter[str], vocab_size: int, min_frequency: int, reference: bool = False) -> bytes:
     """tokenizer.json learned from word counts (through the .wc arrays), as the counts trainer does."""
-    vocab = initial_vocab(SPECIAL_TOKENS, byte_level_chars())
-    words = [w.encode("utf-8") for w in counts]
-    ids = byte_ids(vocab)
-    symbols = ids[np.frombuffer(b"".join(words), dtype=np.uint8)] if words else np.zeros(0, np.uint32)
-    offsets = np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
-    freq = np.array(list(counts.values()), dtype=np.uint64)
-    if reference:
-        bounds = offsets.tolist()
-        learned = learn_merges_reference([symbols[a:b].tolist() for a, b in zip(bounds, bounds[1:])],
-                                         freq.tolist(), vocab, vocab_size, min_frequency)
-    else:
-        words = WordArrays(np.ascontiguousarray(symbols, dtype=np.uint32), offsets, freq)
-        learned = learn_merges(words, vocab, vocab_size, min_frequency)
+    learned = _learn_both(counts, initial_vocab(SPECIAL_TOKENS, byte_level_chars()), vocab_size, min_frequency,
+                          reference)
     return tokenizer_from_merges(learned.vocab, learned.merges).to_str(pretty=True).encode("utf-8")
 
 
@@ -178,15 +188,8 @@ def test_cpp_learner_equals_the_reference_past_a_dense_pair_index(corpus_dir):
     texts = [json.loads(line)["text"] for line in (corpus_dir / "en.jsonl").read_text(encoding="utf-8").splitlines()]
     counts = _counts_of(texts[:400])
     vocab = initial_vocab([*SPECIAL_TOKENS, *(f"<extra_{i}>" for i in range(5_000))], byte_level_chars())
-    ids = byte_ids(vocab)
-    words = [w.encode("utf-8") for w in counts]
-    symbols = ids[np.frombuffer(b"".join(words), dtype=np.uint8)]
-    offsets = np.concatenate([[0], np.cumsum([len(w) for w in words])]).astype(np.int64)
-    freq = np.array(list(counts.values()), dtype=np.uint64)
-    bounds = offsets.tolist()
-    reference = learn_merges_reference([symbols[a:b].tolist() for a, b in zip(bounds, bounds[1:])], freq.tolist(),
-                                       vocab, len(vocab) + 1_500, 2)
-    learned = learn_merges(WordArrays(symbols.copy(), offsets, freq), vocab, len(vocab) + 1_500, 2)
+    reference = _learn_both(counts, vocab, len(vocab) + 1_500, 2, reference=True)
+    learned = _learn_both(counts, vocab, len(vocab) + 1_500, 2)
     assert len(reference.merges) > 1_000
     assert (learned.vocab, learned.merges) == (reference.vocab, reference.merges)
 
