@@ -13,7 +13,9 @@ where the world size takes it, else TP = PP = 1 (``fit_layout``; bloom-1b7's TP 
 ``--anchor`` also times a plain PyTorch GPT of the same shape in the same process (benchmarks/anchor_gpt.py,
 first, so that each run's peak memory is its own; ``--anchor-after``: after ours) and prints our tokens/s over
 its. To tell variants apart on one device: ``--set KEY=VALUE`` (more config overrides, e.g. ``model.compile=off``)
-and ``--head-chunk-mib`` (the fused head's chunk budget).
+and ``--head-chunk-mib`` (the fused head's chunk budget). ``--profile DIR``: where the time goes, from two more
+iterations under torch.profiler after the timed ones (bloomtrain.callbacks.profile: a trace, a table, and the
+device time by group, with the share of the step the GPU was busy).
 The figures are the trainer's metrics (``bloomtrain.metrics``), medians over the timed iterations:
 
 - ``megatron_tflops``: Megatron-DeepSpeed's logged TFLOPs, ``24 f B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 PRESETS = ("bloom-560m", "bloom-1b7")
+PROFILED = 2  # iterations profiled after the timed ones (--profile): the profiler slows the steps it records
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,6 +64,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations first")
     p.add_argument("--quick", action="store_true", help="a tiny shape (2 layers, hidden 64, seq 64): the path only")
     p.add_argument("--json", default=None, help="also write the figures to this file")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help=f"profile {PROFILED} more iterations after the timed ones (torch.profiler, "
+                        "logging.profile_iters) and copy their trace, table and summary into DIR")
     return p
 
 
@@ -70,7 +76,7 @@ def fit_layout(tp: int, pp: int, world_size: int) -> tuple[int, int]:
 
 
 def overrides(a: argparse.Namespace, log_dir: str, layout: tuple[int, int] = (1, 1)) -> list[str]:
-    iters = a.warmup + a.iters
+    iters = a.warmup + a.iters + (PROFILED if a.profile else 0)
     out = [f"optim.precision={a.precision}", f"parallel.tp={layout[0]}", f"parallel.pp={layout[1]}",
            f"schedule.micro_batch_size={a.mbs}", f"schedule.global_batch_size={a.gbs}", "schedule.rampup_batch_size=null",
            "schedule.train_samples=null", f"schedule.train_iters={iters}", "schedule.warmup_samples=0",
@@ -79,6 +85,8 @@ def overrides(a: argparse.Namespace, log_dir: str, layout: tuple[int, int] = (1,
            "logging.tensorboard=false", "logging.eval_interval=null"]
     if a.activation_checkpointing is not None:
         out.append(f"parallel.activation_checkpointing={str(a.activation_checkpointing).lower()}")
+    if a.profile:
+        out.append(f"logging.profile_iters=[{a.warmup + a.iters + 1}, {iters}]")
     out += a.sets
     if a.quick:
         out += ["model.num_layers=2", "model.hidden_size=64", "model.num_heads=4", "model.seq_length=64",
@@ -133,7 +141,9 @@ def measure(a: argparse.Namespace) -> dict:
         metrics = Path(log_dir) / "metrics.jsonl"
         rows = [json.loads(line) for line in metrics.read_text().splitlines()]
         precision = read_precision(metrics)
-    steps = [r for r in rows if "step_time_s" in r][a.warmup:]
+        profiled = Path(log_dir) / "profile"  # rank 0's (logging.profile_ranks' default)
+        profile = _keep_profile(profiled, Path(a.profile)) if a.profile and profiled.is_dir() else None
+    steps = [r for r in rows if "step_time_s" in r][a.warmup:a.warmup + a.iters]
     if not steps:
         raise SystemExit(f"bench_mfu: no timed iteration (--iters {a.iters}, --warmup {a.warmup})")
     m, tp, recompute = cfg.model, cfg.parallel.tp, cfg.parallel.activation_checkpointing
@@ -159,10 +169,23 @@ def measure(a: argparse.Namespace) -> dict:
         "model_tflops": median("tflops"), "megatron_tflops": median("hw_tflops"), "mfu": median("mfu"),
         "peak_tflops": peak, "memory_gib": median("memory_gib"),
     }
+    if profile is not None:
+        out["profile"] = profile
     if anchor is not None:
         out["anchor"] = _anchor_figures(anchor, out["flops_per_iteration"]["model"], peak)
         out["ratio_vs_anchor"] = out["tokens_per_s"] / anchor["tokens_per_s"]
     return out
+
+
+def _keep_profile(profiled: Path, keep: Path) -> dict:
+    """Copy rank 0's profile files into ``keep``; its summary (bloomtrain.callbacks.profile.ProfileSummary)."""
+    import shutil
+
+    keep.mkdir(parents=True, exist_ok=True)
+    for path in sorted(profiled.iterdir()):
+        shutil.copy2(path, keep / path.name)
+    summary = next(keep.glob("rank0-*.summary.json"))
+    return json.loads(summary.read_text())
 
 
 def _anchor_figures(anchor: dict, model_flops: float, peak: float | None) -> dict:
@@ -211,6 +234,11 @@ def summary(r: dict) -> str:
             f"{'on' if r['activation_checkpointing'] else 'off'}: step {r['step_time_s']:.3f} s, "
             f"{r['tokens_per_s']:,.0f} tokens/s, Megatron TFLOP/s per device {r['megatron_tflops']:.2f}, "
             f"model TFLOP/s {r['model_tflops']:.2f}, MFU {_pct(r['mfu'])}")
+    if "profile" in r:
+        pr = r["profile"]
+        busy = f"device busy {pr['busy']:.0%} of {pr['wall_ms']:.0f} ms; " if pr.get("busy") is not None else ""
+        groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in pr["groups"].items())
+        line += f"\nprofile of iterations {pr['iterations'][0]}-{pr['iterations'][1]}: {busy}{groups}"
     if "anchor" in r:
         an = r["anchor"]
         memory = "" if an["memory_gib"] is None else f", peak {an['memory_gib']:.1f} GiB (ours {r['memory_gib']:.1f})"

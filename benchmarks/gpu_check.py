@@ -17,7 +17,8 @@ On a machine with CUDA, in order (each a subprocess with its log in OUT/logs/, a
    in bf16 at its recipe's own settings (dropout 0.1, recompute as the recipe says; TP = PP = 1): TFLOP/s per GPU
    as Megatron-DeepSpeed counts them (``f = 4`` with recomputation), model TFLOP/s (``f = 3``), MFU against the
    card's dense bf16 peak, peak memory; and in the same process the plain PyTorch GPT of the same shape
-   (benchmarks/anchor_gpt.py): its tokens/s, MFU and peak memory, and ours over its tokens/s.
+   (benchmarks/anchor_gpt.py): its tokens/s, MFU and peak memory, and ours over its tokens/s; then two more
+   iterations under torch.profiler (``--profile``): the device's busy share and its time by kernel group.
 
 It writes OUT/gpu_report.json (``GpuReport``: device, driver, torch/CUDA versions, each check's pass/fail and
 figures) and OUT/gpu_report.md, and exits 0 only when every check passed, 1 otherwise. A check passes when its
@@ -149,8 +150,8 @@ def plan(quick: bool, python: str = sys.executable) -> list[Check]:
     for preset in ("bloom-560m", "bloom-1b7"):
         out = f"figures/mfu_{preset}.json"
         checks.append(Check(f"mfu-{preset}", [*py, str(BENCH / "bench_mfu.py"), "--preset", preset, "--device",
-                                               "cuda", "--anchor", "--iters", "3" if quick else "8", "--json", out],
-                            1800, out))
+                                               "cuda", "--anchor", "--iters", "3" if quick else "8", "--json", out,
+                                               "--profile", f"figures/profile_{preset}"], 1800, out))
     return checks
 
 
@@ -337,6 +338,24 @@ def mfu_rows(report: GpuReport) -> list[str]:
     return rows
 
 
+def profile_rows(report: GpuReport, top: int = 8) -> list[str]:
+    """Where each training step's device time went (bench_mfu --profile): busy share, groups, largest kernels."""
+    lines: list[str] = []
+    for c in report.checks:
+        pr = c.figures.get("profile") if c.name.startswith("mfu-") else None
+        if not pr:
+            continue
+        busy = f"{pr['busy']:.0%}" if pr.get("busy") is not None else "n/a"
+        lines += [f"### {c.figures['preset']}, iterations {pr['iterations'][0]}-{pr['iterations'][1]}", "",
+                  f"Wall {pr['wall_ms']:.0f} ms, device busy {busy} ({pr['total_ms']:.0f} ms of kernels, copies and "
+                  "memsets).", "", "| group | ms | share |", "|---|---:|---:|"]
+        lines += [f"| {g} | {ms:.1f} | {ms / pr['total_ms']:.1%} |" for g, ms in pr["groups"].items()]
+        lines += ["", "| kernel | ms | calls | share |", "|---|---:|---:|---:|"]
+        lines += [f"| `{r['name'][:100]}` | {r['ms']:.1f} | {r['calls']} | {r['share']:.1%} |" for r in pr["top"][:top]]
+        lines.append("")
+    return lines
+
+
 def report_markdown(report: GpuReport) -> str:
     d = report.device
     lines = [f"# gpu-check: {'PASSED' if report.passed else 'FAILED'} on {d.gpu_count} x {d.gpu}", "",
@@ -355,6 +374,11 @@ def report_markdown(report: GpuReport) -> str:
               "PyTorch GPT of the same shape in the same process (SDPA causal attention without ALiBi, compiled "
               "blocks, fused AdamW, bf16 autocast, the recipe's dropout; benchmarks/anchor_gpt.py), its MFU by the "
               "same FLOP count; peak GiB: torch.cuda.max_memory_allocated of each.", "", *mfu_rows(report)]
+    profiles = profile_rows(report)
+    if profiles:
+        lines += ["", "## Where the step's time goes (torch.profiler, two iterations after the timed ones)", "",
+                  "Groups are read from kernel names (bloomtrain.callbacks.profile.GROUPS); traces in "
+                  "figures/profile_<preset>/.", "", *profiles]
     failed = [c for c in report.checks if not c.passed]
     if failed:
         lines += ["", "## Failures", ""]

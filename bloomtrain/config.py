@@ -212,6 +212,23 @@ class LoggingConfig(_Frozen):
     """Also write TensorBoard events into logging.dir."""
     peak_tflops: float | None = None
     """Per-device peak (dense bf16) for MFU; None: 312 on A100, 989 on H100, no MFU on CPU."""
+    profile_iters: tuple[int, int] | None = None
+    """Profile iterations [first, last] (1-based, inclusive) with torch.profiler: a trace and a table by self time in logging.dir/profile/. None: never."""
+    profile_ranks: tuple[int, ...] = (0,)
+    """The global ranks that profile (each writes its own files)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> LoggingConfig:
+        if self.profile_iters is None:
+            return self
+        first, last = self.profile_iters
+        if not 1 <= first <= last:
+            raise ValueError(f"profile_iters [{first}, {last}] must be [first, last] with 1 <= first <= last "
+                             "(1-based iterations, both profiled)")
+        if self.dir is None:
+            raise FieldValueError("profile_iters needs logging.dir=PATH (the profile is written to "
+                                  "logging.dir/profile/)", "profile_iters", "dir")
+        return self
 
 
 CALLBACK_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")

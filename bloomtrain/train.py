@@ -34,6 +34,7 @@ from bloomtrain.callbacks import (
 from bloomtrain.callbacks.base import TrainResult
 from bloomtrain.callbacks.compile_time import CompileTimeCallback
 from bloomtrain.callbacks.configured import configured_callbacks
+from bloomtrain.callbacks.profile import profile_callbacks
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook, start_check
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
@@ -106,6 +107,7 @@ def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world
                            byte_lengths=byte_lengths) for s in valid_sets),
         StabilityCallback(cfg.stability),
         StopRequestsCallback(cfg.checkpoint),
+        *profile_callbacks(cfg.logging.profile_iters, cfg.logging.profile_ranks, cfg.logging.dir, rank),
         *user,
         CheckpointCallback(cfg.checkpoint.save_interval),
     ]

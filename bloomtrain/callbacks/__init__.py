@@ -9,6 +9,7 @@
 - ``stop_requests``: signals, kill-switch file, time limit;
 - ``checkpointing``: save every N iterations and at the end;
 - ``exit_record``: this rank's exit record (bloomtrain.exit_record), last;
+- ``profile``: torch.profiler around chosen iterations (``logging.profile_iters``), and where their time went;
 - ``configured``: the callbacks a training config names (``callbacks: [package.module:Class, ...]``).
 
 The run's list is built by bloomtrain.train.build_trainer: ``default_callbacks`` (the config's among them), then
@@ -29,7 +30,8 @@ from bloomtrain.callbacks.valid_sets import ValidSetCallback
 # inside functions too; tests/test_layering.py checks it).
 LAYERS = (
     "base",
-    "checkpointing compile_time configured evaluation exit_record metrics nan_drill stability stop_requests valid_sets",
+    "checkpointing compile_time configured evaluation exit_record metrics nan_drill profile stability stop_requests "
+    "valid_sets",
     "__init__",
 )
 

@@ -7,7 +7,7 @@ implements the view and imports this module, never the other way round.
 
 Order: each callback declares its ``priority`` (as OLMo-core's do); the trainer runs every hook over its
 callbacks from the highest priority to the lowest, in the order they were given among equals. So the order
-does not depend on the list a caller builds: the drill poisons the batch before anyone reads it, the iteration
+does not depend on the list a caller builds: the profiler wraps the step closest, the drill poisons the batch before anyone reads it, the iteration
 is logged before the evaluations, the skip limit and the stop requests come before a user's callbacks (0, the
 default), the checkpoint saves after every callback that changes its state in the iteration, and the exit
 record is written last, naming that checkpoint. A callback asks the loop to end with
@@ -40,6 +40,7 @@ from bloomtrain.parallel.state import ParallelState
 from bloomtrain.train_module import StepOutput, TrainModule
 
 # Priorities of the project's callbacks (higher runs first; a user's callback is 0 unless it says otherwise).
+PROFILE = 110  # the profiler starts before every other hook of its first iteration, stops first after its last step
 DRILL = 100  # poisons the batches before any other hook reads them
 METRICS = 90  # logs the iteration before the evaluations log theirs
 EVALUATION = 80  # the overall validation set
