@@ -111,7 +111,7 @@ class ProfileCallback(Callback):
         self.iterations = iterations
         self.out_dir = Path(out_dir)
         self.rank = rank
-        self.on_cuda = torch.cuda.is_available()
+        self.on_cuda = False  # the engine's device, read when the profile starts
         self.profiler: torch.profiler.profile | None = None
         self.first = self.last = 0  # the iterations profiled so far
         self.wall_s = 0.0
@@ -119,6 +119,7 @@ class ProfileCallback(Callback):
     def pre_step(self, trainer: TrainerView, step: Step) -> None:
         first, last = self.iterations
         if self.profiler is None and not self.last and first <= step.iteration <= last:
+            self.on_cuda = torch.device(trainer.module.engine.device).type == "cuda"
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.on_cuda:
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
