@@ -123,9 +123,15 @@ class ProfileCallback(Callback):
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.on_cuda:
                 activities.append(torch.profiler.ProfilerActivity.CUDA)
-            self.profiler = torch.profiler.profile(activities=activities)
-            self.profiler.start()
             self.first = step.iteration
+            profiler = torch.profiler.profile(activities=activities)
+            try:
+                profiler.start()
+            except RuntimeError as exc:  # no CUPTI, another profiler running: the run goes on unprofiled
+                self.last = step.iteration
+                self._failed(trainer, exc)
+                return
+            self.profiler = profiler
 
     def post_train_batch(self, trainer: TrainerView, step: Step) -> None:
         if self.profiler is None:
@@ -139,13 +145,27 @@ class ProfileCallback(Callback):
         if self.profiler is not None:  # the run ended (or failed) inside the range
             self._finish(trainer)
 
+    def _failed(self, trainer: TrainerView, exc: BaseException) -> None:
+        trainer.log({"iteration": self.last, "profile_error": f"{type(exc).__name__}: {exc}"}, self.last,
+                    f"bloomtrain: no profile of iterations {self.first}-{self.last} (rank {self.rank}): "
+                    f"{type(exc).__name__}: {exc}; training goes on")
+
     def _finish(self, trainer: TrainerView) -> None:
+        """Stop the profiler and write the files; a failure (a full disk, the profiler's own) is one line: a
+        diagnostic never ends the run."""
         profiler, self.profiler = self.profiler, None
         assert profiler is not None
+        self.last = self.last or self.first
+        try:
+            self._write(trainer, profiler)
+        except (RuntimeError, OSError) as exc:
+            self._failed(trainer, exc)
+
+    def _write(self, trainer: TrainerView, profiler: torch.profiler.profile) -> None:
         if self.on_cuda:
             torch.cuda.synchronize()  # kernels still queued belong to the profiled steps
         profiler.stop()
-        span = (self.first, self.last or self.first)
+        span = (self.first, self.last)
         stem = profile_stem(self.out_dir, self.rank, span)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         averages = profiler.key_averages()

@@ -54,6 +54,16 @@ def test_a_run_that_ends_inside_the_range_writes_what_it_profiled(tmp_path):
     assert summary.iterations == (2, 2) and summary.total_ms > 0
 
 
+def test_a_profile_that_cannot_be_written_is_one_line_and_the_run_goes_on(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "profile").write_text("a file where the profile folder would go")
+    run = _run(tmp_path, 2, "[1, 1]")
+    assert run["error"] is None and sorted(run["losses"]) == [1, 2], run["error"]
+    logged = [json.loads(line) for line in (tmp_path / "logs" / "metrics.jsonl").read_text().splitlines()]
+    errors = [r["profile_error"] for r in logged if "profile_error" in r]
+    assert len(errors) == 1 and errors[0].startswith(("FileExistsError", "NotADirectoryError")), errors
+
+
 @pytest.mark.parametrize(("overrides", "message"), [
     (["logging.profile_iters=[3, 2]"], "1 <= first <= last"),
     (["logging.profile_iters=[0, 2]"], "1 <= first <= last"),
