@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -48,6 +49,8 @@ class AnchorRun:
     clip_grad: float = 1.0
     compile_blocks: bool = True
     """Each block ``torch.compile``'d (what the anchor is on a GPU; bench_mfu leaves it off on a CPU by default)."""
+    profiled: int = 0
+    """Steps run under torch.profiler after the timed ones (bench_mfu --profile): their summary is ``profile``."""
 
 
 class Block(nn.Module):
@@ -118,8 +121,8 @@ def measure_anchor(shape: AnchorShape, run: AnchorRun, device: torch.device) -> 
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    times: list[float] = []
-    for i in range(run.warmup + run.iters):
+
+    def train_step() -> float:
         _sync(device)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -132,9 +135,27 @@ def measure_anchor(shape: AnchorShape, run: AnchorRun, device: torch.device) -> 
         torch.nn.utils.clip_grad_norm_(model.parameters(), run.clip_grad, foreach=device.type == "cuda")
         optimizer.step()
         float(total)  # the loss read of a training loop; waits for the step, like bloomtrain's
-        if i >= run.warmup:
-            times.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    times = [train_step() for _ in range(run.warmup + run.iters)][run.warmup:]
     step = statistics.median(times)
     memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return {"step_time_s": step, "tokens_per_s": run.global_batch * shape.seq / step, "memory_gib": memory,
-            "timed_iterations": len(times), "compiled_blocks": run.compile_blocks, "precision": run.precision}
+    out = {"step_time_s": step, "tokens_per_s": run.global_batch * shape.seq / step, "memory_gib": memory,
+           "timed_iterations": len(times), "compiled_blocks": run.compile_blocks, "precision": run.precision}
+    if run.profiled:
+        first = run.warmup + run.iters + 1
+        out["profile"] = profile_steps(train_step, (first, first + run.profiled - 1), device).model_dump(mode="json")
+    return out
+
+
+def profile_steps(train_step: Callable[[], float], iterations: tuple[int, int], device: torch.device):
+    """Run ``train_step`` for ``iterations`` under torch.profiler; the summary bloomtrain's ProfileCallback writes
+    (bloomtrain.callbacks.profile.summarize: the same rows and groups, so the two read side by side)."""
+    from bloomtrain.callbacks.profile import summarize
+
+    on_cuda = device.type == "cuda"
+    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_cuda else [])
+    with torch.profiler.profile(activities=activities) as prof:
+        wall_s = sum(train_step() for _ in range(iterations[1] - iterations[0] + 1))
+        _sync(device)
+    return summarize(prof.key_averages(), 0, iterations, on_cuda, wall_s)

@@ -15,7 +15,7 @@ first, so that each run's peak memory is its own; ``--anchor-after``: after ours
 its. To tell variants apart on one device: ``--set KEY=VALUE`` (more config overrides, e.g. ``model.compile=off``)
 and ``--head-chunk-mib`` (the fused head's chunk budget). ``--profile DIR``: where the time goes, from two more
 iterations under torch.profiler after the timed ones (bloomtrain.callbacks.profile: a trace, a table, and the
-device time by group, with the share of the step the GPU was busy).
+device time by group, with the share of the step the GPU was busy; the anchor's two as well, summed the same way).
 The figures are the trainer's metrics (``bloomtrain.metrics``), medians over the timed iterations:
 
 - ``megatron_tflops``: Megatron-DeepSpeed's logged TFLOPs, ``24 f B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs
@@ -114,7 +114,7 @@ def run_anchor(a: argparse.Namespace, cfg) -> dict:
                         m.hidden_dropout, m.attention_dropout, m.init_std)
     compile_blocks = a.device == "cuda" if a.anchor_compile is None else a.anchor_compile
     run = AnchorRun(a.mbs, a.gbs, a.iters, a.warmup, o.precision, o.lr, (o.beta1, o.beta2), o.eps, o.weight_decay,
-                    o.clip_grad, compile_blocks)
+                    o.clip_grad, compile_blocks, PROFILED if a.profile else 0)
     return measure_anchor(shape, run, _device(a.device))
 
 
@@ -222,6 +222,12 @@ def _pct(x: float | None) -> str:
     return f"{100 * x:.1f}%" if x is not None else "n/a (no peak for this device)"
 
 
+def _profile_line(pr: dict) -> str:
+    busy = f"device busy {pr['busy']:.0%} of {pr['wall_ms']:.0f} ms; " if pr.get("busy") is not None else ""
+    groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in pr["groups"].items())
+    return f"profile of iterations {pr['iterations'][0]}-{pr['iterations'][1]}: {busy}{groups}"
+
+
 def summary(r: dict) -> str:
     """The run in one line, and the anchor's in a second one."""
     layout = r["layout"]
@@ -234,11 +240,9 @@ def summary(r: dict) -> str:
             f"{'on' if r['activation_checkpointing'] else 'off'}: step {r['step_time_s']:.3f} s, "
             f"{r['tokens_per_s']:,.0f} tokens/s, Megatron TFLOP/s per device {r['megatron_tflops']:.2f}, "
             f"model TFLOP/s {r['model_tflops']:.2f}, MFU {_pct(r['mfu'])}")
-    if "profile" in r:
-        pr = r["profile"]
-        busy = f"device busy {pr['busy']:.0%} of {pr['wall_ms']:.0f} ms; " if pr.get("busy") is not None else ""
-        groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in pr["groups"].items())
-        line += f"\nprofile of iterations {pr['iterations'][0]}-{pr['iterations'][1]}: {busy}{groups}"
+    for who, figures in (("", r), ("anchor ", r.get("anchor", {}))):
+        if "profile" in figures:
+            line += f"\n{who}{_profile_line(figures['profile'])}"
     if "anchor" in r:
         an = r["anchor"]
         memory = "" if an["memory_gib"] is None else f", peak {an['memory_gib']:.1f} GiB (ours {r['memory_gib']:.1f})"

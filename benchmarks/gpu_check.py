@@ -339,18 +339,23 @@ def mfu_rows(report: GpuReport) -> list[str]:
 
 
 def profile_rows(report: GpuReport, top: int = 8) -> list[str]:
-    """Where each training step's device time went (bench_mfu --profile): busy share, groups, largest kernels."""
+    """Where each training step's device time went (bench_mfu --profile): busy share and groups, ours beside the
+    anchor's, then our largest kernels."""
     lines: list[str] = []
     for c in report.checks:
         pr = c.figures.get("profile") if c.name.startswith("mfu-") else None
         if not pr:
             continue
-        busy = f"{pr['busy']:.0%}" if pr.get("busy") is not None else "n/a"
+        an = (c.figures.get("anchor") or {}).get("profile") or {"groups": {}, "wall_ms": None, "busy": None}
+        wall = f"{an['wall_ms']:.0f}" if an["wall_ms"] is not None else "n/a"
         lines += [f"### {c.figures['preset']}, iterations {pr['iterations'][0]}-{pr['iterations'][1]}", "",
-                  f"Wall {pr['wall_ms']:.0f} ms, device busy {busy} ({pr['total_ms']:.0f} ms of kernels, copies and "
-                  "memsets).", "", "| group | ms | share |", "|---|---:|---:|"]
-        lines += [f"| {g} | {ms:.1f} | {ms / pr['total_ms']:.1%} |" for g, ms in pr["groups"].items()]
-        lines += ["", "| kernel | ms | calls | share |", "|---|---:|---:|---:|"]
+                  "| | ours ms | anchor ms |", "|---|---:|---:|",
+                  f"| wall (the profiled steps) | {pr['wall_ms']:.0f} | {wall} |",
+                  f"| device busy | {_pct(pr.get('busy'))} | {_pct(an.get('busy'))} |"]
+        for group in dict.fromkeys([*pr["groups"], *an["groups"]]):
+            ours, theirs = pr["groups"].get(group), an["groups"].get(group)
+            lines.append(f"| {group} | {ours or 0:.1f} | {theirs or 0:.1f} |")
+        lines += ["", "| our kernel | ms | calls | share |", "|---|---:|---:|---:|"]
         lines += [f"| `{r['name'][:100]}` | {r['ms']:.1f} | {r['calls']} | {r['share']:.1%} |" for r in pr["top"][:top]]
         lines.append("")
     return lines

@@ -30,7 +30,9 @@ MFU = {"preset": "bloom-560m", "shape": {"layers": 24, "hidden": 1024, "heads": 
        "activation_checkpointing": True, "micro_batch": 4, "global_batch": 16, "step_time_s": 0.5,
        "tokens_per_s": 65536.0, "megatron_tflops": 120.0, "model_tflops": 90.0, "mfu": 0.091, "memory_gib": 30.25,
        "anchor": {"step_time_s": 0.4, "tokens_per_s": 81920.0, "memory_gib": 39.0, "mfu": 0.114, "model_tflops": 112.5,
-                  "timed_iterations": 8, "compiled_blocks": True, "precision": "bf16"},
+                  "timed_iterations": 8, "compiled_blocks": True, "precision": "bf16",
+                  "profile": {"rank": 0, "iterations": [12, 13], "device": "cuda", "wall_ms": 800.0, "total_ms": 760.0,
+                              "busy": 0.95, "groups": {"matmul": 450.0, "attention": 150.0, "copy": 10.0}, "top": []}},
        "ratio_vs_anchor": 0.8,
        "profile": {"rank": 0, "iterations": [12, 13], "device": "cuda", "wall_ms": 1000.0, "total_ms": 800.0, "busy": 0.8,
                    "groups": {"matmul": 500.0, "attention": 300.0},
@@ -186,8 +188,9 @@ def test_the_report_round_trips_through_its_json_schema_and_reads_as_markdown(tm
     assert "| mfu-bloom-560m | pass | 90 | 120.0 TFLOP/s per GPU (Megatron), MFU 9.1%, 0.80x the anchor |" in md
     assert "### pytest-gpu" in md and "test_cuda_layer_norm" in md
     # where the step's time goes: bench_mfu --profile's summary
-    assert "Wall 1000 ms, device busy 80% (800 ms of kernels, copies and memsets)." in md
-    assert "| matmul | 500.0 | 62.5% |" in md and "| `attention_bwd_dkdv_kernel` | 200.0 | 192 | 25.0% |" in md
+    assert "| wall (the profiled steps) | 1000 | 800 |" in md and "| device busy | 80.0% | 95.0% |" in md
+    assert "| matmul | 500.0 | 450.0 |" in md and "| attention | 300.0 | 150.0 |" in md and "| copy | 0.0 | 10.0 |" in md
+    assert "| `attention_bwd_dkdv_kernel` | 200.0 | 192 | 25.0% |" in md
 
 
 def _junit(tmp_path: Path, body: str) -> None:
@@ -294,8 +297,10 @@ def test_the_mfu_bench_times_the_anchor_in_the_same_run_on_cpu(tmp_path):
     assert f["timed_iterations"] == 1 and f["profile"]["iterations"] == [3, 4] and f["profile"]["groups"]["matmul"] > 0
     assert sorted(p.name for p in (tmp_path / "prof").iterdir()) == [
         "rank0-iters3-4.summary.json", "rank0-iters3-4.trace.json.gz", "rank0-iters3-4.txt"]
-    line = out.stdout.strip().splitlines()[-2]
-    assert line.startswith("profile of iterations 3-4: ") and " matmul " in line
+    ours, anchor_line = out.stdout.strip().splitlines()[-3:-1]
+    assert ours.startswith("profile of iterations 3-4: ") and " matmul " in ours
+    assert anchor_line.startswith("anchor profile of iterations 3-4: ") and " matmul " in anchor_line
+    assert f["anchor"]["profile"]["iterations"] == [3, 4] and f["anchor"]["timed_iterations"] == 1
     anchor = f["anchor"]
     assert anchor["timed_iterations"] == 1 and anchor["tokens_per_s"] > 0 and anchor["compiled_blocks"] is False
     assert f["ratio_vs_anchor"] == pytest.approx(f["tokens_per_s"] / anchor["tokens_per_s"], rel=1e-12)

@@ -8,8 +8,8 @@ first, its ``post_train_batch`` first), and each rank in ``logging.profile_ranks
 
 - ``.trace.json.gz``: the Chrome trace (Perfetto or chrome://tracing open it);
 - ``.txt``: torch's table of the ops and kernels by self time;
-- ``.summary.json`` (``ProfileSummary``): the time by group (matmul, attention, compiled, elementwise, copy,
-  optimizer, communication, other) and the 25 largest rows, beside the profiled steps' wall time. On CUDA the
+- ``.summary.json`` (``ProfileSummary``): the time by group (matmul, attention, compiled, loss, elementwise,
+  copy, optimizer, communication, other) and the 25 largest rows, beside the profiled steps' wall time. On CUDA the
   rows are the device's kernels, copies and memsets (self device time, no double count); ``busy`` = their sum
   over the wall time: well under 1 means the GPU waited on the host. On a CPU the rows are the operators
   (self CPU time). Groups are read from names (``GROUPS``): a guide, not an accounting.
@@ -36,13 +36,16 @@ TOP_ROWS = 25
 # (group, pattern over the lower-cased name), first match wins: CUDA kernel names (cuBLAS/CUTLASS GEMMs, our
 # Triton attention kernels, Inductor's triton_* kernels, NCCL) and the aten operators a CPU profile lists.
 GROUPS = (
-    ("attention", r"attention|flash|fmha|alibi_softmax"),
-    ("matmul", r"gemm|cutlass|xmma|nvjet|cublas|^aten::(mm|addmm|bmm|baddbmm|matmul|linear)$"),
+    ("attention", r"attention|flash|fmha|alibi_?softmax"),
+    ("matmul", r"gemm|cutlass|xmma|nvjet|cublas|^aten::(mm|addmm|bmm|baddbmm|matmul|linear)_?$"),
     ("compiled", r"^triton_|compiledfunction|inductor"),
+    ("loss", r"head_?loss|cross_?entropy|log_?softmax|nll_loss"),
     ("communication", r"nccl|gloo|all_?reduce|all_?gather|reduce_scatter|broadcast|c10d"),
     ("optimizer", r"adam|multi_tensor|foreach"),
     ("copy", r"memcpy|memset|copy|^aten::(cat|clone|contiguous|to|_to_copy)$"),
-    ("elementwise", r"layer_?norm|gelu|softmax|dropout|bernoulli|elementwise|vectorized|reduce"),
+    ("elementwise", r"layer_?norm|gelu|softmax|dropout|bernoulli|elementwise|vectorized|reduce"
+                    r"|^aten::(add|sub|mul|div|exp|log|sum|mean|neg|pow|sqrt|rsqrt|tanh|where|fill|zero|clamp|"
+                    r"masked_fill|amax|max|min)_?$"),
 )
 
 

@@ -84,6 +84,8 @@ def test_a_profile_range_that_cannot_run_is_refused_before_training(overrides, m
     ("Memcpy HtoD (Pinned -> Device)", "copy"), ("aten::copy_", "copy"),
     ("void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>", "elementwise"),
     ("aten::gelu", "elementwise"), ("BlockCausalAttentionFunctionBackward", "attention"), ("aten::view", "other"),
+    ("FusedAlibiSoftmaxFunctionBackward", "attention"), ("aten::addmm_", "matmul"), ("aten::add_", "elementwise"),
+    ("_FusedHeadLoss", "loss"), ("void at::native::cunn_SoftMaxForward<8, float>", "elementwise"),
     ("cudaLaunchKernel", "other"),
 ])
 def test_profile_rows_are_grouped_by_their_names(name, group):
