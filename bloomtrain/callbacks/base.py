@@ -7,11 +7,11 @@ implements the view and imports this module, never the other way round.
 
 Order: each callback declares its ``priority`` (as OLMo-core's do); the trainer runs every hook over its
 callbacks from the highest priority to the lowest, in the order they were given among equals. So the order
-does not depend on the list a caller builds: the profiler wraps the step closest, the drill poisons the batch before anyone reads it, the iteration
-is logged before the evaluations, the skip limit and the stop requests come before a user's callbacks (0, the
-default), the checkpoint saves after every callback that changes its state in the iteration, and the exit
-record is written last, naming that checkpoint. A callback asks the loop to end with
-``trainer.request_stop(reason, kind)``; it raises to abort.
+does not depend on the list a caller builds: the profiler wraps the step closest, the drill poisons the batch
+before anyone reads it, the iteration is logged before the evaluations, the skip limit and the stop requests
+come before a user's callbacks (0, the default), the checkpoint saves after every callback that changes its
+state in the iteration, and the exit record is written last, naming that checkpoint. A callback asks the loop
+to end with ``trainer.request_stop(reason, kind)``; it raises to abort.
 
 Per iteration::
 
