@@ -26,6 +26,7 @@ from bloomdata.clean.pii import redact
 from bloomdata.clean.text import normalize, word_units
 from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
+from bloomdata.jobs.executor import Placement
 from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
 from tests.data import CORPUS_DIR
 from tests.kill_midway import kill_after_markers
@@ -480,10 +481,12 @@ def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn
 def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir, monkeypatch):
     """A 10 GB clean of 1,000 files peaked at 265 MB in the driver against 162 MB at 1 GB (100 files): the driver
     kept every shard's filter and write manifests, with their per-language counts, to the end (~27 KB a shard of
-    12 languages here, measured). The run now sums them once a stage has them: 6-9 KB a shard remain (the
+    12 languages here, measured). The run now sums them as each manifest arrives: 5-9 KB a shard remain (the
     manifests without their counts, the write manifests, the keys read back). Log records that pytest
     captures (up to ~5 KB a shard more, by what earlier tests set) are not the driver's: allocations in
-    logging and pytest are left out, and the bound leaves room under the 27 KB it guards against."""
+    logging and pytest are left out, and the bound leaves room under the 27 KB it guards against. The same
+    as the filter stage ends: every full filter manifest, kept to then, peaked the driver (800 files of 100
+    KB: 9 MB); they are now stripped as they arrive."""
     import gc
     import logging
     import tracemalloc
@@ -492,7 +495,8 @@ def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir,
 
     rows = [_rows(p)[0] for p in sorted(corpus_dir.glob("*.jsonl"))[:12]]
     held: dict[int, int] = {}
-    summarize = clean_run._summary
+    at_filter_end: dict[int, int] = {}
+    summarize, placement_map = clean_run._summary, Placement.map
 
     not_the_driver = [tracemalloc.Filter(False, logging.__file__), tracemalloc.Filter(False, "*/_pytest/*")]
 
@@ -504,7 +508,14 @@ def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir,
         held[len(job.plan.shards)] = traced() - base
         return summarize(job, stages)
 
+    def map_then_trace(where, name, *args, **kwargs):  # and as the filter stage's last result comes in
+        results = placement_map(where, name, *args, **kwargs)
+        if name == "filter":
+            at_filter_end[len(results)] = traced() - base
+        return results
+
     monkeypatch.setattr(clean_run, "_summary", at_summary)
+    monkeypatch.setattr(Placement, "map", map_then_trace)
 
     def run(shards: int, name: str = "") -> None:
         nonlocal base
@@ -523,3 +534,6 @@ def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir,
         tracemalloc.stop()
     per_shard = (held[15] - held[3]) / 12
     assert per_shard < 18_000, f"the driver holds {per_shard:,.0f} bytes a shard at the end of a clean run"
+    # the filter stage's manifests are stripped as they arrive, not once the stage has them all
+    filtered = (at_filter_end[15] - at_filter_end[3]) / 12
+    assert filtered < 8_000, f"the driver holds {filtered:,.0f} bytes a shard as the filter stage ends"
