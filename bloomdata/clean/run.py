@@ -302,7 +302,7 @@ class _Totals:
     stages read (rows, candidates, language names, rejects, parts). In place: the executor's list of results
     holds the same object until the stage ends. Every shard's per-language counts, kept to the end, held
     ~37 KB a shard: a 1 GB clean of 1,000 files peaked 91 MB above one of 100 files, in the driver; kept to
-    the end of the filter stage, ~15 KB a shard of 9 languages (800 files: 9 MB at that stage's end)."""
+    the end of the filter stage, 6.7 MB at 800 files of 9 languages (tracemalloc), 14 KB a shard of 12."""
 
     languages: dict[str, LangCounts] = dataclasses.field(default_factory=dict)
     rejects: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))
