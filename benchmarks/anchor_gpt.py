@@ -151,11 +151,10 @@ def measure_anchor(shape: AnchorShape, run: AnchorRun, device: torch.device) -> 
 def profile_steps(train_step: Callable[[], float], iterations: tuple[int, int], device: torch.device):
     """Run ``train_step`` for ``iterations`` under torch.profiler; the summary bloomtrain's ProfileCallback writes
     (bloomtrain.callbacks.profile.summarize: the same rows and groups, so the two read side by side)."""
-    from bloomtrain.callbacks.profile import summarize
+    from bloomtrain.callbacks.profile import profiler_for, summarize
 
     on_cuda = device.type == "cuda"
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if on_cuda else [])
-    with torch.profiler.profile(activities=activities) as prof:
+    with profiler_for(on_cuda) as prof:
         wall_s = sum(train_step() for _ in range(iterations[1] - iterations[0] + 1))
         _sync(device)
     return summarize(prof.key_averages(), 0, iterations, on_cuda, wall_s)

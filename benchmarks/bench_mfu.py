@@ -223,9 +223,10 @@ def _pct(x: float | None) -> str:
 
 
 def _profile_line(pr: dict) -> str:
-    busy = f"device busy {pr['busy']:.0%} of {pr['wall_ms']:.0f} ms; " if pr.get("busy") is not None else ""
-    groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in pr["groups"].items())
-    return f"profile of iterations {pr['iterations'][0]}-{pr['iterations'][1]}: {busy}{groups}"
+    from bloomtrain.callbacks.profile import ProfileSummary
+
+    summary = ProfileSummary.model_validate(pr)
+    return f"profile of iterations {summary.iterations[0]}-{summary.iterations[1]}: {summary.headline()}"
 
 
 def summary(r: dict) -> str:

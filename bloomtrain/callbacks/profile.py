@@ -75,6 +75,19 @@ class ProfileSummary(BaseModel):
     """Milliseconds by group, largest first."""
     top: list[ProfileRow]
 
+    def headline(self, groups: int | None = None) -> str:
+        """``device busy 80% of 1000 ms; matmul 500.0 ms, ...`` (the first ``groups`` groups; all: None)."""
+        busy = f"device busy {self.busy:.0%} of {self.wall_ms:.0f} ms; " if self.busy is not None else ""
+        return busy + ", ".join(f"{g} {ms:.1f} ms" for g, ms in list(self.groups.items())[:groups])
+
+
+def profiler_for(on_cuda: bool) -> torch.profiler.profile:
+    """A profiler of the host's operators, and of the device's kernels, copies and memsets on CUDA."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if on_cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=activities)
+
 
 def group_of(name: str) -> str:
     lower = name.lower()
@@ -92,7 +105,8 @@ def summarize(averages, rank: int, iterations: tuple[int, int], on_cuda: bool, w
     total = sum(ms for _, ms, _ in rows)
     groups: dict[str, float] = {}
     for name, ms, _ in rows:
-        groups[group_of(name)] = groups.get(group_of(name), 0.0) + ms
+        group = group_of(name)
+        groups[group] = groups.get(group, 0.0) + ms
     top = sorted(rows, key=lambda r: -r[1])[:TOP_ROWS]
     wall_ms = wall_s * 1000
     return ProfileSummary(
@@ -123,11 +137,8 @@ class ProfileCallback(Callback):
         first, last = self.iterations
         if self.profiler is None and not self.last and first <= step.iteration <= last:
             self.on_cuda = torch.device(trainer.module.engine.device).type == "cuda"
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if self.on_cuda:
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
             self.first = step.iteration
-            profiler = torch.profiler.profile(activities=activities)
+            profiler = profiler_for(self.on_cuda)
             try:
                 profiler.start()
             except RuntimeError as exc:  # no CUPTI, another profiler running: the run goes on unprofiled
@@ -181,11 +192,9 @@ class ProfileCallback(Callback):
             durable.write_with(stem.with_suffix(".trace.json.gz"),
                                lambda f: f.write(gzip.compress(raw.read_bytes(), compresslevel=6)), fsync=False)
         durable.write_text(stem.with_suffix(".summary.json"), summary.model_dump_json(indent=1) + "\n", fsync=False)
-        groups = ", ".join(f"{g} {ms:.1f} ms" for g, ms in list(summary.groups.items())[:4])
-        busy = f", device busy {summary.busy:.0%} of {summary.wall_ms:.0f} ms" if summary.busy is not None else ""
         trainer.log({"iteration": span[1], "profile": str(stem) + ".*", "profile_iters": list(span)}, span[1],
                     f"bloomtrain: profile of iterations {span[0]}-{span[1]} (rank {self.rank}) written to {stem}.*: "
-                    f"{groups}{busy}")
+                    f"{summary.headline(groups=4)}")
 
 
 def profile_callbacks(iterations: tuple[int, int] | None, ranks: tuple[int, ...], log_dir: str | None,
