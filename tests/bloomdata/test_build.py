@@ -274,6 +274,26 @@ def test_local_cluster_leaves_this_process_environment_alone(monkeypatch):
     assert os.environ["MKL_NUM_THREADS"] == "3"
 
 
+def test_local_cluster_workers_do_not_import_this_process_main_module(tmp_path, monkeypatch):
+    """Spawned workers re-import the parent's __main__ (``python -m flows.rehearsal``: torch, Prefect, the
+    trainer; 8.4 s to start 2 workers and 454 MB each, 1.0 s and 70 MB without). A stand-in main script records who
+    imports it; the workers must not, and the script stays this process's main afterwards."""
+    import types
+
+    from bloomdata.jobs.executor import dask_client
+
+    script = tmp_path / "entry.py"
+    script.write_text("import os, pathlib\n"
+                      "pathlib.Path(__file__).with_suffix('.imported').write_text(str(os.getpid()))\n")
+    main = types.ModuleType("__main__")
+    main.__file__, main.__spec__ = str(script), None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with dask_client(1) as c:
+        assert c.submit(os.getpid, pure=False).result(60) != os.getpid()
+    assert not script.with_suffix(".imported").exists(), "a worker imported the parent's main script"
+    assert (main.__file__, main.__spec__) == (str(script), None)
+
+
 def test_run_shards_inside_a_dask_task_uses_that_cluster(client):
     """A Dask worker is daemonic (no LocalCluster of its own): run_shards called from a task, as a Prefect
     task on a DaskTaskRunner would, sends the shards to the same cluster, in input order."""
