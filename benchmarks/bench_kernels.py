@@ -244,7 +244,8 @@ def _model_variants(kinds: list[str]) -> list[tuple[str, str, KernelSet | None]]
 
 
 def bench_model(device: str, quick: bool, kinds: list[str], dtype: torch.dtype) -> list[dict]:
-    from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
+    from bloomtrain.model.bloom import BloomModel  # noqa: PLC0415
+    from bloomtrain.model.config import ModelConfig  # noqa: PLC0415
 
     if device == "cuda":
         shapes = [(2, 1024, 16, 4, 1024)] if quick else [(4, 2048, 16, 8, 2048)]

@@ -21,7 +21,7 @@ import torch
 
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import config_from_hf
-from bloomtrain.model import BloomModel
+from bloomtrain.model.bloom import BloomModel
 from bloomtrain.model.config import PRESETS
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -17,7 +17,7 @@ import torch
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import read_hf_dir
-from bloomtrain.model import BloomModel
+from bloomtrain.model.bloom import BloomModel
 
 
 def load_model(path: Path, dtype: torch.dtype = torch.float32) -> BloomModel:

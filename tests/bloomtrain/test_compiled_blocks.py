@@ -14,8 +14,9 @@ import torch
 import torch.distributed as dist
 
 from bloomtrain.callbacks.compile_time import CompileTimeCallback
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
 from bloomtrain.model.compiled import compile_blocks
+from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
 from tests.gloo_harness import run_distributed
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from bloomtrain.cli import main as bloomtrain_main
-from bloomtrain.evaluation import load_causal_lm
+from bloomtrain.evaluation.models import load_causal_lm
 from bloomtrain.evaluation.tasks import TaskOptions, evaluate_tasks, task_metrics
 from tests.bloomtrain.conftest import build_hf_bloom, write_tiny_tokenizer
 from tests.data import CORPUS_DIR

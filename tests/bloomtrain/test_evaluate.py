@@ -17,15 +17,10 @@ import torch
 
 from bloomdata.build import BuildConfig, run_build
 from bloomtrain.cli import main as bloomtrain_main
-from bloomtrain.evaluation import (
-    EvaluateConfig,
-    Scorer,
-    document_start,
-    document_windows,
-    load_causal_lm,
-    run_evaluation,
-    score_sequences,
-)
+from bloomtrain.evaluation.config import EvaluateConfig
+from bloomtrain.evaluation.models import document_start, load_causal_lm
+from bloomtrain.evaluation.run import run_evaluation
+from bloomtrain.evaluation.scoring import Scorer, document_windows, score_sequences
 from tests.bloomtrain.conftest import build_hf_bloom, write_tiny_tokenizer
 from tests.data import CORPUS_DIR
 

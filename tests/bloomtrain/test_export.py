@@ -19,7 +19,8 @@ from bloomtrain.checkpoint.tags import commit_tag
 from bloomtrain.cli import main as cli
 from bloomtrain.export import export
 from bloomtrain.hf_import import sharded_states
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
 
 

@@ -16,7 +16,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from bloomtrain.metrics import flops_per_iteration
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
 
 
 @pytest.mark.parametrize(("layers", "hidden", "heads", "seq", "vocab", "batch"),

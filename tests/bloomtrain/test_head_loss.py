@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.cross_entropy import masked_mean_loss
 from bloomtrain.parallel.head_loss import Chunking, chunk_rows, fused_head_loss
 from bloomtrain.parallel.layers import is_sharded

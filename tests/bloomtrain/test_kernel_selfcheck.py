@@ -18,7 +18,8 @@ import yaml
 
 from bloomdata.errors import BloomstackError
 from bloomtrain.kernels import build, fallback, selfcheck, selfcheck_report
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 FUSED_NODES = {"FusedLayerNormFunctionBackward", "FusedBiasGeLUFunctionBackward",

@@ -435,7 +435,8 @@ def test_attention_outside_the_block_path_runs_the_full_square(fused, rearmed_lo
 
 def test_model_on_fused_kernels_matches_the_torch_kernels(fused):
     # Whole model, 300 tokens (three attention blocks), 6 heads: logits, loss and every gradient.
-    from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
+    from bloomtrain.model.bloom import BloomModel  # noqa: PLC0415
+    from bloomtrain.model.config import ModelConfig  # noqa: PLC0415
 
     ids = torch.randint(0, 250, (2, 301), generator=torch.Generator().manual_seed(5))
     results = {}

@@ -141,7 +141,8 @@ def test_cuda_softmax_too_long_falls_back(cuda_ext, caplog):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_cuda_selfcheck_passes_and_auto_runs_the_fused_kernels(cuda_ext, dtype):
-    from bloomtrain.model import BloomModel, ModelConfig  # noqa: PLC0415
+    from bloomtrain.model.bloom import BloomModel  # noqa: PLC0415
+    from bloomtrain.model.config import ModelConfig  # noqa: PLC0415
 
     selfcheck.reset()
     try:

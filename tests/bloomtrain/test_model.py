@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import format as fmt
 from bloomtrain.hf_import import config_from_hf
-from bloomtrain.model import BloomModel, ModelConfig
 from bloomtrain.model.alibi import alibi_slopes, local_alibi_slopes
-from bloomtrain.model.config import PRESETS, model_config_from
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import PRESETS, ModelConfig, model_config_from
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -38,7 +38,8 @@ from bloomtrain.config import (
 from bloomtrain.environment import RunEnvironment
 from bloomtrain.evaluation.report import DataSummary, EvalReport, ModelResult, Score, write_report
 from bloomtrain.metrics import START_EVENT
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
 from bloomtrain.provenance import TRAINING_KEY, Provenance, training_record
 from tests.data import CORPUS_DIR

@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bloomtrain.model import BloomModel, ModelConfig
+from bloomtrain.model.bloom import BloomModel
+from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.cross_entropy import vocab_parallel_cross_entropy
 from bloomtrain.parallel.layers import is_sharded, sync_duplicated_grads
 from bloomtrain.parallel.mappings import gather_from_tp

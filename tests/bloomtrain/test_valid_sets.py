@@ -189,7 +189,8 @@ def test_trainer_valid_losses_equal_evaluate_on_the_exported_model(corpus, tp1, 
     """The trainer's final per-set losses (DeepSpeed pipeline, our model code) against the evaluation library's
     scoring of the exported checkpoint (transformers' BloomForCausalLM) over the same samples."""
     from bloomtrain.config import ExportConfig
-    from bloomtrain.evaluation import Scorer, load_causal_lm, score_sequences
+    from bloomtrain.evaluation.models import load_causal_lm
+    from bloomtrain.evaluation.scoring import Scorer, score_sequences
     from bloomtrain.export import run_export
 
     hf_dir = run_export(ExportConfig(checkpoint=str(corpus["root"] / "tp1" / "ckpt"), out_dir=str(tmp_path / "hf"),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bloomdata.clean import CleanSummary
 from bloomdata.readers import SourceConfig
-from bloomtrain.evaluation import read_documents
+from bloomtrain.evaluation.inputs import read_documents
 from flows.clean import clean_flow, cleaned_sources
 from flows.config import DEMO_CORPUS, CleanStageConfig
 from flows.stages import MARKER

@@ -26,7 +26,7 @@ from bloomdata.megatron.splits import split_range
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import load_tokenizer
 from bloomtrain.card import CARD_FILE
-from bloomtrain.evaluation import read_documents
+from bloomtrain.evaluation.inputs import read_documents
 from bloomtrain.model.config import PRESETS
 from flows.clean import cleaned_sources
 from flows.config import DEMO_CORPUS, PipelineConfig, demo_train_config
