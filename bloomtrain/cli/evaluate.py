@@ -1,7 +1,7 @@
 """`bloomtrain evaluate --model [NAME=]DIR ... --data [LANG=]PATH ... --out DIR`: bits per byte per language of
 transformers causal LMs (ours, exported, or reference models) on any input the build reads, optionally with
 lm-evaluation-harness tasks (``--tasks``); writes DIR/eval.json, eval.md and eval.png
-(``bloomtrain.evaluation.run_evaluation``; flags from ``EvaluateConfig``).
+(``bloomtrain.evaluation.run.run_evaluation``; flags from ``EvaluateConfig``).
 
 Each document is scored as the document-start token (``</s>``, the EOD, for BLOOM) followed by its tokens:
 every token is predicted once, a document longer than ``--context`` through a sliding window of stride
