@@ -36,9 +36,10 @@ manifest; this module only decides *where* it runs. Choices and their reasons:
 - Called from inside a Dask task (a Prefect task on a DaskTaskRunner), the shards run on that same
   cluster through ``worker_client``: a daemonic worker process cannot start a LocalCluster of its own.
 - Workers of our own LocalCluster start without re-importing the caller's ``__main__`` (multiprocessing's
-  spawn would: under ``python -m flows.rehearsal`` every worker imported torch, Prefect and the trainer:
-  2 workers took 8.4 s to start, 454 MB each, where 1.0 s and 70 MB do). A worker the Nanny restarts later does import it, so scripts that call this must still
-  guard their entry point with ``if __name__ == "__main__":`` and keep task code in importable modules.
+  spawn would: under ``python -m flows.rehearsal`` every worker imported torch, Prefect and the trainer;
+  2 workers took 8.45 s to start, 454 MB each, where 1.12 s and 70 MB do). A worker the Nanny restarts later
+  does import it, so scripts that call this must still guard their entry point with
+  ``if __name__ == "__main__":`` and keep task code in importable modules.
 """
 
 from __future__ import annotations
@@ -191,9 +192,10 @@ def _main_not_reimported() -> Iterator[None]:
 
     multiprocessing's spawn re-imports the parent's main module in every child (as ``__mp_main__``): by name
     for ``python -m flows.rehearsal``, by path for a script. Every Dask worker so imported what the caller's
-    main module imports (there: torch, Prefect and the trainer), which bloomdata's tasks never use. The tasks are functions of importable modules (cloudpickle sends a ``__main__``
-    function by value), so the workers need nothing from it. The process-wide change lasts while the cluster
-    starts: a worker the Nanny restarts later imports the main module again.
+    main module imports (there: torch, Prefect and the trainer), which bloomdata's tasks never use. The tasks
+    are functions of importable modules (cloudpickle sends a ``__main__`` function by value), so the workers
+    need nothing from it. The process-wide change lasts while the cluster starts: a worker the Nanny restarts
+    later imports the main module again.
     """
     main = sys.modules.get("__main__")
     if main is None:

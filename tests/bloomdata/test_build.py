@@ -276,8 +276,8 @@ def test_local_cluster_leaves_this_process_environment_alone(monkeypatch):
 
 def test_local_cluster_workers_do_not_import_this_process_main_module(tmp_path, monkeypatch):
     """Spawned workers re-import the parent's __main__ (``python -m flows.rehearsal``: torch, Prefect, the
-    trainer; 8.4 s to start 2 workers and 454 MB each, 1.0 s and 70 MB without). A stand-in main script records who
-    imports it; the workers must not, and the script stays this process's main afterwards."""
+    trainer; 8.45 s to start 2 workers and 454 MB each, 1.12 s and 70 MB without). A stand-in main script records
+    who imports it; the workers must not, and the script stays this process's main afterwards."""
     import types
 
     from bloomdata.jobs.executor import dask_client
