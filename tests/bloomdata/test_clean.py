@@ -26,8 +26,8 @@ from bloomdata.clean.pii import redact
 from bloomdata.clean.text import normalize, word_units
 from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.executor import Placement
 from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
+from tests.bloomdata.clean_driver_memory import SIZES
 from tests.data import CORPUS_DIR
 from tests.kill_midway import kill_after_markers
 
@@ -478,62 +478,21 @@ def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn
         load_config(CleanConfig, values={**base, "quality": {"defaults": {"max_digit": 0.1}}})
 
 
-def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path, corpus_dir, monkeypatch):
+def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path):
     """A 10 GB clean of 1,000 files peaked at 265 MB in the driver against 162 MB at 1 GB (100 files): the driver
     kept every shard's filter and write manifests, with their per-language counts, to the end (~27 KB a shard of
-    12 languages here, measured). The run now sums them as each manifest arrives: 5-9 KB a shard remain (the
-    manifests without their counts, the write manifests, the keys read back). Log records that pytest
-    captures (up to ~5 KB a shard more, by what earlier tests set) are not the driver's: allocations in
-    logging and pytest are left out, and the bound leaves room under the 27 KB it guards against. The same
-    as the filter stage ends: every full filter manifest, kept to then, peaked the driver (800 files of 100
-    KB: 9 MB); they are now stripped as they arrive."""
-    import gc
-    import logging
-    import tracemalloc
-
-    from bloomdata.clean import run as clean_run
-
-    rows = [_rows(p)[0] for p in sorted(corpus_dir.glob("*.jsonl"))[:12]]
-    held: dict[int, int] = {}
-    at_filter_end: dict[int, int] = {}
-    summarize, placement_map = clean_run._summary, Placement.map
-
-    not_the_driver = [tracemalloc.Filter(False, logging.__file__), tracemalloc.Filter(False, "*/_pytest/*")]
-
-    def traced() -> int:
-        gc.collect()
-        return sum(t.size for t in tracemalloc.take_snapshot().filter_traces(not_the_driver).traces)
-
-    def at_summary(job, stages):  # what the run holds once every stage is done
-        held[len(job.plan.shards)] = traced() - base
-        return summarize(job, stages)
-
-    def map_then_trace(where, name, *args, **kwargs):  # and as the filter stage's last result comes in
-        results = placement_map(where, name, *args, **kwargs)
-        if name == "filter":
-            at_filter_end[len(results)] = traced() - base
-        return results
-
-    monkeypatch.setattr(clean_run, "_summary", at_summary)
-    monkeypatch.setattr(Placement, "map", map_then_trace)
-
-    def run(shards: int, name: str = "") -> None:
-        nonlocal base
-        inputs = [_write(tmp_path / f"in{shards}{name}" / f"f{i:03d}.jsonl",
-                         [{"text": f"{r['text']} {i}", "lang": r["lang"]} for r in rows]) for i in range(shards)]
-        base = traced()
-        run_clean(_config(inputs, tmp_path / f"out{shards}{name}", workers=0))
-
-    base = 0
-    tracemalloc.start()
-    try:
-        run(15, "warm")  # imports and caches, at the largest size
-        run(3)
-        run(15)
-    finally:
-        tracemalloc.stop()
-    per_shard = (held[15] - held[3]) / 12
+    12 languages here, measured). The run now sums them as each manifest arrives: 5-6 KB a shard remain (the
+    manifests without their counts, the write manifests, the keys read back). The same as the filter stage ends:
+    every full filter manifest, kept to then, peaked the driver (800 files of 100 KB: 9 MB; 12-14 KB a shard
+    here); they are now stripped as they arrive (3.7-4.1 KB). Measured in a fresh process (see the module)."""
+    out = subprocess.run([sys.executable, "-m", "tests.bloomdata.clean_driver_memory", str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    measured = json.loads(out.stdout.splitlines()[-1])
+    small, large = (str(n) for n in SIZES)
+    held, at_filter_end = measured["held"], measured["at_filter_end"]
+    per_shard = (held[large] - held[small]) / (SIZES[1] - SIZES[0])
     assert per_shard < 18_000, f"the driver holds {per_shard:,.0f} bytes a shard at the end of a clean run"
     # the filter stage's manifests are stripped as they arrive, not once the stage has them all
-    filtered = (at_filter_end[15] - at_filter_end[3]) / 12
+    filtered = (at_filter_end[large] - at_filter_end[small]) / (SIZES[1] - SIZES[0])
     assert filtered < 8_000, f"the driver holds {filtered:,.0f} bytes a shard as the filter stage ends"
