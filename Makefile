@@ -15,6 +15,8 @@ WHEELHOUSE ?=
 WHEEL_PYTHON ?=
 WHEEL_PLATFORM ?=
 STAMP := $(VENV)/.installed
+# 1: the installed packages' bytecode is compiled at install (on every core); 0 leaves it to their first import
+BYTECODE ?= 1
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test (tests/conftest.py groups what must share one worker); 0 runs in one process
 TEST_WORKERS ?= 2
@@ -43,10 +45,14 @@ VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 install: $(STAMP)
 
 # Re-runs only when the packaging or the C++ helpers change; a no-op otherwise.
+# pip compiles the bytecode of what it installs one file at a time (23,000 files: ~140 s of the install here);
+# compileall does it on every core once everything is in (88 s on 2): a fresh install 303 -> 261 s (2-vCPU EPYC).
+# Files that are not Python 3.11 (torch ships one in 3.12 syntax) fail there as they do under pip: skipped.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*) $(wildcard csrc/bpe/*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	$(if $(strip $(TORCH_SPEC)),$(PY) -m pip install -q $(TORCH_FROM) "$(TORCH_SPEC)")
-	$(PY) -m pip install -q $(PIP_FROM) -e ".$(if $(strip $(EXTRAS)),[$(EXTRAS)])"
+	$(if $(strip $(TORCH_SPEC)),$(PY) -m pip install -q --no-compile $(TORCH_FROM) "$(TORCH_SPEC)")
+	$(PY) -m pip install -q --no-compile $(PIP_FROM) -e ".$(if $(strip $(EXTRAS)),[$(EXTRAS)])"
+	$(if $(filter 1,$(BYTECODE)),$(PY) -m compileall -qq -j 0 "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("platlib"))')" || true)
 	touch $(STAMP)
 
 # Every wheel the project, all its extras, its build requirements and torch need, for
