@@ -79,16 +79,20 @@ ui: install
 # `make test`); a no-op once installed. Without root or apt, one line says what to install, before any test runs.
 # Without their recommends: 39 packages instead of 311 (Debian 12; avahi, CUPS helpers, Perl HTTP modules, and the
 # libraries of Slurm plugins the tests' slurm.conf does not load: HDF5 profiling, IPMI energy, JWT auth, RRD).
+ENGINES_CHECK = $(if $(ENGINES_MISSING),$(if $(CAN_APT),,$(error make test: the real-engine tests need $(ENGINES_MISSING): \
+	install them with `sudo apt-get install $(ENGINE_PACKAGES)` (Debian's packages), then run make test again)))
 engines:
-	$(if $(ENGINES_MISSING),$(if $(CAN_APT),,$(error make test: the real-engine tests need $(ENGINES_MISSING): install \
-		them with `sudo apt-get install $(ENGINE_PACKAGES)` (Debian's packages), then run make test again)))
+	$(ENGINES_CHECK)
 	@$(if $(ENGINES_MISSING),echo "make engines: installing $(ENGINE_PACKAGES) with apt-get (missing: $(ENGINES_MISSING))" \
 		&& apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 		$(ENGINE_PACKAGES) >/dev/null,true)
 
 # setup.py builds the C++ index helpers and BPE learner as optional (installs without a compiler still work, on numpy):
 # here a failed build must fail, not skip their tests.
-test: engines lint
+# apt (the engines: network and dpkg) runs beside pip and mypy (the venv, then lint), not before them.
+test:
+	$(ENGINES_CHECK)
+	@$(MAKE) --no-print-directory -j2 engines lint
 	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner" || { echo "bloomdata._index_helpers or _bpe_learner is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
