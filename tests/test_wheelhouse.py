@@ -118,7 +118,7 @@ def test_make_install_from_a_wheelhouse_with_no_index(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys._base_executable, "-m", "venv", str(venv)], check=True, timeout=300)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
-    env.update(PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_CONFIG_FILE=os.devnull, PIP_NO_COMPILE="1",
+    env.update(PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_CONFIG_FILE=os.devnull,
                PIP_DISABLE_PIP_VERSION_CHECK="1")
     run = subprocess.run(["make", "install", f"VENV={venv}", f"WHEELHOUSE={house}", "TORCH_SPEC=", "EXTRAS=", "BYTECODE=0"],
                          cwd=src, env=env, capture_output=True, text=True, timeout=900)

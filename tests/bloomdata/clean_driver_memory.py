@@ -4,7 +4,7 @@
 
 Its own process, because tracemalloc counts every thread's allocations: inside a pytest worker, the Dask cluster
 another test left running (its IO loop, heartbeats, log records) added 0-12 KB a shard at random (CI failed at
-10.8 KB against an 8 KB bound; the same test in a fresh process: 3.5-3.7 KB). Tracing covers each run from its start
+10.8 KB against an 8 KB bound; here, three runs: 3.8-4.0 KB). Tracing covers each run from its start
 to its summary only (the report's chart and a warm-up run are not traced: 50 s of a traced test were those)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bloomdata.readers import SourceConfig
 from tests.data import CORPUS_DIR
 
 LANGUAGES = 12  # one document each, in every shard
-SIZES = (3, 15)  # shards of the two traced runs; the per-shard figure is their difference over 12
+SIZES = (3, 15)  # shards of the two traced runs; bytes a shard = (figure at 15 - figure at 3) / (15 - 3)
 
 
 def _traced() -> int:

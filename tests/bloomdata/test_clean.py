@@ -484,7 +484,7 @@ def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path):
     12 languages here, measured). The run now sums them as each manifest arrives: 5-6 KB a shard remain (the
     manifests without their counts, the write manifests, the keys read back). The same as the filter stage ends:
     every full filter manifest, kept to then, peaked the driver (800 files of 100 KB: 9 MB; 12-14 KB a shard
-    here); they are now stripped as they arrive (3.7-4.1 KB). Measured in a fresh process (see the module)."""
+    here); they are now stripped as they arrive (3.8-4.0 KB). Measured in a fresh process (see the module)."""
     out = subprocess.run([sys.executable, "-m", "tests.bloomdata.clean_driver_memory", str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
