@@ -69,6 +69,10 @@ def _release(lm: CausalLM | None) -> None:
 
 def run_evaluation(config: EvaluateConfig) -> EvalReport:
     """Score every model of ``config`` on its documents (and tasks), write ``eval.json/md/png``; returns the report."""
+    if config.tasks:
+        from bloomtrain.evaluation.tasks import check_tasks  # noqa: PLC0415 - lm-eval only when asked
+
+        check_tasks(config.tasks, config.task_paths)
     docs = read_documents(config.sources, config.max_docs_per_lang)
     models: dict[str, ModelResult] = {}
     tasks: dict[str, dict[str, dict[str, float]]] = {}

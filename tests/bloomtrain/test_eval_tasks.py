@@ -7,6 +7,7 @@ compared with the gold answer.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ import torch
 
 from bloomtrain.cli import main as bloomtrain_main
 from bloomtrain.evaluation.models import load_causal_lm
-from bloomtrain.evaluation.tasks import TaskOptions, evaluate_tasks, task_metrics
+from bloomtrain.evaluation.tasks import TaskOptions, check_tasks, evaluate_tasks, task_manager, task_metrics
 from tests.bloomtrain.conftest import build_hf_bloom, write_tiny_tokenizer
 from tests.data import CORPUS_DIR
 
@@ -129,13 +130,53 @@ def test_cli_merges_task_accuracy_into_eval_json_and_md(model_dir, task_dir, tmp
 
 
 def test_task_data_not_available_offline_is_a_one_line_error(model_dir, task_dir, tmp_path, capsys):
-    for task, message in (("bloomstack_remote", "--tasks bloomstack_remote: its data is not available offline"),
-                          ("xstorycloze_en", "--tasks xstorycloze_en: its data is not available offline"),
-                          ("no_such_task", "--tasks no_such_task: not an lm-eval task")):
+    for task in ("bloomstack_remote", "xstorycloze_en"):
         code = bloomtrain_main(["evaluate", "--model", str(model_dir), "--data", f"en={CORPUS_DIR / 'en.jsonl'}",
                                 "--max-docs-per-lang", "1", "--context", "16", "--out", str(tmp_path / "o"),
                                 "--device", "cpu", "--no-progress", "--tasks", task, "--task-path", str(task_dir)])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2
-        assert message in err[-1], err[-1]
-        assert task == "no_such_task" or "HF_DATASETS_OFFLINE=0" in err[-1]
+        assert f"--tasks {task}: its data is not available offline" in err[-1], err[-1]
+        assert "HF_DATASETS_OFFLINE=0" in err[-1]
+
+
+def test_a_task_lm_eval_does_not_know_fails_before_any_model_loads(task_dir, tmp_path, capsys, monkeypatch):
+    def no_model(*_, **__):
+        raise AssertionError("a model was loaded before the task names were checked")
+
+    monkeypatch.setattr("bloomtrain.evaluation.run.load_causal_lm", no_model)
+    code = bloomtrain_main(["evaluate", "--model", str(tmp_path / "never-read"), "--data",
+                            f"en={CORPUS_DIR / 'en.jsonl'}", "--out", str(tmp_path / "o"), "--device", "cpu",
+                            "--no-progress", "--tasks", f"{TASK},no_such_task", "--task-path", str(task_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert "--tasks no_such_task: not an lm-eval task, group or tag" in err[0], err
+
+
+class _CountedManager:
+    """Stands in for lm-eval's TaskManager: records each index build (the real one parses ~14,000 YAMLs)."""
+
+    built: list[list[str]] = []
+
+    def __init__(self, include_path=None):
+        self.built.append(list(include_path or []))
+        self.all_tasks = [p.stem for d in include_path or [] for p in sorted(Path(d).glob("**/*.yaml"))]
+
+
+def test_the_task_index_is_built_once_per_process_until_a_yaml_changes(tmp_path, monkeypatch):
+    import lm_eval.tasks
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", _CountedManager)
+    _CountedManager.built.clear()
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "a.yaml").write_text("task: a\n")
+    first = task_manager([str(tasks)])
+    assert task_manager([str(tasks)]) is first and len(_CountedManager.built) == 1  # a second model, the same index
+    (tasks / "sub").mkdir()
+    (tasks / "sub" / "b.yaml").write_text("task: b\n")  # an added YAML: a new index that has it
+    check_tasks(["a", "b"], [str(tasks)])
+    (tasks / "a.yaml").write_text("task: a2\n")  # a YAML rewritten in place (another size): a new index
+    assert task_manager([str(tasks)]).all_tasks == ["a", "b"] and len(_CountedManager.built) == 3
+    (tmp_path / "other").mkdir()
+    assert task_manager([str(tmp_path / "other")]) is not first  # other directories, another index
