@@ -23,6 +23,14 @@ os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ.pop("PREFECT_API_URL", None)  # never talk to a developer's real server from tests
 
+# Under pytest-xdist, each worker's torch (and the trainers, Dask workers and demo it starts, which inherit the
+# environment) would use every core for its intra-op threads: on 2 cores with 2 workers, 4+ OpenMP threads spin
+# against each other. A test of small CPU ops then ran 3x slower (test_bpb_equals_transformers_loop[7] beside two
+# busy processes: 16.3 s with 2 threads, 5.5 s with 1). The cores are shared out instead; a value already set wins.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
+
 # Without a GPU the flash-attention tests run Triton's CPU interpreter. Triton reads TRITON_INTERPRET when
 # triton.language is first imported, and DeepSpeed imports it on its own first import (any test module that
 # imports bloomtrain's engine), so the choice is made here, before any test module is collected.
