@@ -89,10 +89,11 @@ engines:
 
 # setup.py builds the C++ index helpers and BPE learner as optional (installs without a compiler still work, on numpy):
 # here a failed build must fail, not skip their tests.
-# apt (the engines: network and dpkg) runs beside pip and mypy (the venv, then lint), not before them.
+# apt (the engines: network and dpkg) runs beside pip and mypy (the venv, then lint), not before them: two jobs,
+# or the job slots of a `make -jN test` (a -j2 of its own would make make warn and drop its jobserver).
 test:
 	$(ENGINES_CHECK)
-	@$(MAKE) --no-print-directory -j2 engines lint
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j2) engines lint
 	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner" || { echo "bloomdata._index_helpers or _bpe_learner is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
