@@ -79,16 +79,23 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:240]}"
 
 
-def task_manager(task_paths: Sequence[str] = ()):
-    """lm-eval's ``TaskManager`` over its own tasks plus the YAML directories in ``task_paths``, one per process for
-    the same YAML files: its index parses every task YAML lm-eval ships (14,683 names in 0.4.13: 12.5 s on a
-    2-vCPU machine), which a run of several models paid once per model."""
+def task_manager(task_paths: Sequence[str] = (), tasks: Sequence[str] = ()):
+    """lm-eval's ``TaskManager`` for ``tasks``, one per process for the same YAML files. Its index of lm-eval's own
+    tasks parses every task YAML lm-eval ships (14,683 names in 0.4.13: 12.5 s on a 2-vCPU machine), which a run of
+    several models paid once per model. When every name in ``tasks`` is a task of the YAMLs in ``task_paths`` (an
+    offline run's local tasks), the index of those YAMLs alone serves: loading a task reads its own YAML (and what
+    that includes) by path, never the index of lm-eval's. Groups and tags, which name other tasks, take both."""
     _import_lm_eval()  # without the eval extra: its one-line error, before the directories are checked
     for path in task_paths:
         if not os.path.isdir(path):
             raise BloomstackError(f"task_paths {path}: not a directory; give a directory of lm-eval task YAMLs",
                                   keys=["task_paths"])
-    return _manager(tuple(task_paths), _index_inputs(task_paths))
+    inputs = _index_inputs(task_paths)
+    if task_paths and tasks:
+        local = _manager(tuple(task_paths), inputs, with_lm_eval_tasks=False)
+        if set(tasks) <= set(local.all_subtasks):
+            return local
+    return _manager(tuple(task_paths), inputs, with_lm_eval_tasks=True)
 
 
 def _index_inputs(task_paths: Sequence[str]) -> tuple[tuple[str, int, int], ...]:
@@ -99,16 +106,16 @@ def _index_inputs(task_paths: Sequence[str]) -> tuple[tuple[str, int, int], ...]
     return tuple((f, (s := os.stat(f)).st_mtime_ns, s.st_size) for f in files)
 
 
-@functools.lru_cache(maxsize=4)
-def _manager(task_paths: tuple[str, ...], _inputs: tuple[tuple[str, int, int], ...]):
+@functools.lru_cache(maxsize=8)
+def _manager(task_paths: tuple[str, ...], _inputs: tuple[tuple[str, int, int], ...], with_lm_eval_tasks: bool):
     _, _, TaskManager = _import_lm_eval()
-    return TaskManager(include_path=list(task_paths) or None)
+    return TaskManager(include_path=list(task_paths) or None, include_defaults=with_lm_eval_tasks)
 
 
 def check_tasks(tasks: Sequence[str], task_paths: Sequence[str] = ()) -> None:
     """Every name in ``tasks`` is an lm-eval task, group or tag (with the YAMLs of ``task_paths``): before a model
     loads, so a misspelt name costs seconds, not a scored model."""
-    check_task_names(task_manager(task_paths), tasks)
+    check_task_names(task_manager(task_paths, tasks), tasks)
 
 
 def check_task_names(manager, tasks: Sequence[str]) -> None:
@@ -150,7 +157,7 @@ def evaluate_tasks(lm: CausalLM, tasks: Sequence[str], options: TaskOptions | No
     """lm-eval's ``simple_evaluate`` results for ``tasks`` on the loaded model (offline)."""
     o = options or TaskOptions()
     lm_eval, HFLM, _ = _import_lm_eval()
-    manager = task_manager(o.task_paths)
+    manager = task_manager(o.task_paths, tasks)
     check_task_names(manager, tasks)
     with _quiet("lm_eval"):  # its warnings that a pre-loaded model is passed: that is the point here
         harness_lm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=o.batch_size, max_length=o.max_length)

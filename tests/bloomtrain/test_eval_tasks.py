@@ -154,29 +154,36 @@ def test_a_task_lm_eval_does_not_know_fails_before_any_model_loads(task_dir, tmp
 
 
 class _CountedManager:
-    """Stands in for lm-eval's TaskManager: records each index build (the real one parses ~14,000 YAMLs)."""
+    """Stands in for lm-eval's TaskManager: records each index build (the real one parses ~14,000 YAMLs with lm-eval's
+    own tasks); a task is named after its YAML file, and lm-eval's own tasks are "xnli" here."""
 
-    built: list[list[str]] = []
+    built: list[tuple[list[str], bool]] = []
 
-    def __init__(self, include_path=None):
-        self.built.append(list(include_path or []))
-        self.all_tasks = [p.stem for d in include_path or [] for p in sorted(Path(d).glob("**/*.yaml"))]
+    def __init__(self, include_path=None, include_defaults=True):
+        self.built.append((list(include_path or []), include_defaults))
+        self.all_subtasks = [p.stem for d in include_path or [] for p in sorted(Path(d).glob("**/*.yaml"))]
+        self.all_tasks = self.all_subtasks + (["xnli"] if include_defaults else [])
 
 
 def test_the_task_index_is_built_once_per_process_until_a_yaml_changes(tmp_path, monkeypatch):
     import lm_eval.tasks
 
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", _CountedManager)
-    _CountedManager.built.clear()
+    built = _CountedManager.built
+    built.clear()
     tasks = tmp_path / "tasks"
     tasks.mkdir()
     (tasks / "a.yaml").write_text("task: a\n")
-    first = task_manager([str(tasks)])
-    assert task_manager([str(tasks)]) is first and len(_CountedManager.built) == 1  # a second model, the same index
+    first = task_manager([str(tasks)], ["a"])
+    assert task_manager([str(tasks)], ["a"]) is first  # a second model, the same index
+    assert built == [([str(tasks)], False)]  # a local task: lm-eval's own ~14,000 YAMLs are not read
+    full = task_manager([str(tasks)], ["a", "xnli"])  # one of lm-eval's own: both
+    assert built[-1] == ([str(tasks)], True) and "xnli" in full.all_tasks
     (tasks / "sub").mkdir()
     (tasks / "sub" / "b.yaml").write_text("task: b\n")  # an added YAML: a new index that has it
     check_tasks(["a", "b"], [str(tasks)])
     (tasks / "a.yaml").write_text("task: a2\n")  # a YAML rewritten in place (another size): a new index
-    assert task_manager([str(tasks)]).all_tasks == ["a", "b"] and len(_CountedManager.built) == 3
+    assert task_manager([str(tasks)], ["a"]).all_tasks == ["a", "b"] and len(built) == 4
     (tmp_path / "other").mkdir()
-    assert task_manager([str(tmp_path / "other")]) is not first  # other directories, another index
+    assert task_manager([str(tmp_path / "other")], ["a"]) is not first  # other directories, another index
+    assert built[-1] == ([str(tmp_path / "other")], True)  # "a" is not there: lm-eval's own tasks are read
