@@ -177,8 +177,8 @@ def test_the_command_line_sets_the_sizes():
         parser().parse(["--scale.num-heads", "12"])
 
 
-# The whole flow, run twice (the second skips every stage), in 140-146 s beside the other pytest worker: the same code
-# path and model, fewer steps (10 iterations, the ramp-up in 4).
+# The whole flow, run twice (the second skips every stage), in 112-126 s beside the other pytest worker (one OpenMP
+# thread each; 138-146 s with two): the same code path and model, fewer steps (10 iterations, the ramp-up in 4).
 SMOKE = RehearsalScale(train_samples=96, rampup_batch_size=(4, 2, 24), warmup_samples=8, decay_samples=87,
                        save_interval=5, eval_interval=5)
 
