@@ -16,8 +16,9 @@ determines its files, so a killed run resumes where it stopped:
    (``sampling.fill``), or the first cut to the quota when none fits: the rows each shard counts, in
    ``chosen/<shard>.npy``. The driver holds one language's candidates at a time.
 3. ``count`` (per shard): BLOOM's split (``bloomdata.tokenizer.split``) over the chosen texts; the words are counted
-   in a dict that is written out as a hash-partitioned ``.wc`` run (``bloomdata.tokenizer.word_counts``)
-   whenever it holds ``spill_words`` words, so a worker's memory is bounded whatever its shard holds.
+   in compact arrays (``bloomdata.tokenizer.word_counter``) that are written out as a hash-partitioned ``.wc``
+   run (``bloomdata.tokenizer.word_counts``) whenever they hold ``spill_words`` words, so a worker's memory is
+   bounded whatever its shard holds.
 4. ``merge`` (per partition): partition p of every run, equal words summed, in ``merged/part-PPPP.wc``.
 
 The summary ``OUT/word_counts/word_counts.json`` (a ``WordCounts``) is written last, keyed by every shard's
@@ -48,7 +49,8 @@ from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob
 from bloomdata.readers import UNKNOWN_LANG, Document, Shard, SourceConfig, read_shard, shard_plan
 from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill, truncate
 from bloomdata.tokenizer.split import PIECES, split_pieces
-from bloomdata.tokenizer.word_counts import sum_partition, write_word_counts, write_word_list
+from bloomdata.tokenizer.word_counter import WordCounter, bytes_per_word, new_counter
+from bloomdata.tokenizer.word_counts import WordCountsFile, write_partitioned
 
 MARKER_VERSION = 1  # bump when a work file's format changes: every old marker becomes invalid
 WORK_NAME = "word_counts"  # OUT/word_counts
@@ -56,10 +58,9 @@ SUMMARY_FILE = "word_counts.json"
 LOCK_FILE = ".bloomdata-word-counts.lock"
 STAGES = ("keys", "chosen", "count", "merged")
 PARTITIONS = 64  # hash partitions of every run: a merge task holds ~1/64 of the distinct words
-# A distinct word in the counting dict costs ~120-200 bytes in CPython (str, int, dict slot; measured 150 for
-# short Latin words); spills are sized so that the dict stays within half of a worker's share of max_memory.
-BYTES_PER_COUNTED_WORD = 200
-DEFAULT_SPILL_WORDS = 2_000_000  # without max_memory: ~400 MB per worker
+# Spills are sized so that a worker's counter (bloomdata.tokenizer.word_counter.bytes_per_word: ~80 bytes a
+# distinct word in C++, ~200 in a dict) stays within half of its share of max_memory.
+DEFAULT_SPILL_WORDS = 2_000_000  # without max_memory: ~160 MB per worker (~400 MB with the dict)
 
 
 class CountingInputs(Protocol):
@@ -197,7 +198,7 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
     shutil.rmtree(folder, ignore_errors=True)  # runs of an earlier attempt
     os.makedirs(folder, exist_ok=True)
     chosen = np.load(os.path.join(settings.work_dir, "chosen", f"{shard.name}.npy")).tolist()
-    counter: Counter[str] = Counter()
+    counter = new_counter()
     runs: list[str] = []
     docs: Counter[str] = Counter()
     text_bytes: Counter[str] = Counter()
@@ -215,7 +216,7 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
         docs[lang] += 1
         text_bytes[lang] += len(text.encode("utf-8"))
         pieces = split_pieces(text)
-        counter.update(pieces)  # Counter.update of a list runs in C
+        counter.update(pieces)
         occurrences += len(pieces)
         if len(counter) >= settings.spill_words:
             words += _spill(counter, folder, runs, settings)
@@ -228,13 +229,10 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
     return manifest
 
 
-def _spill(counter: Counter[str], folder: str, runs: list[str], settings: CountSettings) -> int:
-    """Write the counted words as the next run and empty the counter; returns the words written."""
+def _spill(counter: WordCounter, folder: str, runs: list[str], settings: CountSettings) -> int:
+    """Write the counted words as the next run (the counter is emptied first); returns the words written."""
     path = os.path.join(folder, f"run-{len(runs):04d}.wc")
-    words = [w.encode("utf-8") for w in counter]
-    counts = np.fromiter(counter.values(), dtype=np.uint64, count=len(words))
-    counter.clear()  # before writing: the words are held once, as bytes, not in a second dict beside the first
-    n = write_word_list(path, words, counts, settings.partitions)
+    n = write_partitioned(path, counter.take(settings.partitions))
     runs.append(path)
     return n
 
@@ -248,10 +246,13 @@ def merge_partition(item: tuple[int, list[str], str], settings: CountSettings) -
     found = durable.read_manifest(_marker(settings, "merged", name), key, MergeManifest)
     if found is not None and os.path.isfile(path) and os.path.getsize(path) == found.file_bytes:
         return found
-    total = sum_partition([os.path.join(settings.work_dir, r) for r in runs], p)
-    write_word_counts(path, total)
-    manifest = MergeManifest(file=file, words=len(total), word_bytes=sum(map(len, total)),
-                             occurrences=sum(total.values()), file_bytes=os.path.getsize(path))
+    counter = new_counter()
+    for run in runs:
+        counter.add(WordCountsFile(os.path.join(settings.work_dir, run)).partition(p))
+    total = counter.take(1)  # equal words summed, in the order first seen
+    write_partitioned(path, total)
+    manifest = MergeManifest(file=file, words=len(total), word_bytes=int(total.lengths.sum(dtype=np.uint64)),
+                             occurrences=int(total.counts.sum(dtype=np.uint64)), file_bytes=os.path.getsize(path))
     _done(settings, "merged", name, key, manifest)
     return manifest
 
@@ -310,10 +311,10 @@ def choose(work_dir: str, shards: list[Shard], scans: list[ScanManifest], cut: d
 
 def spill_words(max_memory: int | None, workers: int) -> int:
     """Distinct words a counting worker holds before it spills: half of its share of ``max_memory`` (the
-    driver and every worker take equal shares)."""
+    driver and every worker take equal shares) over the counter's bytes per word."""
     if max_memory is None:
         return DEFAULT_SPILL_WORDS
-    return max(1_000, max_memory // (max(workers, 1) + 1) // 2 // BYTES_PER_COUNTED_WORD)
+    return max(1_000, max_memory // (max(workers, 1) + 1) // 2 // bytes_per_word())
 
 
 class CountsJob(ShardedJob[WordCounts, ScanManifest]):

@@ -25,7 +25,7 @@ counted in, so a file's bytes are a deterministic function of what was counted.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
 
@@ -99,31 +99,23 @@ class WordCountsFile:
         return Partition(self.counts, self.lengths, blob)
 
 
-def _write(out: IO[bytes], words: list[bytes], counts: np.ndarray, word_at: np.ndarray) -> None:
-    lengths = np.fromiter(map(len, words), dtype="<u4", count=len(words))
-    starts = np.zeros(len(words) + 1, dtype="<u8")
-    np.cumsum(lengths, out=starts[1:])
-    byte_at = starts[word_at]
-    out.write(MAGIC)
-    out.write(np.array([len(word_at) - 1], dtype="<u8").tobytes())
-    out.write(word_at.astype("<u8").tobytes())
-    out.write(byte_at.astype("<u8").tobytes())
-    out.write(counts.astype("<u8").tobytes())
-    out.write(lengths.tobytes())
-    out.write(b"".join(words))
+@dataclass(frozen=True)
+class PartitionedWords:
+    """Distinct words grouped by partition, as a ``.wc`` file lays them out: partition p is words
+    ``word_at[p]:word_at[p + 1]``; word i is seen ``counts[i]`` times and is ``lengths[i]`` bytes of ``blob``,
+    after the words before it."""
+
+    word_at: np.ndarray  # uint64[P + 1]
+    counts: np.ndarray  # uint64[n]
+    lengths: np.ndarray  # uint32[n]
+    blob: bytes | np.ndarray  # uint8[B]
+
+    def __len__(self) -> int:
+        return len(self.counts)
 
 
-def write_word_counts(path: str | os.PathLike[str], counts: dict[bytes, int], partitions: int = 1) -> int:
-    """Write ``counts`` (word -> count) as a ``.wc`` file of ``partitions`` hash partitions, atomically and
-    synced (a completion marker vouches for it); returns the number of words. Within a partition the words
-    keep the dict's order (a deterministic function of what was counted)."""
-    return write_word_list(path, list(counts), np.fromiter(counts.values(), dtype=np.uint64, count=len(counts)),
-                           partitions)
-
-
-def write_word_list(path: str | os.PathLike[str], words: list[bytes], counts: np.ndarray, partitions: int = 1) -> int:
-    """``write_word_counts`` of ``words[i]`` seen ``counts[i]`` times (distinct words), for a caller that empties
-    its dict before writing: no second dict of the words is built."""
+def partition_words(words: list[bytes], counts: np.ndarray, partitions: int = 1) -> PartitionedWords:
+    """``words[i]`` seen ``counts[i]`` times (distinct words), grouped by partition, each group in list order."""
     if partitions > 1:
         part = np.fromiter(map(xxhash.xxh64_intdigest, words), dtype=np.uint64, count=len(words)) % np.uint64(partitions)
         order = np.argsort(part, kind="stable")
@@ -131,16 +123,31 @@ def write_word_list(path: str | os.PathLike[str], words: list[bytes], counts: np
         word_at = np.searchsorted(part[order], np.arange(partitions + 1, dtype=np.uint64))
     else:
         word_at = np.array([0, len(words)])
-    durable.write_with(path, lambda out: _write(out, words, counts, word_at))
+    return PartitionedWords(word_at.astype(np.uint64), np.asarray(counts, dtype=np.uint64),
+                            np.fromiter(map(len, words), dtype=np.uint32, count=len(words)), b"".join(words))
+
+
+def _write(out: IO[bytes], words: PartitionedWords) -> None:
+    starts = np.zeros(len(words) + 1, dtype="<u8")
+    np.cumsum(words.lengths, out=starts[1:])
+    out.write(MAGIC)
+    out.write(np.array([len(words.word_at) - 1], dtype="<u8").tobytes())
+    out.write(words.word_at.astype("<u8").tobytes())
+    out.write(starts[words.word_at.astype(np.int64)].tobytes())
+    out.write(words.counts.astype("<u8").tobytes())
+    out.write(words.lengths.astype("<u4").tobytes())
+    out.write(words.blob if isinstance(words.blob, bytes) else words.blob.data)
+
+
+def write_partitioned(path: str | os.PathLike[str], words: PartitionedWords) -> int:
+    """Write ``words`` as a ``.wc`` file, atomically and synced (a completion marker vouches for it); returns
+    the number of words."""
+    durable.write_with(path, lambda out: _write(out, words))
     return len(words)
 
 
-def sum_partition(paths: Iterable[str | os.PathLike[str]], p: int) -> dict[bytes, int]:
-    """Partition ``p`` of every file, counts of equal words summed."""
-    total: dict[bytes, int] = {}
-    get = total.get
-    for path in paths:
-        part = WordCountsFile(path).partition(p)
-        for word, count in zip(part.words(), part.counts.tolist()):
-            total[word] = get(word, 0) + count
-    return total
+def write_word_counts(path: str | os.PathLike[str], counts: dict[bytes, int], partitions: int = 1) -> int:
+    """Write ``counts`` (word -> count) as a ``.wc`` file of ``partitions`` hash partitions (``write_partitioned``).
+    Within a partition the words keep the dict's order (a deterministic function of what was counted)."""
+    return write_partitioned(path, partition_words(
+        list(counts), np.fromiter(counts.values(), dtype=np.uint64, count=len(counts)), partitions))

@@ -6,14 +6,23 @@
 //   progress: called with the number of merges so far every `every` merges (with the GIL).
 //   Returns (new tokens as bytes, in id order after the given vocab; uint32[M, 2] merges in order).
 // The loop runs without the GIL.
+//
+// WordCounter(): the counting pass's word -> count table of word_counter.h (bloomdata/tokenizer/word_counter.py).
+//   update(pieces): one occurrence of each str's UTF-8; add(blob, lengths, counts): words of a word-count
+//   file's partition; take(partitions) -> (word_at uint64[P + 1], counts uint64[n], lengths uint32[n],
+//   blob uint8[B]), grouped by xxh64 % P; len(), word_bytes, memory (bytes held); clear().
+// xxh64(data: bytes) -> int: the partition hash, for the tests against the xxhash package.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "learner.h"
+#include "word_counter.h"
+#include "xxh64.h"
 
 namespace py = pybind11;
 
@@ -64,11 +73,63 @@ py::tuple learn(py::array_t<uint32_t, py::array::c_style> symbols,
   return py::make_tuple(added, pairs);
 }
 
+void update(bloombpe::WordCounter& counter, const py::list& pieces) {
+  for (const py::handle& piece : pieces) {
+    if (!PyUnicode_Check(piece.ptr())) throw py::type_error("WordCounter.update takes a list of str");
+    Py_ssize_t n = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(piece.ptr(), &n);  // ASCII: the str's own bytes, no copy
+    if (p == nullptr) throw py::error_already_set();
+    counter.add(p, size_t(n), 1);
+  }
+}
+
+void add(bloombpe::WordCounter& counter, const py::buffer& blob,
+         py::array_t<uint32_t, py::array::c_style | py::array::forcecast> lengths,
+         py::array_t<uint64_t, py::array::c_style | py::array::forcecast> counts) {
+  const py::buffer_info bytes = blob.request();
+  if (bytes.itemsize != 1 || bytes.ndim != 1) throw std::invalid_argument("blob must be 1-D bytes");
+  if (lengths.size() != counts.size()) throw std::invalid_argument("lengths and counts differ in size");
+  const char* p = static_cast<const char*>(bytes.ptr);
+  const uint32_t* len = lengths.data();
+  const uint64_t* c = counts.data();
+  size_t at = 0;
+  for (py::ssize_t i = 0; i < lengths.size(); ++i) {
+    if (at + len[i] > size_t(bytes.size)) throw std::invalid_argument("lengths run past the blob");
+    counter.add(p + at, len[i], c[i]);
+    at += len[i];
+  }
+  if (at != size_t(bytes.size)) throw std::invalid_argument("lengths do not cover the blob");
+}
+
+py::tuple take(const bloombpe::WordCounter& counter, size_t partitions) {
+  if (partitions == 0) throw std::invalid_argument("partitions must be at least 1");
+  const auto n = py::ssize_t(counter.words());
+  py::array_t<uint64_t> word_at(py::ssize_t(partitions + 1)), counts(n);
+  py::array_t<uint32_t> lengths(n);
+  py::array_t<uint8_t> blob(py::ssize_t(counter.word_bytes()));
+  counter.take(partitions, word_at.mutable_data(), counts.mutable_data(), lengths.mutable_data(),
+               reinterpret_cast<char*>(blob.mutable_data()));
+  return py::make_tuple(word_at, counts, lengths, blob);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_bpe_learner, m) {
-  m.doc() = "Hugging Face BpeTrainer's merge loop over word counts (csrc/bpe/learner.h)";
+  m.doc() = "Hugging Face BpeTrainer's merge loop over word counts (csrc/bpe/learner.h) and the word counter";
   m.def("learn", &learn, py::arg("symbols"), py::arg("offsets"), py::arg("counts"), py::arg("vocab"),
         py::arg("vocab_size"), py::arg("min_frequency"), py::arg("progress") = py::none(),
         py::arg("every") = 1000);
+  py::class_<bloombpe::WordCounter>(m, "WordCounter")
+      .def(py::init<>())
+      .def("update", &update, py::arg("pieces"))
+      .def("add", &add, py::arg("blob"), py::arg("lengths"), py::arg("counts"))
+      .def("take", &take, py::arg("partitions"))
+      .def("clear", &bloombpe::WordCounter::clear)
+      .def("__len__", &bloombpe::WordCounter::words)
+      .def_property_readonly("word_bytes", &bloombpe::WordCounter::word_bytes)
+      .def_property_readonly("memory", &bloombpe::WordCounter::memory);
+  m.def("xxh64", [](const py::bytes& data) {
+    const std::string_view s(data);
+    return bloombpe::xxh64(s.data(), s.size());
+  });
 }

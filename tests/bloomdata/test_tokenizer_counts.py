@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from tokenizers import Regex, pre_tokenizers
 
-from bloomdata import cli
+from bloomdata import _bpe_learner, cli
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer import counting
 from bloomdata.tokenizer.bpe import (
     BLOOM_SPLIT_PATTERN,
     SPECIAL_TOKENS,
@@ -40,7 +41,8 @@ from bloomdata.tokenizer.merges import (
     load_words,
 )
 from bloomdata.tokenizer.split import split_pieces
-from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_word_counts
+from bloomdata.tokenizer.word_counter import CompactCounter, DictCounter, new_counter
+from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_partitioned, write_word_counts
 from tests.bloomdata.conftest import SMALL_BUDGET, SMALL_VOCAB
 from tests.kill_midway import kill_after_markers
 
@@ -228,6 +230,79 @@ def test_word_counts_file_round_trip_and_damage(tmp_path):
         WordCountsFile(tmp_path / "b.wc")
 
 
+def test_cpp_xxh64_is_the_partition_hash():
+    """The C++ counter partitions words by its own XXH64: the xxhash package's, on every length from 0 to 100
+    bytes (every stripe and tail path) and on the corpus' pieces."""
+    rng = random.Random(0)
+    words = [bytes(rng.randrange(256) for _ in range(n)) for n in range(101) for _ in range(5)]
+    words += ["é日😀".encode(), b"\x00" * 64]
+    for w in words:
+        assert _bpe_learner.xxh64(w) == partition_of(w, 2**64), w
+
+
+def _corpus_texts(corpus_dir: Path) -> list[str]:
+    return [json.loads(line)["text"] for p in sorted(corpus_dir.glob("*.jsonl"))
+            for line in p.read_text(encoding="utf-8").splitlines()]
+
+
+def _same_words(a, b) -> None:
+    for field in ("word_at", "counts", "lengths"):
+        assert np.asarray(getattr(a, field)).tolist() == np.asarray(getattr(b, field)).tolist(), field
+    assert bytes(a.blob) == bytes(b.blob)
+
+
+def test_cpp_counter_equals_the_dict(tmp_path, corpus_dir):
+    """Every script's pieces through both counters: the same words, counts and order, grouped by partition (the
+    bytes of the word-count files); a merge of spills summed in either gives the same partition; the C++
+    counter holds under 50 bytes a word (the dict ~150) and nothing after ``take``."""
+    texts = _corpus_texts(corpus_dir)
+    compact, reference = new_counter(), new_counter(compact=False)
+    assert isinstance(compact, CompactCounter) and isinstance(reference, DictCounter)
+    for text in texts:
+        pieces = split_pieces(text)
+        compact.update(pieces)
+        reference.update(pieces)
+    assert len(compact) == len(reference) > 100_000
+    held = compact.counter.memory
+    assert held < 50 * len(compact), held / len(compact)
+    spilled = compact.take(8)
+    _same_words(spilled, reference.take(8))
+    assert len(compact) == 0 and compact.counter.memory == 0
+    runs = []
+    for i, lo in enumerate(range(0, len(texts), len(texts) // 3)):  # three spills, words repeated across them
+        counter = new_counter()
+        for text in texts[lo:lo + len(texts) // 3]:
+            counter.update(split_pieces(text))
+        write_partitioned(tmp_path / f"run-{i}.wc", counter.take(8))
+        runs.append(WordCountsFile(tmp_path / f"run-{i}.wc"))
+    for p in (0, 5):
+        merged = [new_counter(), new_counter(compact=False)]
+        for counter in merged:
+            for run in runs:
+                counter.add(run.partition(p))
+        a, b = (c.take(1) for c in merged)
+        _same_words(a, b)
+        assert int(a.counts.sum()) == sum(int(r.partition(p).counts.sum()) for r in runs)
+    with pytest.raises(TypeError, match="list of str"):
+        new_counter().update([b"bytes"])
+
+
+def test_counted_files_do_not_depend_on_the_counter(tmp_path, corpus_dir, monkeypatch):
+    """The count and merge stages in-process, once with the C++ counter and once with the dict, spilling at the
+    same sizes: every run and every merged partition byte-identical."""
+    sources = [SourceConfig(paths=[str(corpus_dir / f"{lang}.jsonl") for lang in ("ar", "en", "hi")])]
+    files = {}
+    for compact in (True, False):
+        out = tmp_path / str(compact)
+        monkeypatch.setattr(counting, "new_counter", lambda compact=compact: new_counter(compact))
+        config = _config(sources, out, byte_budget=300_000, max_memory=480_000, trainer="counts",
+                         shard_bytes=60_000, workers=0)
+        counts = count_words(config)
+        assert counts.spills > counts.shards
+        files[compact] = {p.relative_to(out): p.read_bytes() for p in sorted((out / WORK_NAME).rglob("*.wc"))}
+    assert files[True] == files[False] and len(files[True]) > 64
+
+
 def test_load_words_maps_bytes_to_byte_level_ids(tmp_path):
     vocab = initial_vocab(SPECIAL_TOKENS, pre_tokenizers.ByteLevel.alphabet())
     assert vocab[:4] == list(SPECIAL_TOKENS) and len(vocab) == 260
@@ -243,11 +318,11 @@ def test_load_words_maps_bytes_to_byte_level_ids(tmp_path):
 
 
 def test_spills_dask_and_resume_give_the_same_tokenizer(tmp_path, client, corpus_dir):
-    """Counting on the Dask placement with spills of 1,000 words (max_memory 1.2 MB over 2 workers), a rerun
+    """Counting on the Dask placement with spills of 1,000 words (max_memory 480 kB over 2 workers), a rerun
     that finds the counts done, one that recounts a single lost shard, and the trainer on those counts: one
     tokenizer throughout, the in-memory trainer's."""
     sources = [SourceConfig(paths=[str(corpus_dir / f"{lang}.jsonl") for lang in ("en", "ta", "vi", "zh")])]
-    config = _config(sources, tmp_path / "out", vocab_size=1500, byte_budget=400_000, max_memory=1_200_000,
+    config = _config(sources, tmp_path / "out", vocab_size=1500, byte_budget=400_000, max_memory=480_000,
                      trainer="counts", keep_work=True, shard_bytes=40_000, workers=2)
     assert spill_words(config.max_memory, config.workers) == 1_000
     memory = _trained(config, "memory", tmp_path / "memory")
