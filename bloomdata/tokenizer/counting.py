@@ -48,7 +48,7 @@ from bloomdata.jobs.executor import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob
 from bloomdata.readers import UNKNOWN_LANG, Document, Shard, SourceConfig, read_shard, shard_plan
 from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill, truncate
-from bloomdata.tokenizer.split import PIECES, split_pieces
+from bloomdata.tokenizer.split import PIECES
 from bloomdata.tokenizer.word_counter import WordCounter, bytes_per_word, new_counter
 from bloomdata.tokenizer.word_counts import WordCountsFile, write_partitioned
 
@@ -215,9 +215,7 @@ def count_shard(item: tuple[Shard, str, dict[int, int]], settings: CountSettings
         lang = doc.lang or UNKNOWN_LANG
         docs[lang] += 1
         text_bytes[lang] += len(text.encode("utf-8"))
-        pieces = split_pieces(text)
-        counter.update(pieces)
-        occurrences += len(pieces)
+        occurrences += counter.count_text(text)
         if len(counter) >= settings.spill_words:
             words += _spill(counter, folder, runs, settings)
     if counter:

@@ -1,6 +1,7 @@
 """The counting pass's word -> count table: compact arrays in C++ (csrc/bpe/word_counter.h), a dict as reference.
 
-A counting worker (``bloomdata.tokenizer.counting``) feeds it the pieces of BLOOM's split and spills it to a
+A counting worker (``bloomdata.tokenizer.counting``) feeds it texts, split as BLOOM splits (in C++ by
+csrc/bpe/split.h, or by ``bloomdata.tokenizer.split.split_pieces``), and spills it to a
 word-count file when it holds ``spill_words`` words; a merge task feeds it one partition of every spill. Both
 counters give the same ``PartitionedWords`` for the same input (the words in the order first seen, grouped by
 partition), so the files, and the tokenizer learned from them, do not depend on which one counted
@@ -21,6 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bloomdata.tokenizer.split import excluded_code_points, split_pieces
 from bloomdata.tokenizer.word_counts import Partition, PartitionedWords, partition_words
 
 
@@ -28,6 +30,9 @@ class WordCounter(Protocol):
     """What the counting steps need of a counter."""
 
     bytes_per_word: int  # memory per distinct word at the spill's peak (module docstring)
+
+    def count_text(self, text: str) -> int:
+        """One occurrence of each piece of BLOOM's split of ``text``; returns the number of pieces."""
 
     def update(self, pieces: list[str]) -> None:
         """One occurrence of each piece (its UTF-8 bytes are the word)."""
@@ -49,7 +54,10 @@ class CompactCounter:
     bytes_per_word = 80
 
     def __init__(self, module: Any) -> None:
-        self.counter = module.WordCounter()
+        self.counter = module.WordCounter(list(excluded_code_points()))
+
+    def count_text(self, text: str) -> int:
+        return int(self.counter.count_text(text))
 
     def update(self, pieces: list[str]) -> None:
         self.counter.update(pieces)
@@ -73,6 +81,11 @@ class DictCounter:
 
     def __init__(self) -> None:
         self.counts: Counter[Any] = Counter()
+
+    def count_text(self, text: str) -> int:
+        pieces = split_pieces(text)
+        self.update(pieces)
+        return len(pieces)
 
     def update(self, pieces: list[str]) -> None:
         self.counts.update(pieces)  # Counter.update of a list runs in C

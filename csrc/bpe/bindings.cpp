@@ -7,7 +7,9 @@
 //   Returns (new tokens as bytes, in id order after the given vocab; uint32[M, 2] merges in order).
 // The loop runs without the GIL.
 //
-// WordCounter(): the counting pass's word -> count table of word_counter.h (bloomdata/tokenizer/word_counter.py).
+// WordCounter(excluded=[]): the counting pass's word -> count table of word_counter.h
+//   (bloomdata/tokenizer/word_counter.py). count_text(text): the pieces of BLOOM's split of one str (split.h,
+//   breaking at the `excluded` code points), counted; returns how many.
 //   update(pieces): one occurrence of each str's UTF-8; add(blob, lengths, counts): words of a word-count
 //   file's partition; take(partitions) -> (word_at uint64[P + 1], counts uint64[n], lengths uint32[n],
 //   blob uint8[B]), grouped by xxh64 % P; len(), word_bytes, memory (bytes held); clear().
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "learner.h"
+#include "split.h"
 #include "word_counter.h"
 #include "xxh64.h"
 
@@ -73,17 +76,40 @@ py::tuple learn(py::array_t<uint32_t, py::array::c_style> symbols,
   return py::make_tuple(added, pairs);
 }
 
-void update(bloombpe::WordCounter& counter, const py::list& pieces) {
+// The counter and the split it counts with.
+struct Counter {
+  explicit Counter(const std::vector<uint32_t>& excluded) : split(excluded) {}
+  bloombpe::WordCounter words;
+  bloombpe::Excluded split;
+};
+
+const char* utf8_of(const py::handle& text, Py_ssize_t* n) {
+  if (!PyUnicode_Check(text.ptr())) throw py::type_error("WordCounter takes str, not " + std::string(Py_TYPE(text.ptr())->tp_name));
+  const char* p = PyUnicode_AsUTF8AndSize(text.ptr(), n);  // ASCII: the str's own bytes, no copy
+  if (p == nullptr) throw py::error_already_set();
+  return p;
+}
+
+size_t count_text(Counter& counter, const py::handle& text) {
+  Py_ssize_t n = 0;
+  const char* p = utf8_of(text, &n);
+  size_t pieces = 0;
+  bloombpe::split_pieces(p, size_t(n), counter.split, [&](size_t start, size_t length) {
+    counter.words.add(p + start, length, 1);
+    ++pieces;
+  });
+  return pieces;
+}
+
+void update(Counter& counter, const py::list& pieces) {
   for (const py::handle& piece : pieces) {
-    if (!PyUnicode_Check(piece.ptr())) throw py::type_error("WordCounter.update takes a list of str");
     Py_ssize_t n = 0;
-    const char* p = PyUnicode_AsUTF8AndSize(piece.ptr(), &n);  // ASCII: the str's own bytes, no copy
-    if (p == nullptr) throw py::error_already_set();
-    counter.add(p, size_t(n), 1);
+    const char* p = utf8_of(piece, &n);
+    counter.words.add(p, size_t(n), 1);
   }
 }
 
-void add(bloombpe::WordCounter& counter, const py::buffer& blob,
+void add(Counter& counter, const py::buffer& blob,
          py::array_t<uint32_t, py::array::c_style | py::array::forcecast> lengths,
          py::array_t<uint64_t, py::array::c_style | py::array::forcecast> counts) {
   const py::buffer_info bytes = blob.request();
@@ -95,20 +121,21 @@ void add(bloombpe::WordCounter& counter, const py::buffer& blob,
   size_t at = 0;
   for (py::ssize_t i = 0; i < lengths.size(); ++i) {
     if (at + len[i] > size_t(bytes.size)) throw std::invalid_argument("lengths run past the blob");
-    counter.add(p + at, len[i], c[i]);
+    counter.words.add(p + at, len[i], c[i]);
     at += len[i];
   }
   if (at != size_t(bytes.size)) throw std::invalid_argument("lengths do not cover the blob");
 }
 
-py::tuple take(const bloombpe::WordCounter& counter, size_t partitions) {
+py::tuple take(const Counter& counter, size_t partitions) {
   if (partitions == 0) throw std::invalid_argument("partitions must be at least 1");
-  const auto n = py::ssize_t(counter.words());
+  const auto& words = counter.words;
+  const auto n = py::ssize_t(words.words());
   py::array_t<uint64_t> word_at(py::ssize_t(partitions + 1)), counts(n);
   py::array_t<uint32_t> lengths(n);
-  py::array_t<uint8_t> blob(py::ssize_t(counter.word_bytes()));
-  counter.take(partitions, word_at.mutable_data(), counts.mutable_data(), lengths.mutable_data(),
-               reinterpret_cast<char*>(blob.mutable_data()));
+  py::array_t<uint8_t> blob(py::ssize_t(words.word_bytes()));
+  words.take(partitions, word_at.mutable_data(), counts.mutable_data(), lengths.mutable_data(),
+             reinterpret_cast<char*>(blob.mutable_data()));
   return py::make_tuple(word_at, counts, lengths, blob);
 }
 
@@ -119,15 +146,16 @@ PYBIND11_MODULE(_bpe_learner, m) {
   m.def("learn", &learn, py::arg("symbols"), py::arg("offsets"), py::arg("counts"), py::arg("vocab"),
         py::arg("vocab_size"), py::arg("min_frequency"), py::arg("progress") = py::none(),
         py::arg("every") = 1000);
-  py::class_<bloombpe::WordCounter>(m, "WordCounter")
-      .def(py::init<>())
+  py::class_<Counter>(m, "WordCounter")
+      .def(py::init<const std::vector<uint32_t>&>(), py::arg("excluded") = std::vector<uint32_t>())
+      .def("count_text", &count_text, py::arg("text"))
       .def("update", &update, py::arg("pieces"))
       .def("add", &add, py::arg("blob"), py::arg("lengths"), py::arg("counts"))
       .def("take", &take, py::arg("partitions"))
-      .def("clear", &bloombpe::WordCounter::clear)
-      .def("__len__", &bloombpe::WordCounter::words)
-      .def_property_readonly("word_bytes", &bloombpe::WordCounter::word_bytes)
-      .def_property_readonly("memory", &bloombpe::WordCounter::memory);
+      .def("clear", [](Counter& c) { c.words.clear(); })
+      .def("__len__", [](const Counter& c) { return c.words.words(); })
+      .def_property_readonly("word_bytes", [](const Counter& c) { return c.words.word_bytes(); })
+      .def_property_readonly("memory", [](const Counter& c) { return c.words.memory(); });
   m.def("xxh64", [](const py::bytes& data) {
     const std::string_view s(data);
     return bloombpe::xxh64(s.data(), s.size());

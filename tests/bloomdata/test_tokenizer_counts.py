@@ -40,7 +40,7 @@ from bloomdata.tokenizer.merges import (
     learn_merges_reference,
     load_words,
 )
-from bloomdata.tokenizer.split import split_pieces
+from bloomdata.tokenizer.split import excluded_code_points, split_pieces
 from bloomdata.tokenizer.word_counter import CompactCounter, DictCounter, new_counter
 from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_partitioned, write_word_counts
 from tests.bloomdata.conftest import SMALL_BUDGET, SMALL_VOCAB
@@ -196,17 +196,27 @@ def test_cpp_learner_equals_the_reference_past_a_dense_pair_index(corpus_dir):
     assert (learned.vocab, learned.merges) == (reference.vocab, reference.merges)
 
 
-def test_python_split_equals_hf_split(corpus_dir):
-    """The counting workers' ``re`` split gives HF's pieces: every BMP code point between pieces, inside them and
-    doubled, astral characters, runs of spaces, and every document of the corpus."""
+def test_python_and_cpp_splits_equal_hf_split(corpus_dir):
+    """The counting workers' splits give HF's pieces: every BMP code point between pieces, inside them and
+    doubled, astral characters, runs of spaces, and every document of the corpus. ``re``'s pieces are compared
+    one by one; the C++ split's through a counter: the same number of pieces, the same words, counts and
+    first-seen order as the dict of HF's pieces."""
     chars = [chr(c) for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF] + ["😀", "\U0001f1eb\U0001f1f7"]
     texts = ["".join(f"x{c} {c}{c}y  {c} " for c in chars), "  a  b\n\n c\t\x1c \x1c !? . , (x) | …。，、।۔،",
-             " ", "", "a", " a", "a "]
-    texts += [json.loads(line)["text"] for p in sorted(corpus_dir.glob("*.jsonl"))
-              for line in p.read_text(encoding="utf-8").splitlines()]
+             " ", "", "a", " a", "a ", "  ", "a  ", " \u3000b", "\u3000 b", "é b", " 😀 ", "x\n y"]
+    texts += ["".join(f"{c} {c}" for c in "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u200a\u2028\u2029\u202f\u205f\u3000"
+                      "!(),.?|\u2026\u3001\u3002\uff0c\u0964\u06d4\u060c")]
+    texts += _corpus_texts(corpus_dir)
     split = pre_tokenizers.Split(Regex(BLOOM_SPLIT_PATTERN), behavior="isolated", invert=False)
-    for text in texts:
-        assert split_pieces(text) == [p for p, _ in split.pre_tokenize_str(text)], text[:80]
+    assert len(excluded_code_points()) == 39
+    compact, reference = new_counter(), DictCounter()
+    for i, text in enumerate(texts):
+        pieces = [p for p, _ in split.pre_tokenize_str(text)]
+        assert split_pieces(text) == pieces, text[:80]
+        assert compact.count_text(text) == len(pieces), text[:80]
+        reference.update(pieces)
+        if i < 30 or i == len(texts) - 1:  # each of the constructed texts on its own, then the corpus at once
+            _same_words(compact.take(1), reference.take(1))
 
 
 def test_word_counts_file_round_trip_and_damage(tmp_path):
@@ -283,7 +293,7 @@ def test_cpp_counter_equals_the_dict(tmp_path, corpus_dir):
         a, b = (c.take(1) for c in merged)
         _same_words(a, b)
         assert int(a.counts.sum()) == sum(int(r.partition(p).counts.sum()) for r in runs)
-    with pytest.raises(TypeError, match="list of str"):
+    with pytest.raises(TypeError, match="takes str, not bytes"):
         new_counter().update([b"bytes"])
 
 
