@@ -215,7 +215,8 @@ def learner_bytes(words: int, symbols: int) -> int:
     entries csrc/bpe/learner.h keeps; more merges keep more) and 24 per word (offsets, counts, lengths).
     Measured on Zipfian words (benchmarks/bench_tokenizer.py), above the interpreter: 1,743,371 words of 22.1 MB
     took 327 MB at vocabulary 32,000 and 423 MB at 250,680 (estimated 439 MB); 1,154,768 words of 14.6 MB, 215
-    and 284 MB (estimated 290 MB)."""
+    and 284 MB (estimated 290 MB). At 250,680 on drawn words (benchmarks/bench_bpe_learner.py): 2M words of 23.1 MB,
+    497 MB (estimated 464 MB); 10M of 119 MB, 1.9 GB (2.4); 30M of 363 MB, 5.0 GB (7.2)."""
     return 18 * symbols + 24 * words
 
 
