@@ -27,10 +27,8 @@ import time
 
 import numpy as np
 import psutil
+from bench_tokenizer import SCRIPTS, WORD_UNITS  # this script's folder is sys.path[0]
 
-# lang: (first code point, letters, shortest and longest word in letters, UTF-8 bytes per letter)
-SCRIPTS = {"en": (0x61, 26, 2, 9, 1), "ru": (0x430, 32, 2, 9, 2), "hi": (0x915, 37, 2, 9, 3),
-           "zh": (0x4E00, 2000, 1, 4, 3)}
 OCCURRENCES_PER_WORD = 35
 
 
@@ -62,7 +60,9 @@ def make_words(n: int, seed: int = 0) -> tuple[list[np.ndarray], np.ndarray]:
     blocks: list[np.ndarray] = []
     lengths: list[np.ndarray] = []
     per_script = n // len(SCRIPTS)
-    for first, letters, shortest, longest, width in SCRIPTS.values():
+    for lang, (first, letters) in SCRIPTS.items():
+        shortest, longest = WORD_UNITS[lang]
+        width = len(chr(first).encode("utf-8"))  # every letter of a script's range has its first one's width
         left = per_script
         for length in range(shortest, longest + 1):
             share = min(left // (longest - length + 1), letters ** length)

@@ -38,6 +38,7 @@ import psutil
 from bench_scale import run  # this script's folder is sys.path[0]
 
 SCRIPTS = {"en": (0x61, 26), "ru": (0x430, 32), "hi": (0x915, 37), "zh": (0x4E00, 2000)}  # first code point, units
+WORD_UNITS = {"en": (2, 9), "ru": (2, 9), "hi": (2, 9), "zh": (1, 4)}  # shortest and longest word, in units
 WORDS_PER_SCRIPT = 500_000
 DOC_WORDS = 700  # ~4 KB of Latin text per document
 
@@ -47,8 +48,9 @@ def zipf_vocabulary(rng: np.random.Generator, per_script: int = WORDS_PER_SCRIPT
     vocab: dict[str, list[str]] = {}
     for lang, (first, units) in SCRIPTS.items():
         seen: set[str] = set()
+        shortest, longest = WORD_UNITS[lang]
         while len(seen) < per_script:
-            for n in rng.integers(1 if lang == "zh" else 2, 5 if lang == "zh" else 10, size=per_script):
+            for n in rng.integers(shortest, longest + 1, size=per_script):
                 seen.add("".join(chr(first + int(c)) for c in rng.integers(0, units, size=n)))
                 if len(seen) == per_script:
                     break

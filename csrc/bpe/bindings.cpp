@@ -10,7 +10,7 @@
 // WordCounter(excluded=[]): the counting pass's word -> count table of word_counter.h
 //   (bloomdata/tokenizer/word_counter.py). count_text(text): the pieces of BLOOM's split of one str (split.h,
 //   breaking at the `excluded` code points), counted; returns how many.
-//   update(pieces): one occurrence of each str's UTF-8; add(blob, lengths, counts): words of a word-count
+//   add(blob, lengths, counts): words of a word-count
 //   file's partition; take(partitions) -> (word_at uint64[P + 1], counts uint64[n], lengths uint32[n],
 //   blob uint8[B]), grouped by xxh64 % P; len(), word_bytes, memory (bytes held); clear().
 // xxh64(data: bytes) -> int: the partition hash, for the tests against the xxhash package.
@@ -83,30 +83,18 @@ struct Counter {
   bloombpe::Excluded split;
 };
 
-const char* utf8_of(const py::handle& text, Py_ssize_t* n) {
-  if (!PyUnicode_Check(text.ptr())) throw py::type_error("WordCounter takes str, not " + std::string(Py_TYPE(text.ptr())->tp_name));
-  const char* p = PyUnicode_AsUTF8AndSize(text.ptr(), n);  // ASCII: the str's own bytes, no copy
-  if (p == nullptr) throw py::error_already_set();
-  return p;
-}
-
 size_t count_text(Counter& counter, const py::handle& text) {
+  if (!PyUnicode_Check(text.ptr()))
+    throw py::type_error("WordCounter takes str, not " + std::string(Py_TYPE(text.ptr())->tp_name));
   Py_ssize_t n = 0;
-  const char* p = utf8_of(text, &n);
+  const char* p = PyUnicode_AsUTF8AndSize(text.ptr(), &n);  // ASCII: the str's own bytes, no copy
+  if (p == nullptr) throw py::error_already_set();
   size_t pieces = 0;
   bloombpe::split_pieces(p, size_t(n), counter.split, [&](size_t start, size_t length) {
     counter.words.add(p + start, length, 1);
     ++pieces;
   });
   return pieces;
-}
-
-void update(Counter& counter, const py::list& pieces) {
-  for (const py::handle& piece : pieces) {
-    Py_ssize_t n = 0;
-    const char* p = utf8_of(piece, &n);
-    counter.words.add(p, size_t(n), 1);
-  }
 }
 
 void add(Counter& counter, const py::buffer& blob,
@@ -149,7 +137,6 @@ PYBIND11_MODULE(_bpe_learner, m) {
   py::class_<Counter>(m, "WordCounter")
       .def(py::init<const std::vector<uint32_t>&>(), py::arg("excluded") = std::vector<uint32_t>())
       .def("count_text", &count_text, py::arg("text"))
-      .def("update", &update, py::arg("pieces"))
       .def("add", &add, py::arg("blob"), py::arg("lengths"), py::arg("counts"))
       .def("take", &take, py::arg("partitions"))
       .def("clear", [](Counter& c) { c.words.clear(); })
