@@ -51,10 +51,10 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
     seed = fa.draw_seed(q.device)
     scale = hd ** -0.5
     out, lse = fa._forward(q, k, v, slopes, seed, fa.Call(scale, dropout))
-    delta = (out.float() * do.float()).sum(-1).reshape(b * heads, s)
-    bw = fa.Backward(do, q, k, v, lse, delta, slopes, seed, scale, dropout)
+    bw = fa.backward_of(do, (q, k, v, out, lse, slopes, seed), fa.Call(scale, dropout))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     base = fa.plan(hd, True)
+    fa.launch_dq(bw, dq, base.dq)  # writes bw.delta, which the dK/dV kernel reads
     results: dict[str, list] = {}
     for kernel, candidates in CANDIDATES.items():
         rows = []

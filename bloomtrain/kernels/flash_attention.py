@@ -174,12 +174,14 @@ def _forward(q, k, v, slopes, seed, call: Call) -> tuple[torch.Tensor, torch.Ten
 
 @dataclass(frozen=True)
 class Backward:
-    """What both backward kernels read: the saved tensors, ``dO`` and ``delta = rowsum(dO * O)`` (fp32)."""
+    """What the backward kernels read: the saved tensors and ``dO``. ``delta`` (fp32 ``[b * np, sq]``) is written by
+    the dQ kernel (``rowsum(dO * O)``) and read by the dK/dV kernel, so ``launch_dq`` goes first."""
 
     do: torch.Tensor
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
+    out: torch.Tensor
     lse: torch.Tensor
     delta: torch.Tensor
     slopes: torch.Tensor
@@ -206,24 +208,31 @@ def launch_dkdv(bw: Backward, dk: torch.Tensor, dv: torch.Tensor, tiles: Tiles) 
 
 
 def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
+    """dQ, and ``bw.delta`` for ``launch_dkdv``."""
     kernels, _ = _triton()
     assert kernels is not None
     grid = (triton_cdiv(bw.q.shape[2], tiles.block_m), bw.q.shape[0] * bw.q.shape[1])
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
-    kernels.attention_bwd_dq_kernel[grid](q, k, v, do, slopes, seed, lse, delta, dq, *strides, *_strides(dq),
-                                          **bw.common(), **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
+    kernels.attention_bwd_dq_kernel[grid](q, k, v, do, slopes, seed, lse, delta, bw.out, dq, *strides,
+                                          *_strides(bw.out), *_strides(dq), **bw.common(),
+                                          **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
+
+
+def backward_of(do: torch.Tensor, saved: tuple[torch.Tensor, ...], call: Call) -> Backward:
+    """The backward kernels' inputs from dO and the forward's ``(q, k, v, out, lse, slopes, seed)``."""
+    q, k, v, out, lse, slopes, seed = saved
+    delta = lse.new_empty(lse.shape)  # rowsum(dO * O), fp32 [b * np, sq]: written by the dQ kernel
+    return Backward(do, q, k, v, out, lse, delta, slopes, seed, call.scale, call.dropout_p)
 
 
 def _backward(do, saved: tuple[torch.Tensor, ...], call: Call):
     """dq, dk, dv from dO and the forward's ``(q, k, v, out, lse, slopes, seed)``."""
-    q, k, v, out, lse, slopes, seed = saved
-    b, heads, sq, hd = q.shape
-    delta = (out.float() * do.float()).sum(-1).reshape(b * heads, sq)  # dO . O per row, fp32
-    bw = Backward(do, q, k, v, lse, delta, slopes, seed, call.scale, call.dropout_p)
-    dq, dk, dv = _like_heads_last(q, sq), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
-    tiles = plan(hd, q.is_cuda)
+    bw = backward_of(do, saved, call)
+    q, k, v = bw.q, bw.k, bw.v
+    dq, dk, dv = _like_heads_last(q, q.shape[2]), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
+    tiles = plan(q.shape[3], q.is_cuda)
+    launch_dq(bw, dq, tiles.dq)  # first: it writes delta
     launch_dkdv(bw, dk, dv, tiles.dkdv)
-    launch_dq(bw, dq, tiles.dq)
     return dq, dk, dv
 
 

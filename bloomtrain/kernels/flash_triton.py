@@ -11,9 +11,11 @@ diagonal without a mask, then the diagonal blocks with the causal mask, keeping 
 per row (base-2 exponentials: scores are pre-multiplied by log2(e)). It writes the output and the row's
 log-sum-exp ``lse = m + log2(l)`` (fp32, base 2, ``[b * np, sq]``): no ``[sq, sk]`` tensor exists.
 
-Backward: ``delta_i = sum_d dO_i O_i`` (torch, in the wrapper), then two kernels that recompute ``P`` from
-``lse``: one program per key block accumulates dK and dV over the query blocks that see it, one per query
-block accumulates dQ over its keys. Neither uses atomics, so gradients are deterministic (bit-exact reruns).
+Backward: two kernels that recompute ``P`` from ``lse``. First one program per query block computes its rows'
+``delta_i = sum_d dO_i O_i`` (fp32, written to ``[b * np, sq]``) from the O and dO tiles it loads, then accumulates
+dQ over its keys; then one program per key block accumulates dK and dV over the query blocks that see it, reading
+delta. No fp32 copy of O or dO exists, and neither kernel uses atomics, so gradients are deterministic (bit-exact
+reruns).
 With dropout (``O = (P * Z / (1 - p)) V``, Z the keep mask), ``delta`` is unchanged
 (``sum_j P_ij dP_ij = dO_i . O_i``), and dP gets the same mask and scale as P.
 
@@ -268,10 +270,10 @@ def _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows,
 
 
 @triton.jit
-def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DQ,
+def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, Out, DQ,
                             stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                             stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
-                            stride_dqb, stride_dqh, stride_dqm,
+                            stride_ob, stride_oh, stride_om, stride_dqb, stride_dqh, stride_dqm,
                             H, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                             EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
@@ -286,7 +288,11 @@ def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DQ,
     do = _tile(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + d[None, :], rows, SQ, d, HEAD_DIM,
                BLOCK_D, not EVEN_M)
     lse = _row(Lse + bh * SQ + rows, rows, SQ, float("inf"), not EVEN_M)
-    delta = _row(Delta + bh * SQ + rows, rows, SQ, 0.0, not EVEN_M)
+    # delta = rowsum(dO * O) in fp32 (padded head-dim columns load as 0); the dK/dV kernel, launched next, reads it.
+    o = _tile(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + d[None, :], rows, SQ, d, HEAD_DIM,
+              BLOCK_D, not EVEN_M)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
+    tl.store(Delta + bh * SQ + rows, delta, mask=rows < SQ)
     k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
     v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
