@@ -23,7 +23,7 @@ TEST_WORKERS ?= 2
 DEMO_OUT ?= demo_out
 DEMO_ARGS ?=
 UI_ARGS ?=
-# The real-engine tests run Debian's Slurm (tests/slurm_cluster.py) and headless Chromium (the Prefect UI test).
+# The real-engine tests run Debian's Slurm (tests/harness/slurm_cluster.py) and headless Chromium (the Prefect UI test).
 ENGINE_PACKAGES := slurm-wlm munge chromium
 ENGINE_BINARIES := munged mungekey slurmctld slurmd sbatch scontrol chromium
 # (evaluated only when `engines` runs)

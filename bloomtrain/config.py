@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bloomdata import config_loader as loader
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError, FieldValueError
+from bloomdata.plugins import check_target
 from bloomtrain.model.config import PRESETS, ModelConfig
 
 
@@ -231,9 +232,6 @@ class LoggingConfig(_Frozen):
         return self
 
 
-CALLBACK_TARGET = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-
-
 class CallbackSpec(_Frozen):
     """A callback of the user's, added after the trainer's own (``callbacks``); its string form is ``target``."""
 
@@ -250,9 +248,7 @@ class CallbackSpec(_Frozen):
     @field_validator("target")
     @classmethod
     def _target(cls, value: str) -> str:
-        if not CALLBACK_TARGET.fullmatch(value):
-            raise ValueError(f"{value!r} is not package.module:ClassName")
-        return value
+        return check_target(value)
 
 
 class TrainConfig(_Frozen):

@@ -7,7 +7,7 @@ docs index links every page.
 
 ``test_the_sh_blocks_run`` runs every ``sh`` block of each page in order, one command at a time, in a scratch
 copy of the clone (links to the repository's files; ``demo_out`` is the session's ``make demo``,
-tests/demo_run.py), with ``.venv/bin`` first on the PATH and small sizes (``SMALL``: a few training iterations,
+tests/harness/demo_run.py), with ``.venv/bin`` first on the PATH and small sizes (``SMALL``: a few training iterations,
 a few documents, a few generated tokens). A command that another test runs end to end at small sizes
 (``ELSEWHERE``: the demo, the Prefect UI, the rehearsal, the mixture search, make test itself) is checked here
 for its flags, through the command's own parser, and not run again.
@@ -40,10 +40,10 @@ SMALL = (
 )
 # (a command's start, the test that runs it end to end at small sizes, the module whose parser() checks its flags)
 ELSEWHERE = (
-    ("make demo", "tests/demo_run.py (the session's make demo)", None),
+    ("make demo", "tests/harness/demo_run.py (the session's make demo)", None),
     ("make ui", "tests/flows/test_ui.py", None),
     ("make test", ".ci/run (CI runs make test)", None),
-    ("python -m flows.demo", "tests/demo_run.py (the session's make demo)", "flows.demo"),
+    ("python -m flows.demo", "tests/harness/demo_run.py (the session's make demo)", "flows.demo"),
     ("python -m flows.ui", "tests/flows/test_ui.py", "flows.ui"),
     ("python -m flows.rehearsal", "tests/flows/test_rehearsal.py", "flows.rehearsal"),
     ("bloomtrain mixture-search", "tests/bloomtrain/test_mixture_search.py", "bloomtrain.cli.mixture_search"),

@@ -245,7 +245,7 @@ def test_the_mfu_bench_reports_the_trainers_figures_by_megatrons_formula():
     """bench_mfu's CPU path on a tiny shape (one forked gloo rank): the figures are the formula over the step time."""
     from bloomtrain.metrics import flops_per_iteration
     from bloomtrain.model.config import ModelConfig
-    from tests.gloo_harness import run_distributed
+    from tests.harness.gloo_harness import run_distributed
 
     f = json.loads(json.dumps(run_distributed(_mfu_rank, 1, timeout_s=300)[0]))  # what --json writes
     model = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, seq_length=64, vocab_size=512, pad_vocab_size_to=512)

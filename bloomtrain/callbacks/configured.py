@@ -10,10 +10,10 @@ starts.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Sequence
 
 from bloomdata.errors import BloomstackError
+from bloomdata.plugins import load_class
 from bloomtrain.callbacks.base import Callback
 from bloomtrain.config import CallbackSpec
 
@@ -21,14 +21,7 @@ from bloomtrain.config import CallbackSpec
 def build_callback(spec: CallbackSpec, index: int) -> Callback:
     """The callback ``spec`` names, constructed with its ``args``."""
     where = f"callbacks[{index}] ({spec.target})"
-    module_name, _, name = spec.target.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise BloomstackError(f"{where}: cannot import it ({type(exc).__name__}: {exc}); check the module is "
-                              "on every rank's PYTHONPATH and the class name") from None
-    if not (isinstance(cls, type) and issubclass(cls, Callback)):
-        raise BloomstackError(f"{where}: not a subclass of bloomtrain.callbacks.Callback")
+    cls = load_class(spec.target, Callback, f"callbacks[{index}]", "bloomtrain.callbacks.Callback")
     try:
         return cls(**spec.args)
     except TypeError as exc:

@@ -39,7 +39,7 @@ from tests.bloomdata.build_helpers import (
     _temps,
     build_killing_a_worker,
 )
-from tests.kill_midway import kill_after_markers
+from tests.harness.kill_midway import kill_after_markers
 
 
 def test_tokens_equal_direct_encoding_and_megatron_reads(tmp_path, client, small_corpus, small_tokenizer_dir):

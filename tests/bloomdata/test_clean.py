@@ -29,7 +29,7 @@ from bloomdata.errors import BloomstackError
 from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
 from tests.bloomdata.clean_driver_memory import SIZES
 from tests.data import CORPUS_DIR
-from tests.kill_midway import kill_after_markers
+from tests.harness.kill_midway import kill_after_markers
 
 REPO = Path(__file__).resolve().parents[2]
 LANGS = sorted(p.stem for p in CORPUS_DIR.glob("*.jsonl"))

@@ -32,7 +32,7 @@ from tests.bloomdata.build_helpers import (
     _temps,
     build_killing_a_worker,
 )
-from tests.gloo_harness import free_port
+from tests.harness.gloo_harness import free_port
 
 DASK = str(Path(sys.executable).with_name("dask"))
 

@@ -1,7 +1,7 @@
 """`bloomdata build`, `clean` and `train-tokenizer` on a disk that fills up: one line, exit 2, nothing marked done
 that is not complete, and a rerun after freeing space reuses what was finished and writes an undisturbed run's bytes.
 
-The output folder lives on a real 5 MiB tmpfs the test mounts (tests/small_disk.py), filled with a ballast so that
+The output folder lives on a real 5 MiB tmpfs the test mounts (tests/harness/small_disk.py), filled with a ballast so that
 about half of the job's files fit. Build and clean run on a local Dask cluster of 2 workers (the CLI's own), so the
 disk fills inside a worker process; the tokenizer trainer runs in the CLI's process (it has no Dask stage).
 """
@@ -22,7 +22,7 @@ from bloomdata.clean.config import CleanConfig
 from bloomdata.cli import main as cli_main
 from bloomdata.readers import SourceConfig
 from tests.bloomdata.build_helpers import BIG_SHARD_ROWS, BIG_SHARDS, _outputs
-from tests.small_disk import SmallDisk
+from tests.harness.small_disk import SmallDisk
 
 SIZE = r"[\d,]+ bytes(?: \([\d.]+ [kMG]B\))?"
 

@@ -44,7 +44,7 @@ from bloomdata.tokenizer.split import excluded_code_points, split_pieces
 from bloomdata.tokenizer.word_counter import CompactCounter, DictCounter, new_counter
 from bloomdata.tokenizer.word_counts import WordCountsFile, partition_of, write_partitioned, write_word_counts
 from tests.bloomdata.conftest import SMALL_BUDGET, SMALL_VOCAB
-from tests.kill_midway import kill_after_markers
+from tests.harness.kill_midway import kill_after_markers
 
 LANGS = sorted(p.stem for p in (Path(__file__).parents[1] / "data" / "corpus").glob("*.jsonl"))
 

@@ -18,7 +18,7 @@ from bloomtrain.config import CallbackSpec, load_config
 from bloomtrain.metrics import read_metrics
 from tests.bloomtrain.callback_probe import Probe
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 PROBE = "tests.bloomtrain.callback_probe:Probe"
 

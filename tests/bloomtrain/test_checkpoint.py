@@ -23,7 +23,7 @@ from bloomtrain.checkpoint.tags import commit_tag, prune, read_latest
 from bloomtrain.metrics import read_launches
 from bloomtrain.provenance import read_training_record
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
-from tests.gloo_harness import run_distributed, start_ranks
+from tests.harness.gloo_harness import run_distributed, start_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -27,7 +27,7 @@ import torch
 
 from bloomtrain.checkpoint.tags import LATEST_UNIVERSAL, commit_tag, read_latest
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 BF16 = [*EXACT, *FORCE_BF16, "checkpoint.save_interval=2", "checkpoint.keep_last=null"]
 OURS = ("bloomtrain", "train_config", "world_size", "universal_checkpoint_info")

@@ -24,7 +24,7 @@ from bloomtrain.checkpoint.tags import commit_tag, read_latest, tag_for
 from bloomtrain.cli import main as bloomtrain_main
 from bloomtrain.exit_record import attempts, read_attempt
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 5

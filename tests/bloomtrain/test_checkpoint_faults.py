@@ -19,7 +19,7 @@ import torch.distributed as dist
 from bloomtrain.checkpoint.checkpointer import SAVE_POINTS
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from tests.bloomtrain.train_helpers import EXACT, train_rank
-from tests.gloo_harness import run_distributed, start_ranks
+from tests.harness.gloo_harness import run_distributed, start_ranks
 
 ITERS = 4
 RUN = [*EXACT, "parallel.pp=2", "model.hidden_dropout=0.1", "model.attention_dropout=0.1",

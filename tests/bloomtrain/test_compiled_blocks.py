@@ -18,7 +18,7 @@ from bloomtrain.model.bloom import BloomModel
 from bloomtrain.model.compiled import compile_blocks
 from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 RTOL = 1e-5
 # Inductor compiles in this process: no pool of compile workers (forked gloo ranks would each start one).

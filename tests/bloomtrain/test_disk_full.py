@@ -1,7 +1,7 @@
 """A checkpoint save that fills the disk: the run stops in one line, nothing partial is published, the recovery
 policy does not try again, and once space is freed the same command resumes, bit for bit.
 
-The checkpoint folder (and the exit records) live on a real tmpfs that the test mounts (tests/small_disk.py),
+The checkpoint folder (and the exit records) live on a real tmpfs that the test mounts (tests/harness/small_disk.py),
 filled with a ballast so that two checkpoints fit and the save of iteration 3 overflows it. The run is
 ``bloomtrain train`` on 2 CPU ranks (pipeline stages 0 and 1: each writes its own files) under
 ``python -m bloomtrain.launcher``, with restarts allowed: a full disk must not be retried anyway.
@@ -21,8 +21,8 @@ from bloomtrain.checkpoint.tags import commit_tag, read_latest, sweep, tag_for
 from bloomtrain.exit_record import NodeRecord, Recorder, attempts, read_attempt, write_record
 from bloomtrain.recovery import LaunchOutcome, after_launch
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
-from tests.gloo_harness import run_distributed
-from tests.small_disk import PAGE, SmallDisk, mounted
+from tests.harness.gloo_harness import run_distributed
+from tests.harness.small_disk import PAGE, SmallDisk, mounted
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 4

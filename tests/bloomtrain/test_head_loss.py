@@ -23,7 +23,7 @@ from bloomtrain.parallel.head_loss import Chunking, chunk_rows, fused_head_loss
 from bloomtrain.parallel.layers import is_sharded
 from bloomtrain.parallel.state import ParallelState
 from tests.bloomtrain.train_helpers import EXACT, TINY
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 RTOL = 1e-6
 

@@ -250,7 +250,7 @@ def test_checkpoint_metadata_records_the_selfcheck(tmp_path):
     import json
 
     from tests.bloomtrain.train_helpers import EXACT, train_rank
-    from tests.gloo_harness import run_distributed
+    from tests.harness.gloo_harness import run_distributed
 
     ckpt = tmp_path / "ckpt"
     out = run_distributed(train_rank, 1, [*EXACT, "schedule.train_iters=1", "model.kernels=auto",

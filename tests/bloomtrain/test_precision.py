@@ -14,7 +14,7 @@ from bloomtrain.config import load_config
 from bloomtrain.metrics import START_EVENT, read_precision
 from bloomtrain.precision import CpuInfo, fit_precision
 from tests.bloomtrain.train_helpers import EXACT, TINY
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 # /proc/cpuinfo excerpts (first processor block, flags cut to the ones that matter and a few others)
 ZEN2 = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B12\nflags\t\t: fpu sse2 avx fma avx2\n"

@@ -12,7 +12,7 @@ from bloomtrain.callbacks.profile import ProfileSummary, group_of
 from bloomtrain.config import load_config
 from bloomtrain.metrics import read_metrics
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 
 def _run(tmp_path, iters: int, profile: str) -> dict:

@@ -30,7 +30,7 @@ from bloomtrain.callbacks.stop_requests import launch_time
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from bloomtrain.exit_record import attempts, read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 6

@@ -1,4 +1,4 @@
-"""``bloomtrain slurm`` jobs on a real Slurm cluster started on this machine (tests/slurm_cluster.py: munged,
+"""``bloomtrain slurm`` jobs on a real Slurm cluster started on this machine (tests/harness/slurm_cluster.py: munged,
 slurmctld, slurmd n1 and n2), training tiny-cpu with gloo exactly as a user's job would: the script as
 ``bloomtrain slurm`` writes it, sbatch, srun, bloomtrain.launcher on each node, the trainer's exit records and
 ``python -m bloomtrain.recovery`` deciding at the end.
@@ -23,7 +23,7 @@ import pytest
 
 from bloomtrain.cli.slurm import main as slurm_main
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start
-from tests.slurm_cluster import INSTALL, missing_binaries, start_cluster
+from tests.harness.slurm_cluster import INSTALL, missing_binaries, start_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 6

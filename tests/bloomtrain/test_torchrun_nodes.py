@@ -22,7 +22,7 @@ import psutil
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from bloomtrain.exit_record import read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
-from tests.gloo_harness import free_port, run_distributed
+from tests.harness.gloo_harness import free_port, run_distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 12

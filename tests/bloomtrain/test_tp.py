@@ -18,7 +18,7 @@ from bloomtrain.parallel.cross_entropy import vocab_parallel_cross_entropy
 from bloomtrain.parallel.layers import is_sharded, sync_duplicated_grads
 from bloomtrain.parallel.mappings import gather_from_tp
 from bloomtrain.parallel.state import ParallelState
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 RTOL = 1e-5
 

@@ -21,7 +21,7 @@ from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomtrain.callbacks import Callback, EvaluationCallback
 from tests.bloomtrain.train_helpers import EXACT, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 MBS, GBS, DP = 2, 8, 2  # EXACT's batch sizes, on 2 ranks
 

@@ -18,7 +18,7 @@ from bloomtrain.engine import param_groups
 from bloomtrain.model.bloom import BloomModel
 from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 RTOL = 2e-5
 

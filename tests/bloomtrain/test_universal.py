@@ -13,7 +13,7 @@ import pytest
 
 from bloomtrain.checkpoint.tags import commit_tag, read_latest
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, train_rank
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 BF16 = [*EXACT, *FORCE_BF16, "checkpoint.save_interval=3", "checkpoint.keep_last=null"]
 

@@ -29,7 +29,7 @@ from bloomtrain.config import load_config
 from bloomtrain.data import build_valid_sets, eval_micro_batches, token_byte_lengths
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
 from tests.data import CORPUS_DIR
-from tests.gloo_harness import run_distributed
+from tests.harness.gloo_harness import run_distributed
 
 LANGS = ("fr", "sw", "zh")
 SEQ = 32

@@ -1,4 +1,4 @@
-"""Shared pieces of the trainer tests: the tiny run config and a rank function for tests/gloo_harness.py."""
+"""Shared pieces of the trainer tests: the tiny run config and a rank function for tests/harness/gloo_harness.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``make demo``'s console, as a user's terminal shows it (tests/demo_run.py: the demo at small sizes, every
+"""``make demo``'s console, as a user's terminal shows it (tests/harness/demo_run.py: the demo at small sizes, every
 per-language table still 10 rows long, on a pseudo-terminal), and what left it.
 
 - At most 120 lines (305 before flows.console), and no line of another library's INFO output: Prefect-format

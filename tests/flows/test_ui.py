@@ -1,4 +1,4 @@
-"""``make ui`` after ``make demo`` (the session's small demo, tests/demo_run.py): the Prefect UI on the database the
+"""``make ui`` after ``make demo`` (the session's small demo, tests/harness/demo_run.py): the Prefect UI on the database the
 demo kept in its output folder, opened in headless Chromium (Debian's package) at the link the demo printed.
 
 Checked: ``make ui`` prints the UI's address and the last pipeline run's link, the same run the demo's last line
@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.chromium import page
+from tests.harness.chromium import page
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))

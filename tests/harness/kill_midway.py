@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def kill_after_markers(cmd: list[str], markers: Path, count: int = 3, timeout_s: float = 120.0) -> int:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEMO_CORPUS = ROOT / "flows" / "demo_corpus"
 DOCS_PER_LANG = 24
 TRAIN_ITERS = 12
