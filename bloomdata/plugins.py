@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Mapping
 from typing import TypeVar
 
 from bloomdata.errors import BloomstackError
@@ -43,3 +44,14 @@ def load_class(target: str, base: type[T], where: str, base_name: str = "") -> t
         raise BloomstackError(f"{where} ({target}): not a subclass of "
                               f"{base_name or base.__module__ + '.' + base.__qualname__}")
     return cls
+
+
+def resolve(name: str, builtins: Mapping[str, type[T]], base: type[T], where: str, base_name: str = "") -> type[T]:
+    """A built-in class by its short name (``builtins``: the one place a family lists its own), or a user's by
+    ``package.module:ClassName``."""
+    if ":" in name:
+        return load_class(name, base, where, base_name)
+    if name not in builtins:
+        raise BloomstackError(f"{where}: unknown {name!r}; choose one of {', '.join(sorted(builtins))} or name your "
+                              "own class as package.module:ClassName")
+    return builtins[name]
