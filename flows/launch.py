@@ -32,10 +32,19 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
 
 _EOF = object()
+
+
+class LaunchEnd(StrEnum):
+    """How ``run_process`` stopped following a job (``LaunchResult.reason``)."""
+
+    EXITED = "exited"  # its output ended: the process (and all it forked) exited on its own
+    TIMEOUT = "timeout"  # ``Watch.timeout_s`` passed; its process group was killed
+    CANCELLED = "cancelled"  # ``Watch.should_stop`` said so; its process group was killed
 
 
 class LaunchError(RuntimeError):
@@ -52,14 +61,14 @@ class LaunchResult:
 
     cmd: list[str]
     returncode: int | None
-    reason: str  # "exited" | "timeout" | "cancelled"
+    reason: LaunchEnd
     seconds: float
     tail: list[str] = field(default_factory=list)  # the last lines seen
     tail_lines: int = 30  # lines quoted in describe()
 
     @property
     def ok(self) -> bool:
-        return self.reason == "exited" and self.returncode == 0
+        return self.reason == LaunchEnd.EXITED and self.returncode == 0
 
     def describe(self) -> str:
         """One paragraph for a Failed state: what ran, how it ended, and its last lines."""
@@ -70,9 +79,9 @@ class LaunchResult:
     def headline(self) -> str:
         """How the launch ended, in one line: exit code or signal, or the timeout / cancel that ended it."""
         prog = " ".join(self.cmd[:3]) + (" ..." if len(self.cmd) > 3 else "")
-        if self.reason == "timeout":
+        if self.reason == LaunchEnd.TIMEOUT:
             return f"`{prog}` timed out after {self.seconds:.0f} s; its process group was killed"
-        if self.reason == "cancelled":
+        if self.reason == LaunchEnd.CANCELLED:
             return f"`{prog}` was cancelled after {self.seconds:.0f} s; its process group was killed"
         return f"`{prog}` exited with code {self.returncode}{_signal_hint(self.returncode)}"
 
@@ -148,10 +157,10 @@ class Watch:
     tail_lines: int = 30
     """Last lines kept for ``LaunchResult.describe``."""
     should_stop: Callable[[], bool] | None = None
-    """Asked every ``stop_check_s`` seconds; True ends the run as "cancelled"."""
+    """Asked every ``stop_check_s`` seconds; True ends the run as CANCELLED."""
     stop_check_s: float = 2.0
     timeout_s: float | None = None
-    """Wall-clock limit; past it the run ends as "timeout"."""
+    """Wall-clock limit; past it the run ends as TIMEOUT."""
     grace_s: float = 10.0
     """SIGTERM to SIGKILL of the process group."""
     poll_s: float = 0.2
@@ -185,13 +194,13 @@ def run_process(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
     lines: queue.Queue[object] = queue.Queue()  # str lines, then _EOF
     reader = threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True, name=f"launch-{proc.pid}")
     reader.start()
-    reason = "exited"
+    reason = LaunchEnd.EXITED
     interrupted = True  # until the try block completes: an exception (e.g. TerminationSignal) is on its way
     try:
         if watch.on_start is not None:
             watch.on_start(proc.pid)
         reason = _follow(proc, lines, watch, tail, log)
-        if reason == "exited":
+        if reason == LaunchEnd.EXITED:
             proc.wait()
         interrupted = False
     finally:
@@ -199,7 +208,7 @@ def run_process(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
         if interrupted and watch.on_interrupt is not None:
             watch.on_interrupt()
         if proc.poll() is None or group_alive(proc.pid):
-            why = "interrupted: the caller is stopping" if interrupted else reason if reason != "exited" else "leftovers"
+            why = "interrupted: the caller is stopping" if interrupted else reason if reason != LaunchEnd.EXITED else "leftovers"
             watch.on_line(f"[launch] terminating process group {proc.pid} ({why})")
             kill_group(proc, watch.grace_s)
         proc.wait()
@@ -209,9 +218,9 @@ def run_process(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
 
 
 def _follow(proc: subprocess.Popen[str], lines: queue.Queue[object], watch: Watch, tail: collections.deque[str],
-            log: IO[str] | None) -> str:
-    """Pass the job's lines on until its output ends ("exited"), its time is up ("timeout") or ``should_stop``
-    says so ("cancelled")."""
+            log: IO[str] | None) -> LaunchEnd:
+    """Pass the job's lines on until its output ends (EXITED), its time is up (TIMEOUT) or ``should_stop``
+    says so (CANCELLED)."""
     start = time.monotonic()
     next_check = start + watch.stop_check_s
     leader_gone = 0.0
@@ -221,7 +230,7 @@ def _follow(proc: subprocess.Popen[str], lines: queue.Queue[object], watch: Watc
         except queue.Empty:
             item = None
         if item is _EOF:
-            return "exited"
+            return LaunchEnd.EXITED
         if isinstance(item, str):
             tail.append(item)
             if log is not None:
@@ -234,10 +243,10 @@ def _follow(proc: subprocess.Popen[str], lines: queue.Queue[object], watch: Watc
             # after a short drain; the finally of run_process kills the leftovers.
             leader_gone = leader_gone or now
             if now - leader_gone > 1.0:
-                return "exited"
+                return LaunchEnd.EXITED
         if watch.timeout_s is not None and now - start > watch.timeout_s:
-            return "timeout"
+            return LaunchEnd.TIMEOUT
         if watch.should_stop is not None and now >= next_check:
             next_check = now + watch.stop_check_s
             if watch.should_stop():
-                return "cancelled"
+                return LaunchEnd.CANCELLED

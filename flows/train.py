@@ -52,7 +52,7 @@ from flows.config import TrainStageConfig
 from flows.console import QUIET, TrainingBar, job_line
 from flows.failures import FlowEnded, user_errors
 from flows.interrupts import quiet_console, stage_interrupts
-from flows.launch import LaunchError, LaunchResult, Watch, run_process
+from flows.launch import LaunchEnd, LaunchError, LaunchResult, Watch, run_process
 from flows.launch_config import SBATCH_JOB_ID, LaunchConfig, build_command, launch_env
 from flows.report import plot_loss, training_markdown
 from flows.restarts import Restart, relaunch, restarts_markdown, torchrun_restarts
@@ -132,7 +132,7 @@ def launch_training(cmd: list[str], launch: LaunchConfig, run_dir: str, total_it
     if slurm_job and not result.ok:
         # Killing sbatch --wait does not stop the job on the cluster: cancel it there.
         run_process(["scancel", slurm_job[0]], watch=Watch(on_line=log.warning))
-    if result.reason == "cancelled":
+    if result.reason == LaunchEnd.CANCELLED:
         raise LaunchCancelled(result.describe(), result)
     if not result.ok:
         raise LaunchError(result.describe(), result)
@@ -261,7 +261,7 @@ def _launch_until_done(config: TrainStageConfig, cmd: list[str], run_dir: Path, 
         restarts += torchrun_restarts(exit_dir)
         decision = after_launch(LaunchOutcome(
             exit_dir=str(exit_dir), returncode=result.returncode or 0, checkpoint_dir=str(ckpt), before=before,
-            requeues=n - 1, max_requeues=config.retries, again="relaunch", timed_out=result.reason == "timeout"))
+            requeues=n - 1, max_requeues=config.retries, again="relaunch", timed_out=result.reason == LaunchEnd.TIMEOUT))
         _publish_restarts(restarts, note)
         if decision.action == "stop":
             if decision.exit_code == 0:

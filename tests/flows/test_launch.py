@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.launch import LaunchResult, Watch, group_alive, run_process
+from flows.launch import LaunchEnd, LaunchResult, Watch, group_alive, run_process
 from tests.flows.prefect_api import alive
 
 DUMMY = str(Path(__file__).with_name("dummy_job.py"))
@@ -32,7 +32,7 @@ def _run(tmp_path: Path, *args: str, **kw) -> tuple[LaunchResult, list[int], lis
 
 def test_success_streams_every_line(tmp_path):
     res, pids, seen = _run(tmp_path, "--lines", "4", log_file=tmp_path / "job.log")
-    assert res.ok and res.returncode == 0 and res.reason == "exited"
+    assert res.ok and res.returncode == 0 and res.reason == LaunchEnd.EXITED
     assert [s for s in seen if s.startswith("step")] == [f"step {i} loss {10 / (i + 1):.3f}" for i in range(4)]
     assert (tmp_path / "job.log").read_text().count("step") == 4
     assert not any(alive(p) for p in pids)
@@ -55,7 +55,7 @@ def test_cancel_kills_grandchildren(tmp_path):
         watch=Watch(on_line=lambda _: None, should_stop=pidfile.exists, stop_check_s=0.2, grace_s=5),
     )
     pids = _pids(pidfile)
-    assert res.reason == "cancelled" and not res.ok
+    assert res.reason == LaunchEnd.CANCELLED and not res.ok
     assert len(pids) >= 5  # the job, 2 bash, 2 sleep
     assert not any(alive(p) for p in pids), [p for p in pids if alive(p)]
     assert not group_alive(pids[0])
@@ -65,7 +65,7 @@ def test_cancel_kills_grandchildren(tmp_path):
 def test_timeout_escalates_to_sigkill(tmp_path):
     # The job and its grandchildren ignore SIGTERM: only the SIGKILL after the grace period ends them.
     res, pids, seen = _run(tmp_path, "--grandchildren", "1", "--hang", "--ignore-term", timeout_s=2.5, grace_s=1)
-    assert res.reason == "timeout" and "timed out" in res.describe()
+    assert res.reason == LaunchEnd.TIMEOUT and "timed out" in res.describe()
     assert not any(alive(p) for p in pids)
     assert any("terminating process group" in s for s in seen)
 
@@ -102,4 +102,4 @@ def test_a_job_that_never_stops_printing_can_still_be_cancelled(tmp_path):
     res = run_process(["bash", "-c", "while true; do echo spam; done"],
                       watch=Watch(on_line=lambda _: None, should_stop=lambda: flag.exists() or flag.touch() or False,
                                   stop_check_s=0.5, timeout_s=30, grace_s=2))
-    assert res.reason == "cancelled" and res.seconds < 10
+    assert res.reason == LaunchEnd.CANCELLED and res.seconds < 10
