@@ -262,6 +262,12 @@ def load_config(model: type[M], path: str | Path | None = None, *, defaults: Bas
         raise BloomstackError(f"{fallback}: {exc}") from None
 
 
+def config_yaml(config: BaseModel) -> str:
+    """``config`` as the YAML that ``load_config`` reads back to an equal model (``--print-config``): every field,
+    defaults included, in the model's field order."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True, width=120)
+
+
 # --- formatting a validation error -------------------------------------------------------------------------
 
 

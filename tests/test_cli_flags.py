@@ -96,10 +96,11 @@ def test_train_tokenizer_flags():
 
 def test_fertility_and_inspect_flags():
     cfg, args = _parse("bloomdata fertility", ["--tokenizer", "t", "--compare", "c", "--input", "zh=x.jsonl",
-                                               "--input", "y", "--format", "jsonl", "--max-docs", "5", "--json", "o.json"])
-    assert _same(cfg, {"tokenizer": "t", "compare": "c", "max_docs": 5,
+                                               "--input", "y", "--format", "jsonl", "--max-docs", "5", "--out", "o.json",
+                                               "--json"])
+    assert _same(cfg, {"tokenizer": "t", "compare": "c", "max_docs": 5, "out": "o.json",
                                 "sources": [_source("x.jsonl", "zh", format="jsonl"), _source("y", format="jsonl")]})
-    assert args.json == "o.json"
+    assert args.json is True  # --json prints JSON, in every command
     cfg, args = _parse("bloomdata inspect", ["data/en.idx", "--tokenizer", "t", "--docs", "5", "--chars", "80", "--json"])
     assert _same(cfg, {"prefix": "data/en.idx", "tokenizer": "t", "docs": 5, "chars": 80}) and args.json
     cfg, args = _parse("bloomdata inspect", ["data/en"])

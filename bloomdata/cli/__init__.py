@@ -28,7 +28,7 @@ def _usage(prog: str, commands: dict[str, tuple[str, str]]) -> str:
     width = max(len(name) for name in commands) + 2
     lines = [f"usage: {prog} COMMAND [options]", "", "commands:"]
     lines += [f"  {name:<{width}} {help_}" for name, (_, help_) in commands.items()]
-    lines += ["", f"Run `{prog} COMMAND --help` for the options of one command."]
+    lines += ["", f"Run `{prog} COMMAND --help` for the options of one command, `{prog} --version` for the version."]
     return "\n".join(lines)
 
 
@@ -40,6 +40,11 @@ def dispatch(prog: str, commands: dict[str, tuple[str, str]], argv: list[str] | 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage(prog, commands))
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from bloomdata.version import version_line  # noqa: PLC0415 - runs git
+
+        print(version_line(prog))
         return 0
     name, rest = argv[0], argv[1:]
     if name not in commands:

@@ -5,11 +5,12 @@ against a monolingual tokenizer). Words are whitespace-separated pieces (``str.s
 written without spaces between words (zh, ja, th, ...) a "word" is a whole clause, so their per-word
 figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by tokens per character.
 
-    bloomdata fertility --tokenizer tok --input ../shared/corpus [--compare other_tok] [--json out.json]
+    bloomdata fertility --tokenizer tok --input corpus/ [--compare other_tok] [--out fertility.json] [--json]
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from bloomdata.cli.options import ConfigParser
 from bloomdata.config_loader import cli_option
 from bloomdata.readers import SourceConfig, sources_field
 from bloomdata.tokenizer.bpe import load_tokenizer
-from bloomdata.tokenizer.fertility import fertility_table, to_markdown, write_fertility
+from bloomdata.tokenizer.fertility import fertility_record, fertility_table, to_markdown, write_fertility
 
 
 class FertilityConfig(BaseModel):
@@ -33,11 +34,13 @@ class FertilityConfig(BaseModel):
                                 json_schema_extra=cli_option(metavar="DIR"))
     sources: list[SourceConfig] = sources_field(what="documents")
     max_docs: int | None = Field(default=None, ge=1, description="documents per language at most")
+    out: str | None = Field(default=None, description="also write the table as JSON to this file (what "
+                            "`bloomtrain model-card --fertility` reads)", json_schema_extra=cli_option(metavar="FILE"))
 
 
 def parser() -> ConfigParser[FertilityConfig]:
     p = ConfigParser(FertilityConfig, "bloomdata fertility", __doc__)
-    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON to PATH")
+    p.add_argument("--json", action="store_true", help="print the table as JSON instead of Markdown")
     return p
 
 
@@ -50,7 +53,10 @@ def main(argv: list[str]) -> int:
     compare_name = Path(os.path.normpath(config.compare)).name if config.compare else None
     if compare_name == name:
         compare_name = f"{compare_name} (compare)"
-    print(to_markdown(rows, name, compare_name))
     if args.json:
-        write_fertility(args.json, rows, config.tokenizer, config.compare)
+        print(json.dumps(fertility_record(rows, config.tokenizer, config.compare), indent=1))
+    else:
+        print(to_markdown(rows, name, compare_name))
+    if config.out:
+        write_fertility(config.out, rows, config.tokenizer, config.compare)
     return 0

@@ -37,12 +37,12 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from bloomdata.config_loader import FlagValues, Key, fields_of, load_config
+from bloomdata.config_loader import FlagValues, Key, config_yaml, fields_of, load_config
 from bloomdata.errors import BloomstackError
 
 M = TypeVar("M", bound=BaseModel)
 
-HAND_DECLARED = frozenset({"-h", "--help", "--config", "--preset", "--json"})
+HAND_DECLARED = frozenset({"-h", "--help", "--config", "--preset", "--json", "--print-config", "--dry-run"})
 
 
 @dataclass
@@ -279,6 +279,10 @@ class ConfigParser(Generic[M]):
             self.add_argument("--preset", choices=sorted(self.presets),
                               help="a shipped config file by name, in place of --config (" + ", ".join(
                                   f"{name}: {path}" for name, path in sorted(self.presets.items())) + ")")
+        if sources.file:
+            self.add_argument("--print-config", action="store_true",
+                              help="print the resolved config (defaults <- --config <- flags <- overrides) as YAML "
+                                   "and exit; --config takes that YAML back")
         if sources.overrides:
             self.parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                                      help="dotted overrides on top of everything, values parsed as YAML "
@@ -320,4 +324,7 @@ class ConfigParser(Generic[M]):
         given = FlagValues(values, flags=flags, flag_of=self.flag_of)
         config = load_config(self.model, path, values=given, overrides=getattr(args, "overrides", None) or (),
                              origin="command line")
+        if getattr(args, "print_config", False):
+            print(config_yaml(config), end="")
+            raise SystemExit(0)
         return config, args

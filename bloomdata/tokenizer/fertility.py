@@ -140,10 +140,14 @@ def to_markdown(rows: list[FertilityRow], name: str = "tokenizer", compare_name:
 FERTILITY_FILE = "fertility.json"  # its name beside tokenizer.json when the flows' tokenizer stage measured it
 
 
+def fertility_record(rows: list[FertilityRow], tokenizer: str, compare: str | None = None) -> dict:
+    """The JSON document of a fertility table (``bloomdata fertility --json``/``--out``, ``write_fertility``)."""
+    return {"tokenizer": tokenizer, "compare": compare, "rows": [r.to_dict() for r in rows]}
+
+
 def write_fertility(path: str, rows: list[FertilityRow], tokenizer: str, compare: str | None = None) -> None:
-    """The rows as JSON (``bloomdata fertility --json``, the pipeline's tokenizer stage); atomic."""
-    durable.write_json(path, {"tokenizer": tokenizer, "compare": compare, "rows": [r.to_dict() for r in rows]},
-                       indent=2)
+    """The rows as JSON (``bloomdata fertility --out``, the pipeline's tokenizer stage); atomic."""
+    durable.write_json(path, fertility_record(rows, tokenizer, compare), indent=2)
 
 
 def read_fertility(path: str, key: str) -> list[FertilityRow]:
@@ -153,5 +157,5 @@ def read_fertility(path: str, key: str) -> list[FertilityRow]:
     try:
         return [FertilityRow(**{k: v for k, v in row.items() if k in names}) for row in record["rows"]]  # type: ignore[index]
     except (TypeError, KeyError, AttributeError):
-        raise BloomstackError(f"{key} {path}: not a fertility table (the JSON `bloomdata fertility --json` writes, "
+        raise BloomstackError(f"{key} {path}: not a fertility table (the JSON `bloomdata fertility --out` writes, "
                               "with its 'rows'); write it again with that command", keys=[key]) from None
