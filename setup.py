@@ -1,10 +1,11 @@
 """Builds the C++ sample-index helpers (csrc/indices) as ``bloomdata._index_helpers`` and the BPE merge learner
-(csrc/bpe) as ``bloomdata._bpe_learner``.
+(csrc/bpe) as ``bloomdata._bpe_learner`` and the BPE encoder (csrc/bpe/encoder.h) as ``bloomdata._bpe_encoder``.
 
 Everything else about the package lives in pyproject.toml. The extension is optional in the
 Megatron way: if it cannot be built, the install still succeeds and bloomdata falls back to its
 numpy builders, which produce identical arrays (tests/bloomdata/test_index_builders.py), and the merge
-learner falls back to its Python reference, which learns the same merges (tests/bloomdata/test_tokenizer_counts.py).
+learner falls back to its Python reference, which learns the same merges (tests/bloomdata/test_tokenizer_counts.py),
+and the encoder to HF tokenizers' own, which gives the same ids (tests/bloomdata/test_encoder.py).
 The fused training kernels (csrc/kernels) are not built here: bloomtrain.kernels JIT-builds them
 with torch.utils.cpp_extension on first use, or ahead of time with `bloomtrain build-kernels`.
 """
@@ -33,6 +34,14 @@ ext_modules = [
     Pybind11Extension(
         "bloomdata._bpe_learner",
         ["csrc/bpe/bindings.cpp"],
+        depends=sorted(glob("csrc/bpe/*.h")),
+        cxx_std=17,
+        extra_compile_args=["-O3", *NO_DEBUG_INFO],
+        optional=True,
+    ),
+    Pybind11Extension(
+        "bloomdata._bpe_encoder",
+        ["csrc/bpe/encoder_bindings.cpp"],
         depends=sorted(glob("csrc/bpe/*.h")),
         cxx_std=17,
         extra_compile_args=["-O3", *NO_DEBUG_INFO],
