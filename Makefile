@@ -94,7 +94,7 @@ engines:
 test:
 	$(ENGINES_CHECK)
 	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j2) engines lint
-	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner" || { echo "bloomdata._index_helpers or _bpe_learner is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
+	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner, bloomdata._bpe_encoder" || { echo "bloomdata._index_helpers, _bpe_learner or _bpe_encoder is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
 	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: install

@@ -15,6 +15,7 @@ DOTTED = re.compile(r"(?<![\w./-])((?:bloomdata|bloomtrain|flows)(?:\.[A-Za-z_][
 NOT_MODULES = {
     "bloomdata._index_helpers",  # the C++ extensions setup.py builds
     "bloomdata._bpe_learner",
+    "bloomdata._bpe_encoder",
     "bloomdata.__file__",
     "bloomtrain.DurableCheckpointEngine",  # the name DeepSpeed logs for our checkpoint engine
     "flows.md",  # docs/flows.md

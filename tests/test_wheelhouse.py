@@ -124,7 +124,7 @@ def test_make_install_from_a_wheelhouse_with_no_index(tmp_path):
                          cwd=src, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "127.0.0.1" not in run.stdout + run.stderr  # no index was asked
-    check = ("import bloomdata, bloomdata._index_helpers, bloomdata._bpe_learner, numpy, pyarrow, dask.distributed, importlib.util; "
+    check = ("import bloomdata, bloomdata._index_helpers, bloomdata._bpe_learner, bloomdata._bpe_encoder, numpy, pyarrow, dask.distributed, importlib.util; "
              "assert numpy.__file__.startswith(__import__('sys').prefix), numpy.__file__; "
              "assert importlib.util.find_spec('torch') is None; print(bloomdata.__file__)")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True, timeout=300,

@@ -71,8 +71,9 @@ class BloomEncoder(_Batches):
         model = config["model"]
         vocab: dict[str, int] = model["vocab"]
         to_byte = {c: b for b, c in enumerate(byte_alphabet())}
-        merges = np.array([(vocab[a], vocab[b], vocab[a + b]) for a, b in merge_pairs(model["merges"])],
-                          dtype=np.uint32).reshape(-1, 3)
+        # merges are pairs (tokenizers >= 0.20) or "a b" strings (older files, BLOOM's own)
+        pairs = (m.split(" ", 1) if isinstance(m, str) else m for m in model["merges"])
+        merges = np.array([(vocab[a], vocab[b], vocab[a + b]) for a, b in pairs], dtype=np.uint32).reshape(-1, 3)
         added = [(a["content"].encode("utf-8"), a["id"], bool(a.get("normalized", False)))
                  for a in config.get("added_tokens") or []]
         whole = [(bytes(to_byte[c] for c in t), i) for t, i in vocab.items() if set(t) <= to_byte.keys()] \
@@ -80,7 +81,7 @@ class BloomEncoder(_Batches):
         self._encoder = _bpe_encoder.Encoder(byte_ids(vocab), merges, list(excluded_code_points()), added,
                                              bool(model.get("ignore_merges")), whole, cache_words)
         # the ids callers ask for by name (end of document, padding): the added tokens over the vocabulary's
-        self._named = {t: vocab[t] for t in ("<unk>", "<s>", "</s>", "<pad>") if t in vocab}
+        self._named: dict[str, int] = {t: vocab[t] for t in ("<unk>", "<s>", "</s>", "<pad>") if t in vocab}
         self._named.update({a["content"]: a["id"] for a in config.get("added_tokens") or []})
 
     def encode_flat(self, texts: Sequence[str], append: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -137,11 +138,6 @@ def byte_ids(vocab: dict[str, int]) -> list[int]:
     return [vocab.get(c, -1) for c in byte_alphabet()]
 
 
-def merge_pairs(merges: list[Any]) -> list[tuple[str, str]]:
-    """tokenizer.json's merges as pairs: lists (tokenizers >= 0.20) or "a b" strings (older files, BLOOM's)."""
-    return [tuple(m.split(" ", 1)) if isinstance(m, str) else (m[0], m[1]) for m in merges]  # type: ignore[misc]
-
-
 def _pre_tokenizer_ok(pre: Any) -> bool:
     if not isinstance(pre, dict) or pre.get("type") != "Sequence" or len(pre.get("pretokenizers") or []) != 2:
         return False
@@ -155,7 +151,8 @@ def _pre_tokenizer_ok(pre: Any) -> bool:
 def unsupported(config: dict[str, Any]) -> str | None:
     """Why the C++ encoder cannot give HF's ids for this tokenizer.json, or None when it can: BLOOM's
     configuration (no normalizer, BLOOM's Split then ByteLevel without regex or prefix space, BPE without
-    dropout, subword prefix or suffix, no truncation or padding, added tokens matched verbatim)."""
+    dropout, subword prefix or suffix, no truncation or padding, added tokens matched verbatim). The merges
+    are checked while ``BloomEncoder`` reads them."""
     model = config.get("model") or {}
     if model.get("type") != "BPE":
         return f"model {model.get('type')} is not BPE"
@@ -175,10 +172,7 @@ def unsupported(config: dict[str, Any]) -> str | None:
     vocab = model.get("vocab") or {}
     if min(byte_ids(vocab)) < 0 and (model.get("unk_token") is not None or model.get("byte_fallback")):
         return "bytes missing from the vocabulary with an unk token or byte fallback"
-    for a, b in merge_pairs(model.get("merges") or []):
-        if a not in vocab or b not in vocab or a + b not in vocab:
-            return f"merge {a!r} {b!r} is not in the vocabulary"
-    return None
+    return None  # merges of tokens outside the vocabulary: BloomEncoder raises KeyError (HF refuses the file)
 
 
 def load_encoder(tokenizer_path: str | os.PathLike[str], kind: EncoderKind = "auto") -> TextEncoder:
@@ -201,6 +195,8 @@ def load_encoder(tokenizer_path: str | os.PathLike[str], kind: EncoderKind = "au
             return BloomEncoder(config)
         except ImportError:
             reason = "bloomdata._bpe_encoder is not built (reinstall with a C++ compiler)"
+        except KeyError as exc:
+            reason = f"a merge's token {exc} is not in the vocabulary"
     del config
     warnings.warn(f"{file}: {reason}; encoding with HF tokenizers' encoder (same ids, slower)", stacklevel=2)
     return HFEncoder(load_tokenizer(file))
