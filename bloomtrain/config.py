@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bloomdata import config_loader as loader
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError, FieldValueError
+from bloomdata.megatron.splits import Compat
 from bloomdata.plugins import check_target
 from bloomtrain.model.config import PRESETS, ModelConfig
 
@@ -134,7 +135,7 @@ class DataConfig(_Frozen):
     """Path of the blend YAML written by ``bloomdata blend`` (kind=blend)."""
     valid_blend: str | None = None
     """Optional separate validation blend; default: the ``valid`` split of ``blend``."""
-    compat: Literal["core", "bloom"] = "core"
+    compat: Compat = Compat.CORE
     """Index-building rules: megatron-core's, or Megatron-DeepSpeed's as BLOOM used (bloomdata.blend)."""
     seed: int = 1234
     """Seed of the synthetic samples, and of a blend's document and sample shuffles when its YAML names no seed of

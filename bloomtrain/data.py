@@ -29,6 +29,7 @@ import torch
 
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.builder import DataSplits, FixedSamples, SplitsConfig, valid_tokens
+from bloomdata.megatron.splits import Compat, Split
 from bloomtrain.config import VALID_SET_NAME, TrainConfig
 from bloomtrain.parallel.layers import check_token_range
 
@@ -157,8 +158,8 @@ def build_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
                 SyntheticSamples(max(1, n // 4), length, vocab, cfg.data.seed + 1))
     s = cfg.schedule
     splits = data_splits(cfg)
-    train = splits.split("train", s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size)
-    valid = splits.split("valid", cfg.logging.eval_iters * s.global_batch_size) if cfg.logging.eval_interval else None
+    train = splits.split(Split.TRAIN, s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size)
+    valid = splits.split(Split.VALID, cfg.logging.eval_iters * s.global_batch_size) if cfg.logging.eval_interval else None
     assert train is not None  # the train split always exists
     return train, valid
 
@@ -181,9 +182,9 @@ def build_valid_sets(cfg: TrainConfig) -> dict[str, FixedSamples]:
     return sets
 
 
-def per_dataset_valid_sets(blend_yaml: str, seq_length: int, compat: str = "core") -> tuple[dict[str, str], list[str]]:
+def per_dataset_valid_sets(blend_yaml: str, seq_length: int, compat: Compat = Compat.CORE) -> tuple[dict[str, str], list[str]]:
     """One validation set per dataset of a blend (a language in the pipeline): ``{name: prefix}`` for those
-    whose validation split (``BlendSpec.split_of("valid")``, with the trainer's ``compat`` arithmetic) holds at
+    whose validation split (``BlendSpec.split_of(Split.VALID)``, with the trainer's ``compat`` arithmetic) holds at
     least one sample of ``seq_length + 1`` tokens, and the names left out (too little held-out text)."""
     found = valid_tokens(blend_yaml, compat)
     sets = {name: prefix for name, (prefix, n) in found.items() if VALID_SET_NAME.fullmatch(name) and n > seq_length}

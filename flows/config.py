@@ -15,7 +15,6 @@ pipeline wires each stage's outputs into the next stage's inputs (a user never t
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -24,6 +23,7 @@ from bloomdata.build import BuildConfig
 from bloomdata.clean import CleanConfig
 from bloomdata.config_loader import complete
 from bloomdata.megatron.builder import SplitsConfig
+from bloomdata.megatron.splits import Compat
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.config import (
@@ -134,7 +134,7 @@ class ExportCheck(BaseModel):
     blend: str = Field(description="the blend YAML the run trained on")
     samples: int = Field(16, ge=1, description="samples scored (the trainer's: logging.eval_iters x "
                                                "schedule.global_batch_size)")
-    compat: Literal["core", "bloom"] = Field("core", description="index arithmetic, as the trainer's data.compat")
+    compat: Compat = Field(Compat.CORE, description="index arithmetic, as the trainer's data.compat")
     seed: int = Field(description="the trainer's data.seed (the sample order of a blend YAML without its own seed)")
     seq_length: int = Field(ge=1, description="the trainer's model.seq_length")
     cache_dir: str | None = Field(None, description="the trainer's data.cache_dir (sample indices)")
@@ -160,7 +160,7 @@ class EvaluateStageConfig(EvaluateConfig):
     blend: str = Field("runs/blend/blend.yaml", description="blend YAML whose datasets' validation documents are "
                                                             "scored when `sources` is empty")
     tokenizer: str = Field("runs/tokenizer", description="the datasets' tokenizer, to decode their documents")
-    compat: Literal["core", "bloom"] = Field("core", description="split arithmetic, as the trainer's data.compat")
+    compat: Compat = Field(Compat.CORE, description="split arithmetic, as the trainer's data.compat")
     max_docs_per_lang: int | None = Field(1000, ge=1, description="score the first N held-out documents of each "
                                                                   "language, in document order (None: all)")
     context: int | None = Field(None, ge=1, description="tokens per forward pass at most (None: 2048; in the "  # type: ignore[assignment]

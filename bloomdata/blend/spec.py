@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.config_loader import load_config
 from bloomdata.errors import BloomstackError
+from bloomdata.megatron.splits import Split
 
 
 class BlendDataset(BaseModel):
@@ -55,13 +56,13 @@ class BlendSpec(BaseModel):
     def weights(self) -> list[float]:
         return [d.weight for d in self.datasets]
 
-    def split_of(self, group: str) -> str | None:
-        """The split string ``group``'s documents ("train" or "valid") are read with, in every dataset:
+    def split_of(self, group: Split) -> str | None:
+        """The split string ``group``'s documents (train or valid) are read with, in every dataset:
         ``split`` (shared by both groups), else BLOOM's ``train_range``/``valid_range``. The trainer's samples,
         its per-language validation sets and the held-out evaluation all place documents through it."""
         if self.split is not None:
             return self.split
-        return self.train_range if group == "train" else self.valid_range
+        return self.train_range if group == Split.TRAIN else self.valid_range
 
     @property
     def has_valid(self) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
@@ -22,7 +22,7 @@ from bloomdata.blend.weights import alpha_weights, constrain
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
-from bloomdata.megatron.splits import parse_range, range_to_documents, split_range
+from bloomdata.megatron.splits import Compat, Split, parse_range, range_to_documents, split_range
 from bloomdata.units import parse_count
 
 Bound = float | dict[str, float] | None
@@ -60,7 +60,7 @@ class BlendConfig(BaseModel):
                                                         "recorded in blend.yaml (tokens counted on train)")
     train_range: str | None = Field(default=None, description="BLOOM per-dataset train range, e.g. 0:0.95")
     valid_range: str | None = Field(default=None, description="BLOOM per-dataset valid range, e.g. 0.95:1.0")
-    compat: Literal["core", "bloom"] = Field(default="core", description="split arithmetic: megatron-core's or "
+    compat: Compat = Field(default=Compat.CORE, description="split arithmetic: megatron-core's or "
                                                                         "Megatron-DeepSpeed's (BLOOM)")
     out_dir: str = Field(description="output directory for blend.md, blend.json, blend.png, blend.yaml",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
@@ -89,12 +89,12 @@ def named_datasets(datasets: dict[str, str], datasets_dir: str | None) -> dict[s
     return named
 
 
-def _train_tokens(prefix: str, split: str | None, train_range: str | None, compat: str) -> int:
+def _train_tokens(prefix: str, split: str | None, train_range: str | None, compat: Compat) -> int:
     ds = IndexedDataset(prefix)
     if train_range:
         begin, end = range_to_documents(*parse_range(train_range), len(ds))
     elif split:
-        begin, end = split_range(split, "train", len(ds), compat)
+        begin, end = split_range(split, Split.TRAIN, len(ds), compat)
     else:
         begin, end = 0, len(ds)
     return int(ds.sizes[begin:end].sum(dtype="int64"))

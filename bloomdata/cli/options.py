@@ -4,7 +4,7 @@
 
 - ``out_dir`` -> ``--out-dir``; ``cli_option("--out")`` on the field replaces the name (aliases: more flags);
 - ``bool`` -> ``--x/--no-x`` (``cli_option(off=["--quiet"])`` adds more flags that set False);
-- ``Literal[...]`` -> ``choices``; ``list[str]`` -> a repeatable flag; a fixed ``tuple`` -> ``nargs=N``;
+- ``Literal[...]`` and enums -> ``choices``; ``list[str]`` -> a repeatable flag; a fixed ``tuple`` -> ``nargs=N``;
 - ``dict[str, V]`` -> a repeatable ``NAME=VALUE`` flag; ``float | dict[str, float]`` -> ``W`` or
   ``NAME=W ...`` (one value for every name, or one per name);
 - ``list[Model]`` (``sources``) -> a repeatable flag whose every value is one item in its string form
@@ -26,6 +26,7 @@ to a model field.
 from __future__ import annotations
 
 import argparse
+import enum
 import re
 import types
 import typing
@@ -155,8 +156,8 @@ def _value_kind(tp: Any, kw: dict[str, Any], metavar: str | None, default_metava
     value, list, pairs or number_or_pairs; None for a section set in YAML only."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     kw["metavar"] = metavar or default_metavar
-    if origin is Literal:
-        kw["choices"] = [str(a) for a in args]
+    if origin is Literal or (isinstance(tp, type) and issubclass(tp, enum.Enum)):
+        kw["choices"] = [str(a) for a in args] if origin is Literal else [str(m.value) for m in tp]
         kw["metavar"] = metavar or "{" + ",".join(kw["choices"]) + "}"
     elif origin in (list, set, frozenset) or (origin is tuple and len(args) == 2 and args[1] is Ellipsis):
         kw["action"] = "append" if origin is not tuple else "extend"

@@ -9,7 +9,7 @@ it. No randomness: each component's own shuffle index randomises its samples (do
 "Blend"). The two compat modes differ in the bookkeeping around that rule:
 
 ======================  ===========================================  ==========================================
-                        ``compat="core"`` (megatron-core 0.16.1)     ``compat="bloom"`` (Megatron-DeepSpeed)
+                        ``Compat.CORE`` (megatron-core 0.16.1)        ``Compat.BLOOM`` (Megatron-DeepSpeed)
 ======================  ===========================================  ==========================================
 weights                 ``w / np.sum(w)`` in the builder and again   ``w / sum(w)`` (Python) in the builder,
                         in BlendedDataset                            ``w / np.sum(w)`` in BlendableDataset
@@ -36,11 +36,11 @@ from bloomdata.megatron import index_builders
 from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings
 from bloomdata.megatron.index_cache import IndexCache
 from bloomdata.megatron.indexed import IndexedDataset
-from bloomdata.megatron.splits import SPLIT_NAMES, WeightedSplit, check_compat, parse_weighted_split
+from bloomdata.megatron.splits import Compat, Split, WeightedSplit, check_compat, parse_weighted_split
 
 SURPLUS = 0.005  # megatron-core's mid_level_dataset_surplus default and BigScience's hard-coded 1.005
-INDEX_DTYPE: dict[str, np.dtype[Any]] = {"core": np.dtype(np.int16), "bloom": np.dtype(np.uint8)}
-MAX_DATASETS = {"core": 32767, "bloom": 255}  # exclusive limits asserted by BlendedDataset / BlendableDataset
+INDEX_DTYPE: dict[Compat, np.dtype[Any]] = {Compat.CORE: np.dtype(np.int16), Compat.BLOOM: np.dtype(np.uint8)}
+MAX_DATASETS = {Compat.CORE: 32767, Compat.BLOOM: 255}  # exclusive limits asserted by BlendedDataset / BlendableDataset
 
 
 def check_weights(weights: Sequence[float], names: Sequence[str] | None = None) -> list[float]:
@@ -75,15 +75,15 @@ def normalize(weights: Sequence[float], how: str = "numpy") -> list[float]:
 
 
 def samples_per_dataset(
-    weights: Sequence[float], num_samples: int, compat: str = "core", surplus: float = SURPLUS
+    weights: Sequence[float], num_samples: int, compat: Compat = Compat.CORE, surplus: float = SURPLUS
 ) -> tuple[list[int], list[int]]:
     """(targets, to_build): samples the blend draws from each dataset, and samples built for each.
 
     ``weights`` are raw; they are normalised as the compat mode's builder does.
     """
-    check_compat(compat)
+    compat = check_compat(compat)
     weights = check_weights(weights)
-    if compat == "core":
+    if compat == Compat.CORE:
         w = normalize(weights, "numpy")
         targets = [int(math.ceil(num_samples * x)) for x in w]
         return targets, [int(math.ceil(math.ceil(num_samples * x) * (1 + surplus))) for x in w]
@@ -110,7 +110,7 @@ class Blend:
     """``size`` samples drawn from ``samples`` in proportion to ``weights`` (exactly as megatron does).
 
     ``b[i]`` is the token array of blended sample i; ``b.locate(i)`` is its (dataset, sample) pair.
-    ``size=None`` is only allowed with ``compat="bloom"``: the blend length is then the sum of the
+    ``size=None`` is only allowed with ``Compat.BLOOM``: the blend length is then the sum of the
     components' lengths, as in BLOOM's BlendableDataset.
     """
 
@@ -119,12 +119,12 @@ class Blend:
         samples: Sequence[GPTSamples],
         weights: Sequence[float],
         size: int | None = None,
-        compat: str = "core",
+        compat: Compat = Compat.CORE,
         *,
         cache_dir: str | os.PathLike | None = None,
         backend: str | None = None,
     ):
-        check_compat(compat)
+        compat = check_compat(compat)
         samples = list(samples)
         if len(samples) != len(weights):
             raise BloomstackError(f"{len(samples)} datasets but {len(weights)} weights; give one weight per dataset")
@@ -135,7 +135,7 @@ class Blend:
         if len(samples) >= MAX_DATASETS[compat]:
             raise BloomstackError(f"{len(samples)} datasets exceed the {compat} blend index ({index_dtype.name})")
         if size is None:
-            if compat == "core":
+            if compat == Compat.CORE:
                 raise BloomstackError("a core blend needs its size (megatron-core: sum of ceil(N * w_i))")
             size = sum(len(s) for s in samples)
         if int(size) < 0:
@@ -162,7 +162,7 @@ class Blend:
             arrays, self.built = IndexCache(cache_dir, "Blend", split_name, description).load_or_build(names_, build)
         self.dataset_index = arrays["dataset_index"]
         self.dataset_sample_index = arrays["dataset_sample_index"]
-        if compat == "core":
+        if compat == Compat.CORE:
             self._check_oversampling()
 
     def _check_oversampling(self) -> None:
@@ -209,7 +209,7 @@ def check_same_dtype(datasets: Sequence[IndexedDataset]) -> None:
 
 
 def build_blend(prefixes: Sequence[str], weights: Sequence[float], num_samples: int, settings: SampleSettings,
-                split: str | Sequence[str] | None = None, split_name: str = "train") -> Blend:
+                split: str | Sequence[str] | None = None, split_name: Split = Split.TRAIN) -> Blend:
     """Open ``prefixes``, build each component with its builder-computed sample count, and blend them.
 
     ``split`` is one spec for every prefix (e.g. ``"949,50,1"``) or one per prefix (e.g. ``"0:0.95"``).
@@ -228,19 +228,20 @@ def build_blend(prefixes: Sequence[str], weights: Sequence[float], num_samples: 
     targets, to_build = samples_per_dataset(weights, num_samples, compat)
     components = [GPTSamples(ds, n, settings, sp, split_name) for ds, n, sp in zip(datasets, to_build, splits)]
     cache_dir, backend = settings.cache_dir, settings.backend
-    if compat == "core":
-        return Blend(components, normalize(weights, "numpy"), sum(targets), "core", cache_dir=cache_dir, backend=backend)
-    return Blend(components, normalize(weights, "python"), None, "bloom", cache_dir=cache_dir, backend=backend)
+    if compat == Compat.CORE:
+        return Blend(components, normalize(weights, "numpy"), sum(targets), compat, cache_dir=cache_dir,
+                     backend=backend)
+    return Blend(components, normalize(weights, "python"), None, compat, cache_dir=cache_dir, backend=backend)
 
 
 def blend_from_weighted_split(group: str | WeightedSplit, num_samples: int, settings: SampleSettings,
-                              split_name: str | None = None) -> Blend:
-    """A blend from BLOOM's ``"train: 0.5 0:0.95 PREFIX_A, 0.5 0:0.95 PREFIX_B"`` syntax (``compat="bloom"`` in
+                              split_name: Split | None = None) -> Blend:
+    """A blend from BLOOM's ``"train: 0.5 0:0.95 PREFIX_A, 0.5 0:0.95 PREFIX_B"`` syntax (``Compat.BLOOM`` in
     ``settings`` for BLOOM's arithmetic). ``split_name`` None: train/valid/test from the group's name."""
     if isinstance(group, str):
         group = parse_weighted_split(group)
     if split_name is None:
-        split_name = next((s for s in SPLIT_NAMES if group.name.startswith(s)), None)
+        split_name = next((s for s in Split if group.name.startswith(s)), None)
         if split_name is None:
             raise BloomstackError(
                 f"weighted split group {group.name!r}: cannot tell train/valid/test from its name; pass split_name"
@@ -252,9 +253,9 @@ def blend_from_weighted_split(group: str | WeightedSplit, num_samples: int, sett
 def blend_from_spec(
     spec,
     num_samples: int,
-    split_name: str = "train",
+    split_name: Split = Split.TRAIN,
     cache_dir: str | os.PathLike | None = None,
-    compat: str = "core",
+    compat: Compat = Compat.CORE,
     *,
     seed: int | None = None,
     **kwargs,

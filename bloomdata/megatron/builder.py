@@ -28,7 +28,7 @@ from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import Blend, build_blend, greedy_counts
 from bloomdata.megatron.gpt_samples import GPTSamples, SampleSettings
 from bloomdata.megatron.indexed import IndexedDataset, dataset_exists
-from bloomdata.megatron.splits import split_range
+from bloomdata.megatron.splits import Compat, Split, split_range
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class SplitsConfig:
     seed: int  # the shuffles' seed when a blend YAML names none
     blend: str | None = None  # the blend YAML (bloomdata.blend.spec) of the training split
     valid_blend: str | None = None  # another blend YAML for the validation split (default: ``blend``'s)
-    compat: str = "core"  # "core": megatron-core 0.16.1; "bloom": BigScience's Megatron-DeepSpeed
+    compat: Compat = Compat.CORE  # CORE: megatron-core 0.16.1; BLOOM: BigScience's Megatron-DeepSpeed
     cache_dir: str | None = None  # where sample indices are cached (None: beside each dataset)
 
 
@@ -93,17 +93,17 @@ class DataSplits:
         seed = spec.seed if spec is not None and spec.seed is not None else c.seed
         return SampleSettings(c.seq_length, seed, c.compat, c.cache_dir)
 
-    def _blend_path(self, name: str) -> str:
-        path = self.config.valid_blend if name != "train" and self.config.valid_blend else self.config.blend
+    def _blend_path(self, name: Split) -> str:
+        path = self.config.valid_blend if name != Split.TRAIN and self.config.valid_blend else self.config.blend
         if path is None:
             raise BloomstackError("no blend YAML to build from; set data.blend (written by `bloomdata blend`)")
         return path
 
-    def split(self, name: str, num_samples: int) -> Blend | None:
-        """The ``name`` split ("train", "valid") of ``num_samples`` samples; None when the blend has no such
+    def split(self, name: Split, num_samples: int) -> Blend | None:
+        """The ``name`` split (train, valid) of ``num_samples`` samples; None when the blend has no such
         documents (a validation split of 0)."""
         spec = self.spec(self._blend_path(name))
-        if name != "train" and not spec.has_valid:
+        if name != Split.TRAIN and not spec.has_valid:
             return None
         return build_blend(spec.prefixes, spec.weights, num_samples, self.settings(spec), spec.split_of(name), name)
 
@@ -115,14 +115,14 @@ class DataSplits:
         if source.endswith((".yaml", ".yml")):
             spec = self.spec(source)
             prefixes, weights, origin = spec.prefixes, spec.weights, source
-            split = split or spec.split_of("valid")
+            split = split or spec.split_of(Split.VALID)
         else:
             if not dataset_exists(source):
                 raise BloomstackError(f"no dataset {source}.bin/.idx; give a dataset prefix (as written by "
                                       "`bloomdata build`) or a blend YAML")
             spec = self.spec(self.config.blend) if self.config.blend else None
             prefixes, weights, origin = [source], [1.0], self.config.blend
-            split = split or (spec.split_of("valid") if spec is not None else None)
+            split = split or (spec.split_of(Split.VALID) if spec is not None else None)
         if split is None:
             raise BloomstackError(f"no validation split for {source} ({origin or 'no data.blend'} has none); set "
                                   "its split, e.g. '0.95:1' or '949,50,1'")
@@ -133,7 +133,7 @@ class DataSplits:
         for prefix, count in zip(prefixes, greedy_counts(weights, samples)):
             if count == 0:  # a blend's dataset whose weight gets none of the samples
                 continue
-            component = GPTSamples(prefix, None, settings, split, "valid")
+            component = GPTSamples(prefix, None, settings, split, Split.VALID)
             chosen = spread_indices(component, count)
             which.append(np.full(len(chosen), len(components), dtype=np.int64))
             components.append(component)
@@ -142,17 +142,17 @@ class DataSplits:
 
 
 
-def valid_tokens(blend_yaml: str, compat: str = "core") -> dict[str, tuple[str, int]]:
+def valid_tokens(blend_yaml: str, compat: Compat = Compat.CORE) -> dict[str, tuple[str, int]]:
     """Each dataset of a blend, by name: (its prefix, the tokens of its validation split; 0 without one), with
     ``compat``'s split arithmetic (which datasets hold enough held-out text for a validation set)."""
     spec = load_blend_spec(blend_yaml)
-    split = spec.split_of("valid")
+    split = spec.split_of(Split.VALID)
     tokens = {}
     for d in spec.datasets:
         n = 0
         if split is not None:
             ds = IndexedDataset(d.prefix)
-            begin, end = split_range(split, "valid", len(ds), compat)
+            begin, end = split_range(split, Split.VALID, len(ds), compat)
             n = int(ds.sizes[begin:end].sum(dtype=np.int64))
         tokens[d.name] = (d.prefix, n)
     return tokens

@@ -7,9 +7,9 @@ A GPT "sample" is ``seq_length + 1`` consecutive tokens of the concatenation of 
 - ``sample_index`` [n + 1, 2]: per sample boundary, (position in document_index, token offset);
 - ``shuffle_index`` uint32/int64[n]: the order in which samples are served.
 
-``compat`` picks the algorithm. ``"core"`` equals megatron-core 0.16.1's ``GPTDataset`` (last-epoch
+``compat`` picks the algorithm. ``Compat.CORE`` equals megatron-core 0.16.1's ``GPTDataset`` (last-epoch
 cutoff 0.80; sample_index int32 unless ``max(len(document_index), sizes.max())`` exceeds int32, then
-int64). ``"bloom"`` is the BigScience Megatron-DeepSpeed code that trained BLOOM (cutoff 0.95; int32
+int64). ``Compat.BLOOM`` is the BigScience Megatron-DeepSpeed code that trained BLOOM (cutoff 0.95; int32
 sample_index always, refused instead of silently overflowing as it did there). Both use one
 ``RandomState(seed)`` stream, in the order: document shuffle(s), then sample shuffle(s).
 
@@ -31,9 +31,9 @@ from bloomdata.errors import BloomstackError
 from bloomdata.megatron import index_builders
 from bloomdata.megatron.index_cache import IndexCache
 from bloomdata.megatron.indexed import IndexedDataset, index_file_path
-from bloomdata.megatron.splits import check_compat, split_position, split_range
+from bloomdata.megatron.splits import Compat, Split, check_compat, check_split, split_range
 
-LAST_EPOCH_CUTOFF = {"core": 0.80, "bloom": 0.95}
+LAST_EPOCH_CUTOFF = {Compat.CORE: 0.80, Compat.BLOOM: 0.95}
 ARRAY_NAMES = ["document_index", "sample_index", "shuffle_index"]
 
 
@@ -55,14 +55,14 @@ class SampleSettings:
 
     seq_length: int  # tokens per sample, minus the one shared with the next
     seed: int  # the RandomState(seed) of the document and sample shuffles (megatron-core's random_seed)
-    compat: str = "core"  # "core": megatron-core 0.16.1; "bloom": BigScience's Megatron-DeepSpeed
+    compat: Compat = Compat.CORE  # CORE: megatron-core 0.16.1; BLOOM: BigScience's Megatron-DeepSpeed
     cache_dir: str | os.PathLike | None = None  # load the arrays from / save them to this directory
     tokenizer_id: str | None = None  # any string naming the tokenizer: part of the cache key only
     backend: str | None = None  # "cpp" or "numpy" (tests); None: the C++ helpers when built
     verify_cache: bool = True  # check the digests of cached arrays on load
 
     def __post_init__(self) -> None:
-        check_compat(self.compat)
+        object.__setattr__(self, "compat", check_compat(self.compat))
         # plain ints (a numpy integer would key a cache differently): set once, the settings are frozen
         object.__setattr__(self, "seq_length", int(self.seq_length))
         object.__setattr__(self, "seed", int(self.seed))
@@ -72,7 +72,7 @@ class SampleSettings:
             raise BloomstackError(f"seed must be in [0, 2**32), got {self.seed}")
 
 
-def plan_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int | None, compat: str) -> EpochPlan:
+def plan_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int | None, compat: Compat) -> EpochPlan:
     """megatron's epoch count (smallest E with E*T >= N*L + 1) and last-epoch separation rule."""
     t, sl = tokens_per_epoch, seq_length
     if num_samples is None:  # one pass (megatron-core's num_samples=None)
@@ -90,8 +90,8 @@ def plan_epochs(tokens_per_epoch: int, seq_length: int, num_samples: int | None,
     return EpochPlan(t, num_epochs, separate, sans_final, total)
 
 
-def sample_index_dtype(document_index_len: int, max_size: int, compat: str) -> np.dtype:
-    if compat == "bloom":
+def sample_index_dtype(document_index_len: int, max_size: int, compat: Compat) -> np.dtype:
+    if compat == Compat.BLOOM:
         return np.dtype(np.int32)
     # megatron-core helpers.build_sample_idx: int32 while both positions and offsets fit.
     return np.dtype(np.int32 if max(document_index_len, max_size) <= index_builders.INT32_MAX else np.int64)
@@ -110,7 +110,7 @@ def build_gpt_indices(
     if tokens == 0:
         raise BloomstackError("no tokens in the requested documents")
     plan = plan_epochs(tokens, seq_length, num_samples, compat)
-    if plan.num_epochs * len(documents) > index_builders.INT32_MAX and compat == "bloom":
+    if plan.num_epochs * len(documents) > index_builders.INT32_MAX and compat == Compat.BLOOM:
         raise BloomstackError(
             f"{plan.num_epochs} epochs x {len(documents)} documents overflow BLOOM's int32 sample index; "
             "use compat='core' (int64) or fewer samples"
@@ -157,8 +157,8 @@ class GPTSamples:
     """
 
     def __init__(self, dataset: IndexedDataset | str | os.PathLike, num_samples: int | None,
-                 settings: SampleSettings, split: str | tuple[int, int] | None = None, split_name: str = "train"):
-        split_position(split_name)
+                 settings: SampleSettings, split: str | tuple[int, int] | None = None, split_name: Split = Split.TRAIN):
+        split_name = check_split(split_name)
         if not isinstance(dataset, IndexedDataset):
             dataset = IndexedDataset(dataset)
         if num_samples is not None and int(num_samples) < 0:

@@ -3,9 +3,9 @@
 GPT splits are contiguous ranges of *sequence* ids (docs/megatron-data.md, "Splits").
 Three ways to name one, each reproduced exactly because the range feeds every index downstream:
 
-- ``"949,50,1"`` with ``compat="core"``: megatron-core's split matrix (normalise with numpy, cumulative
+- ``"949,50,1"`` with ``Compat.CORE``: megatron-core's split matrix (normalise with numpy, cumulative
   book-ends, ``int(round(lo * S))``, ``int(round(hi * S))``).
-- ``"949,50,1"`` with ``compat="bloom"``: the legacy ``get_train_valid_test_split_`` of Megatron-DeepSpeed
+- ``"949,50,1"`` with ``Compat.BLOOM``: the legacy ``get_train_valid_test_split_`` of Megatron-DeepSpeed
   (normalise with Python ``sum``, add ``int(round(w * S))`` per split, shift every boundary by the
   overshoot). The two differ by one sequence for about a quarter of dataset sizes.
 - ``"0:0.95"``: BLOOM's per-dataset range, ``[round(START * S), round(END * S))`` with Python's
@@ -21,32 +21,54 @@ import functools
 import math
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
 from bloomdata.errors import BloomstackError
 
-SPLIT_NAMES = ("train", "valid", "test")
-COMPAT_MODES = ("core", "bloom")
+
+class Split(StrEnum):
+    """The three splits of a dataset, in the order of a ``"949,50,1"`` weight vector."""
+
+    TRAIN = "train"
+    VALID = "valid"
+    TEST = "test"
 
 
-def check_compat(compat: str) -> str:
+class Compat(StrEnum):
+    """Whose index arithmetic to reproduce (``data.compat``): the splits, and the sample and blend indices."""
+
+    CORE = "core"  # megatron-core's
+    BLOOM = "bloom"  # Megatron-DeepSpeed's, as BLOOM was trained
+
+
+SPLIT_NAMES = tuple(s.value for s in Split)
+COMPAT_MODES = tuple(c.value for c in Compat)
+
+
+def check_compat(compat: str) -> Compat:
     if compat not in COMPAT_MODES:
         raise BloomstackError(f"compat must be one of {COMPAT_MODES}, got {compat!r}")
-    return compat
+    return Compat(compat)
+
+
+def check_split(split_name: str) -> Split:
+    if split_name not in SPLIT_NAMES:
+        raise BloomstackError(f"split name must be one of {SPLIT_NAMES}, got {split_name!r}")
+    return Split(split_name)
 
 
 def split_position(split_name: str) -> int:
-    if split_name not in SPLIT_NAMES:
-        raise BloomstackError(f"split name must be one of {SPLIT_NAMES}, got {split_name!r}")
-    return SPLIT_NAMES.index(split_name)
+    """0, 1, 2 for train, valid, test: the weight of ``split_name`` in a ``"949,50,1"`` vector."""
+    return SPLIT_NAMES.index(check_split(split_name))
 
 
-def _split_weights(spec: str, compat: str) -> list[float]:
+def _split_weights(spec: str, compat: Compat) -> list[float]:
     if "-" in spec:  # megatron-core's regex would silently read "-1" as 1
         raise BloomstackError(f"split {spec!r}: weights must be non-negative numbers like '949,50,1'")
     try:
-        if compat == "core":
+        if compat == Compat.CORE:
             # megatron-core parse_and_normalize_split: every number in the string, padded to three.
             values = [float(x) for x in re.findall(r"[.0-9]+", spec)]
         else:
@@ -54,7 +76,7 @@ def _split_weights(spec: str, compat: str) -> list[float]:
             values = [float(x) for x in (spec.split(separator) if separator else [spec])]
     except ValueError:
         raise BloomstackError(f"split {spec!r}: expected numbers like '949,50,1'") from None
-    if len(values) > 3 and compat == "core":
+    if len(values) > 3 and compat == Compat.CORE:
         raise BloomstackError(f"split {spec!r}: at most three weights (train, valid, test)")
     values = (values + [0.0, 0.0, 0.0])[:3]
     bad = [v for v in values if not math.isfinite(v) or v < 0]
@@ -65,7 +87,7 @@ def _split_weights(spec: str, compat: str) -> list[float]:
 
 def core_split_matrix(spec: str) -> list[tuple[float, float] | None]:
     """megatron-core's split matrix for ``spec``: (lo, hi) book-ends per split, None for an empty one."""
-    weights = _split_weights(spec, "core")
+    weights = _split_weights(spec, Compat.CORE)
     w = np.array(weights, dtype=np.float64)
     normalized = (w / np.sum(w)).tolist()
     expansion = functools.reduce(lambda acc, x: acc + [acc[-1] + x], normalized, [0])
@@ -74,7 +96,7 @@ def core_split_matrix(spec: str) -> list[tuple[float, float] | None]:
 
 def bloom_split_boundaries(spec: str, num_sequences: int) -> list[int]:
     """The legacy four boundaries [0, a, b, S] of Megatron-DeepSpeed's ``get_train_valid_test_split_``."""
-    weights = _split_weights(spec, "bloom")
+    weights = _split_weights(spec, Compat.BLOOM)
     total = sum(weights)
     weights = [w / total for w in weights]
     bounds = [0]
@@ -104,7 +126,7 @@ def range_to_documents(start: float, end: float, num_sequences: int) -> tuple[in
 
 
 def split_range(
-    split: str | tuple[int, int] | None, split_name: str, num_sequences: int, compat: str = "core"
+    split: str | tuple[int, int] | None, split_name: Split, num_sequences: int, compat: Compat = Compat.CORE
 ) -> tuple[int, int]:
     """The [begin, end) sequence range of ``split_name`` under ``split``.
 
@@ -122,7 +144,7 @@ def split_range(
         return begin, end
     if ":" in split:
         return range_to_documents(*parse_range(split), num_sequences)
-    if compat == "core":
+    if compat == Compat.CORE:
         book_end = core_split_matrix(split)[position]
         if book_end is None:
             return 0, 0

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer
 
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.builder import DataSplits, SplitsConfig
+from bloomdata.megatron.splits import Split
 from bloomtrain.evaluation.scoring import Scorer, score_sequences
 from bloomtrain.measures import perplexity
 
@@ -31,7 +32,7 @@ class BlendLoss(BaseModel):
     samples: int
 
 
-def blend_loss(hf_dir: str, data: SplitsConfig, n_samples: int, split: str = "valid") -> BlendLoss:
+def blend_loss(hf_dir: str, data: SplitsConfig, n_samples: int, split: Split = Split.VALID) -> BlendLoss:
     """The exported model's loss on the first ``n_samples`` ``split`` samples of the trainer's data (``data``: what
     the trainer built its splits from; the same builder, so the same samples in the same order)."""
     from transformers import BloomForCausalLM  # noqa: PLC0415 - transformers only when scoring

@@ -3,7 +3,7 @@
 ``bloomtrain evaluate`` scores documents (text, re-tokenized by each model's own tokenizer), while the build
 stores token ids. The held-out documents of a dataset are those of its *validation range*: the blend's
 ``split`` (``"90,10,0"``) or BLOOM's ``valid_range`` (``"0.95:1"``), turned into a ``[begin, end)`` range of
-the dataset's documents (``BlendSpec.split_of("valid")``) by ``bloomdata.megatron.splits.split_range`` with the
+the dataset's documents (``BlendSpec.split_of(Split.VALID)``) by ``bloomdata.megatron.splits.split_range`` with the
 trainer's ``compat`` arithmetic,
 the same call that places the trainer's training and validation samples. So no document of the range is in
 any training sample (training draws from the train range only), and the documents are taken in document
@@ -37,7 +37,7 @@ from bloomdata import durable
 from bloomdata.blend.spec import load_blend_spec
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
-from bloomdata.megatron.splits import split_range
+from bloomdata.megatron.splits import Compat, Split, split_range
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer
 
 
@@ -62,11 +62,11 @@ class HeldOutFile(BaseModel):
     path: str  # the JSON-lines file
 
 
-def heldout_documents(blend_yaml: str, tokenizer: str, compat: str = "core",
+def heldout_documents(blend_yaml: str, tokenizer: str, compat: Compat = Compat.CORE,
                       max_docs: int | None = None) -> list[HeldOut]:
     """The validation documents of every dataset of ``blend_yaml``, as text, in the blend's dataset order."""
     spec = load_blend_spec(blend_yaml)
-    split = spec.split_of("valid")
+    split = spec.split_of(Split.VALID)
     if split is None:
         raise BloomstackError(f"{blend_yaml}: the blend has no validation split (neither split nor valid_range); "
                               "set blend.split (e.g. 90,10,0) or give the evaluate stage its own sources")
@@ -79,7 +79,7 @@ def heldout_documents(blend_yaml: str, tokenizer: str, compat: str = "core",
             raise BloomstackError(f"{d.prefix}: {len(dataset)} sequences in {dataset.num_documents} documents; "
                                   "held-out documents need one sequence per document (a build without sentence "
                                   "splitting, as `bloomdata build` writes)")
-        begin, end = split_range(split, "valid", len(dataset), compat)
+        begin, end = split_range(split, Split.VALID, len(dataset), compat)
         if end <= begin:
             raise BloomstackError(f"{blend_yaml}: dataset {d.name} ({d.prefix}) has no validation documents under "
                                   f"split {split!r} ({len(dataset)} documents); use a larger valid share or more data")
@@ -110,7 +110,7 @@ def write_heldout(held: list[HeldOut], out_dir: str | Path) -> dict[str, Path]:
     return paths
 
 
-def heldout_files(blend_yaml: str, tokenizer: str, out_dir: str | Path, compat: str = "core",
+def heldout_files(blend_yaml: str, tokenizer: str, out_dir: str | Path, compat: Compat = Compat.CORE,
                   max_docs: int | None = None) -> list[HeldOutFile]:
     """Each blend dataset's validation documents written as ``out_dir/<name>.jsonl``, described."""
     held = heldout_documents(blend_yaml, tokenizer, compat, max_docs)

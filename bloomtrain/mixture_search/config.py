@@ -27,6 +27,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from bloomdata.blend.tune import Bound
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import FieldValueError
+from bloomdata.megatron.splits import Compat
 from bloomdata.units import parse_count
 from bloomtrain.config import (
     CheckpointConfig,
@@ -99,7 +100,7 @@ class MixtureSearchConfig(BaseModel):
                                                                  "dataset; the proxies are scored on the valid part")
     train_range: str | None = Field(default=None, description="BLOOM per-dataset train range, e.g. 0:0.95")
     valid_range: str | None = Field(default=None, description="BLOOM per-dataset valid range, e.g. 0.95:1.0")
-    compat: Literal["core", "bloom"] = Field(default="core", description="split arithmetic: megatron-core's or "
+    compat: Compat = Field(default=Compat.CORE, description="split arithmetic: megatron-core's or "
                                                                         "Megatron-DeepSpeed's (BLOOM)")
     valid_samples: int = Field(default=256, ge=1, description="validation samples per dataset and proxy, at most "
                                                               "(fewer where the validation split holds fewer)")

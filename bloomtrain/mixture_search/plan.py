@@ -23,7 +23,7 @@ from bloomdata.blend.spec import BlendDataset, BlendSpec
 from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset, data_file_path, index_file_path
-from bloomdata.megatron.splits import split_range
+from bloomdata.megatron.splits import Split, split_range
 from bloomdata.tokenizer.bpe import load_tokenizer, tokenizer_identity
 from bloomtrain.config import VALID_SET_NAME, CheckpointConfig, DataConfig, TrainConfig, ValidSetConfig
 from bloomtrain.mixture_search.config import MixtureSearchConfig
@@ -46,7 +46,7 @@ def check_datasets(space: SearchSpace, config: MixtureSearchConfig, seq_length: 
                                   "(it becomes the metric valid/NAME/bpb); rename it in datasets (NAME=PREFIX)",
                                   keys=["datasets"])
         ds = IndexedDataset(prefix)
-        begin, end = split_range(split, "valid", len(ds), config.compat)
+        begin, end = split_range(split, Split.VALID, len(ds), config.compat)
         tokens = int(ds.sizes[begin:end].sum(dtype=np.int64))
         if tokens < seq_length + 1:
             raise BloomstackError(
