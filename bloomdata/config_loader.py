@@ -45,15 +45,18 @@ Key = tuple[str | int, ...]  # a dotted key as a path: ("sources", 0, "paths")
 
 
 def cli_option(*flags: str, metavar: str | None = None, positional: bool = False, off: Sequence[str] = (),
-               skip: bool = False) -> dict[str, Any]:
+               skip: bool = False, required: str | None = None) -> dict[str, Any]:
     """A field's command-line form, for ``Field(json_schema_extra=cli_option(...))``.
 
     ``flags``: the option strings, replacing the generated ``--field-name`` (``"--out"`` for ``out_dir``).
     ``positional``: an argument without a flag. ``off``: extra flags that set a boolean to False
     (``--quiet`` for ``progress``). ``skip``: no flag (set in a YAML file or by an item's string form).
+    ``required``: what the help says of a field without a default in place of "(required)", where something
+    else can set it (``"unless model.preset sets it"``).
     Read by ``bloomdata.cli.options``; JSON values only, so schemas (Prefect's) stay serialisable.
     """
-    spec = {"flags": list(flags), "metavar": metavar, "positional": positional, "off": list(off), "skip": skip}
+    spec = {"flags": list(flags), "metavar": metavar, "positional": positional, "off": list(off), "skip": skip,
+            "required": required}
     return {"cli": {k: v for k, v in spec.items() if v}}
 
 

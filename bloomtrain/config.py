@@ -25,7 +25,7 @@ from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError, FieldValueError
 from bloomdata.megatron.splits import Compat
 from bloomdata.plugins import check_target
-from bloomtrain.model.config import PRESETS, ModelConfig
+from bloomtrain.model.config import ModelConfig
 
 
 class _Frozen(BaseModel):
@@ -236,9 +236,10 @@ class LoggingConfig(_Frozen):
 class CallbackSpec(_Frozen):
     """A callback of the user's, added after the trainer's own (``callbacks``); its string form is ``target``."""
 
-    target: str
+    # no flags of their own: --callbacks TARGET gives the string form, a config file the {target, args} form
+    target: str = Field(json_schema_extra=cli_option(skip=True))
     """``package.module:ClassName`` of a ``bloomtrain.callbacks.Callback`` subclass, importable on every rank."""
-    args: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict, json_schema_extra=cli_option(skip=True))
     """Keyword arguments of its constructor."""
 
     @model_validator(mode="before")
@@ -273,17 +274,6 @@ class TrainConfig(_Frozen):
     """Python/numpy/torch seed (+ 100 x pipeline rank, as Megatron); the weights' init seed is model.init_seed."""
     callbacks: list[CallbackSpec] = Field(default_factory=list)
     """Your callbacks, run after the trainer's own (before its checkpoint saves) in this order: package.module:ClassName, or {target, args}."""
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _model_preset(cls, value: Any) -> Any:
-        """``model: {preset: bloom-560m, seq_length: 1024}`` = the preset with overrides."""
-        if isinstance(value, dict) and "preset" in value:
-            rest = {k: v for k, v in value.items() if k != "preset"}
-            if value["preset"] not in PRESETS:
-                raise ValueError(f"unknown model preset {value['preset']!r}; choose one of {sorted(PRESETS)}")
-            return PRESETS[value["preset"]](**rest)
-        return value
 
     # --- derived sizes -----------------------------------------------------------------------------
 

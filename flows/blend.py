@@ -49,7 +49,7 @@ def blend_artifacts(tuned: TunedBlend) -> None:
     create_markdown_artifact("\n".join(md), key="blend-chart", description="natural vs blended shares, epochs")
 
 
-@flow(name="blend")
+@flow(name="bloom-blend")
 @user_errors
 def blend_flow(prefixes: dict[str, str], config: BlendStageConfig = BlendStageConfig(),
                upstream: list[str] | None = None) -> BlendResult:

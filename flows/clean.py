@@ -92,7 +92,7 @@ def _clean(config: CleanConfig) -> CleanSummary:
     return cleaned
 
 
-@flow(name="clean")
+@flow(name="bloom-clean")
 @user_errors
 def clean_flow(config: CleanStageConfig = CleanStageConfig(), upstream: list[str] | None = None) -> CleanResult:
     """Filter, deduplicate and redact the corpus into per-language cleaned shards, with a report (skipped when

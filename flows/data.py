@@ -74,7 +74,7 @@ def _train_tokenizer(config: TokenizerTrainConfig, fertility_docs_per_lang: int)
     return TrainedTokenizer(tokenizer_dir=out, report=report, fertility=rows, fertility_json=fertility_json)
 
 
-@flow(name="tokenizer")
+@flow(name="bloom-tokenizer")
 @user_errors
 def tokenizer_flow(config: TokenizerTrainConfig = demo_tokenizer_config(), fertility_docs_per_lang: int = 200,
                    upstream: list[str] | None = None) -> TokenizerResult:
@@ -139,7 +139,7 @@ def _build(config: BuildConfig) -> BuildSummary:
     return built
 
 
-@flow(name="dataset")
+@flow(name="bloom-dataset")
 @user_errors
 def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] | None = None) -> DatasetResult:
     """Tokenize the corpus into per-language Megatron .bin/.idx datasets on Dask (skipped when done)."""

@@ -128,7 +128,7 @@ def _evaluate(run: EvaluateStageConfig) -> Evaluation:
     return Evaluation(eval_json=str(out / "eval.json"), heldout=heldout, models=report.models)
 
 
-@flow(name="evaluate")
+@flow(name="bloom-evaluate")
 @user_errors
 def evaluate_flow(config: EvaluateStageConfig = EvaluateStageConfig(),
                   upstream: list[str] | None = None) -> EvaluateResult:

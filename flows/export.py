@@ -83,7 +83,7 @@ def _export(config: ExportStageConfig, check: ExportCheck | None) -> ExportedMod
     return exported
 
 
-@flow(name="export")
+@flow(name="bloom-export")
 @user_errors
 def export_flow(config: ExportStageConfig = ExportStageConfig(), check: ExportCheck | None = None,
                 upstream: list[str] | None = None) -> ExportResult:

@@ -90,7 +90,7 @@ def input_files(config: MixtureSearchConfig) -> list[str]:
     return files + [f for f in (config.proxy_config, config.prior_mixture) if f]
 
 
-@flow(name="mixture-search")
+@flow(name="bloom-mixture-search")
 @user_errors
 def mixture_search_flow(config: MixtureSearchStageConfig = MixtureSearchStageConfig(),
                         upstream: list[str] | None = None) -> MixtureSearchResult:

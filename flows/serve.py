@@ -28,7 +28,7 @@ DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
 # server checks parameters against the JSON schema *before* that, where the embedded library configs
 # (TrainConfig.model, TokenizerTrainConfig.sources) are required. So the server's check is off for them;
 # the flow validates the completed config as it starts and fails at once, naming the field, when it is wrong.
-PARTIAL_PARAMETERS = frozenset({"bloom-pipeline", "train"})
+PARTIAL_PARAMETERS = frozenset({"bloom-pipeline", "bloom-train"})
 
 
 def deployments() -> list[Any]:

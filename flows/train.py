@@ -225,7 +225,7 @@ def _train(config: TrainStageConfig, run_dir: Path, key: str) -> TrainedRun:
     return _publish(run_dir, paths, restarts)
 
 
-@flow(name="train")
+@flow(name="bloom-train")
 @user_errors
 def train_flow(config: TrainStageConfig = TrainStageConfig(), upstream: list[str] | None = None) -> TrainResult:
     """Train (or resume) with the configured launcher; skip when this exact run already finished."""

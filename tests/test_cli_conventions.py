@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bloomdata.cli import main as bloomdata_main
+from bloomdata.config_loader import fields_of
 from tests.test_cli_flags import COMMANDS, _parser
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,3 +73,30 @@ def test_json_means_print_json_in_every_command():
         [action] = [a for a in _parser(command).parser._actions if "--json" in a.option_strings]
         assert action.nargs == 0 and action.const is True, command  # a switch, never --json PATH
         assert action.help.startswith("print "), (command, action.help)
+
+
+def test_help_tells_the_truth():
+    for command in COMMANDS:
+        parser = _parser(command)
+        for action in parser.parser._actions:
+            option = next((o for o in parser.options if o.dest == action.dest), None)
+            if option is not None and action.help and "(required" in action.help:
+                info = _field(parser.model, option.key)
+                assert info.is_required(), (command, action.option_strings)  # a field with a default never is
+        text = parser.parser.format_help()
+        assert "/work/" not in text and "../shared" not in text, command  # nothing of this machine, nothing outside
+        example = re.search(r"\(e\.g\. ([^)]*)\)", " ".join(text.split()))
+        if command in MINIMAL and "KEY=VALUE" in text:
+            assert example, command
+            printed = _print_config(command, [*MINIMAL[command], *example.group(1).split()])  # the example parses
+            assert printed != _print_config(command, MINIMAL[command]), command
+    train = " ".join(_parser("bloomtrain train").parser.format_help().split())
+    assert "--target" not in train and "--args" not in train  # a callback's fields are not flags of their own
+    assert "--model.preset {tiny,bloom-560m," in train and "bloom-560m (24 layers x 1024, 16 heads)" in train
+    assert "Transformer blocks. (required, unless model.preset sets it)" in train
+
+
+def _field(model, key):
+    for part in key[:-1]:
+        model = fields_of(model)[part].annotation
+    return fields_of(model)[key[-1]]

@@ -5,7 +5,9 @@ Every fenced block says what it is (docs/README.md, "Command blocks"): ``sh`` ru
 ``text``, ``python``, ``yaml`` are not commands. ``test_every_block_says_what_it_is`` checks that, and that the
 docs index links every page.
 
-``test_the_sh_blocks_run`` runs every ``sh`` block of each page in order, one command at a time, in a scratch
+``test_the_sh_blocks_run`` runs every ``sh`` block of each page in order, then every example of the commands'
+``--help`` (``help_examples``: an indented command line; one marked ``# needs-data`` only has its flags parsed),
+one command at a time, in a scratch
 copy of the clone (links to the repository's files; ``demo_out`` is the session's ``make demo``,
 tests/harness/demo_run.py), with ``.venv/bin`` first on the PATH and small sizes (``SMALL``: a few training iterations,
 a few documents, a few generated tokens). A command that another test runs end to end at small sizes
@@ -107,6 +109,30 @@ def _elsewhere(command: str, where: str, module: str | None, clone: Path, env: d
     print(f"  (run by {where}) {command}")
 
 
+def help_examples() -> list[tuple[str, str, str | None]]:
+    """(where, command, its module if only its flags are checked) for every command line in the ``--help`` of
+    every ``bloomdata`` and ``bloomtrain`` subcommand, continuation lines joined."""
+    from bloomdata.cli import COMMANDS as DATA  # noqa: PLC0415
+    from bloomtrain.cli import COMMANDS as TRAIN  # noqa: PLC0415
+
+    found = []
+    for prog, commands in (("bloomdata", DATA), ("bloomtrain", TRAIN)):
+        for name, (module, _) in commands.items():
+            text = re.sub(r"\\\n\s*", " ", importlib.import_module(module).parser().parser.format_help())
+            for line in text.splitlines():
+                if re.match(r"\s{4}(bloomdata|bloomtrain|torchrun) ", line):
+                    command = line.strip()
+                    needs_data = re.search(r" #\s*needs-data", command) is not None
+                    found.append((f"{prog} {name} --help", command, module if needs_data else None))
+    return found
+
+
+def test_the_help_examples_are_commands_that_run_here():
+    found = help_examples()
+    assert len(found) >= 15
+    assert not [c for _, c, _ in found if "../" in c or re.search(r"\[--|\.\.\.", c.split(" #")[0])], found
+
+
 def test_the_sh_blocks_run(demo_run, tmp_path):
     clone = _sandbox(tmp_path, demo_run.out)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
@@ -128,4 +154,19 @@ def test_the_sh_blocks_run(demo_run, tmp_path):
                 assert proc.returncode == 0, f"{block.where}: {small}\n{(proc.stdout + proc.stderr)[-3000:]}"
                 print(f"  {time.monotonic() - t0:5.1f} s  {block.where}: {small}")
                 ran += 1
-    assert ran >= 15
+    for where, command, module in help_examples():
+        if module is not None:  # needs the user's data: its flags only
+            argv = shlex.split(command.split(" #")[0])
+            importlib.import_module(module).parser().parse(argv[2:])
+            continue
+        other = next(((w, m) for start, w, m in ELSEWHERE if command.startswith(start)), None)
+        if other is not None:
+            _elsewhere(command, *other, clone, env)
+            continue
+        t0 = time.monotonic()
+        proc = subprocess.run(["bash", "-c", command.split(" #")[0]], cwd=clone, env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, f"{where}: {command}\n{(proc.stdout + proc.stderr)[-3000:]}"
+        print(f"  {time.monotonic() - t0:5.1f} s  {where}: {command}")
+        ran += 1
+    assert ran >= 25

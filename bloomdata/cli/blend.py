@@ -1,9 +1,10 @@
 """`bloomdata blend`: per-language blend weights, for a token budget or from a mixture, and the blend files.
 
-    bloomdata blend --dataset en=data/en --dataset fr=data/fr ... --budget 350e9 --alpha 0.3 --out blend/
-    bloomdata blend --datasets-dir data/ --budget 1e9 --floor 0.002 --cap 0.25 --override en=0.2 --out blend/
-    bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --out data/tr11
-    bloomdata blend --datasets-dir data/ --budget 1e9 --eval before/eval.json --eval after/eval.json --out blend/
+    bloomdata blend --dataset en=data/en --dataset fr=data/fr --budget 1e6 --alpha 0.3 --out blend-enfr/
+    bloomdata blend --datasets-dir data/ --budget 1e6 --floor 0.002 --cap 0.9 --override en=0.2 --out blend-capped/
+    bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --seq-length 2048 --seed 42 --out data/tr11
+    bloomdata blend --datasets-dir data/ --budget 1e6 --eval eval/eval.json --out blend-eval/
+    bloomdata blend --datasets-dir data/ --budget 1e9 --eval before/eval.json --eval after/eval.json --out blend/   # needs-data
 
 A thin command line over ``bloomdata.blend`` (flags generated from ``BlendEvalConfig``: ``BlendConfig`` and
 the evaluation reports to show): ``tune_blend`` counts each prefix's tokens (the train range only, when a
@@ -35,7 +36,7 @@ from bloomdata.errors import BloomstackError
 
 
 def parser() -> ConfigParser[BlendEvalConfig]:
-    return ConfigParser(BlendEvalConfig, "bloomdata blend", __doc__.split("\n\n")[0])
+    return ConfigParser(BlendEvalConfig, "bloomdata blend", "\n\n".join(__doc__.split("\n\n")[:2]))
 
 
 def main(argv: list[str]) -> int:

@@ -4,10 +4,10 @@ A thin command line over ``bloomdata.build.run_build``: its flags are generated 
 (``bloomdata.cli.options``), and ``--config YAML`` holds the same model (flags given with it go on top;
 ``--input`` replaces its sources).
 
-    bloomdata build --input en=corpus/en.jsonl --input fr=corpus/fr.jsonl --tokenizer tok/ --out data/ \\
-        --workers 2 --append-eod
+    bloomdata build --input en=flows/demo_corpus/en.jsonl.gz --input fr=flows/demo_corpus/fr.jsonl.gz \\
+        --tokenizer tok/ --out data-enfr/ --workers 2 --append-eod
 
-writes ``data/en.bin/.idx``, ``data/fr.bin/.idx``, ``data/build_summary.json`` and ``data/rejects.jsonl``,
+writes ``data-enfr/en.bin/.idx``, ``data-enfr/fr.bin/.idx``, ``build_summary.json`` and ``rejects.jsonl`` there,
 and prints the summary. Errors on user input exit with code 2 and one line (via the dispatcher).
 """
 

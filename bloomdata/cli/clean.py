@@ -6,12 +6,12 @@ A thin command line over ``bloomdata.clean.run_clean``: its flags are generated 
 ``--input`` replaces its sources); ``KEY=VALUE`` overrides go on top of both, values as YAML, e.g. per-language
 thresholds ``quality.languages.zh.min_words=5`` or a check off ``quality.defaults.max_flagged=null``.
 
-    bloomdata clean --input en=corpus/en.jsonl --input corpus/mixed/ --out clean/ --workers 4
-    bloomdata clean --preset roots --input oscar/ --out clean/   # BigScience's ROOTS filters, value by value
-    bloomdata build --input clean/data --tokenizer tok/ --out data/
+    bloomdata clean --input en=flows/demo_corpus/en.jsonl.gz --input flows/demo_corpus/ --out clean-all/ --workers 2
+    bloomdata clean --preset roots --input oscar/ --out clean-roots/   # needs-data: BigScience's ROOTS filters
+    bloomdata build --input clean-all/data --tokenizer tok/ --out data-clean/
 
-writes ``clean/data/<lang>/*.jsonl.zst``, ``clean/clean_summary.json``, ``clean/removed.jsonl.zst`` (examples
-per reason), ``clean/clean.md`` and ``clean/clean.png``, and prints the summary. Errors on user input exit
+writes ``clean-all/data/<lang>/*.jsonl.zst``, ``clean_summary.json``, ``removed.jsonl.zst`` (examples per
+reason), ``clean.md`` and ``clean.png`` in ``clean-all/``, and prints the summary. Errors on user input exit
 with code 2 and one line (via the dispatcher).
 """
 
@@ -26,7 +26,8 @@ from bloomdata.cli.options import ConfigParser, Sources
 
 def parser() -> ConfigParser[CleanConfig]:
     p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True,
-                     sources=Sources(overrides=True, presets=PRESETS))
+                     sources=Sources(overrides=True, presets=PRESETS,
+                                     override_example="quality.enabled=false near_dedup.bands=16"))
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     return p
 

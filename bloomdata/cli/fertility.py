@@ -5,7 +5,8 @@ against a monolingual tokenizer). Words are whitespace-separated pieces (``str.s
 written without spaces between words (zh, ja, th, ...) a "word" is a whole clause, so their per-word
 figure is flagged ``whitespace_words=False`` and shown as n/a: compare them by tokens per character.
 
-    bloomdata fertility --tokenizer tok --input corpus/ [--compare other_tok] [--out fertility.json] [--json]
+    bloomdata fertility --tokenizer tok/ --input flows/demo_corpus/ --compare tok-demo/ --out fertility.json
+    bloomdata fertility --tokenizer tok/ --input zh=flows/demo_corpus/zh.jsonl.gz --max-docs 50 --json
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import types
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -87,7 +88,7 @@ def _is_model(tp: Any) -> bool:
 
 def _default_text(info: FieldInfo) -> str:
     if info.default is PydanticUndefined and info.default_factory is None:
-        return " (required)"
+        return f" (required{', ' + _meta(info)['required'] if _meta(info).get('required') else ''})"
     default = info.get_default(call_default_factory=True, validated_data={})
     if default is None or default == [] or default == {} or default == ():
         return ""
@@ -252,10 +253,18 @@ class Sources:
     file: bool = True  # --config FILE
     file_required: bool = False
     overrides: bool = False  # KEY=VALUE positionals, on top of everything
+    override_example: str = ""  # two overrides of this command's own keys, for the help
     presets: dict[str, Any] = field(default_factory=dict)  # --preset NAME: a shipped config file by name
 
 
 FLAGS_ONLY = Sources(file=False)
+
+
+def _shipped(path: Any) -> str:
+    """A shipped file's path from its package's folder (``bloomdata/clean/presets/roots.yaml``), the same on every
+    machine."""
+    parts = Path(path).parts
+    return "/".join(parts[parts.index("bloomdata"):]) if "bloomdata" in parts else str(path)
 
 
 class ConfigParser(Generic[M]):
@@ -279,15 +288,16 @@ class ConfigParser(Generic[M]):
         if self.presets:
             self.add_argument("--preset", choices=sorted(self.presets),
                               help="a shipped config file by name, in place of --config (" + ", ".join(
-                                  f"{name}: {path}" for name, path in sorted(self.presets.items())) + ")")
+                                  f"{name}: {_shipped(path)}" for name, path in sorted(self.presets.items())) + ")")
         if sources.file:
             self.add_argument("--print-config", action="store_true",
                               help="print the resolved config (defaults <- --config <- flags <- overrides) as YAML "
                                    "and exit; --config takes that YAML back")
         if sources.overrides:
             self.parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                                     help="dotted overrides on top of everything, values parsed as YAML "
-                                          "(e.g. optim.lr=1e-4 schedule.rampup_batch_size=[32,32,1000])")
+                                     help="dotted overrides on top of everything, values parsed as YAML"
+                                          + (f" (e.g. {sources.override_example})" if sources.override_example
+                                             else ""))
 
     def add_argument(self, *flags: str, **kwargs: Any) -> None:
         """A hand-declared option that is not config (``--json``); must be in ``HAND_DECLARED``."""

@@ -4,11 +4,12 @@ Flags are generated from ``TokenizerTrainConfig`` (the model the Prefect flows u
 holds the same model, and flags given with it go on top. Inputs are ``--input [LANG=]PATH`` (repeatable;
 without ``LANG=`` each row's ``lang`` field names its language).
 
-    bloomdata train-tokenizer --input ../shared/corpus --out tok --vocab-size 32000 --byte-budget 50MB
-    bloomdata train-tokenizer --input en=data/en/*.jsonl.zst --input fr=data/fr --out tok
-    bloomdata train-tokenizer --input roots/ --out tok --byte-budget 5GB --max-memory 2GB --workers 2
+    bloomdata train-tokenizer --input flows/demo_corpus/ --out tok-demo --vocab-size 2000 --byte-budget 5MB
+    bloomdata train-tokenizer --input en=clean/data/en/*.jsonl.zst --input fr=clean/data/fr --out tok-enfr --vocab-size 1000
+    bloomdata train-tokenizer --input roots/ --out tok-roots --byte-budget 5GB --max-memory 2GB --workers 2   # needs-data
         (past one machine's memory: words counted in parallel and spilled, the same merges learned from them)
-    bloomdata train-tokenizer --config my-tokenizer.yaml   (a TokenizerTrainConfig in YAML)
+    bloomdata train-tokenizer --input flows/demo_corpus/ --out tok-yaml --vocab-size 1000 --print-config > tok.yaml
+    bloomdata train-tokenizer --config tok.yaml   # a TokenizerTrainConfig in YAML: --print-config writes one
 """
 
 from __future__ import annotations

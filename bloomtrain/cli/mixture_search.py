@@ -23,7 +23,7 @@ from bloomtrain.mixture_search.config import MixtureSearchConfig
 
 
 def parser() -> ConfigParser[MixtureSearchConfig]:
-    return ConfigParser(MixtureSearchConfig, "bloomtrain mixture-search", __doc__.split("\n\n")[0])
+    return ConfigParser(MixtureSearchConfig, "bloomtrain mixture-search", "\n\n".join(__doc__.split("\n\n")[:2]))
 
 
 def main(argv: list[str]) -> int:

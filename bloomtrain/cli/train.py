@@ -36,7 +36,8 @@ from bloomtrain.launcher import die_with_agent
 
 def parser() -> ConfigParser[TrainConfig]:
     return ConfigParser(TrainConfig, "bloomtrain train", __doc__.split("\n\n")[0], nested=True,
-                        sources=Sources(file_required=True, overrides=True))
+                        sources=Sources(file_required=True, overrides=True,
+                                        override_example="optim.lr=1e-4 schedule.rampup_batch_size=[32,32,1000]"))
 
 
 def warn_shared_store() -> None:

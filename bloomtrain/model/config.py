@@ -12,13 +12,39 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from bloomdata.config_loader import load_config
+from bloomdata.config_loader import cli_option, load_config
 from bloomdata.errors import BloomstackError, FieldValueError
 
 BLOOM_VOCAB = 250680  # len(tokenizer) of bigscience/tokenizer
 BLOOM_PADDED_VOCAB = 250880  # = 1960 * 128; the rows in every released BLOOM checkpoint
+
+
+# The released BLOOM sizes (docs/bloom-training.md, "Model sizes") and a tiny test size: what `model.preset` sets,
+# under whatever else the config gives.
+PresetName = Literal["tiny", "bloom-560m", "bloom-1b1", "bloom-1b7", "bloom-3b", "bloom-7b1", "bloom-176b"]
+PRESET_SHAPES: dict[str, dict[str, Any]] = {
+    # 2 layers, 12 heads: 3 per rank at TP=4, a non-power-of-two ALiBi
+    "tiny": {"num_layers": 2, "hidden_size": 96, "num_heads": 12, "vocab_size": 250, "pad_vocab_size_to": 256,
+             "seq_length": 32},
+    "bloom-560m": {"num_layers": 24, "hidden_size": 1024, "num_heads": 16},
+    "bloom-1b1": {"num_layers": 24, "hidden_size": 1536, "num_heads": 16},
+    "bloom-1b7": {"num_layers": 24, "hidden_size": 2048, "num_heads": 16},
+    "bloom-3b": {"num_layers": 30, "hidden_size": 2560, "num_heads": 32},
+    "bloom-7b1": {"num_layers": 30, "hidden_size": 4096, "num_heads": 32},
+    "bloom-176b": {"num_layers": 70, "hidden_size": 14336, "num_heads": 112},
+}
+
+
+BY_PRESET = "unless model.preset sets it"
+
+
+def _preset_help() -> str:
+    sizes = [f"{name} ({shape['num_layers']} layers x {shape['hidden_size']}, {shape['num_heads']} heads)"
+             for name, shape in PRESET_SHAPES.items()]
+    return ("A shipped shape, under the other model.* keys: " + "; ".join(sizes) +
+            ". Applied when the config is read: the printed config holds the resulting fields.")
 
 
 def _on_off(value: Any) -> Any:
@@ -31,12 +57,13 @@ class ModelConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
-    num_layers: int
+    preset: PresetName | None = Field(default=None, exclude=True, description=_preset_help())
+    num_layers: int = Field(json_schema_extra=cli_option(required=BY_PRESET))
     """Transformer blocks."""
-    hidden_size: int
+    hidden_size: int = Field(json_schema_extra=cli_option(required=BY_PRESET))
     """Width of the residual stream (h); the MLP is 4h wide."""
-    num_heads: int
-    """Attention heads (each hidden_size / num_heads wide)."""
+    num_heads: int = Field(json_schema_extra=cli_option(required=BY_PRESET))
+    """Attention heads, each hidden_size / num_heads wide."""
     vocab_size: int = BLOOM_VOCAB
     """Tokenizer vocabulary before padding."""
     pad_vocab_size_to: int | None = BLOOM_PADDED_VOCAB
@@ -126,55 +153,36 @@ class ModelConfig(BaseModel):
         h, v = self.hidden_size, self.padded_vocab_size(tp_size)
         return self.num_layers * (12 * h * h + 13 * h) + v * h + 4 * h
 
-    # --- presets: the released BLOOM sizes (docs/bloom-training.md, "Model sizes") and tiny test sizes --
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        """``{preset: bloom-560m, seq_length: 1024}`` = the preset's shape with overrides; the preset itself is
+        not kept (every field it set is), so a model compares and prints by its values alone."""
+        if not isinstance(data, dict) or data.get("preset") is None:
+            return data
+        rest = {k: v for k, v in data.items() if k != "preset"}
+        if data["preset"] not in PRESET_SHAPES:
+            raise FieldValueError(f"unknown model preset {data['preset']!r}; choose one of {sorted(PRESET_SHAPES)}",
+                                  "preset")
+        return {**PRESET_SHAPES[data["preset"]], **rest}
 
     @classmethod
-    def bloom_560m(cls, **overrides) -> ModelConfig:
-        return cls(**{"num_layers": 24, "hidden_size": 1024, "num_heads": 16, **overrides})
+    def tiny(cls, **overrides: Any) -> ModelConfig:
+        return cls(preset="tiny", **overrides)
 
     @classmethod
-    def bloom_1b1(cls, **overrides) -> ModelConfig:
-        return cls(**{"num_layers": 24, "hidden_size": 1536, "num_heads": 16, **overrides})
-
-    @classmethod
-    def bloom_1b7(cls, **overrides) -> ModelConfig:
-        return cls(**{"num_layers": 24, "hidden_size": 2048, "num_heads": 16, **overrides})
-
-    @classmethod
-    def bloom_3b(cls, **overrides) -> ModelConfig:
-        return cls(**{"num_layers": 30, "hidden_size": 2560, "num_heads": 32, **overrides})
-
-    @classmethod
-    def bloom_7b1(cls, **overrides) -> ModelConfig:
-        return cls(**{"num_layers": 30, "hidden_size": 4096, "num_heads": 32, **overrides})
-
-    @classmethod
-    def bloom_176b(cls, **overrides) -> ModelConfig:
-        return cls(**{"num_layers": 70, "hidden_size": 14336, "num_heads": 112, **overrides})
-
-    @classmethod
-    def tiny(cls, **overrides) -> ModelConfig:
-        """2 layers, hidden 96, 12 heads (3 per rank at TP=4: non-power-of-two ALiBi), 256-row vocab."""
-        defaults = {
-            "num_layers": 2,
-            "hidden_size": 96,
-            "num_heads": 12,
-            "vocab_size": 250,
-            "pad_vocab_size_to": 256,
-            "seq_length": 32,
-        }
-        return cls(**{**defaults, **overrides})
+    def bloom_176b(cls, **overrides: Any) -> ModelConfig:
+        return cls(preset="bloom-176b", **overrides)
 
 
-PRESETS = {
-    "bloom-560m": ModelConfig.bloom_560m,
-    "bloom-1b1": ModelConfig.bloom_1b1,
-    "bloom-1b7": ModelConfig.bloom_1b7,
-    "bloom-3b": ModelConfig.bloom_3b,
-    "bloom-7b1": ModelConfig.bloom_7b1,
-    "bloom-176b": ModelConfig.bloom_176b,
-    "tiny": ModelConfig.tiny,
-}
+def _preset(name: str) -> Any:
+    """A callable building the preset ``name`` with keyword overrides."""
+    def build(**overrides: Any) -> ModelConfig:
+        return ModelConfig(preset=name, **overrides)
+    return build
+
+
+PRESETS = {name: _preset(name) for name in PRESET_SHAPES}
 
 
 def model_config_from(values: dict[str, Any], source: str) -> ModelConfig:

@@ -45,8 +45,8 @@ def test_prefect_yaml_matches_serve():
     overwrites a pool deployment (a served copy of one inherits its pull steps and cannot load)."""
     from flows.serve import deployment_names
 
-    flows = {"bloom-pipeline", "clean", "tokenizer", "dataset", "blend", "mixture-search", "train", "export",
-             "evaluate", "bloom-rehearsal"}
+    flows = {f"bloom-{name}" for name in ("pipeline", "clean", "tokenizer", "dataset", "blend", "mixture-search",
+                                          "train", "export", "evaluate", "rehearsal")}
     assert sorted(_yaml_names()) == sorted(f"{f}/pool" for f in flows)
     assert sorted(deployment_names()) == sorted(f"{f}/local" for f in flows)
 
@@ -86,7 +86,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         out = tmp_path / "tok"
         config = {"sources": [{"paths": [str(DEMO_CORPUS / "yo.jsonl.gz")], "lang": "yo"}], "out_dir": str(out),
                   "vocab_size": 300, "byte_budget": 50_000, "show_progress": False}
-        run = run_deployment("tokenizer/local", parameters={"config": config, "fertility_docs_per_lang": 5},
+        run = run_deployment("bloom-tokenizer/local", parameters={"config": config, "fertility_docs_per_lang": 5},
                              timeout=180)
         assert run.state.is_completed(), (run.state, (tmp_path / "serve.log").read_text()[-4000:])
         assert (out / "tokenizer.json").exists() and (out / "_stage.json").exists()
@@ -99,7 +99,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         # A partial config, completed from the demo's defaults (the server's schema would call it incomplete).
         partial = {"train": {"schedule": {"train_iters": 5}}, "launch": launch, "retries": 0,
                    "out_dir": str(tmp_path / "train")}
-        run = run_deployment("train/local", parameters={"config": partial}, timeout=0)
+        run = run_deployment("bloom-train/local", parameters={"config": partial}, timeout=0)
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)

@@ -25,7 +25,7 @@ from tests.harness.chromium import page
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS", ROOT / "test-artifacts"))
-STAGES = ("clean", "tokenizer", "dataset", "blend", "train", "export", "evaluate")
+STAGES = tuple(f"bloom-{stage}" for stage in ("clean", "tokenizer", "dataset", "blend", "train", "export", "evaluate"))
 
 
 def _free_port() -> int:
