@@ -38,6 +38,8 @@ class BuildConfig(BaseModel):
     max_rows_per_shard: int | None = Field(default=None, ge=1, description="cut larger files into row ranges "
                                            "instead of by size (planning counts every row)")
     strict: bool = Field(default=False, description="the first rejected row is an error naming file:line")
+    allow_empty: bool = Field(default=False, description="inputs that yield no document write empty datasets "
+                              "(else: an error naming the files and the top reject reason)")
     batch_docs: int = Field(default=1000, ge=1, description="documents per encode_batch call")
     batch_bytes: int = Field(default=8 << 20, ge=1, description="characters per encode_batch call (memory)")
     max_reject_examples: int = Field(default=20, ge=0, description="examples per reason in rejects.jsonl")

@@ -75,6 +75,7 @@ from bloomdata.readers import (
     Shard,
     ShardPlan,
     file_line_offsets,
+    no_documents_error,
     output_name_of,
     plan_job,
 )
@@ -225,12 +226,24 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
                 reject = Reject(**examples[0])
                 raise strict_error(dataclasses.replace(reject, line=reject.line + offset))
 
+    def no_documents(self, manifests: list[ShardManifest]) -> BloomstackError:
+        """The one line of a build whose inputs yielded no document (its shards' markers stay: a rerun with
+        allow_empty reuses them)."""
+        rejects: Counter[str] = Counter()
+        for m in manifests:
+            rejects.update(m.rejects)
+        top = max(rejects.items(), key=lambda item: (item[1], item[0]))[0] if rejects else ""
+        detail = next((ex.get("detail", "") for m in manifests for ex in m.reject_examples if ex["reason"] == top), "")
+        return no_documents_error([s.path for s in self.plan.shards], rejects, detail)
+
     def work(self) -> BuildSummary:
         t1 = time.perf_counter()
         manifests, pending = self.tokenize()
         t2 = time.perf_counter()
         if self.config.strict:
             self.refuse_rejects(manifests)
+        if not self.config.allow_empty and not any(m.documents for m in manifests):
+            raise self.no_documents(manifests)
         out_dir, shards = self.plan.out_dir, self.plan.shards
         outputs = merge_shards(out_dir, shards, manifests, self.names, self.dtype)
         write_rejects(os.path.join(out_dir, REJECTS_FILE), shards, manifests, self.config.max_reject_examples)

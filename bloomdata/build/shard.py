@@ -1,8 +1,8 @@
 """One shard of a build: its key, its completion marker and the step that tokenizes it.
 
 A shard is done when ``OUT_DIR/shards/<shard name>.done.json`` exists, records the same *key*
-(``durable.content_key`` of the shard identity, input size + mtime, tokenizer sha256, append_eod, dtype,
-output naming) and the part files it lists exist with the recorded sizes. The marker (a ``ShardManifest``)
+(``durable.content_key`` of the shard identity, input size + mtime (a remote one's ETag), tokenizer sha256,
+append_eod, dtype, output naming) and the part files it lists exist with the recorded sizes. The marker (a ``ShardManifest``)
 is written with ``durable.write_marker`` only after the parts are published, so a killed worker or build
 never leaves a half-written shard that looks complete; a changed input or tokenizer changes the key and the
 shard is rebuilt, never reused. ``tokenize_shard`` is a pure step: nothing here knows about Dask
@@ -26,10 +26,9 @@ from bloomdata import durable
 from bloomdata.build.config import MARKER_VERSION, SHARDS_DIR
 from bloomdata.build.summary import PartStats, ShardManifest
 from bloomdata.config_loader import derive
-from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import strict_error
 from bloomdata.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path
-from bloomdata.readers import Reject, Shard, file_reject, output_name_of, read_shard
+from bloomdata.readers import Reject, Shard, file_reject, input_stamp, output_name_of, read_shard
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
 
 
@@ -51,14 +50,10 @@ class ShardSettings:
 
 def shard_key(shard: Shard, tokenizer_sha: str | None, settings: ShardSettings) -> dict[str, Any]:
     """Everything that determines a shard's output bytes; a marker is valid only for an equal key."""
-    try:
-        st = os.stat(shard.path)
-    except OSError as exc:
-        raise BloomstackError(f"cannot read input {shard.path}: {exc.strerror}") from None
     return {
         "version": MARKER_VERSION,
         "shard": dataclasses.asdict(shard),
-        "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns},
+        "input": input_stamp(shard.path),  # size + mtime; a remote object's size, ETag, last-modified
         "tokenizer_sha256": tokenizer_sha,
         "append_eod": settings.append_eod,
         "dtype": np.dtype(settings.dtype).name,

@@ -32,6 +32,7 @@ import json
 import os
 import shutil
 import time
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,7 @@ from bloomdata.disk import tree_bytes
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.executor import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, Where, strict_error
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, file_line_offsets, plan_job
+from bloomdata.readers import REJECT_REASONS, Reject, Shard, file_line_offsets, no_documents_error, plan_job
 
 
 def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> dict[str, Any]:
@@ -156,6 +157,11 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         manifests, pending = self.first_stage("filter", step, count=self.totals.filtered)
         if self.config.strict:  # shards reused from a lenient run may hold rejects that --strict refuses
             _refuse_rejects(out_dir, shards, manifests)
+        if not self.config.allow_empty and all(m.rows == sum(m.rejects.values()) for m in manifests):
+            rejects: Counter[str] = Counter()
+            for m in manifests:
+                rejects.update(m.rejects)
+            raise no_documents_error([s.path for s in shards], rejects)  # the readers yielded no document
         self.stage_seconds["filter"] = time.perf_counter() - t0
         return manifests, pending
 

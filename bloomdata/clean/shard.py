@@ -20,7 +20,7 @@ its rows from its own first line, and the run adds the rows of the file's earlie
 (``readers.file_line_offsets``; the manifest records ``rows``), so no shard reads the file before its range.
 
 then its marker ``OUT/work/filter/<shard name>.done.json`` (a ``FilterManifest``), last, under a key that
-holds everything that determines those bytes (the shard, its input's size and mtime, every setting of the
+holds everything that determines those bytes (the shard, its input's size and mtime or ETag, every setting of the
 steps, the word lists and the models' files). Memory: the hashes of the shard's candidates (~8 bytes per
 band + 40 per document) plus one batch of shingles; the documents themselves are streamed.
 """
@@ -49,9 +49,8 @@ from bloomdata.clean.summary import FilterManifest, LangCounts
 from bloomdata.clean.templates import LINES_FILE, line_hashes, sorted_lines
 from bloomdata.clean.text import word_units
 from bloomdata.config_loader import derive
-from bloomdata.errors import BloomstackError
 from bloomdata.jobs.runner import strict_error
-from bloomdata.readers import Reject, Shard, file_reject, output_name_of, read_shard
+from bloomdata.readers import Reject, Shard, file_reject, input_stamp, output_name_of, read_shard
 
 STAGE = "filter"
 BATCH = 1024  # documents per MinHash batch
@@ -75,12 +74,8 @@ def shard_key(shard: Shard, settings: str) -> dict[str, Any]:
 
     ``settings``: the content key of ``run.filter_settings`` (the steps' config, word lists, model files),
     computed once by the driver (the word lists are ~1,000 strings)."""
-    try:
-        st = os.stat(shard.path)
-    except OSError as exc:
-        raise BloomstackError(f"cannot read input {shard.path}: {exc.strerror}") from None
-    return {"version": MARKER_VERSION, "shard": dataclasses.asdict(shard),
-            "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns}, "settings": settings}
+    return {"version": MARKER_VERSION, "shard": dataclasses.asdict(shard), "input": input_stamp(shard.path),
+            "settings": settings}
 
 
 def load_marker(out_dir: str, shard: Shard, key: str) -> FilterManifest | None:

@@ -47,7 +47,8 @@ from bloomdata import durable
 from bloomdata.config_loader import derive
 from bloomdata.disk import DiskFull, disk_full, is_disk_full
 from bloomdata.errors import BloomstackError, ClusterLost
-from bloomdata.readers import Reject, Shard
+from bloomdata.readers import Reject, Shard, input_bytes
+from bloomdata.readers.fs import is_remote
 
 S = TypeVar("S", bound=BaseModel)  # a job's summary
 M = TypeVar("M", bound=BaseModel)  # a shard's first-stage manifest
@@ -124,7 +125,8 @@ class ShardedJob(ABC, Generic[S, M]):
     summary_type: type[S]
 
     def __init__(self, plan: JobPlan) -> None:
-        inside = [s.path for s in plan.shards if os.path.commonpath([plan.out_dir, s.path]) == plan.out_dir]
+        inside = [s.path for s in plan.shards
+                  if not is_remote(s.path) and os.path.commonpath([plan.out_dir, s.path]) == plan.out_dir]
         if inside:
             raise BloomstackError(f"the output directory {plan.out_dir} holds an input ({inside[0]}); a rerun would "
                                   "read the outputs back as inputs: choose an out_dir outside the inputs",
@@ -210,7 +212,7 @@ class ShardedJob(ABC, Generic[S, M]):
         if sizes:
             per_shard = sum(sizes) / len(sizes)
         else:
-            inputs = sum(os.path.getsize(path) for path in {s.path for s in self.plan.shards})
+            inputs = sum(input_bytes(path) for path in {s.path for s in self.plan.shards})
             per_shard = self.bytes_per_input_byte() * inputs / total
         return round(per_shard * (2 * total - len(sizes)))
 

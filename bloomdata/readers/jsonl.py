@@ -1,4 +1,8 @@
-"""JSON-lines reader: one JSON object per line (plain, ``.gz`` or ``.zst``); a row is a line.
+"""JSON-lines reader (``JsonlReader``): one JSON object per line (plain or compressed); a row is a line.
+
+Files named ``.jsonl``, ``.ndjson`` or ``.json`` (a ``.json`` file that starts with ``[`` is a JSON array:
+``bloomdata.readers.json_array``). The text field may be a dotted path into nested objects
+(``records.field_value``).
 
 Byte-range shards (what the build plans for large plain files): the planner cuts a file at the first line
 start at or after each of a few byte offsets (``line_starts``: a seek and a read to the next newline per
@@ -24,11 +28,14 @@ there: it belongs to line 1, so line numbers and the planner's byte offsets are 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 
 from bloomdata.errors import BloomstackError
+from bloomdata.readers import fs
+from bloomdata.readers.base import Reader
 from bloomdata.readers.compressed import CHUNK, CORRUPT_ERRORS, corrupt_detail, open_bytes, strip_compression
-from bloomdata.readers.records import Document, Reject, Shard, validate_row
+from bloomdata.readers.records import Document, Reject, Shard, field_value, validate_row
 
 BOM = b"\xef\xbb\xbf"  # the UTF-8 byte-order mark
 SCAN = 1 << 13  # bytes per read when looking for the next newline after a cut (a few lines)
@@ -39,7 +46,7 @@ def line_starts(path: str, offsets: list[int]) -> list[int]:
     the file size when no line starts there. Reads from offset - 1 to the next newline only."""
     starts: list[int] = []
     try:
-        with open(path, "rb", buffering=0) as fh:
+        with (fs.open_input(path, fs.PLAN_BLOCK) if fs.is_remote(path) else open(path, "rb", buffering=0)) as fh:
             for offset in offsets:
                 if offset <= 0:
                     starts.append(0)
@@ -79,7 +86,7 @@ def lines_before(path: str, offset: int) -> int:
 
 def count_jsonl(path: str, every: int) -> tuple[int, list[int] | None]:
     """(rows, byte offset of rows every, 2*every, ... or None when compressed), as read_jsonl sees them."""
-    if strip_compression(path) != path:
+    if strip_compression(path.lower()) != path.lower():
         return _count_compressed(path), None
     lines, base, last = 0, 0, b"\n"
     offsets: list[int] = []
@@ -186,4 +193,27 @@ def _parse_json_line(raw: bytes, shard: Shard, line: int) -> Document | Reject:
         return Reject("malformed_json", shard.path, line, str(exc))
     if not isinstance(obj, dict):
         return Reject("malformed_json", shard.path, line, f"expected an object, got {type(obj).__name__}")
-    return validate_row(obj.get(shard.text_field), obj.get(shard.lang_field), shard, line)
+    return validate_row(field_value(obj, shard.text_field), field_value(obj, shard.lang_field), shard, line)
+
+
+class JsonlReader(Reader):
+    """JSON Lines: plain files are cut at line starts (``line_starts``), compressed ones stay whole."""
+
+    name = "jsonl"
+    suffixes = (".jsonl", ".ndjson", ".json")
+
+    def byte_ranges(self, shard: Shard, size: int, target: int) -> list[tuple[int, int]] | None:
+        """About equal byte ranges, each at most ``target`` bytes plus the rest of its last line, cut at line
+        starts (a range past the last line start would be empty: dropped)."""
+        if strip_compression(shard.path.lower()) != shard.path.lower():
+            return None
+        pieces = math.ceil(size / target)
+        cuts = line_starts(shard.path, [size * k // pieces for k in range(1, pieces)])
+        bounds = sorted({0, *(c for c in cuts if c < size), size})
+        return list(zip(bounds, bounds[1:]))
+
+    def count_rows(self, shard: Shard, every: int) -> tuple[int, list[int] | None]:
+        return count_jsonl(shard.path, every)
+
+    def read(self, shard: Shard) -> Iterator[Document | Reject]:
+        return read_jsonl(shard)

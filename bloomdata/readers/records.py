@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bloomdata.durable import content_key
-from bloomdata.readers.sources import Format
+from bloomdata.errors import BloomstackError
 
 # Why a row was skipped. Keys are stable: they appear in build summaries and rejects files.
 REJECT_REASONS = (
@@ -22,7 +24,9 @@ REJECT_REASONS = (
     "missing_text",  # the text field is absent (or null)
     "non_string_text",  # the text field is not a string
     "empty_text",  # the text is empty (no tokens would be written)
-    "corrupt_file",  # a truncated or corrupt .gz/.zst: the rest of the file from this line, counted once
+    # a truncated or corrupt .gz/.zst/.bz2/.xz, or CSV that cannot be parsed: the rest of the file from this line,
+    # counted once
+    "corrupt_file",
 )
 
 
@@ -40,18 +44,19 @@ def output_name_of(lang: str | None) -> str:
 class Shard:
     """A unit of work: rows [start, stop) of one file (stop=None: to the end), or a byte range of one.
 
-    ``format`` is always concrete after ``plan_shards`` (jsonl, parquet, arrow or txt). ``offset`` is the
+    ``format`` is always concrete after ``plan_shards``: a built-in reader's name (jsonl, json, csv, tsv, parquet,
+    arrow, txt: ``bloomdata.readers.registry``) or a user's ``package.module:ClassName``. ``offset`` is the
     byte offset of row ``start`` in an uncompressed jsonl file, recorded by the planner so the reader can
     seek; None means "skip ``start`` rows by reading".
 
-    ``byte_range=(lo, hi)`` (uncompressed jsonl only, rows [0, end)): the shard owns every line that
+    ``byte_range=(lo, hi)`` (a format that cuts by bytes: uncompressed jsonl): the shard owns every line that
     *starts* at a byte offset in [lo, hi). Such a shard cannot know how many lines precede it, so its rows'
     ``line`` numbers count from its own first line (``local_lines``); the build turns them into file line
     numbers from the line counts of the shards before it, in plan order.
     """
 
     path: str
-    format: Format
+    format: str
     text_field: str
     lang: str | None
     lang_field: str
@@ -98,6 +103,17 @@ class Reject:
 
 
 
+def field_value(row: dict[str, Any], name: str) -> Any:
+    """``row[name]``, or for a dotted name absent as such (``meta.content``) the value at that path of nested
+    objects; None when missing."""
+    value = row.get(name)
+    if value is None and "." in name and name not in row:
+        value = row
+        for key in name.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
 def validate_row(text: object, lang: object, shard: Shard, line: int) -> Document | Reject:
     """Validate one row's text value (shared by every format)."""
     if text is None:
@@ -117,3 +133,35 @@ def validate_row(text: object, lang: object, shard: Shard, line: int) -> Documen
         return Reject("invalid_utf8", shard.path, line, str(exc))
     lang = shard.lang if shard.lang is not None else (lang if isinstance(lang, str) else None)
     return Document(text, lang, shard.path, line)
+
+
+# What to check first when every row of the inputs was rejected for this reason.
+_EMPTY_HINTS = {
+    "missing_text": "check sources.text_field (a dotted path reads nested fields: meta.content)",
+    "non_string_text": "check sources.text_field: it names a field that is not text",
+    "malformed_json": "check sources.format (a .json file holding one JSON array is read as one when it starts "
+                      "with '[')",
+    "invalid_utf8": "the files are not UTF-8: convert them",
+    "empty_text": "every text is empty: check sources.text_field",
+    "corrupt_file": "the files are truncated or corrupt: fetch them again",
+}
+
+
+def no_documents_error(paths: list[str], rejects: Mapping[str, int], detail: str = "",
+                       allow: str = "allow_empty") -> BloomstackError:
+    """The one line of a run whose inputs yielded no document: the files, the top reject reason and what to check.
+    ``rejects``: rows per reason (none: the files hold no rows); ``detail``: an example of the top reason;
+    ``allow``: the config key that says an empty output is expected ("": none). Names config keys (a CLI shows
+    them as its flags)."""
+    unique = list(dict.fromkeys(paths))
+    files = ", ".join(unique[:3]) + (f" and {len(unique) - 3} more" if len(unique) > 3 else "")
+    total = sum(rejects.values())
+    if total:
+        reason, count = max(rejects.items(), key=lambda item: (item[1], item[0]))
+        why = f"all {total:,} rows were rejected, most as {reason} ({count:,}{': ' + detail if detail else ''}); " \
+              f"{_EMPTY_HINTS.get(reason, 'see the rejects')}"
+    else:
+        why = "the files hold no rows"
+    then = f"; set {allow} if an empty output is expected" if allow else ""
+    keys = ["sources.text_field", "sources.format", *([allow] if allow else [])]
+    return BloomstackError(f"no documents in {files}: {why}{then}", keys=keys)

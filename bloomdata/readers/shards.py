@@ -6,7 +6,9 @@
   file's shards in file order).
 - ``plan_job(config)``: the plan of a sharded job (build, clean) from its ``sources``, ``max_rows_per_shard``,
   ``shard_bytes`` (``shard_bytes_field``) and ``workers``: both cut a large file the same way.
-- ``read_shard(shard)``: streams one shard with bounded memory, in file order, through the format's reader;
+- ``read_shard(shard)``: streams one shard with bounded memory, in file order, through the format's reader
+  (``registry.reader_for``: this module knows no format, it asks each file's ``Reader`` how to measure, count,
+  cut and read it);
   a byte-range shard numbers its rows from its own first line: ``file_line_offsets`` turns them into file
   lines from the row counts of the shards before it (each byte of a file is read once, whatever its cuts),
   ``file_line`` / ``file_reject`` name one row's file line at once (an error: it reads the file up to the range).
@@ -17,16 +19,18 @@ Two ways to cut a large file, both deterministic, so an interrupted build finds 
 - By size (``shard_bytes``, the build's default): a file larger than the target size is cut into about
   equal pieces no larger than it: plain jsonl by byte ranges at line starts (a seek and a short read per
   cut), parquet at row group and arrow at record batch boundaries (metadata only). Planning never reads a
-  whole file. The target is ``shard_bytes``, lowered for small builds until the inputs give about
-  ``SHARDS_PER_WORKER`` shards per worker (never below ``MIN_SPLIT_BYTES``): a single 60 MB file on 2
-  workers is 8 shards, not one that leaves a worker idle. The trade-off: the plan, and so the shard
+  whole file; remote files (``bloomdata.readers.fs``) are cut the same way, by ranged reads. The target is
+  ``shard_bytes``, lowered for small builds until the inputs give about ``SHARDS_PER_WORKER`` shards per
+  worker (never below ``MIN_SPLIT_BYTES``): a single 60 MB file on 2 workers is 8 shards, not one that leaves
+  a worker idle. The trade-off: the plan, and so the shard
   markers, depend on the worker count; a build resumed with other workers re-plans and redoes its shards
-  (the output bytes never depend on the plan). A compressed stream cannot be cut without reading it,
-  and a txt file is one document: each stays one shard. The plan lists the large inputs it could not
-  cut (compressed streams, columnar files of a single row group or record batch).
+  (the output bytes never depend on the plan). A compressed stream, a JSON array or a CSV file cannot be cut
+  without reading it, and a txt file is one document: each stays one shard. The plan lists the large inputs
+  it could not cut (those, and columnar files of a single row group or record batch).
 - By rows (``max_rows_per_shard``, which takes precedence): row ranges, which needs row counts, so planning
-  reads metadata (parquet, arrow), scans batch headers (arrow stream, memory-mapped) or counts newlines
-  (jsonl, recording each shard's byte offset; a compressed file is decompressed once).
+  reads metadata (parquet, arrow), scans batch headers (arrow stream, memory-mapped), counts newlines
+  (jsonl, recording each shard's byte offset; a compressed file is decompressed once) or parses the file
+  (JSON arrays, CSV).
 """
 
 from __future__ import annotations
@@ -34,28 +38,20 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Protocol, cast
+from typing import Annotated, Any, Protocol
 
 from pydantic import BeforeValidator, Field
 
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import BloomstackError
-from bloomdata.readers.columnar import (
-    arrow_reader,
-    arrow_units,
-    parquet_file,
-    parquet_units,
-    read_arrow,
-    read_parquet,
-)
-from bloomdata.readers.compressed import strip_compression
-from bloomdata.readers.jsonl import count_jsonl, line_starts, lines_before, read_jsonl
-from bloomdata.readers.records import Document, Reject, Shard
-from bloomdata.readers.sources import Format, SourceConfig, format_of, resolve_files
-from bloomdata.readers.txt import read_txt
+from bloomdata.readers import fs
+from bloomdata.readers.base import Units
+from bloomdata.readers.jsonl import lines_before
+from bloomdata.readers.records import Document, Reject, Shard, no_documents_error
+from bloomdata.readers.registry import format_of, reader_for
+from bloomdata.readers.sources import SourceConfig, resolve_files
 from bloomdata.units import parse_bytes
 
 # Size planning for parallel builds: about this many shards per worker (so that shards of unequal speed
@@ -101,18 +97,9 @@ class ShardPlan:
     unsplittable: list[str] = field(default_factory=list)
 
 
-def count_rows(path: str, fmt: str) -> int:
-    """Rows of one file, as read_shard would see them (jsonl lines, table rows, 1 for txt)."""
-    if fmt == "jsonl":
-        return count_jsonl(path, 1 << 62)[0]
-    if fmt == "parquet":
-        return parquet_file(path).metadata.num_rows
-    if fmt == "arrow":
-        reader, is_file = arrow_reader(path)
-        if is_file:
-            return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-        return sum(batch.num_rows for batch in reader)
-    return 1
+def count_rows(path: str, fmt: str, text_field: str = "text") -> int:
+    """Rows of one file, as read_shard would see them (jsonl lines, table rows, array elements, 1 for txt)."""
+    return reader_for(fmt).count_rows(Shard(path, fmt, text_field, None, "lang"), 1 << 62)[0]
 
 
 def plan_shards(sources: list[SourceConfig], max_rows_per_shard: int | None = None, *, shard_bytes: int = 0,
@@ -130,85 +117,54 @@ def shard_plan(sources: list[SourceConfig], max_rows_per_shard: int | None = Non
         raise BloomstackError(f"max_rows_per_shard must be >= 1, got {max_rows_per_shard}")
     if shard_bytes < 0:
         raise BloomstackError(f"shard_bytes must be >= 0 (0: one shard per file), got {shard_bytes}")
-    files = [(source, path, fmt) for source in sources for path, fmt in resolve_files(source)]
+    files = [_whole(source, path, fmt) for source in sources for path, fmt in resolve_files(source)]
     if max_rows_per_shard is not None:
-        return ShardPlan([s for f in files for s in _row_ranges(*f, max_rows_per_shard)], None)
+        return ShardPlan([s for f in files for s in _row_ranges(f, max_rows_per_shard)], None)
     if not shard_bytes:
-        return ShardPlan([_whole(*f) for f in files], None)
-    sizes = [_size_units(path, fmt, source.text_field) for source, path, fmt in files]
+        return ShardPlan(files, None)
+    sizes = [reader_for(f.format).measure(f) for f in files]
     target = shard_bytes
     if workers:
         total = sum(size for size, _ in sizes)
         target = min(shard_bytes, max(MIN_SPLIT_BYTES, -(-total // (workers * SHARDS_PER_WORKER))))
     shards: list[Shard] = []
     unsplittable = []
-    for (source, path, fmt), (size, units) in zip(files, sizes):
-        if size <= target or fmt == "txt":
-            shards.append(_whole(source, path, fmt))
-        elif fmt == "jsonl" and units is None:
-            if strip_compression(path) != path:
-                unsplittable.append(path)
-                shards.append(_whole(source, path, fmt))
-            else:
-                shards += _byte_ranges(source, path, size, target)
-        else:
-            ranges = _unit_ranges(source, path, fmt, units or [], target)
-            if len(ranges) < 2:  # one row group or record batch: it cannot be cut
-                unsplittable.append(path)
-                ranges = [_whole(source, path, fmt)]
-            shards += ranges
+    for whole, (size, units) in zip(files, sizes):
+        reader = reader_for(whole.format)
+        if size <= target or reader.one_document:
+            shards.append(whole)
+            continue
+        ranges = reader.byte_ranges(whole, size, target) if units is None else None
+        if ranges is not None:
+            shards += [dataclasses.replace(whole, byte_range=r) for r in ranges]
+            continue
+        pieces = _unit_ranges(whole, units, target) if units is not None else []
+        if len(pieces) < 2:  # a stream that cannot be cut, or one row group or record batch
+            unsplittable.append(whole.path)
+            pieces = [whole]
+        shards += pieces
     return ShardPlan(shards, target, unsplittable)
 
 
-def _common(source: SourceConfig) -> dict:
-    return dict(text_field=source.text_field, lang=source.lang, lang_field=source.lang_field)
-
-
 def _whole(source: SourceConfig, path: str, fmt: str) -> Shard:
-    return Shard(path, cast(Format, fmt), **_common(source))
+    return Shard(path, fmt, text_field=source.text_field, lang=source.lang, lang_field=source.lang_field)
 
 
-def _row_ranges(source: SourceConfig, path: str, fmt: str, max_rows: int) -> list[Shard]:
-    if fmt == "txt":
-        return [_whole(source, path, fmt)]
-    offsets = None
-    if fmt == "jsonl":
-        rows, offsets = count_jsonl(path, max_rows)
-    else:
-        rows = count_rows(path, fmt)
+def _row_ranges(whole: Shard, max_rows: int) -> list[Shard]:
+    reader = reader_for(whole.format)
+    if reader.one_document:
+        return [whole]
+    rows, offsets = reader.count_rows(whole, max_rows)
     if rows <= max_rows:
-        return [_whole(source, path, fmt)]
+        return [whole]
     shards = []
     for i, start in enumerate(range(0, rows, max_rows)):
         offset = (0 if i == 0 else offsets[i - 1]) if offsets is not None else None
-        shards.append(Shard(path, cast(Format, fmt), start=start, stop=min(start + max_rows, rows), offset=offset,
-                            **_common(source)))
+        shards.append(dataclasses.replace(whole, start=start, stop=min(start + max_rows, rows), offset=offset))
     return shards
 
 
-def _size_units(path: str, fmt: str, text_field: str) -> tuple[int, list[tuple[int, int]] | None]:
-    """(bytes, None) for a file cut by bytes or not at all; (text bytes, [(rows, bytes)] per row group or
-    record batch) for a columnar file."""
-    if fmt in ("parquet", "arrow"):
-        units = (parquet_units if fmt == "parquet" else arrow_units)(path, text_field)
-        return sum(b for _, b in units), units
-    try:
-        return os.path.getsize(path), None
-    except OSError as exc:
-        raise BloomstackError(f"cannot read input {path}: {exc.strerror or exc}") from None
-
-
-def _byte_ranges(source: SourceConfig, path: str, size: int, target: int) -> list[Shard]:
-    """About equal byte ranges, each at most ``target`` bytes plus the rest of its last line, cut at
-    line starts (a range past the last line start would be empty: dropped)."""
-    pieces = math.ceil(size / target)
-    cuts = line_starts(path, [size * k // pieces for k in range(1, pieces)])
-    bounds = sorted({0, *(c for c in cuts if c < size), size})
-    return [Shard(path, "jsonl", byte_range=(lo, hi), **_common(source)) for lo, hi in zip(bounds, bounds[1:])]
-
-
-def _unit_ranges(source: SourceConfig, path: str, fmt: str, units: list[tuple[int, int]],
-                 target: int) -> list[Shard]:
+def _unit_ranges(whole: Shard, units: Units, target: int) -> list[Shard]:
     """Row ranges of whole row groups / record batches, each about size / ceil(size / target) bytes: a
     cut goes at the unit boundary nearest to each equal share. One unit is one shard, however large."""
     row_at, byte_at = [0], [0]  # row and byte offset of each unit boundary
@@ -222,10 +178,7 @@ def _unit_ranges(source: SourceConfig, path: str, fmt: str, units: list[tuple[in
         j = bisect.bisect_left(byte_at, goal, 1, len(units))  # first inner boundary at or past the goal
         cuts.add(j - 1 if j > 1 and goal - byte_at[j - 1] < byte_at[j] - goal else j)
     starts = sorted({0, *(row_at[j] for j in cuts if 0 < j < len(units)), row_at[-1]})
-    return [Shard(path, cast(Format, fmt), start=lo, stop=hi, **_common(source)) for lo, hi in zip(starts, starts[1:]) if hi > lo]
-
-
-_READERS = {"jsonl": read_jsonl, "parquet": read_parquet, "arrow": read_arrow, "txt": read_txt}
+    return [dataclasses.replace(whole, start=lo, stop=hi) for lo, hi in zip(starts, starts[1:]) if hi > lo]
 
 
 def read_shard(shard: Shard) -> Iterator[Document | Reject]:
@@ -233,12 +186,13 @@ def read_shard(shard: Shard) -> Iterator[Document | Reject]:
     fmt: str | None = shard.format
     if fmt in ("auto", "hf"):
         fmt = "arrow" if fmt == "hf" else format_of(shard.path)
-    if fmt not in _READERS:
+    if fmt is None:
         raise BloomstackError(f"{shard.path}: unknown file type; set the source's format")
-    if not os.path.isfile(shard.path):
+    reader = reader_for(fmt)
+    if not fs.isfile(shard.path):
         raise BloomstackError(f"input file not found: {shard.path} (it was listed when the shards were "
                              "planned; re-plan if the inputs changed)")
-    yield from _READERS[fmt](shard)
+    yield from reader.read(shard)
 
 
 def file_line_offsets(shards: list[Shard], rows: list[int]) -> list[int]:
@@ -269,6 +223,23 @@ def file_line(shard: Shard, line: int) -> int:
 def file_reject(shard: Shard, reject: Reject) -> Reject:
     """The reject with its file line number (``file_line``): for an error raised where it is read."""
     return dataclasses.replace(reject, line=file_line(shard, reject.line))
+
+
+def empty_inputs_error(sources: list[SourceConfig], max_rows: int = 10_000, allow: str = "") -> BloomstackError:
+    """``no_documents_error`` for sources found to hold no document, from the reasons of their first ``max_rows``
+    rows (a run that does not keep reject counts reads them again, that far)."""
+    shards = plan_shards(sources)
+    reasons: dict[str, int] = {}
+    detail: dict[str, str] = {}
+    for shard in shards:
+        for item in read_shard(shard):
+            if isinstance(item, Reject):
+                reasons[item.reason] = reasons.get(item.reason, 0) + 1
+                detail.setdefault(item.reason, item.detail)
+            if sum(reasons.values()) >= max_rows:
+                break
+    top = max(reasons.items(), key=lambda item: (item[1], item[0]))[0] if reasons else ""
+    return no_documents_error([s.path for s in shards], reasons, detail.get(top, ""), allow)
 
 
 def iter_documents(sources: list[SourceConfig]) -> Iterator[Document]:

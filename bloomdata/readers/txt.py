@@ -1,4 +1,4 @@
-"""Plain-text reader: the whole file (plain, ``.gz`` or ``.zst``) is one document, row 1.
+"""Plain-text reader (``TxtReader``): the whole file (plain or compressed) is one document, row 1.
 
 A leading UTF-8 byte-order mark is dropped (``utf-8-sig``): it marks the encoding, it is not text.
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bloomdata.errors import BloomstackError
+from bloomdata.readers.base import Reader
 from bloomdata.readers.compressed import CORRUPT_ERRORS, corrupt_detail, open_bytes
 from bloomdata.readers.records import Document, Reject, Shard, validate_row
 
@@ -29,3 +30,14 @@ def read_txt(shard: Shard) -> Iterator[Document | Reject]:
         yield Reject("invalid_utf8", shard.path, 1, str(exc))
         return
     yield validate_row(text, None, shard, 1)
+
+
+class TxtReader(Reader):
+    """A text file is one document: never cut, never counted."""
+
+    name = "txt"
+    suffixes = (".txt",)
+    one_document = True
+
+    def read(self, shard: Shard) -> Iterator[Document | Reject]:
+        return read_txt(shard)

@@ -46,7 +46,16 @@ from bloomdata import durable
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.executor import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob
-from bloomdata.readers import UNKNOWN_LANG, Document, Shard, SourceConfig, read_shard, shard_plan
+from bloomdata.readers import (
+    UNKNOWN_LANG,
+    Document,
+    Shard,
+    SourceConfig,
+    empty_inputs_error,
+    input_stamp,
+    read_shard,
+    shard_plan,
+)
 from bloomdata.tokenizer.sampling import alpha_probabilities, byte_quotas, cutoffs, doc_key, fill, truncate
 from bloomdata.tokenizer.split import PIECES
 from bloomdata.tokenizer.word_counter import WordCounter, bytes_per_word, new_counter
@@ -138,12 +147,7 @@ class MergeManifest(BaseModel):
 
 def shard_identity(shard: Shard) -> dict[str, Any]:
     """The shard and its input's size and mtime: a marker is valid only while they are unchanged."""
-    try:
-        st = os.stat(shard.path)
-    except OSError as exc:
-        raise BloomstackError(f"cannot read input {shard.path}: {exc.strerror}") from None
-    return {"version": MARKER_VERSION, "shard": dataclasses.asdict(shard),
-            "input": {"size": st.st_size, "mtime_ns": st.st_mtime_ns}}
+    return {"version": MARKER_VERSION, "shard": dataclasses.asdict(shard), "input": input_stamp(shard.path)}
 
 
 def _marker(settings: CountSettings, stage: str, name: str) -> str:
@@ -378,7 +382,7 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
         for m in scans:
             sizes.update(m.sizes)
         if not sizes:
-            raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
+            raise empty_inputs_error(config.sources)
         quotas = byte_quotas(dict(sizes), config.alpha, config.byte_budget)
         t0 = time.perf_counter()
         chosen = choose(self.plan.out_dir, shards, scans, cutoffs(dict(sizes), quotas), quotas)

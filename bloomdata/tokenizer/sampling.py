@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 
 from bloomdata.blend.weights import alpha_weights, water_fill
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import UNKNOWN_LANG, Document, SourceConfig, plan_shards, read_shard
+from bloomdata.readers import (
+    UNKNOWN_LANG,
+    Document,
+    SourceConfig,
+    empty_inputs_error,
+    plan_shards,
+    read_shard,
+)
 
 _KEY_SPACE = 1 << 64
 _OVERSAMPLE, _SLACK_BYTES = 1.25, 1 << 20  # pre-filter margin so the greedy fill rarely runs short
@@ -128,7 +135,7 @@ def draw_sample(sources: list[SourceConfig], alpha: float, byte_budget: int, see
         raise BloomstackError(f"byte_budget must be >= 1, got {byte_budget}")
     sizes = count_bytes(sources, show_progress)
     if not sizes:
-        raise BloomstackError("the inputs hold no documents (every row was empty or rejected)")
+        raise empty_inputs_error(sources)
     quotas = byte_quotas(sizes, alpha, byte_budget)
     cutoff = cutoffs(sizes, quotas)
     kept: dict[str, dict[int, str]] = {lang: {} for lang in quotas}

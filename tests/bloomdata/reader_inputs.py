@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import bz2
+import csv
 import gzip
+import io
 import json
+import lzma
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +32,24 @@ def write_rows(tmp_path, kind: str, rows=ROWS, name="data") -> str:
         path.write_bytes(gzip.compress(_jsonl_bytes(rows)))
     elif kind == "jsonl.zst":
         path.write_bytes(zstandard.ZstdCompressor().compress(_jsonl_bytes(rows)))
+    elif kind == "jsonl.bz2":
+        path.write_bytes(bz2.compress(_jsonl_bytes(rows)))
+    elif kind == "jsonl.xz":
+        path.write_bytes(lzma.compress(_jsonl_bytes(rows)))
+    elif kind in ("json-array", "json-array.gz"):  # a top-level array, pretty-printed as HF's to_json(lines=False)
+        path = tmp_path / (f"{name}.json" + (".gz" if kind.endswith(".gz") else ""))
+        data = json.dumps(rows, ensure_ascii=False, indent=2).encode("utf-8")
+        path.write_bytes(gzip.compress(data) if kind.endswith(".gz") else data)
+    elif kind == "json-lines":  # JSON Lines named .json (HF's to_json default)
+        path = tmp_path / f"{name}.json"
+        path.write_bytes(_jsonl_bytes(rows))
+    elif kind in ("csv", "tsv"):
+        out = io.StringIO(newline="")
+        fields = list(dict.fromkeys(k for r in rows for k in r))
+        writer = csv.DictWriter(out, fields, delimiter="," if kind == "csv" else "\t", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        path.write_bytes(out.getvalue().encode("utf-8"))
     elif kind == "parquet":
         pq.write_table(table, path, row_group_size=128)
     elif kind in ("arrow-file", "arrow-stream"):
@@ -45,5 +67,6 @@ def write_rows(tmp_path, kind: str, rows=ROWS, name="data") -> str:
     return str(path)
 
 
-FORMATS = ["jsonl", "jsonl.gz", "jsonl.zst", "parquet", "arrow-file", "arrow-stream", "hf"]
+FORMATS = ["jsonl", "jsonl.gz", "jsonl.zst", "jsonl.bz2", "jsonl.xz", "json-array", "json-array.gz", "json-lines",
+           "csv", "tsv", "parquet", "arrow-file", "arrow-stream", "hf"]
 BOM = b"\xef\xbb\xbf"  # a UTF-8 byte-order mark

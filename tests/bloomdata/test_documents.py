@@ -190,9 +190,9 @@ def test_missing_and_unknown_inputs_raise_one_line_errors(tmp_path):
     assert "\n" not in str(err.value)
     with pytest.raises(BloomstackError, match="globs must match"):
         plan_shards([SourceConfig(paths=[str(tmp_path / "*.jsonl")])])
-    (tmp_path / "data.csv").write_text("text\nx\n")
-    with pytest.raises(BloomstackError, match="data.csv: unknown file type"):
-        plan_shards([SourceConfig(paths=[str(tmp_path / "data.csv")])])
+    (tmp_path / "data.xml").write_text("<text>x</text>\n")  # .csv is a format now (issue 52)
+    with pytest.raises(BloomstackError, match="data.xml: unknown file type"):
+        plan_shards([SourceConfig(paths=[str(tmp_path / "data.xml")])])
     (tmp_path / "empty").mkdir()
     with pytest.raises(BloomstackError, match="holds no readable files"):
         plan_shards([SourceConfig(paths=[str(tmp_path / "empty")])])
