@@ -29,6 +29,7 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, plan_build, run_build
 from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
+from bloomdata.readers.fs import is_remote
 from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, load_tokenizer, train_tokenizer
 from bloomdata.tokenizer.fertility import FERTILITY_FILE, FertilityRow, fertility_table, write_fertility
 from flows.config import demo_build_config, demo_tokenizer_config
@@ -40,7 +41,8 @@ from flows.stages import Stage, stage_key
 
 def source_files(sources: list[SourceConfig]) -> list[str]:
     """The files behind the sources' paths and globs, so that editing the corpus invalidates a stage."""
-    return sorted({f for s in sources for p in s.paths for f in (glob.glob(p, recursive=True) or [p])})
+    return sorted({f for s in sources for p in s.paths
+                   for f in ([p] if is_remote(p) else glob.glob(p, recursive=True) or [p])})
 
 
 # --- tokenizer ------------------------------------------------------------------------------------------

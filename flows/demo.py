@@ -26,6 +26,7 @@ from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config_loader import cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
+from bloomdata.readers.fs import is_remote
 
 if TYPE_CHECKING:  # the pipeline's modules import Prefect and torch: not for --help
     from bloomdata.clean.summary import CleanSummary
@@ -57,11 +58,15 @@ def parser() -> ConfigParser[DemoConfig]:
 
 
 def corpus_sources(sources: list[SourceConfig]) -> list[SourceConfig]:
-    """The --corpus sources with their paths checked (a glob is left to the readers) and made absolute."""
+    """The --corpus sources with their local paths checked (a glob or a URL is left to the readers) and made
+    absolute."""
     checked = []
     for source in sources:
         paths = []
         for path in source.paths:
+            if is_remote(path):  # s3://, https://, ...: checked by the readers, as globs are
+                paths.append(path)
+                continue
             target = Path(path)
             if not target.exists() and not any(ch in path for ch in "*?["):
                 raise BloomstackError(f"--corpus {path}: no such file or directory")

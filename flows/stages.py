@@ -36,6 +36,8 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from bloomdata import durable
+from bloomdata.readers import SourceConfig, input_stamp, resolve_files
+from bloomdata.readers.fs import is_remote
 from flows.interrupts import stage_interrupts
 
 MARKER = "_stage.json"
@@ -65,8 +67,12 @@ class StageResult(BaseModel, Generic[R]):
     result: R
 
 
-def _fingerprint(path: Path) -> list[list[Any]]:
-    """(relative name, size, mtime_ns) of a file, or of every file under a directory."""
+def _fingerprint(given: str | Path) -> list[list[Any]]:
+    """(relative name, size, mtime_ns) of a file, or of every file under a directory; for a remote URL (s3://, ...),
+    its files' stamps (size, ETag, last-modified: ``bloomdata.readers.input_stamp``), a changed object changing them."""
+    if isinstance(given, str) and is_remote(given):
+        return [[path, input_stamp(path)] for path, _ in resolve_files(SourceConfig(paths=[given]))]
+    path = Path(given)
     if path.is_dir():
         return [[str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns]
                 for p in sorted(path.rglob("*")) if p.is_file()]
@@ -81,7 +87,7 @@ def stage_key(config: Any, *, upstream: Iterable[str] = (), inputs: Iterable[str
     return durable.content_key({
         "config": config,
         "upstream": list(upstream),
-        "inputs": {str(p): _fingerprint(Path(p)) for p in inputs},
+        "inputs": {str(p): _fingerprint(p) for p in inputs},
     })
 
 

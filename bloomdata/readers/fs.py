@@ -144,37 +144,28 @@ def input_stamp(path: str) -> dict[str, Any]:
     return {"size": found.get("size"), **{k: str(found[k]) for k in STAMP_FIELDS if found.get(k) is not None}}
 
 
-def exists(path: str) -> bool:
-    if not is_remote(path):
-        return os.path.exists(local_path(path))
+def _kind(path: str) -> str | None:
+    """"file", "directory" or None (missing) of a remote path, from one metadata request (a HEAD for http: its
+    ``exists`` would GET the whole object)."""
+    fs = filesystem(path)
     try:
-        return bool(filesystem(path).exists(path))
-    except BloomstackError:
-        raise
-    except Exception:
-        return False
+        return fs.info(path).get("type", "file")
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise remote_error(path, exc) from None
+
+
+def exists(path: str) -> bool:
+    return os.path.exists(local_path(path)) if not is_remote(path) else _kind(path) is not None
 
 
 def isdir(path: str) -> bool:
-    if not is_remote(path):
-        return os.path.isdir(local_path(path))
-    try:
-        return bool(filesystem(path).isdir(path))
-    except BloomstackError:
-        raise
-    except Exception:
-        return False
+    return os.path.isdir(local_path(path)) if not is_remote(path) else _kind(path) == "directory"
 
 
 def isfile(path: str) -> bool:
-    if not is_remote(path):
-        return os.path.isfile(local_path(path))
-    try:
-        return bool(filesystem(path).isfile(path))
-    except BloomstackError:
-        raise
-    except Exception:
-        return False
+    return os.path.isfile(local_path(path)) if not is_remote(path) else _kind(path) == "file"
 
 
 def join(directory: str, name: str) -> str:
