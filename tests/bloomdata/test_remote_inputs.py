@@ -16,10 +16,17 @@ import pytest
 
 from bloomdata.build import run_build
 from bloomdata.errors import BloomstackError
-from bloomdata.readers import SourceConfig, plan_shards, resolve_files, shard_plan
+from bloomdata.readers import SourceConfig, plan_shards, read_shard, resolve_files
 from tests.bloomdata.build_helpers import REPO, _config, _outputs
 from tests.bloomdata.reader_inputs import ROWS, write_rows
-from tests.harness.object_stores import PLANTED_SECRET, forget_filesystems, moto_server, s3_env, serve_http, upload
+from tests.harness.object_stores import (
+    PLANTED_SECRET,
+    forget_filesystems,
+    moto_server,
+    s3_env,
+    serve_http,
+    upload,
+)
 
 KINDS = ["jsonl", "jsonl.zst", "json-array", "csv", "parquet", "arrow-file", "arrow-stream"]
 
@@ -93,7 +100,7 @@ def test_globs_directories_and_save_to_disk_on_s3(local, s3):
     hf = resolve_files(SourceConfig(paths=["s3://corpus/in/data-hf"]))
     assert len(hf) > 1 and all(p.startswith("s3://corpus/in/data-hf/") and f == "arrow" for p, f in hf)
     texts = [d.text for s in plan_shards([SourceConfig(paths=["s3://corpus/in/data-hf"])])
-             for d in __import__("bloomdata.readers", fromlist=["read_shard"]).read_shard(s)]
+             for d in read_shard(s)]
     assert texts == [r["text"] for r in ROWS]
     with pytest.raises(BloomstackError, match=r"input path not found: s3://corpus/in/nope\*.jsonl"):
         resolve_files(SourceConfig(paths=["s3://corpus/in/nope*.jsonl"]))
