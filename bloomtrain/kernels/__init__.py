@@ -9,10 +9,11 @@ The model calls four operations through a ``KernelSet``:
   Q @ K^T in the model dtype), ``slopes`` is ``[np]`` fp32, query row i sits at key position
   ``sk - sq + i`` (so a KV-cache step of sq=1 sees every key). ``mask`` is an optional bool
   ``[b, 1, sq, sk]`` padding mask, True where masked. Output dtype = scores.dtype.
-- ``attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0)``: ``softmax(q @ k^T) @ v`` around that
-  softmax, q/k/v ``[b, np, s, hd]``. On CUDA the auto and fused sets run the Triton flash kernel
-  (bloomtrain.kernels.flash_attention: no [s, s] tensor, dropout inside); on the CPU the fused set computes it
-  block-causally (only the lower triangle of the causal square is multiplied); the others over the full square
+- ``attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0, head_offset=0)``: ``softmax(q @ k^T) @ v``
+  around that softmax, q/k/v ``[b, np, s, hd]``; the dropout mask is keyed by the global head (``head_offset``:
+  the model's index of q's first head; bloomtrain.kernels.dropout_mask). On CUDA the auto and fused sets run the
+  Triton flash kernel (bloomtrain.kernels.flash_attention: no [s, s] tensor, dropout inside); on the CPU the fused
+  set computes it block-causally (only the lower triangle of the causal square is multiplied); the others over the full square
   (bloomtrain.kernels.attention). The model calls ``opaque_attention``, the same op hidden from torch.compile.
 
 ``get_kernels(kind)`` returns the set for ``kind`` in ``{"auto", "torch", "fused", "compile", "apex"}``:

@@ -4,7 +4,9 @@ Shapes: q, k, v ``[b, np, s, hd]`` (keys may be longer than queries with a KV ca
 
 Reference (``attention_reference``): ``softmax(q @ k^T) @ v`` over the whole ``[sq, sk]`` square with the kernel
 set's ALiBi softmax, then attention dropout on the probabilities. This is what transformers and
-Megatron-DeepSpeed compute: the upper triangle of a causal square is multiplied, exp'd and then zeroed.
+Megatron-DeepSpeed compute: the upper triangle of a causal square is multiplied, exp'd and then zeroed. The dropout
+mask is the flash kernel's Philox mask (bloomtrain.kernels.dropout_mask), keyed by the global head: ``head_offset``
+is the model's index of q's first head, so a TP rank drops what TP 1 drops for its heads.
 
 Fused (``fused_causal_attention``): queries are cut into blocks of ``BLOCK_ROWS`` rows. Block ``[lo, hi)``
 multiplies against keys ``[0, hi)`` only, and the fused softmax applies the causal mask inside the block through
@@ -27,10 +29,10 @@ from collections.abc import Callable
 from types import ModuleType
 
 import torch
-import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from bloomtrain.kernels.alibi_softmax import _problem, fused_alibi_softmax
+from bloomtrain.kernels.dropout_mask import apply_dropout
 from bloomtrain.kernels.fallback import resolve
 
 # Query rows per block. 128 rows keep a block's fp32 scores (b * np * 128 * s * 4 bytes) near the L2 size for
@@ -41,11 +43,11 @@ MAX_BLOCKS = 16
 
 
 def attention_reference(q, k, v, slopes, scale: float, mask=None, dropout_p: float = 0.0, *,
-                        softmax: Callable[..., torch.Tensor]) -> torch.Tensor:
+                        softmax: Callable[..., torch.Tensor], head_offset: int = 0) -> torch.Tensor:
     """``dropout(softmax(q @ k^T)) @ v`` over the full square; ``dropout_p`` is 0 outside training."""
     probs = softmax(torch.matmul(q, k.transpose(-1, -2)), slopes, scale, mask)  # [b, np, sq, sk]
     if dropout_p:
-        probs = F.dropout(probs, dropout_p, training=True)
+        probs = apply_dropout(probs, dropout_p, head_offset)
     return torch.matmul(probs, v)
 
 
@@ -96,7 +98,8 @@ def _block_problem(q, k, slopes, mask, dropout_p: float) -> str | None:
 
 
 def fused_causal_attention(q, k, v, slopes, scale: float, mask=None, dropout_p: float = 0.0, *,
-                           softmax: Callable[..., torch.Tensor] = fused_alibi_softmax) -> torch.Tensor:
+                           softmax: Callable[..., torch.Tensor] = fused_alibi_softmax,
+                           head_offset: int = 0) -> torch.Tensor:
     """Same contract as ``attention_reference``; block-causal when it applies, else the full square over ``softmax``.
 
     ``softmax`` serves the calls the block path does not take (the "auto" set passes its own, which is the
@@ -109,5 +112,5 @@ def fused_causal_attention(q, k, v, slopes, scale: float, mask=None, dropout_p: 
     if ext is not None and q.is_cuda and k.shape[2] > ext.cuda_softmax_max_keys():
         ext = resolve(op, q, f"the CUDA softmax supports at most {ext.cuda_softmax_max_keys()} keys")
     if ext is None:
-        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=softmax)
+        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=softmax, head_offset=head_offset)
     return BlockCausalAttentionFunction.apply(q, k, v, slopes, scale, ext)

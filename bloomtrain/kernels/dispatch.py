@@ -66,14 +66,17 @@ def _checked_kernels(strict: bool) -> KernelSet:
             return fused_alibi_softmax(scores, slopes, scale, mask)
         return alibi_softmax_reference(scores, slopes, scale, mask)
 
-    def attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0):
+    def attention(q, k, v, slopes, scale, mask=None, dropout_p=0.0, head_offset=0):
         # CUDA: the flash kernel (dropout inside, KV-cache steps too). Elsewhere, and for a padding mask, the
         # block path; calls outside it (a KV-cache step, a padding mask) use this set's softmax, fused or not.
+        # head_offset (the model's index of q's first head) keys the dropout mask on every path.
         if q.is_cuda and use_flash(q, k, v, slopes, mask, strict=strict):
-            return flash_attention(q, k, v, slopes, scale, dropout_p)
+            return flash_attention(q, k, v, slopes, scale, dropout_p, head_offset=head_offset)
         if use_fused("attention", q, strict=strict):
-            return fused_causal_attention(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax)
-        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax)
+            return fused_causal_attention(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax,
+                                          head_offset=head_offset)
+        return attention_reference(q, k, v, slopes, scale, mask, dropout_p, softmax=alibi_softmax,
+                                   head_offset=head_offset)
 
     return KernelSet("fused" if strict else "auto", layer_norm, bias_gelu, alibi_softmax, attention)
 

@@ -29,6 +29,8 @@ from types import ModuleType
 
 import torch
 
+from bloomtrain.kernels.dropout_mask import draw_seed
+
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
 
@@ -126,11 +128,27 @@ def _like_heads_last(t: torch.Tensor, seq: int) -> torch.Tensor:
     return t.new_empty(b, seq, heads, hd).transpose(1, 2)
 
 
-def _common(q: torch.Tensor, k: torch.Tensor, scale: float, dropout_p: float) -> dict:
+@dataclass(frozen=True)
+class Call:
+    """The scalars of one attention call: the score scale (1 / sqrt(hd)), the dropout probability and the model's
+    index of the first head (a TP rank's offset: dropout masks are keyed by the global head)."""
+
+    scale: float
+    dropout_p: float
+    head_offset: int = 0
+
+
+def grid(tiles: int, q: torch.Tensor) -> tuple[int, int, int]:
+    """A launch grid ``(tiles, np, b)``: heads and batch in dimensions of their own (each up to 65,535)."""
+    return tiles, q.shape[1], q.shape[0]
+
+
+def _common(q: torch.Tensor, k: torch.Tensor, call: Call) -> dict:
     kernels, _ = _triton()
     assert kernels is not None
-    b, heads, sq, hd = q.shape
-    return {"H": heads, "SQ": sq, "SK": k.shape[2], "HEAD_DIM": hd, "qk_scale2": scale * kernels.LOG2E,
+    scale, dropout_p = call.scale, call.dropout_p
+    hd = q.shape[3]
+    return {"HEAD0": call.head_offset, "SQ": q.shape[2], "SK": k.shape[2], "HEAD_DIM": hd, "qk_scale2": scale * kernels.LOG2E,
             "threshold": kernels.dropout_threshold(dropout_p) if dropout_p else 0,
             "keep_scale": kernels.dropout_scale(dropout_p) if dropout_p else 1.0,
             "BLOCK_D": max(16, 1 << (hd - 1).bit_length()), "DROPOUT": bool(dropout_p),
@@ -149,25 +167,16 @@ def _tile_args(t: Tiles, sq: int, sk: int) -> dict:
             "num_warps": t.num_warps, "num_stages": t.num_stages}
 
 
-@dataclass(frozen=True)
-class Call:
-    """The scalars of one attention call: the score scale (1 / sqrt(hd)) and the dropout probability."""
-
-    scale: float
-    dropout_p: float
-
-
 def _forward(q, k, v, slopes, seed, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
-    scale, dropout_p = call.scale, call.dropout_p
     kernels, _ = _triton()
     assert kernels is not None
     b, heads, sq, _ = q.shape
     out = _like_heads_last(q, sq)
     lse = q.new_empty(b * heads, sq, dtype=torch.float32)  # base-2 log-sum-exp of each row's scaled scores
     tiles = plan(q.shape[3], q.is_cuda).fwd
-    grid = (triton_cdiv(sq, tiles.block_m), b * heads)
-    kernels.attention_fwd_kernel[grid](q, k, v, slopes, seed, out, lse, *_strides(q), *_strides(k), *_strides(v),
-                                       *_strides(out), **_common(q, k, scale, dropout_p),
+    kernels.attention_fwd_kernel[grid(triton_cdiv(sq, tiles.block_m), q)](
+        q, k, v, slopes, seed, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
+        **_common(q, k, call),
                                        **_tile_args(tiles, sq, k.shape[2]))
     return out, lse
 
@@ -186,23 +195,21 @@ class Backward:
     delta: torch.Tensor
     slopes: torch.Tensor
     seed: torch.Tensor
-    scale: float
-    dropout_p: float
+    call: Call
 
     def args(self) -> tuple:
         return (self.q, self.k, self.v, self.do, self.slopes, self.seed, self.lse, self.delta,
                 *_strides(self.q), *_strides(self.k), *_strides(self.v), *_strides(self.do))
 
     def common(self) -> dict:
-        return dict(_common(self.q, self.k, self.scale, self.dropout_p), sm_scale=self.scale)
+        return dict(_common(self.q, self.k, self.call), sm_scale=self.call.scale)
 
 
 def launch_dkdv(bw: Backward, dk: torch.Tensor, dv: torch.Tensor, tiles: Tiles) -> None:
     kernels, _ = _triton()
     assert kernels is not None
-    grid = (triton_cdiv(bw.k.shape[2], tiles.block_n), bw.q.shape[0] * bw.q.shape[1])
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
-    kernels.attention_bwd_dkdv_kernel[grid](q, k, v, do, slopes, seed, lse, delta, dk, dv, *strides, *_strides(dk),
+    kernels.attention_bwd_dkdv_kernel[grid(triton_cdiv(k.shape[2], tiles.block_n), q)](q, k, v, do, slopes, seed, lse, delta, dk, dv, *strides, *_strides(dk),
                                             *_strides(dv), **bw.common(),
                                             **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
@@ -211,9 +218,8 @@ def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
     """dQ, and ``bw.delta`` for ``launch_dkdv``."""
     kernels, _ = _triton()
     assert kernels is not None
-    grid = (triton_cdiv(bw.q.shape[2], tiles.block_m), bw.q.shape[0] * bw.q.shape[1])
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
-    kernels.attention_bwd_dq_kernel[grid](q, k, v, do, slopes, seed, lse, delta, bw.out, dq, *strides,
+    kernels.attention_bwd_dq_kernel[grid(triton_cdiv(q.shape[2], tiles.block_m), q)](q, k, v, do, slopes, seed, lse, delta, bw.out, dq, *strides,
                                           *_strides(bw.out), *_strides(dq), **bw.common(),
                                           **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
@@ -222,7 +228,7 @@ def backward_of(do: torch.Tensor, saved: tuple[torch.Tensor, ...], call: Call) -
     """The backward kernels' inputs from dO and the forward's ``(q, k, v, out, lse, slopes, seed)``."""
     q, k, v, out, lse, slopes, seed = saved
     delta = lse.new_empty(lse.shape)  # rowsum(dO * O), fp32 [b * np, sq]: written by the dQ kernel
-    return Backward(do, q, k, v, out, lse, delta, slopes, seed, call.scale, call.dropout_p)
+    return Backward(do, q, k, v, out, lse, delta, slopes, seed, call)
 
 
 def _backward(do, saved: tuple[torch.Tensor, ...], call: Call):
@@ -246,9 +252,9 @@ def _last_dim_dense(t: torch.Tensor) -> torch.Tensor:
 
 @torch.library.custom_op("bloomtrain::flash_alibi_attention", mutates_args=())
 def _attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor, seed: torch.Tensor,
-                  scale: float, dropout_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+                  scale: float, dropout_p: float, head_offset: int) -> tuple[torch.Tensor, torch.Tensor]:
     return _forward(_last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), slopes.float().contiguous(), seed,
-                    Call(scale, dropout_p))
+                    Call(scale, dropout_p, head_offset))
 
 
 @_attention_op.register_fake
@@ -260,9 +266,9 @@ def _(q, *_):
 @torch.library.custom_op("bloomtrain::flash_alibi_attention_backward", mutates_args=())
 def _attention_backward_op(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                            lse: torch.Tensor, slopes: torch.Tensor, seed: torch.Tensor, scale: float,
-                           dropout_p: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                           dropout_p: float, head_offset: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     saved = (_last_dim_dense(q), _last_dim_dense(k), _last_dim_dense(v), out, lse, slopes.float().contiguous(), seed)
-    return _backward(_last_dim_dense(do), saved, Call(scale, dropout_p))
+    return _backward(_last_dim_dense(do), saved, Call(scale, dropout_p, head_offset))
 
 
 @_attention_backward_op.register_fake
@@ -271,49 +277,47 @@ def _(do, q, k, v, *_):
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, slopes, seed, scale, dropout_p = inputs
+    q, k, v, slopes, seed, scale, dropout_p, head_offset = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, slopes, seed)
-    ctx.scale, ctx.dropout_p = scale, dropout_p
+    ctx.scale, ctx.dropout_p, ctx.head_offset = scale, dropout_p, head_offset
 
 
 def _attention_grad(ctx, dout, _dlse):
     q, k, v, out, lse, slopes, seed = ctx.saved_tensors
-    dq, dk, dv = _attention_backward_op(dout, q, k, v, out, lse, slopes, seed, ctx.scale, ctx.dropout_p)
-    return dq, dk, dv, None, None, None, None
+    dq, dk, dv = _attention_backward_op(dout, q, k, v, out, lse, slopes, seed, ctx.scale, ctx.dropout_p,
+                                        ctx.head_offset)
+    return dq, dk, dv, None, None, None, None, None
 
 
 _attention_op.register_autograd(_attention_grad, setup_context=_setup_context)
 
 
-def draw_seed(device: torch.device) -> torch.Tensor:
-    """A Philox key from the torch generator of ``device`` (int64 ``[1]`` on that device: no host sync)."""
-    return torch.randint(0, 2**62, (1,), device=device, dtype=torch.int64)
-
-
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor, scale: float,
-                    dropout_p: float = 0.0, seed: torch.Tensor | None = None) -> torch.Tensor:
-    """Causal ALiBi attention ``dropout(softmax(scale q k^T + alibi)) v``; ``seed``: the dropout key (tests)."""
+                    dropout_p: float = 0.0, seed: torch.Tensor | None = None, head_offset: int = 0) -> torch.Tensor:
+    """Causal ALiBi attention ``dropout(softmax(scale q k^T + alibi)) v``; ``seed``: the dropout key (tests);
+    ``head_offset``: the model's index of ``q``'s first head (TP rank x local heads), which keys the dropout mask."""
     if dropout_p and seed is None:
         seed = draw_seed(q.device)
     elif seed is None:
         seed = torch.zeros(1, dtype=torch.int64, device=q.device)
-    out, _ = _attention_op(q, k, v, slopes, seed, float(scale), float(dropout_p))
+    out, _ = _attention_op(q, k, v, slopes, seed, float(scale), float(dropout_p), int(head_offset))
     return out
 
 
-def keep_mask(seed: torch.Tensor, shape: tuple[int, int, int, int], dropout_p: float) -> torch.Tensor:
-    """The keep mask (bool ``[b, np, sq, sk]``) that a call with this seed and ``dropout_p`` applies."""
+def keep_mask(seed: torch.Tensor, shape: tuple[int, int, int, int], dropout_p: float,
+              head_offset: int = 0) -> torch.Tensor:
+    """The keep mask (bool ``[b, np, sq, sk]``) that the kernels apply for this seed, ``dropout_p`` and head offset,
+    built by the Triton kernels' own ``_keep`` (bloomtrain.kernels.dropout_mask.keep_mask builds it in torch)."""
     kernels, problem = _triton()
     if kernels is None:
         raise RuntimeError(problem)
     b, heads, sq, sk = shape
-    out = torch.empty(b * heads, sq, sk, dtype=torch.int8, device=seed.device)
-    block_m, block_n = 32, 32
-    grid = (triton_cdiv(sq, block_m), triton_cdiv(sk, block_n), b * heads)
-    kernels.keep_mask_kernel[grid](seed, out, heads, sq, sk, kernels.dropout_threshold(dropout_p),
-                                   BLOCK_M=block_m, BLOCK_N=block_n)
-    return out.view(b, heads, sq, sk).bool()
+    out = torch.empty(b, heads, sq, sk, dtype=torch.int8, device=seed.device)
+    kernels.keep_mask_kernel[(triton_cdiv(sq, 32), heads, b)](seed, out, head_offset, sq, sk,
+                                                              kernels.dropout_threshold(dropout_p),
+                                                              BLOCK_M=32, BLOCK_N=32)
+    return out.bool()
 
 
 def dropout_scale(dropout_p: float) -> float:

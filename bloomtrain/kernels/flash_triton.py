@@ -6,9 +6,9 @@ score of (i, j) is ``scale * q_i . k_j + slope_h * (j - pos_i)`` for ``j <= pos_
 ``slope_h * j`` shifted by a constant per row, which softmax ignores. The shifted form is 0 on the diagonal, so
 no large bias is added to a score in fp32 (``slope * 2047`` would cost ~7 bits of a score's precision).
 
-Forward (FlashAttention-2's loop): one program per (query block, b * np); it walks the key blocks left of the
-diagonal without a mask, then the diagonal blocks with the causal mask, keeping a running max ``m`` and sum ``l``
-per row (base-2 exponentials: scores are pre-multiplied by log2(e)). It writes the output and the row's
+Forward (FlashAttention-2's loop): one program per (query block, head, batch entry); it walks the key blocks left
+of the diagonal without a mask, then the diagonal blocks with the causal mask, keeping a running max ``m`` and sum
+``l`` per row (base-2 exponentials: scores are pre-multiplied by log2(e)). It writes the output and the row's
 log-sum-exp ``lse = m + log2(l)`` (fp32, base 2, ``[b * np, sq]``): no ``[sq, sk]`` tensor exists.
 
 Backward: two kernels that recompute ``P`` from ``lse``. First one program per query block computes its rows'
@@ -20,12 +20,15 @@ With dropout (``O = (P * Z / (1 - p)) V``, Z the keep mask), ``delta`` is unchan
 (``sum_j P_ij dP_ij = dO_i . O_i``), and dP gets the same mask and scale as P.
 
 Dropout mask: Philox4x32-10 (``tl.randint4x``), keyed by a 64-bit seed that the caller draws from the device's
-torch generator (so a checkpoint's RNG state replays it). One Philox call gives four 32-bit words, split into
-eight 16-bit numbers for eight consecutive keys of one row; key j of row i of head bh is dropped when its number
-is below ``threshold = round(p * 65536)``. The counter is ``(bh * sq + i) * ceil(sk / 8) + j // 8``, a global
-position: forward, both backward kernels and ``keep_mask`` (tests) rebuild the same mask whatever their block
-sizes. Kept values are scaled by ``65536 / (65536 - threshold)``, so the expectation is exact for the
-quantised p (``dropout_scale``).
+torch generator (so a checkpoint's RNG state replays it), counted per *global* head: ``HEAD0`` is the model's
+index of this call's first head (a TP rank's offset), so TP ranks drop what TP 1 drops for the same heads.
+bloomtrain.kernels.dropout_mask defines the counter and holds the same mask in torch; forward, both backward
+kernels and ``keep_mask_kernel`` (tests) rebuild it whatever their block sizes.
+
+Grid: ``(tiles, np, b)``, so any batch x heads launches (a grid's second and third dimensions stop at 65,535 each;
+batch x heads in one of them did not). Offsets: every term that can pass 2^31 elements (batch, head, and a tile's
+first row or key times its stride) is formed in 64 bits on the tile's scalar base pointer; the offsets inside a
+tile (``BLOCK x stride``) stay 32-bit, since registers are what these kernels run short of.
 """
 
 from __future__ import annotations
@@ -33,27 +36,19 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from bloomtrain.kernels.dropout_mask import RNG_GROUP, RNG_RANGE, dropout_scale, dropout_threshold
+
 LOG2E = 1.4426950408889634
-RNG_GROUP = 8  # keys per Philox call: four 32-bit words, two 16-bit numbers each
-RNG_RANGE = 65536
-
-
-def dropout_threshold(p: float) -> int:
-    """Keys whose 16-bit number is below this are dropped: p quantised to 1/65536."""
-    return round(p * RNG_RANGE)
-
-
-def dropout_scale(p: float) -> float:
-    """The scale of kept values, 1 / (1 - quantised p): the expectation of the output is unchanged."""
-    return RNG_RANGE / (RNG_RANGE - dropout_threshold(p))
+__all__ = ["LOG2E", "RNG_GROUP", "RNG_RANGE", "dropout_scale", "dropout_threshold"]
 
 
 @triton.jit
-def _keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Keep mask ``[BLOCK_M, BLOCK_N]`` of rows ``rows`` x keys ``[start_n, start_n + BLOCK_N)``; start_n % 8 == 0."""
+def _keep(seed, stream, rows, start_n, SQ, SK, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Keep mask ``[BLOCK_M, BLOCK_N]`` of rows ``rows`` x keys ``[start_n, start_n + BLOCK_N)`` of Philox stream
+    ``stream`` (global head x batch + batch entry, int64); start_n % 8 == 0."""
     groups = (SK + 7) // 8
     g = start_n // 8 + tl.arange(0, BLOCK_N // 8)
-    counter = (bh.to(tl.int64) * SQ + rows.to(tl.int64)[:, None]) * groups + g.to(tl.int64)[None, :]
+    counter = (stream * SQ + rows.to(tl.int64)[:, None]) * groups + g.to(tl.int64)[None, :]
     r0, r1, r2, r3 = tl.randint4x(seed, counter)
     words = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), [BLOCK_M, BLOCK_N // 2])
     halves = tl.reshape(tl.join(words & 0xFFFF, words >> 16), [BLOCK_M, BLOCK_N])
@@ -105,14 +100,23 @@ def _store(ptrs, x, idx, bound, d, HEAD_DIM: tl.constexpr):
 
 
 @triton.jit
-def _program(Slopes, Seed, H, DROPOUT: tl.constexpr):
-    """This program's (batch x head) index, batch, head, base-2 ALiBi slope and dropout key (0 without dropout)."""
-    bh = tl.program_id(1)
-    h = bh % H
+def _program(Slopes, Seed, HEAD0, DROPOUT: tl.constexpr):
+    """This program's row of lse/delta ``bh = b * np + h``, batch entry b and local head h (int64), its base-2 ALiBi
+    slope, its dropout key (0 without dropout) and Philox stream ``(HEAD0 + h) * B + b`` (global head, batch)."""
+    h = tl.program_id(1).to(tl.int64)
+    b = tl.program_id(2).to(tl.int64)
+    bh = b * tl.num_programs(1) + h
+    stream = (HEAD0 + h) * tl.num_programs(2) + b
     seed = 0
     if DROPOUT:
         seed = tl.load(Seed)
-    return bh, bh // H, h, tl.load(Slopes + h) * 1.4426950408889634, seed
+    return bh, b, h, tl.load(Slopes + h) * 1.4426950408889634, seed, stream
+
+
+@triton.jit
+def _at(P, b, h, start, stride_b, stride_h, stride_s):
+    """Pointer to element ``[b, h, start, 0]``: 64-bit, whatever the sizes (b and h are int64)."""
+    return P + b * stride_b + h * stride_h + tl.cast(start, tl.int64) * stride_s
 
 
 @triton.jit
@@ -127,13 +131,13 @@ def _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL: tl.constexpr, DOT
 
 
 @triton.jit
-def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, bh, seed, slope2, qk_scale2,
-               POS0, SQ, SK, threshold, d, CAUSAL: tl.constexpr, CHECK_N: tl.constexpr, DROPOUT: tl.constexpr,
-               HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-               DOT_MODE: tl.constexpr):
+def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, stream, seed, slope2,
+               qk_scale2, POS0, SQ, SK, threshold, d, CAUSAL: tl.constexpr, CHECK_N: tl.constexpr,
+               DROPOUT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, DOT_MODE: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
-        k = _tile(k_ptrs + start_n * stride_kn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
+        k = _tile(k_ptrs + tl.cast(start_n, tl.int64) * stride_kn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
         s = _scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -141,8 +145,8 @@ def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo,
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None]
         if DROPOUT:
-            p = tl.where(_keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N), p, 0.0)
-        v = _tile(v_ptrs + start_n * stride_vn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
+            p = tl.where(_keep(seed, stream, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N), p, 0.0)
+        v = _tile(v_ptrs + tl.cast(start_n, tl.int64) * stride_vn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
         acc = _mma(p.to(v.dtype), v, acc, DOT_MODE)
         m_i = m_new
     return acc, m_i, l_i
@@ -152,18 +156,20 @@ def _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo,
 def attention_fwd_kernel(Q, K, V, Slopes, Seed, Out, Lse,
                          stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                          stride_vb, stride_vh, stride_vn, stride_ob, stride_oh, stride_om,
-                         H, SQ, SK, qk_scale2, threshold, keep_scale, HEAD_DIM: tl.constexpr,
+                         HEAD0, SQ, SK, qk_scale2, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                          EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr, DOT_MODE: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
-    bh, b, h, slope2, seed = _program(Slopes, Seed, H, DROPOUT)
+    bh, b, h, slope2, seed, stream = _program(Slopes, Seed, HEAD0, DROPOUT)
     POS0 = SK - SQ  # row i of the queries sits at key POS0 + i
     rows = start_m + tl.arange(0, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
-    q = _tile(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], rows, SQ, d, HEAD_DIM,
-              BLOCK_D, not EVEN_M)
-    k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
-    v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
+    m_tile = tl.arange(0, BLOCK_M)[:, None]
+    q = _tile(_at(Q, b, h, start_m, stride_qb, stride_qh, stride_qm) + m_tile * stride_qm + d[None, :], rows, SQ, d,
+              HEAD_DIM, BLOCK_D, not EVEN_M)
+    n_tile = tl.arange(0, BLOCK_N)[:, None]
+    k_ptrs = _at(K, b, h, 0, stride_kb, stride_kh, stride_kn) + n_tile * stride_kn + d[None, :]
+    v_ptrs = _at(V, b, h, 0, stride_vb, stride_vh, stride_vn) + n_tile * stride_vn + d[None, :]
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
@@ -171,28 +177,28 @@ def attention_fwd_kernel(Q, K, V, Slopes, Seed, Out, Lse,
     # their last tile may run past sk.
     diag = (start_m + POS0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(SK, start_m + BLOCK_M + POS0)
-    acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, bh, seed,
+    acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, stream, seed,
                                slope2, qk_scale2, POS0, SQ, SK, threshold, d, False, False, DROPOUT, HEAD_DIM,
                                BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
-    acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, bh, seed,
+    acc, m_i, l_i = _fwd_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, stream, seed,
                                slope2, qk_scale2, POS0, SQ, SK, threshold, d, True, not EVEN_N, DROPOUT, HEAD_DIM,
                                BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
     out = acc * (keep_scale / l_i)[:, None]
-    _store(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + d[None, :], out.to(Out.dtype.element_ty),
-           rows, SQ, d, HEAD_DIM)
+    _store(_at(Out, b, h, start_m, stride_ob, stride_oh, stride_om) + m_tile * stride_om + d[None, :],
+           out.to(Out.dtype.element_ty), rows, SQ, d, HEAD_DIM)
     tl.store(Lse + bh * SQ + rows, m_i + tl.math.log2(l_i), mask=rows < SQ)
 
 
 @triton.jit
-def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, lo, hi, bh, seed, slope2,
-                qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, CAUSAL: tl.constexpr, CHECK_M: tl.constexpr,
-                DROPOUT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                BLOCK_D: tl.constexpr, DOT_MODE: tl.constexpr):
+def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, lo, hi, bh, stream, seed,
+                slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, CAUSAL: tl.constexpr,
+                CHECK_M: tl.constexpr, DROPOUT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_MODE: tl.constexpr):
     cols = start_n + tl.arange(0, BLOCK_N)
     for start_m in range(lo, hi, BLOCK_M):
         rows = start_m + tl.arange(0, BLOCK_M)
-        q = _tile(q_ptrs + start_m * stride_qm, rows, SQ, d, HEAD_DIM, BLOCK_D, CHECK_M)
-        do = _tile(do_ptrs + start_m * stride_dom, rows, SQ, d, HEAD_DIM, BLOCK_D, CHECK_M)
+        q = _tile(q_ptrs + tl.cast(start_m, tl.int64) * stride_qm, rows, SQ, d, HEAD_DIM, BLOCK_D, CHECK_M)
+        do = _tile(do_ptrs + tl.cast(start_m, tl.int64) * stride_dom, rows, SQ, d, HEAD_DIM, BLOCK_D, CHECK_M)
         # Rows past sq get lse = +inf: their probabilities are 0, never inf * 0.
         lse = _row(Lse + bh * SQ + rows, rows, SQ, float("inf"), CHECK_M)
         delta = _row(Delta + bh * SQ + rows, rows, SQ, 0.0, CHECK_M)
@@ -200,7 +206,7 @@ def _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta
                          - lse[:, None])  # [BLOCK_M, BLOCK_N]
         dp = _mma(do, tl.trans(v), None, DOT_MODE)
         if DROPOUT:
-            keep = _keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
+            keep = _keep(seed, stream, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
             p_dropped = tl.where(keep, p * keep_scale, 0.0)
             dp = tl.where(keep, dp * keep_scale, 0.0)
         else:
@@ -216,21 +222,23 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
                               stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                               stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
                               stride_dkb, stride_dkh, stride_dkn, stride_dvb, stride_dvh, stride_dvn,
-                              H, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
+                              HEAD0, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                               EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
                               DOT_MODE: tl.constexpr):
     start_n = tl.program_id(0) * BLOCK_N
-    bh, b, h, slope2, seed = _program(Slopes, Seed, H, DROPOUT)
+    bh, b, h, slope2, seed, stream = _program(Slopes, Seed, HEAD0, DROPOUT)
     POS0 = SK - SQ  # row i of the queries sits at key POS0 + i
     cols = start_n + tl.arange(0, BLOCK_N)
     d = tl.arange(0, BLOCK_D)
-    k = _tile(K + b * stride_kb + h * stride_kh + cols[:, None] * stride_kn + d[None, :], cols, SK, d, HEAD_DIM,
-              BLOCK_D, not EVEN_N)
-    v = _tile(V + b * stride_vb + h * stride_vh + cols[:, None] * stride_vn + d[None, :], cols, SK, d, HEAD_DIM,
-              BLOCK_D, not EVEN_N)
-    q_ptrs = Q + b * stride_qb + h * stride_qh + tl.arange(0, BLOCK_M)[:, None] * stride_qm + d[None, :]
-    do_ptrs = DO + b * stride_dob + h * stride_doh + tl.arange(0, BLOCK_M)[:, None] * stride_dom + d[None, :]
+    n_tile = tl.arange(0, BLOCK_N)[:, None]
+    k = _tile(_at(K, b, h, start_n, stride_kb, stride_kh, stride_kn) + n_tile * stride_kn + d[None, :], cols, SK, d,
+              HEAD_DIM, BLOCK_D, not EVEN_N)
+    v = _tile(_at(V, b, h, start_n, stride_vb, stride_vh, stride_vn) + n_tile * stride_vn + d[None, :], cols, SK, d,
+              HEAD_DIM, BLOCK_D, not EVEN_N)
+    m_tile = tl.arange(0, BLOCK_M)[:, None]
+    q_ptrs = _at(Q, b, h, 0, stride_qb, stride_qh, stride_qm) + m_tile * stride_qm + d[None, :]
+    do_ptrs = _at(DO, b, h, 0, stride_dob, stride_doh, stride_dom) + m_tile * stride_dom + d[None, :]
     dk = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
     # Query rows see key j from row j - POS0 on; rows at or past `full` see every key of this block.
@@ -238,31 +246,31 @@ def attention_bwd_dkdv_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, DK, DV,
     full = tl.minimum(tl.maximum(start_n + BLOCK_N - 1 - POS0, first), SQ)
     full = first + (full - first + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     dk, dv = _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, first, full, bh,
-                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, True, not EVEN_M, DROPOUT,
-                         HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
+                         stream, seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, True, not EVEN_M,
+                         DROPOUT, HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
     dk, dv = _dkdv_block(dk, dv, k, v, q_ptrs, do_ptrs, stride_qm, stride_dom, Lse, Delta, start_n, full, SQ, bh,
-                         seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, False, not EVEN_M, DROPOUT,
-                         HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
-    _store(DK + b * stride_dkb + h * stride_dkh + cols[:, None] * stride_dkn + d[None, :],
+                         stream, seed, slope2, qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, False, not EVEN_M,
+                         DROPOUT, HEAD_DIM, BLOCK_M, BLOCK_N, BLOCK_D, DOT_MODE)
+    _store(_at(DK, b, h, start_n, stride_dkb, stride_dkh, stride_dkn) + n_tile * stride_dkn + d[None, :],
            (dk * sm_scale).to(DK.dtype.element_ty), cols, SK, d, HEAD_DIM)
-    _store(DV + b * stride_dvb + h * stride_dvh + cols[:, None] * stride_dvn + d[None, :], dv.to(DV.dtype.element_ty),
-           cols, SK, d, HEAD_DIM)
+    _store(_at(DV, b, h, start_n, stride_dvb, stride_dvh, stride_dvn) + n_tile * stride_dvn + d[None, :],
+           dv.to(DV.dtype.element_ty), cols, SK, d, HEAD_DIM)
 
 
 @triton.jit
-def _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, bh, seed, slope2,
+def _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, lo, hi, stream, seed, slope2,
               qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, CAUSAL: tl.constexpr, CHECK_N: tl.constexpr,
               DROPOUT: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               BLOCK_D: tl.constexpr, DOT_MODE: tl.constexpr):
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
-        k = _tile(k_ptrs + start_n * stride_kn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
-        v = _tile(v_ptrs + start_n * stride_vn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
+        k = _tile(k_ptrs + tl.cast(start_n, tl.int64) * stride_kn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
+        v = _tile(v_ptrs + tl.cast(start_n, tl.int64) * stride_vn, cols, SK, d, HEAD_DIM, BLOCK_D, CHECK_N)
         p = tl.math.exp2(_scores(q, k, rows, cols, slope2, qk_scale2, POS0, CAUSAL, DOT_MODE)
                          - lse[:, None])
         dp = _mma(do, tl.trans(v), None, DOT_MODE)
         if DROPOUT:
-            keep = _keep(seed, bh, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
+            keep = _keep(seed, stream, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
             dp = tl.where(keep, dp * keep_scale, 0.0)
         ds = p * (dp - delta[:, None])
         dq = _mma(ds.to(k.dtype), k, dq, DOT_MODE)
@@ -274,46 +282,53 @@ def attention_bwd_dq_kernel(Q, K, V, DO, Slopes, Seed, Lse, Delta, Out, DQ,
                             stride_qb, stride_qh, stride_qm, stride_kb, stride_kh, stride_kn,
                             stride_vb, stride_vh, stride_vn, stride_dob, stride_doh, stride_dom,
                             stride_ob, stride_oh, stride_om, stride_dqb, stride_dqh, stride_dqm,
-                            H, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
+                            HEAD0, SQ, SK, qk_scale2, sm_scale, threshold, keep_scale, HEAD_DIM: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                             EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, DROPOUT: tl.constexpr,
                             DOT_MODE: tl.constexpr):
     start_m = tl.program_id(0) * BLOCK_M
-    bh, b, h, slope2, seed = _program(Slopes, Seed, H, DROPOUT)
+    bh, b, h, slope2, seed, stream = _program(Slopes, Seed, HEAD0, DROPOUT)
     POS0 = SK - SQ  # row i of the queries sits at key POS0 + i
     rows = start_m + tl.arange(0, BLOCK_M)
     d = tl.arange(0, BLOCK_D)
-    q = _tile(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qm + d[None, :], rows, SQ, d, HEAD_DIM,
-              BLOCK_D, not EVEN_M)
-    do = _tile(DO + b * stride_dob + h * stride_doh + rows[:, None] * stride_dom + d[None, :], rows, SQ, d, HEAD_DIM,
-               BLOCK_D, not EVEN_M)
+    m_tile = tl.arange(0, BLOCK_M)[:, None]
+    q = _tile(_at(Q, b, h, start_m, stride_qb, stride_qh, stride_qm) + m_tile * stride_qm + d[None, :], rows, SQ, d,
+              HEAD_DIM, BLOCK_D, not EVEN_M)
+    do = _tile(_at(DO, b, h, start_m, stride_dob, stride_doh, stride_dom) + m_tile * stride_dom + d[None, :], rows,
+               SQ, d, HEAD_DIM, BLOCK_D, not EVEN_M)
     lse = _row(Lse + bh * SQ + rows, rows, SQ, float("inf"), not EVEN_M)
     # delta = rowsum(dO * O) in fp32 (padded head-dim columns load as 0); the dK/dV kernel, launched next, reads it.
-    o = _tile(Out + b * stride_ob + h * stride_oh + rows[:, None] * stride_om + d[None, :], rows, SQ, d, HEAD_DIM,
-              BLOCK_D, not EVEN_M)
+    o = _tile(_at(Out, b, h, start_m, stride_ob, stride_oh, stride_om) + m_tile * stride_om + d[None, :], rows, SQ,
+              d, HEAD_DIM, BLOCK_D, not EVEN_M)
     delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), axis=1)
     tl.store(Delta + bh * SQ + rows, delta, mask=rows < SQ)
-    k_ptrs = K + b * stride_kb + h * stride_kh + tl.arange(0, BLOCK_N)[:, None] * stride_kn + d[None, :]
-    v_ptrs = V + b * stride_vb + h * stride_vh + tl.arange(0, BLOCK_N)[:, None] * stride_vn + d[None, :]
+    n_tile = tl.arange(0, BLOCK_N)[:, None]
+    k_ptrs = _at(K, b, h, 0, stride_kb, stride_kh, stride_kn) + n_tile * stride_kn + d[None, :]
+    v_ptrs = _at(V, b, h, 0, stride_vb, stride_vh, stride_vn) + n_tile * stride_vn + d[None, :]
     dq = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     diag = (start_m + POS0) // BLOCK_N * BLOCK_N
     hi = tl.minimum(SK, start_m + BLOCK_M + POS0)
-    dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, bh, seed, slope2,
+    dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, 0, diag, stream, seed, slope2,
                    qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, False, False, DROPOUT, HEAD_DIM, BLOCK_M,
                    BLOCK_N, BLOCK_D, DOT_MODE)
-    dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, bh, seed, slope2,
+    dq = _dq_block(dq, q, do, lse, delta, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, diag, hi, stream, seed, slope2,
                    qk_scale2, POS0, SQ, SK, threshold, keep_scale, d, True, not EVEN_N, DROPOUT, HEAD_DIM, BLOCK_M,
                    BLOCK_N, BLOCK_D, DOT_MODE)
-    _store(DQ + b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqm + d[None, :],
+    _store(_at(DQ, b, h, start_m, stride_dqb, stride_dqh, stride_dqm) + m_tile * stride_dqm + d[None, :],
            (dq * sm_scale).to(DQ.dtype.element_ty), rows, SQ, d, HEAD_DIM)
 
 
 @triton.jit
-def keep_mask_kernel(Seed, Out, H, SQ, SK, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The dropout keep mask as int8 ``[b * np, sq, sk]`` (tests rebuild the kernels' mask with it)."""
+def keep_mask_kernel(Seed, Out, HEAD0, SQ, SK, threshold, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The dropout keep mask as int8 ``[b, np, sq, sk]`` (tests rebuild the kernels' mask with it); grid
+    ``(row tiles, np, b)``, as the attention kernels'."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    bh = tl.program_id(2)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    keep = _keep(tl.load(Seed), bh, rows, tl.program_id(1) * BLOCK_N, SQ, SK, threshold, BLOCK_M, BLOCK_N)
-    tl.store(Out + (bh * SQ + rows[:, None]) * SK + cols[None, :], keep.to(tl.int8),
-             mask=(rows < SQ)[:, None] & (cols < SK)[None, :])
+    h = tl.program_id(1).to(tl.int64)
+    b = tl.program_id(2).to(tl.int64)
+    stream = (HEAD0 + h) * tl.num_programs(2) + b
+    seed = tl.load(Seed)
+    row_ptrs = Out + ((b * tl.num_programs(1) + h) * SQ + rows.to(tl.int64)[:, None]) * SK
+    for start_n in range(0, SK, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)
+        keep = _keep(seed, stream, rows, start_n, SQ, SK, threshold, BLOCK_M, BLOCK_N)
+        tl.store(row_ptrs + cols[None, :], keep.to(tl.int8), mask=(rows < SQ)[:, None] & (cols < SK)[None, :])

@@ -22,7 +22,7 @@ from bloomtrain.kernels.layer_norm import layer_norm_reference as layer_norm
 class KernelSet:
     """The operations the model calls, plus the name of the implementation behind them.
 
-    ``attention(q, k, v, slopes, scale, mask, dropout_p)`` wraps ``alibi_softmax`` with the two attention
+    ``attention(q, k, v, slopes, scale, mask, dropout_p, head_offset=0)`` wraps ``alibi_softmax`` with the two attention
     matmuls (bloomtrain.kernels.attention); by default it is the full-square composition over this set's softmax.
     """
 

@@ -130,6 +130,9 @@ class BloomAttention(nn.Module):
         super().__init__()
         self.config, self.kernels = config, kernels
         self.local_heads = divide(config.num_heads, state.tp_size, "num_heads")
+        # The model's index of this rank's first head: attention dropout masks are keyed by the global head, so a
+        # TP rank drops what TP 1 drops for the same heads (bloomtrain.kernels.dropout_mask).
+        self.head_offset = state.tp_rank * self.local_heads
         h = config.hidden_size
         # Output rows of the fused QKV are ordered [head][q|k|v][hd], so the contiguous row block a
         # column-parallel rank owns is whole heads (no permutation when merging TP shards).
@@ -151,7 +154,8 @@ class BloomAttention(nn.Module):
             cache.key, cache.value = k, v
         dropout_p = self.config.attention_dropout if self.training else 0.0
         # Opaque to torch.compile: the kernel dispatch (self-checks, fallbacks) and the kernel are never traced.
-        context = self.kernels.opaque_attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p)
+        context = self.kernels.opaque_attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p,
+                                                head_offset=self.head_offset)
         context = context.transpose(1, 2).reshape(b, sq, self.local_heads * hd)  # [b, np, sq, hd] -> [b, sq, h]
         return self.dense(context)
 

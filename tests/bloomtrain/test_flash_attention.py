@@ -17,6 +17,7 @@ import os
 import pytest
 import torch
 
+from bloomtrain.kernels import flash_attention as fa
 from bloomtrain.kernels.alibi_softmax import alibi_softmax_reference
 from bloomtrain.kernels.attention import attention_reference
 from bloomtrain.kernels.flash_attention import dropout_scale, flash_attention, flash_problem, keep_mask
@@ -162,3 +163,59 @@ def test_calls_the_kernel_cannot_serve_are_named():
     assert "more queries than keys" in flash_problem(q, k[:, :, :4], v[:, :, :4], slopes, None)
     assert "dtype" in flash_problem(q.double(), k.double(), v.double(), slopes, None)
     assert "head dim" in flash_problem(*(t.new_zeros(1, 2, 8, 512) for t in (q, k, v)), slopes, None)
+
+
+def _model_layout_view(buffer: torch.Tensor, b: int, s: int, heads: int, hd: int, batch_stride: int):
+    """q, k, v as the model makes them ([b, s, np, 3, hd] projection rows) in ``buffer``, batch entry i at element
+    ``i * batch_stride``: offsets past 2^31 elements with strides that each fit in 32 bits."""
+    row = heads * 3 * hd
+    return [buffer.as_strided((b, heads, s, hd), (batch_stride, 3 * hd, row, 1), j * hd) for j in range(3)]
+
+
+def test_offsets_past_two_to_the_31_elements():
+    """Batch entry 2 starts at element 2^31 + 2^21: a 32-bit offset would wrap (and read another address). The
+    buffer is virtual memory: only the rows the test writes are touched (~50 KB of a 4 GB allocation)."""
+    b, s, heads, hd = 3, 24, 2, 16
+    batch_stride = 2**30 + 2**20
+    buffer = torch.empty(2 * batch_stride + s * heads * 3 * hd, dtype=torch.float16)
+    gen = torch.Generator().manual_seed(9)
+    for i in range(b):
+        buffer[i * batch_stride:i * batch_stride + s * heads * 3 * hd] = torch.randn(s * heads * 3 * hd, generator=gen)
+    q, k, v = _model_layout_view(buffer, b, s, heads, hd, batch_stride)
+    assert q.storage_offset() + 2 * q.stride(0) > 2**31 and max(q.stride()) < 2**31
+    slopes = alibi_slopes(heads)
+    seed = torch.tensor([77], dtype=torch.int64)
+    upstream = torch.randn(b, heads, s, hd, generator=gen).half()
+
+    def forward_backward(q, k, v):  # the ops themselves: autograd would copy the views (clone makes them dense)
+        out, lse = fa._attention_op(q, k, v, slopes, seed, 0.25, 0.2, 0)
+        return [out, *fa._attention_backward_op(upstream, q, k, v, out, lse, slopes, seed, 0.25, 0.2, 0)]
+
+    got = forward_backward(q, k, v)
+    want = forward_backward(*(t.contiguous() for t in (q, k, v)))
+    for x, y in zip(got, want):
+        assert torch.equal(x, y)
+
+
+def test_any_batch_times_heads_launches(monkeypatch):
+    """b x np = 70,000 programs per query tile: every launch keeps dimensions 1 and 2 of its grid within CUDA's
+    65,535 (the kernels are recorded, not run: the interpreter would take minutes; tests/bloomtrain/
+    test_kernels_cuda.py launches them on a GPU)."""
+    from bloomtrain.kernels import flash_triton  # noqa: PLC0415
+
+    grids: list[tuple[int, ...]] = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            grids.append(tuple(grid))
+            return lambda *args, **kwargs: None
+
+    for name in ("attention_fwd_kernel", "attention_bwd_dq_kernel", "attention_bwd_dkdv_kernel"):
+        monkeypatch.setattr(flash_triton, name, Recorder())
+    q = torch.zeros(7000, 10, 1, 16)
+    slopes = alibi_slopes(10)
+    out, lse = fa._forward(q, q, q, slopes, torch.zeros(1, dtype=torch.int64), fa.Call(0.25, 0.0))
+    fa._backward(q, (q, q, q, out, lse, slopes, torch.zeros(1, dtype=torch.int64)), fa.Call(0.25, 0.0))
+    assert len(grids) == 3
+    for grid in grids:
+        assert grid[0] * grid[1] * grid[2] == 70_000 and max(grid[1:]) <= 65_535, grid

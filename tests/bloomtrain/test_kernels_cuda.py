@@ -210,3 +210,26 @@ def test_cuda_flash_attention_keeps_no_square():
     out.sum().backward()
     torch.cuda.synchronize()
     assert torch.cuda.max_memory_allocated() - before < 1 << 30  # inputs' grads, out, lse: ~0.5 GiB
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_flash_attention_launches_any_batch_times_heads():
+    """b x np = 70,000 (the grid's second dimension stopped at 65,535 when it held them) and TP-style head offsets:
+    output and gradients against the fp32 reference with the kernel's own mask."""
+    from bloomtrain.kernels.flash_attention import dropout_scale, flash_attention, keep_mask  # noqa: PLC0415
+
+    b, heads, s, hd, p = 7000, 10, 16, 32, 0.1
+    gen = torch.Generator("cuda").manual_seed(5)
+    q, k, v, g = (torch.randn(b, heads, s, hd, device="cuda", generator=gen).to(torch.bfloat16) for _ in range(4))
+    slopes = alibi_slopes(2 * heads)[heads:].cuda()  # TP 2's second rank: heads 10-19
+    seed = torch.tensor([7], device="cuda")
+    a = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out_a = flash_attention(*a, slopes, hd ** -0.5, p, seed=seed, head_offset=heads)
+    r = [t.float().requires_grad_(True) for t in (q, k, v)]
+    probs = alibi_softmax_reference(torch.matmul(r[0], r[1].transpose(-1, -2)), slopes, hd ** -0.5)
+    out_r = torch.matmul(probs * keep_mask(seed, (b, heads, s, s), p, heads) * dropout_scale(p), r[2])
+    for name, x, y in zip(("out", "dq", "dk", "dv"), (out_a, *torch.autograd.grad(out_a, a, g)),
+                          (out_r, *torch.autograd.grad(out_r, r, g.float()))):
+        scale = y.abs().max().item()
+        torch.testing.assert_close(x.float(), y, rtol=1.6e-2, atol=1e-2 * scale, msg=lambda m, n=name: f"{n}: {m}")

@@ -1,4 +1,5 @@
-"""Tensor parallelism on CPU/gloo: TP in {1, 2, 4} equals the unsharded model (fp32, relative 1e-5).
+"""Tensor parallelism on CPU/gloo: TP in {1, 2, 4} equals the unsharded model (fp32, relative 1e-5), with attention
+dropout too (its masks are keyed by the global head).
 
 Each rank builds the TP model and, from the same config and seed, the TP=1 reference; it checks that the
 shards are slices of the reference (TP-invariant init), then compares gathered logits, the loss and every
@@ -33,9 +34,9 @@ def gather_dim(t: torch.Tensor, dim: int, state: ParallelState) -> torch.Tensor:
     return torch.cat(parts, dim=dim)
 
 
-def _tp_parity(num_heads: int) -> dict[str, float]:
+def _tp_parity(num_heads: int, attention_dropout: float = 0.0) -> dict[str, float]:
     state = ParallelState.from_sizes(tp_size=dist.get_world_size())
-    config = ModelConfig.tiny(num_heads=num_heads, num_layers=2)
+    config = ModelConfig.tiny(num_heads=num_heads, num_layers=2, attention_dropout=attention_dropout)
     ref, model = BloomModel(config), BloomModel(config, state)
     ref_params = dict(ref.named_parameters())
 
@@ -50,7 +51,12 @@ def _tp_parity(num_heads: int) -> dict[str, float]:
     mask[2, :4] = 0
     labels = torch.roll(ids, -1, dims=1)
 
-    logits, ref_logits = model(ids, mask), ref(ids, mask)
+    # Every TP rank draws the dropout seeds the TP 1 model draws (same generator state); the masks are keyed by
+    # the global head (bloomtrain.kernels.dropout_mask), so each rank drops what TP 1 drops for its heads.
+    torch.manual_seed(11)
+    logits = model(ids, mask)
+    torch.manual_seed(11)
+    ref_logits = ref(ids, mask)
     loss, ref_loss = model.loss(logits, labels, mask), ref.loss(ref_logits, labels, mask)
     loss.backward()
     ref_loss.backward()
@@ -72,9 +78,11 @@ def _tp_parity(num_heads: int) -> dict[str, float]:
     return errors
 
 
-@pytest.mark.parametrize(("tp", "num_heads"), [(1, 12), (2, 6), (4, 12)])  # 3 heads per rank at TP 2 and 4
-def test_tp_model_equals_unsharded(tp, num_heads):
-    errors = run_distributed(_tp_parity, tp, num_heads)
+# 3 heads per rank at TP 2 and 4; attention dropout on at TP 2
+@pytest.mark.parametrize(("tp", "num_heads", "attention_dropout"), [(1, 12, 0.0), (2, 6, 0.0), (4, 12, 0.0),
+                                                                    (2, 6, 0.3)])
+def test_tp_model_equals_unsharded(tp, num_heads, attention_dropout):
+    errors = run_distributed(_tp_parity, tp, num_heads, attention_dropout)
     for rank_errors in errors:
         bad = {k: v for k, v in rank_errors.items() if not v <= RTOL}
         assert not bad, f"relative error above {RTOL}: {bad}"
