@@ -26,7 +26,9 @@ class BuildConfig(BaseModel):
     tokenizer: str = Field(description="tokenizer.json or a directory holding one")
     out_dir: str = Field(description="output directory: OUT_DIR/<name>.bin/.idx, summary, rejects",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
-    append_eod: bool = Field(default=False, description="append </s> to every document (Megatron --append-eod)")
+    append_eod: bool = Field(default=False, description="append eod_token to every document (Megatron --append-eod)")
+    eod_token: str = Field(default="</s>", description="the end-of-document token append_eod appends (BLOOM's "
+                           "</s>; GPT-2's <|endoftext|>)")
     split_by: Literal["lang", "none"] = Field(default="lang", description="one output per language, or one")
     output_name: str = Field(default="all", pattern=r"^[A-Za-z0-9_.-]+$",
                              description="output prefix name with split_by='none'")

@@ -152,11 +152,12 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
         tok = load_tokenizer(config.tokenizer)
         self.tokenizer_sha = tokenizer_identity(config.tokenizer)
         if config.append_eod:
-            eod_id(tok)  # fails now, not in every worker, when the tokenizer has no </s>
+            eod_id(tok, config.eod_token)  # fails now, not in every worker, when the tokenizer has no such token
         self.dtype = best_fitting_dtype(tok.get_vocab_size())
         out_dir = os.path.abspath(config.out_dir)
         self.settings = ShardSettings(
             tokenizer_path=os.path.abspath(config.tokenizer), out_dir=out_dir, append_eod=config.append_eod,
+            eod_token=config.eod_token,
             dtype=self.dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
             batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples)
         self.names = {config.output_name} if config.split_by == "none" else \

@@ -40,6 +40,7 @@ class ShardSettings:
     out_dir: str  # absolute
     append_eod: bool
     dtype: str  # numpy dtype name of the token ids
+    eod_token: str = "</s>"  # what append_eod appends
     split_by: str = "lang"  # one output per document language, or "none": all in output_name
     output_name: str = "all"
     strict: bool = False  # the first rejected row is an error
@@ -56,6 +57,7 @@ def shard_key(shard: Shard, tokenizer_sha: str | None, settings: ShardSettings) 
         "input": input_stamp(shard.path),  # size + mtime; a remote object's size, ETag, last-modified
         "tokenizer_sha256": tokenizer_sha,
         "append_eod": settings.append_eod,
+        **({"eod_token": settings.eod_token} if settings.append_eod and settings.eod_token != "</s>" else {}),
         "dtype": np.dtype(settings.dtype).name,
         "split_by": settings.split_by,
         "output_name": settings.output_name if settings.split_by == "none" else None,
@@ -112,7 +114,7 @@ class _Parts:
     def __init__(self, shard: Shard, settings: ShardSettings, tok: Any) -> None:
         self.shard, self.settings, self.tok = shard, settings, tok
         self.dtype = np.dtype(settings.dtype)
-        self.eod = eod_id(tok) if settings.append_eod else None
+        self.eod = eod_id(tok, settings.eod_token) if settings.append_eod else None
         self.writers: dict[str, IndexedDatasetWriter] = {}
         self.tokens: Counter[str] = Counter()
         self.text_bytes = 0

@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fertility": ("bloomdata.cli.fertility", "tokens per word and per character, per language"),
     "clean": ("bloomdata.cli.clean", "filter, deduplicate and redact corpora in parallel, before tokenization"),
     "build": ("bloomdata.cli.build", "tokenize corpora in parallel into Megatron .bin/.idx"),
+    "megatron-preprocess": ("bloomdata.cli.megatron_preprocess",
+                            "Megatron-LM's tools/preprocess_data.py command line, on the build"),
     "inspect": ("bloomdata.cli.inspect", "counts, dtype, length histogram and first documents of a dataset"),
     "blend": ("bloomdata.cli.blend", "tune per-language blend weights (alpha sampling) for a token budget"),
 }

@@ -349,10 +349,11 @@ def tokenizer_identity(path_or_dir: str | os.PathLike[str]) -> str:
     return hashlib.sha256(_tokenizer_file(path_or_dir).read_bytes()).hexdigest()
 
 
-def eod_id(tok: Tokenizer) -> int:
-    """The end-of-document id appended after every document (``</s>``; 2 for BLOOM)."""
-    token_id = tok.token_to_id(EOD_TOKEN)
+def eod_id(tok: Tokenizer, token: str = EOD_TOKEN) -> int:
+    """The end-of-document id appended after every document (``</s>``: 2 for BLOOM; ``<|endoftext|>`` for GPT-2)."""
+    token_id = tok.token_to_id(token)
     if token_id is None:
-        raise BloomstackError(f"the tokenizer has no {EOD_TOKEN} token; use a BLOOM-style tokenizer "
-                             "(bloomdata train-tokenizer) or add it as a special token")
+        raise BloomstackError(f"the tokenizer has no {token} token; use a BLOOM-style tokenizer "
+                             "(bloomdata train-tokenizer), add it as a special token or set eod_token",
+                              keys=["eod_token"])
     return token_id
