@@ -173,8 +173,17 @@ class DataConfig(_Frozen):
 class CheckpointConfig(_Frozen):
     dir: str | None = None
     """Checkpoint root (DeepSpeed layout, ``latest`` tag file). None: never save or load."""
-    save_interval: int | None = None
-    """Save every this many iterations (BLOOM: 100)."""
+    save_interval: int | Literal["auto"] | None = None
+    """Save every this many iterations (BLOOM: 100). ``auto``: the interval that loses least work to failures
+    (Young/Daly: sqrt(2 x save time x mtbf_hours), in iterations of the measured step time), measured and logged
+    with its inputs, recomputed after the first saves. None: only at the end of training."""
+    mtbf_hours: float = Field(24.0, gt=0)
+    """Mean time between failures of the whole job (any rank's failure stops it), for ``save_interval: auto``.
+    BLOOM-176B's 384 GPUs lost one to two a week (84-168 h); a job's MTBF falls as its node count grows."""
+    async_save: bool = False
+    """Write checkpoints in the background: a save copies the state to host memory (pinned on CUDA) and training
+    goes on while a thread writes the files and digests; ``latest`` moves once every rank's files are durable; the
+    next save, and the end of the run, wait for it. Costs host memory of one checkpoint per rank."""
     keep_last: int | None = 3
     """Keep this many most recent checkpoints (None keeps all)."""
     load: bool = True

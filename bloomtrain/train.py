@@ -109,7 +109,7 @@ def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world
         StopRequestsCallback(cfg.checkpoint),
         *profile_callbacks(cfg.logging.profile_iters, cfg.logging.profile_ranks, cfg.logging.dir, rank),
         *user,
-        CheckpointCallback(cfg.checkpoint.save_interval),
+        CheckpointCallback(cfg.checkpoint.save_interval, cfg.checkpoint.mtbf_hours),
     ]
 
 

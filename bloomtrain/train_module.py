@@ -121,15 +121,17 @@ class TrainModule:
     # --- checkpoint state ---------------------------------------------------------------------------
 
     def save(self, ckpt_dir: Path, tag: str, client_state: dict[str, Any], write: durable.Writer = durable.write_with,
-             after_file: Callable[[str], None] | None = None) -> list[str]:
+             after_file: Callable[[str], None] | None = None,
+             host_copy: Callable[[Any], Any] | None = None) -> list[str]:
         """Collective: write the engine's files of ``tag``, each through ``write`` (durable: a save's ledger); returns
-        those this rank wrote. ``after_file(path)`` runs after each file (fault-injection tests)."""
+        those this rank wrote. ``after_file(path)`` runs after each file (fault-injection tests). ``host_copy``: each
+        state goes through it before ``write`` sees it (an asynchronous save's copy to host memory)."""
         files = self.checkpoint_files
-        files.after_file, files.write = after_file, write
+        files.after_file, files.write, files.host_copy = after_file, write, host_copy
         try:
             self.engine.save_checkpoint(str(ckpt_dir), tag=tag, client_state=client_state, save_latest=False)
         finally:
-            files.after_file, files.write = None, durable.write_with
+            files.after_file, files.write, files.host_copy = None, durable.write_with, None
         return list(files.written)
 
     def load(self, ckpt_dir: Path, tag: str) -> dict[str, Any] | None:

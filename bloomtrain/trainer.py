@@ -55,10 +55,15 @@ class Trainer:
         if self.stop_reason is None:
             self.stop_reason, self.stop_kind = reason, kind
 
-    def save_checkpoint(self) -> str:
-        """Collective: save the current position and the callbacks' states; returns the tag."""
-        self.result.last_saved = self.checkpointer.save(self.pos.iteration, self.pos.as_dict(), self.callback_states())
-        return self.result.last_saved
+    def save_checkpoint(self, wait: bool = False) -> str:
+        """Collective: save the current position and the callbacks' states; returns the tag. ``wait``: return once
+        it is committed (``checkpoint.async_save`` otherwise writes it in the background). ``result.last_saved``
+        names the newest committed checkpoint."""
+        tag = self.checkpointer.save(self.pos.iteration, self.pos.as_dict(), self.callback_states())
+        if wait:
+            self.checkpointer.wait()
+        self.result.last_saved = self.checkpointer.committed
+        return tag
 
     def _state_keys(self) -> list[str]:
         """Each callback's key in a checkpoint: its ``state_key``, numbered from the second of a name on."""

@@ -120,6 +120,25 @@ class Saves(Protocol):
     def enabled(self) -> bool:
         """Whether the run saves checkpoints (checkpoint.dir is set)."""
 
+    @property
+    def committed(self) -> str | None:
+        """The newest checkpoint of this run (saved or resumed from) whose files are durable on every rank."""
+
+    @property
+    def in_flight(self) -> str | None:
+        """The tag an asynchronous save is writing in the background (None: none)."""
+
+    @property
+    def stall_s(self) -> float | None:
+        """Seconds the last save held training (the whole save when synchronous)."""
+
+    @property
+    def write_s(self) -> float | None:
+        """Seconds the last finished background save took (None: none finished)."""
+
+    def wait(self) -> str | None:
+        """Block until a background save is committed (its error raised here); returns ``committed``."""
+
 
 class TrainerView(Protocol):
     """The members of the trainer a callback uses: read ``state``, ``module``, ``pos``, ``result``,
@@ -151,8 +170,9 @@ class TrainerView(Protocol):
     def request_stop(self, reason: str, kind: ExitKind = ExitKind.FINISHED) -> None:
         """End the run after this iteration (the first request wins); post_train hooks still run."""
 
-    def save_checkpoint(self) -> str:
-        """Collective: save the current position and every callback's state; returns the tag."""
+    def save_checkpoint(self, wait: bool = False) -> str:
+        """Collective: save the current position and every callback's state; returns the tag. ``wait``: return once
+        it is committed (an asynchronous save otherwise goes on in the background)."""
 
     def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:
         """Hand a metrics record (and its console line) to every callback's ``log_metrics``."""

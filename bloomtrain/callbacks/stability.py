@@ -66,7 +66,7 @@ class StabilityCallback(Callback):
         if pos.consecutive_skips < self.max_consecutive_skips:
             return
         if trainer.checkpointer.enabled:
-            trainer.save_checkpoint()
+            trainer.save_checkpoint(wait=True)
         raise BloomstackError(
             f"{pos.consecutive_skips} consecutive iterations had a non-finite loss or gradient norm "
             f"(last at iteration {pos.iteration}); saved {trainer.result.last_saved or 'nothing (no checkpoint.dir)'}"

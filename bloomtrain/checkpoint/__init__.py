@@ -15,5 +15,7 @@ Layout under ``checkpoint.dir``::
 Modules: ``tags`` (``latest``, ``latest_universal``, step names, prune), ``format`` (layer files, metadata, HF
 key map), ``engine_files`` (DeepSpeed's files written through bloomdata.durable), ``rng``, ``megatron``
 (Megatron-DeepSpeed's client state), ``safe_load`` (every read with ``weights_only=True`` and an allowlist),
-``universal``, and ``checkpointer`` (the collective save and resume of a training run).
+``universal``, ``host_copy`` and ``background`` (an asynchronous save: the state copied to host memory, then
+written and committed by a thread), ``interval`` (``save_interval: auto``, Young/Daly), and ``checkpointer`` (the
+collective save and resume of a training run).
 """

@@ -17,7 +17,14 @@ Every write goes through the rank's ``SaveLedger`` (manifest.py), which digests 
 (SIGKILL, node loss, power cut) at any point leaves ``latest`` at the previous complete tag, and the
 half-written directory is removed when the next run starts (tags.sweep) or that tag is saved again.
 ``faults(point, tag)``, when given, is called at ``SAVE_POINTS`` (tests kill the process there to check exactly
-this). A full disk on any rank fails the whole save: every rank learns it from the all-gather, rank 0 removes the
+this).
+
+With ``checkpoint.async_save`` the save returns once every file's content is in host memory (background.py,
+host_copy.py): DeepSpeed's states copied, the small files as bytes; a thread then writes them through the ledger
+(the fault hook's ``engine_file`` after each file) and commits exactly as above, its gather, broadcast and barrier
+on a gloo group of its own (``commit_group``), so they run beside training's collectives. The files are the same
+bytes as a synchronous save's. A save waits for the one before it (``wait``), and so does the end of a run; a
+crash or SIGKILL before the commit leaves ``latest`` at the previous tag, as it does in a synchronous save. A full disk on any rank fails the whole save: every rank learns it from the all-gather, rank 0 removes the
 tag's directory, and every rank raises the same ``DiskFull`` (bloomdata.disk): the save needed every byte the
 ranks counted, and the line says how many, and how many are free once the partial tag is gone.
 
@@ -37,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +55,9 @@ import torch.distributed as dist
 from bloomdata.disk import disk_full
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint import megatron, safe_load
+from bloomtrain.checkpoint.background import BackgroundSave, DeferredFiles
 from bloomtrain.checkpoint.format import METADATA_FILE, metadata_bytes
+from bloomtrain.checkpoint.host_copy import HostCopier
 from bloomtrain.checkpoint.manifest import (
     MANIFEST_FILE,
     CheckpointDamaged,
@@ -69,8 +79,9 @@ from bloomtrain.provenance import TRAINING_KEY, training_record
 from bloomtrain.train_module import TrainModule
 
 SAVE_POINTS = ("engine_file", "after_metadata", "before_latest")
-"""Where a save calls its fault hook: after each file DeepSpeed's engine writes; after this rank's RNG
-and (rank 0) metadata files; after the barrier, before rank 0 moves ``latest``."""
+"""Where a save calls its fault hook: after each file DeepSpeed's engine writes (asynchronous: each file the
+background writes); after this rank's RNG and (rank 0) metadata files; after the barrier, before rank 0 moves
+``latest``."""
 
 FaultHook = Callable[[str, str], None]
 """``faults(point, tag)``: called at each of SAVE_POINTS during the save of ``tag`` (tests only)."""
@@ -103,18 +114,37 @@ class Checkpointer:
     """Save and resume a TrainModule's engine plus the trainer position; all methods are collective."""
 
     def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, *, universal: bool = False,
-                 faults: FaultHook | None = None, precheck: PendingCheck | None = None) -> None:
+                 faults: FaultHook | None = None, precheck: PendingCheck | None = None,
+                 async_save: bool | None = None) -> None:
         """``universal``: resume through ds_to_universal (universal.needs_universal, decided before the
         engine is built). ``faults``: the fault-injection hook of tests; None in training. ``precheck``: the check
-        of ``latest``'s files started before the engine was built (``start_check``)."""
+        of ``latest``'s files started before the engine was built (``start_check``). ``async_save``: None follows
+        ``checkpoint.async_save`` (tests save one state both ways with one config)."""
         self.cfg, self.module, self.state, self.universal = cfg, module, state, universal
         self.faults, self.precheck = faults, precheck
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.committed: str | None = None
+        """The newest tag ``latest`` names that this run saved or resumed from (every rank's files durable)."""
+        self.stall_s: float | None = None
+        """Seconds the last ``save`` call held training (the whole save when synchronous)."""
+        self.write_s: float | None = None
+        """Seconds the last finished background save took to write and commit (None: none finished)."""
+        self.pending: BackgroundSave | None = None
+        self.host: HostCopier | None = None
+        self.commit_group: Any = None
+        if (cfg.checkpoint.async_save if async_save is None else async_save) and self.dir is not None:
+            self.host = HostCopier()
+            self.commit_group = dist.new_group(backend="gloo")  # collective: every rank builds its Checkpointer
 
     @property
     def enabled(self) -> bool:
         return self.dir is not None
+
+    @property
+    def in_flight(self) -> str | None:
+        """The tag being written in the background (None: none, or saves are synchronous)."""
+        return self.pending.tag if self.pending is not None else None
 
     def _fault(self, point: str, tag: str) -> None:
         if self.faults is not None:
@@ -122,27 +152,76 @@ class Checkpointer:
 
     def save(self, iteration: int, position: dict[str, Any], callbacks: dict[str, dict[str, Any]] | None = None) -> str:
         """Collective: the checkpoint of ``iteration`` (trainer ``position``, the callbacks' states by key).
-        Raises ``DiskFull`` on every rank, with ``latest`` unmoved and the tag removed, when a rank's disk is full."""
+        Raises ``DiskFull`` on every rank, with ``latest`` unmoved and the tag removed, when a rank's disk is full.
+        Asynchronous (``checkpoint.async_save``): returns once the state is in host memory; the files are written
+        and the tag committed in the background (``wait``; a full disk is raised there, on every rank)."""
         assert self.dir is not None
+        start = time.perf_counter()
+        self.wait()  # a second save waits for the first
         tag = tag_for(iteration)
         if self.rank == 0 and (self.dir / tag).is_dir() and read_latest(self.dir) != tag:
             # files of a crashed save of this tag (perhaps in another layout) must not mix with the new ones
             shutil.rmtree(self.dir / tag)
         dist.barrier()
-        ledger = self._write_files(tag, position, callbacks)
-        self._fault("after_metadata", tag)
-        self._commit_manifest(tag, ledger)  # every rank's files are on disk before `latest` moves
+        if self.host is None:
+            ledger = SaveLedger(self.dir / tag, self.rank)
+            self._write_files(tag, position, callbacks, ledger.write)
+            self._fault("after_metadata", tag)
+            self._commit(tag, ledger)
+        else:
+            files = DeferredFiles()
+            self._write_files(tag, position, callbacks, files.write, self.host.copy)
+        self.stall_s = time.perf_counter() - start
+        if self.host is not None:
+            self.pending = BackgroundSave(tag, lambda: self._write_in_background(tag, files))
+        return tag
+
+    def wait(self) -> str | None:
+        """Block until the background save (if one runs) is committed, and raise its error (``DiskFull``, the same
+        on every rank) here; returns ``committed``. Nothing to wait for when saves are synchronous."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            self.write_s = pending.wait()
+        return self.committed
+
+    def _write_in_background(self, tag: str, files: DeferredFiles) -> None:
+        """The background thread of an asynchronous save: write this rank's files, then commit the tag; rank 0 says
+        when it is done, or at once that it failed (the error itself is raised by the next ``wait``)."""
+        assert self.dir is not None and self.host is not None
+        start, stall = time.perf_counter(), self.stall_s
+        try:
+            ledger = SaveLedger(self.dir / tag, self.rank)
+            try:
+                files.write_all(ledger.write, after_file=lambda _path: self._fault("engine_file", tag))
+            finally:
+                self.host.release()
+            self._fault("after_metadata", tag)
+            self._commit(tag, ledger, self.commit_group)
+        except Exception as exc:
+            if self.rank == 0:
+                log.warning("bloomtrain: the background save of %s failed (%s); training goes on, and the next save "
+                            "or the end of the run stops it with this error", tag, str(exc).splitlines()[0])
+            raise
+        if self.rank == 0:
+            log.info("bloomtrain: saved %s in the background in %.2f s (training stalled %.2f s for it)", tag,
+                     time.perf_counter() - start, stall or 0.0)
+
+    def _commit(self, tag: str, ledger: SaveLedger, group: Any = None) -> None:
+        """Collective on ``group``: the manifest once every rank's files are on disk, then ``latest``."""
+        assert self.dir is not None
+        self._commit_manifest(tag, ledger, group)
         self._fault("before_latest", tag)
         if self.rank == 0:
             commit_tag(self.dir, tag)
             prune(self.dir, self.cfg.checkpoint.keep_last, protect=tag)
-        dist.barrier()
-        return tag
+        dist.barrier(group=group)
+        self.committed = tag
 
-    def _write_files(self, tag: str, position: dict[str, Any], callbacks: dict[str, dict[str, Any]] | None) -> SaveLedger:
-        """This rank's files of ``tag``, each through the ledger (which stops writing once the disk is full)."""
+    def _write_files(self, tag: str, position: dict[str, Any], callbacks: dict[str, dict[str, Any]] | None,
+                     write: Any, host_copy: Any = None) -> None:
+        """This rank's files of ``tag``, each through ``write``: the ledger (which stops writing once the disk is
+        full), or an asynchronous save's ``DeferredFiles`` with DeepSpeed's states through ``host_copy``."""
         assert self.dir is not None
-        ledger = SaveLedger(self.dir / tag, self.rank)
         client_state = {
             **megatron.client_state(self.cfg, position, self.state),
             "bloomtrain": position,
@@ -151,25 +230,24 @@ class Checkpointer:
             "world_size": self.world,
             "universal_checkpoint_info": universal_checkpoint_info(self.cfg.model),
         }
-        self.module.save(self.dir, tag, client_state, ledger.write,
-                         after_file=lambda _path: self._fault("engine_file", tag))
-        save_rng(self.dir, tag, self.rank, ledger.write)
+        after_file = None if host_copy else lambda _path: self._fault("engine_file", tag)
+        self.module.save(self.dir, tag, client_state, write, after_file=after_file, host_copy=host_copy)
+        save_rng(self.dir, tag, self.rank, write)
         if self.rank == 0:
             # rank 0's fused-kernel self-check (bloomtrain.kernels: every rank checks its own device the same way),
             # and what trained these weights (bloomtrain.provenance: a model card's first record)
             meta = metadata_bytes(self.cfg.model, self.state.tp_size, self.state.pp_size,
                                   extra={"kernel_selfcheck": selfcheck_report(),
                                          TRAINING_KEY: training_record(self.cfg, position, self.world)})
-            ledger.write(self.dir / tag / METADATA_FILE, lambda f: f.write(meta))
-            save_layout(self.dir, tag, self.state, ledger.write)
-        return ledger
+            write(self.dir / tag / METADATA_FILE, lambda f: f.write(meta))
+            save_layout(self.dir, tag, self.state, write)
 
-    def _commit_manifest(self, tag: str, ledger: SaveLedger) -> None:
+    def _commit_manifest(self, tag: str, ledger: SaveLedger, group: Any = None) -> None:
         """Collective: gather every rank's ledger; rank 0 writes the manifest. A full disk anywhere (the manifest's
         write included) removes the tag and raises the same ``DiskFull`` on every rank."""
         assert self.dir is not None
         ledgers: list[Any] = [None] * self.world
-        dist.all_gather_object(ledgers, (ledger.full, ledger.needed, ledger.files))
+        dist.all_gather_object(ledgers, (ledger.full, ledger.needed, ledger.files), group=group)
         full = next((f for f, _n, _files in ledgers if f is not None), None)
         needed = sum(n for _f, n, _files in ledgers)
         if self.rank == 0 and full is None:
@@ -178,13 +256,13 @@ class Checkpointer:
             write_manifest(self.dir / tag, files, manifest.write)
             full, needed = manifest.full, needed + manifest.needed
         verdict = [full, needed]
-        dist.broadcast_object_list(verdict, src=0)
+        dist.broadcast_object_list(verdict, src=0, group=group)
         full, needed = verdict
         if full is None:
             return
         if self.rank == 0:
             shutil.rmtree(self.dir / tag, ignore_errors=True)  # every rank's files: the tag was never published
-        dist.barrier()
+        dist.barrier(group=group)
         latest = read_latest(self.dir)
         raise disk_full(self.dir, f"saving {tag}", needed, key="checkpoint.dir",
                         then=f"run the same command again: it resumes from {latest or 'the start (no checkpoint yet)'}")
@@ -219,6 +297,7 @@ class Checkpointer:
             raise BloomstackError(f"checkpoint {where} could not be loaded (see DeepSpeed's log above)")
         position = megatron.position_of(client, where)
         self._restore_rng(tag, client, position["iteration"])
+        self.committed = tag_for(position["iteration"])
         return Resumed(position, dict(client.get(CALLBACKS_KEY) or {}))
 
     def _sweep(self) -> None:

@@ -10,11 +10,15 @@ disk, and ``commit`` has nothing left to flush. Its ``load`` reads with ``weight
 a file that would run code is refused in one line). It also records the files this rank wrote for the current
 tag and calls ``after_file(path)`` after each one (fault-injection tests kill the process there). ``write`` is the
 writer of the save under way (a ``SaveLedger``'s, which records each file's digest: bloomtrain.checkpoint.manifest).
+An asynchronous save sets ``host_copy`` (``HostCopier.copy``: bloomtrain.checkpoint.host_copy) and a ``write`` that
+only keeps each file's fill for later (``background.DeferredFiles``): each state DeepSpeed hands over is copied to
+host memory at once, and ``torch.save`` of that copy, which writes the same bytes, runs in the background.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from deepspeed.runtime.checkpoint_engine.checkpoint_engine import CheckpointCommitInfo, CheckpointEngine
@@ -34,11 +38,14 @@ class DurableCheckpointEngine(CheckpointEngine):
         """Files this rank wrote since the last ``create`` (one checkpoint tag)."""
         self.after_file: Callable[[str], None] | None = None
         self.write: durable.Writer = durable.write_with
+        self.host_copy: Callable[[Any], Any] | None = None
 
     def create(self, info: CheckpointCommitInfo) -> None:
         self.written = []
 
     def save(self, state_dict, path: str) -> None:
+        if self.host_copy is not None:
+            state_dict = self.host_copy(state_dict)  # training may change the live tensors once this returns
         self.write(path, lambda f: torch.save(state_dict, f, _use_new_zipfile_serialization=self.zipfile_serialization))
         self.written.append(path)
         if self.after_file is not None:
