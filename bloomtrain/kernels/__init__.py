@@ -13,8 +13,9 @@ The model calls four operations through a ``KernelSet``:
   around that softmax, q/k/v ``[b, np, s, hd]``; the dropout mask is keyed by the global head (``head_offset``:
   the model's index of q's first head; bloomtrain.kernels.dropout_mask). On CUDA the auto and fused sets run the
   Triton flash kernel (bloomtrain.kernels.flash_attention: no [s, s] tensor, dropout inside); on the CPU the fused
-  set computes it block-causally (only the lower triangle of the causal square is multiplied); the others over the full square
-  (bloomtrain.kernels.attention). The model calls ``opaque_attention``, the same op hidden from torch.compile.
+  set computes it block-causally (only the lower triangle of the causal square is multiplied); the others over the
+  full square (bloomtrain.kernels.attention). The model calls ``model_attention``: the same op, hidden from
+  torch.compile unless the set is ``traceable`` (a compiled block's).
 
 ``get_kernels(kind)`` returns the set for ``kind`` in ``{"auto", "torch", "fused", "compile", "apex"}``:
 

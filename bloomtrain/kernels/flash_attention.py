@@ -7,7 +7,8 @@ the model's ``[b, sq, h]`` view of it is free. Memory is O(s) per row: no ``[sq,
 dropout mask exist (bloomtrain.kernels.flash_triton holds the kernels and the maths).
 
 The kernels run as two ``torch.library`` custom ops (forward -> (out, lse), backward -> (dq, dk, dv)) joined by
-``register_autograd``: ``torch.compile`` of a block sees one opaque op and compiles the rest around it.
+``register_autograd``: ``torch.compile`` keeps each in a compiled block's graph (bloomtrain.model.compiled) as one
+op, which Inductor launches between its own kernels.
 
 Dropout: a Philox counter per (head, row, key) keyed by a 64-bit seed. Each call draws the seed from the torch
 generator of the tensors' device, so the run's RNG state (saved in every checkpoint, restored by activation

@@ -31,14 +31,18 @@ class KernelSet:
     bias_gelu: Callable[..., torch.Tensor]
     alibi_softmax: Callable[..., torch.Tensor]
     attention: Callable[..., torch.Tensor] | None = None
-    opaque_attention: Callable[..., torch.Tensor] = field(init=False, repr=False, compare=False)
-    """``attention`` behind ``torch.compiler.disable``: what the model calls, so that a compiled block
-    (bloomtrain.model.compiled) runs the kernel dispatch and the attention kernel eagerly, between two graphs."""
+    traceable: bool = False
+    """``attention`` may be traced by torch.compile: it decides nothing per call that a graph cannot hold (a compiled
+    block's set, bloomtrain.model.compiled, whose flash-or-reference choice was made when the block was built)."""
+    model_attention: Callable[..., torch.Tensor] = field(init=False, repr=False, compare=False)
+    """What the model calls: ``attention`` itself when ``traceable``, else ``attention`` behind
+    ``torch.compiler.disable``, so that a per-call dispatch (self-checks, fallbacks, log lines) is never traced."""
 
     def __post_init__(self) -> None:
         if self.attention is None:
             object.__setattr__(self, "attention", functools.partial(attention_reference, softmax=self.alibi_softmax))
-        object.__setattr__(self, "opaque_attention", torch.compiler.disable(self.attention))
+        attention = self.attention if self.traceable else torch.compiler.disable(self.attention)
+        object.__setattr__(self, "model_attention", attention)
 
 
 def reference_kernels() -> KernelSet:

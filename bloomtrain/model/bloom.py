@@ -153,9 +153,9 @@ class BloomAttention(nn.Module):
                 k, v = torch.cat([cache.key, k], dim=2), torch.cat([cache.value, v], dim=2)
             cache.key, cache.value = k, v
         dropout_p = self.config.attention_dropout if self.training else 0.0
-        # Opaque to torch.compile: the kernel dispatch (self-checks, fallbacks) and the kernel are never traced.
-        context = self.kernels.opaque_attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p,
-                                                head_offset=self.head_offset)
+        # Inside a compiled block's graph when its kernel set is traceable (bloomtrain.model.compiled), else opaque.
+        context = self.kernels.model_attention(q, k, v, self.slopes, 1.0 / math.sqrt(hd), mask, dropout_p,
+                                               head_offset=self.head_offset)
         context = context.transpose(1, 2).reshape(b, sq, self.local_heads * hd)  # [b, np, sq, hd] -> [b, sq, h]
         return self.dense(context)
 

@@ -88,8 +88,9 @@ class ModelConfig(BaseModel):
     PyTorch for the others (one warning each); fused: the fused kernels, an error where one fails to build or
     check; torch: PyTorch only; compile: torch.compile of the PyTorch ops; apex: NVIDIA apex where it applies."""
     compile: Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)] = "auto"
-    """torch.compile each transformer block with the attention kernel left opaque, so LayerNorm, bias + GeLU, the
-    dropouts and the residual adds become a few generated kernels around the matmuls (bloomtrain.model.compiled).
+    """torch.compile each transformer block into one graph forward and one backward, attention and TP collectives
+    inside, so LayerNorm, bias + GeLU, the dropouts and the residual adds become a few generated kernels around the
+    matmuls (bloomtrain.model.compiled).
     auto: on where the blocks run on CUDA, off on the CPU; on: on any device (the CPU needs a C++ compiler);
     off: eager. The first step's compile time is logged."""
 
