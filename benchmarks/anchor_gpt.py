@@ -7,7 +7,8 @@ betas, eps, weight decay and clipping, the same micro-batch and gradient accumul
 stock PyTorch. nn.Linear / nn.LayerNorm; SDPA causal attention (the flash kernel on a GPU, its dropout inside);
 no ALiBi (flash takes no bias: the anchor is the speed of the plain model BLOOM's attention has to match); each
 block ``torch.compile``'d; AdamW ``fused=True``; bf16 autocast over fp32 weights (``precision="bf16"``). The
-figures use bloomtrain's FLOP count (bloomtrain.metrics.flops_per_iteration, f = 3), so both MFUs compare.
+figures use bloomtrain's model FLOP count (bloomtrain.metrics.flops_per_iteration without recomputation), so
+both MFUs compare.
 """
 
 from __future__ import annotations

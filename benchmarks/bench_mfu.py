@@ -1,4 +1,4 @@
-"""TFLOP/s per device and MFU of bloomtrain's training step for a BLOOM shape, as Megatron counts them.
+"""TFLOP/s per device and MFU of bloomtrain's training step for a BLOOM shape, as Megatron-LM counts them.
 
     python benchmarks/bench_mfu.py --preset bloom-560m --anchor    # one GPU, bf16, the recipe's settings
     python benchmarks/bench_mfu.py --preset bloom-1b7 --json out.json
@@ -18,11 +18,12 @@ iterations under torch.profiler after the timed ones (bloomtrain.callbacks.profi
 device time by group, with the share of the step the GPU was busy; the anchor's two as well, summed the same way).
 The figures are the trainer's metrics (``bloomtrain.metrics``), medians over the timed iterations:
 
-- ``megatron_tflops``: Megatron-DeepSpeed's logged TFLOPs, ``24 f B s l h^2 (1 + s/(6h) + V/(16 l h))`` FLOPs
-  per iteration per second per device, ``f = 4`` with activation checkpointing (the recomputed forward
-  counted), 3 without: BLOOM-176B's "150 TFLOPs" are this number;
-- ``model_tflops``: the same with ``f = 3`` always (recomputation not counted), and ``mfu`` = model_tflops /
-  the device's dense bf16 peak (``bloomtrain.metrics.device_peak_tflops``; none on a CPU).
+- ``model_tflops``: model FLOPs per second per device as Megatron-LM counts them (``bloomtrain.metrics``:
+  ``l (72 h^2 + 6 h s) + 6 h V`` per token, the causal attention halved, forward + backward three times the
+  forward), and ``mfu`` = model_tflops / the device's dense bf16 peak (``bloomtrain.metrics.device_peak_tflops``;
+  none on a CPU);
+- ``hw_tflops`` and ``hfu``: hardware FLOPs, the same plus one more forward of every block
+  (``l (24 h^2 + 2 h s)`` per token) with activation checkpointing; equal to the model figures without it.
 """
 
 from __future__ import annotations
@@ -164,10 +165,10 @@ def measure(a: argparse.Namespace) -> dict:
         "activation_checkpointing": recompute, "micro_batch": a.mbs, "global_batch": a.gbs,
         "timed_iterations": len(steps), "kernels": m.kernels,
         "flops_per_iteration": {"model": flops_per_iteration(m, a.gbs, tp, False),
-                                "megatron": flops_per_iteration(m, a.gbs, tp, recompute)},
+                                "hardware": flops_per_iteration(m, a.gbs, tp, recompute)},
         "step_time_s": median("step_time_s"), "tokens_per_s": median("tokens_per_s"),
-        "model_tflops": median("tflops"), "megatron_tflops": median("hw_tflops"), "mfu": median("mfu"),
-        "peak_tflops": peak, "memory_gib": median("memory_gib"),
+        "model_tflops": median("tflops"), "hw_tflops": median("hw_tflops"), "mfu": median("mfu"),
+        "hfu": median("hfu"), "peak_tflops": peak, "memory_gib": median("memory_gib"),
     }
     if profile is not None:
         out["profile"] = profile
@@ -239,8 +240,8 @@ def summary(r: dict) -> str:
             f"micro-batch {r['micro_batch']} x {r['global_batch'] // r['micro_batch']}, dropout "
             f"{r['dropout']['hidden']}/{r['dropout']['attention']}, activation checkpointing "
             f"{'on' if r['activation_checkpointing'] else 'off'}: step {r['step_time_s']:.3f} s, "
-            f"{r['tokens_per_s']:,.0f} tokens/s, Megatron TFLOP/s per device {r['megatron_tflops']:.2f}, "
-            f"model TFLOP/s {r['model_tflops']:.2f}, MFU {_pct(r['mfu'])}")
+            f"{r['tokens_per_s']:,.0f} tokens/s, model TFLOP/s per device {r['model_tflops']:.2f}, MFU "
+            f"{_pct(r['mfu'])}, hardware TFLOP/s {r['hw_tflops']:.2f}, HFU {_pct(r['hfu'])}")
     for who, figures in (("", r), ("anchor ", r.get("anchor", {}))):
         if "profile" in figures:
             line += f"\n{who}{_profile_line(figures['profile'])}"

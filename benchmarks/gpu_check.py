@@ -14,9 +14,9 @@ On a machine with CUDA, in order (each a subprocess with its log in OUT/logs/, a
 4. the GPU rows of ``bench_kernels``, ``bench_model``, ``bench_head_loss`` (bloom-560m's head and loss, fused
    against unfused), ``bench_train`` and ``bench_eval`` (``--device cuda``);
 5. ``mfu-bloom-560m`` and ``mfu-bloom-1b7``: ``bench_mfu.py --anchor``, a training step of each shape on one GPU
-   in bf16 at its recipe's own settings (dropout 0.1, recompute as the recipe says; TP = PP = 1): TFLOP/s per GPU
-   as Megatron-DeepSpeed counts them (``f = 4`` with recomputation), model TFLOP/s (``f = 3``), MFU against the
-   card's dense bf16 peak, peak memory; and in the same process the plain PyTorch GPT of the same shape
+   in bf16 at its recipe's own settings (dropout 0.1, recompute as the recipe says; TP = PP = 1): model TFLOP/s
+   per GPU as Megatron-LM counts them (bloomtrain.metrics) and MFU against the card's dense bf16 peak, hardware
+   TFLOP/s (the recomputed forwards counted) and HFU, peak memory; and in the same process the plain PyTorch GPT of the same shape
    (benchmarks/anchor_gpt.py): its tokens/s, MFU and peak memory, and ours over its tokens/s; then two more
    iterations under torch.profiler (``--profile``): the device's busy share and its time by kernel group.
 
@@ -294,9 +294,9 @@ def no_cuda_line() -> str | None:
 def _figure_cells(check: CheckResult) -> str:
     """The figures a reader looks for first, one cell."""
     f = check.figures
-    if check.name.startswith("mfu-") and f.get("megatron_tflops") is not None:
+    if check.name.startswith("mfu-") and f.get("model_tflops") is not None:
         ratio = f", {f['ratio_vs_anchor']:.2f}x the anchor" if f.get("ratio_vs_anchor") is not None else ""
-        return f"{f['megatron_tflops']:.1f} TFLOP/s per GPU (Megatron), MFU {_pct(f.get('mfu'))}{ratio}"
+        return f"{f['model_tflops']:.1f} model TFLOP/s per GPU, MFU {_pct(f.get('mfu'))}{ratio}"
     if check.name == "pytest-gpu" and "tests" in f:
         return f"{f['tests']} tests, {f['failures']} failed, {f['errors']} errors, {f['skipped']} skipped"
     if check.name == "kernel-selfcheck" and f.get("checks"):
@@ -317,9 +317,9 @@ def _gib(x: float | None) -> str:
 
 def mfu_rows(report: GpuReport) -> list[str]:
     rows = ["| shape | layers x hidden, seq | TP x PP | micro x accumulation | dropout | activation checkpointing | "
-            "step s | tokens/s | TFLOP/s per GPU (Megatron) | model TFLOP/s | MFU | peak GiB | anchor tokens/s | "
+            "step s | tokens/s | model TFLOP/s | MFU | hardware TFLOP/s | HFU | peak GiB | anchor tokens/s | "
             "anchor MFU | anchor peak GiB | ours / anchor |",
-            "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in report.checks:
         f = c.figures
         if not c.name.startswith("mfu-") or f.get("step_time_s") is None:
@@ -331,9 +331,9 @@ def mfu_rows(report: GpuReport) -> list[str]:
                     f"{layout.get('tp', '?')} x {layout.get('pp', '?')} | "
                     f"{f['micro_batch']} x {f['global_batch'] // f['micro_batch']} | "
                     f"{dropout.get('hidden', '?')}/{dropout.get('attention', '?')} | "
-                    f"{'on (f = 4)' if f['activation_checkpointing'] else 'off (f = 3)'} | {f['step_time_s']:.3f} | "
-                    f"{f['tokens_per_s']:,.0f} | {f['megatron_tflops']:.1f} | {f['model_tflops']:.1f} | "
-                    f"{_pct(f.get('mfu'))} | {_gib(f.get('memory_gib'))} | {anchor_tokens} | "
+                    f"{'on' if f['activation_checkpointing'] else 'off'} | {f['step_time_s']:.3f} | "
+                    f"{f['tokens_per_s']:,.0f} | {f['model_tflops']:.1f} | {_pct(f.get('mfu'))} | "
+                    f"{f['hw_tflops']:.1f} | {_pct(f.get('hfu'))} | {_gib(f.get('memory_gib'))} | {anchor_tokens} | "
                     f"{_pct(anchor.get('mfu'))} | {_gib(anchor.get('memory_gib'))} | {ratio} |")
     return rows
 
@@ -373,9 +373,11 @@ def report_markdown(report: GpuReport) -> str:
     lines += [f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.seconds:.0f} | {_figure_cells(c)} |"
               for c in report.checks]
     lines += ["", "## Training step, one GPU", "",
-              "TFLOP/s per GPU as Megatron-DeepSpeed logs them: 24 f B s l h^2 (1 + s/(6h) + V/(16lh)) FLOPs per "
-              "iteration, f = 4 with activation checkpointing (the recomputed forward counted), 3 without; model "
-              "TFLOP/s use f = 3 always, and MFU = model TFLOP/s / the card's dense bf16 peak. The anchor: a plain "
+              "Model TFLOP/s per GPU as Megatron-LM counts them: l (72 h^2 + 6 h s) + 6 h V FLOPs per token (the "
+              "causal attention halved, forward + backward three forwards), MFU = model TFLOP/s / the card's dense "
+              "bf16 peak; hardware TFLOP/s and HFU add one more forward of every block, l (24 h^2 + 2 h s) per "
+              "token, where activation checkpointing recomputes it (docs/bloom-training.md, \"FLOPs and MFU\"). "
+              "The anchor: a plain "
               "PyTorch GPT of the same shape in the same process (SDPA causal attention without ALiBi, compiled "
               "blocks, fused AdamW, bf16 autocast, the recipe's dropout; benchmarks/anchor_gpt.py), its MFU by the "
               "same FLOP count; peak GiB: torch.cuda.max_memory_allocated of each.", "", *mfu_rows(report)]

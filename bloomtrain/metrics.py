@@ -1,16 +1,21 @@
 """Training metrics: a JSONL file (the record of truth), TensorBoard scalars and a console progress line.
 
-``Metrics`` is the writer; bloomtrain.callbacks.metrics decides what to record and when. Throughput uses
-Megatron-DeepSpeed's formula (``throughput_calculator`` in its megatron/utils.py; Narayanan et al. 2021
-eq. 3)::
+``Metrics`` is the writer; bloomtrain.callbacks.metrics decides what to record and when. Throughput counts
+FLOPs as Megatron-LM does (``num_floating_point_operations`` in its megatron/training/training.py), which for
+BLOOM's shape (multi-head attention, a GeLU MLP of width f = 4h, no gating) is, per token::
 
-    FLOPs/iteration = 24 * f * B * s * l * h^2 * (1 + s / (6 h) + V / (16 l h))
+    model FLOPs/token = 3 * 2 * (l * (4 h^2 + 2 h f + h s / 2 * 2) + h V) = l * (72 h^2 + 6 h s) + 6 h V
 
-with B the global batch (sequences), s the sequence length, l layers, h hidden size, V the padded
-vocabulary. ``f = 3`` (forward + backward) gives *model* FLOPs, used for ``tflops`` and ``mfu``;
-``f = 4`` when activation checkpointing recomputes the forward gives *hardware* FLOPs (``hw_tflops``; BLOOM's
-logged "149 TFLOPs" is this number). Recomputation is therefore not counted in MFU. TFLOP/s are per
-device: FLOPs / (step time * world size). MFU = tflops / peak, with the peak from the config or the device.
+with l layers, h hidden size, s the sequence length, V the padded vocabulary: 3 for forward, data gradient and
+weight gradient, 2 FLOPs per multiply-add, the QKV and output projections (4 h^2), the MLP (2 h f = 8 h^2), the
+two attention products halved by the causal mask (h s / 2 each), the logits (h V). Times B s tokens per iteration
+(B the global batch in sequences) gives *model* FLOPs: ``tflops`` and ``mfu``. With activation checkpointing each
+block's forward runs once more in the backward (the head and loss are not checkpointed), which *hardware* FLOPs
+count: ``hw_tflops`` and ``hfu`` add ``l * (24 h^2 + 2 h s)`` per token; without it they equal the model figures.
+TFLOP/s are per device: FLOPs / (step time * world size). MFU = tflops / peak, HFU = hw_tflops / peak, with the
+peak from the config or the device. BigScience's logs used Megatron-DeepSpeed's older formula (Narayanan et al.
+2021, eq. 3: the attention square counted in full, the logits at 3/4 of their cost; docs/bloom-training.md, "FLOPs
+and MFU", compares the two).
 Only global rank 0 writes anything; console lines go to the ``bloomtrain`` logger (bloomtrain.console).
 
 The reader is here too: ``read_metrics`` and ``summarize`` turn ``metrics.jsonl`` into a ``TrainingSummary``
@@ -45,11 +50,18 @@ _PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}  # dense bf16, per 
 START_EVENT = "throughput_formula"  # the header every launch writes first (named after its first content)
 
 
-def flops_per_iteration(model: ModelConfig, global_batch: int, tp: int, recompute: bool) -> float:
-    s, layers, h = model.seq_length, model.num_layers, model.hidden_size
+def flops_per_token(model: ModelConfig, tp: int, recompute: bool) -> float:
+    """Model FLOPs of one token's forward and backward (Megatron-LM's count; module docstring), plus one more forward
+    of every block when ``recompute`` (hardware FLOPs under activation checkpointing)."""
+    s, layers, h, ffn = model.seq_length, model.num_layers, model.hidden_size, model.ffn_hidden_size
     v = model.padded_vocab_size(tp)
-    f = 4 if recompute else 3
-    return 24.0 * f * global_batch * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    block_forward = 2 * (4 * h * h + 2 * h * ffn + h * s)  # projections, MLP, the causal half of QK^T and PV
+    return float(layers * block_forward * (4 if recompute else 3) + 3 * 2 * h * v)
+
+
+def flops_per_iteration(model: ModelConfig, global_batch: int, tp: int, recompute: bool) -> float:
+    """``flops_per_token`` times the iteration's ``global_batch * seq_length`` tokens."""
+    return float(flops_per_token(model, tp, recompute) * global_batch * model.seq_length)
 
 
 def device_peak_tflops(configured: float | None) -> float | None:
@@ -98,10 +110,11 @@ class Metrics:
         the wall-clock time, the iteration the launch starts after, its hardware and software (rank 0), and the
         precision it runs in and why (also on the console, first; ``read_precision``)."""
         recompute = self.cfg.parallel.activation_checkpointing
-        text = ("tflops/mfu: model FLOPs 24*3*B*s*l*h^2*(1 + s/(6h) + V/(16lh)) per iteration / (step time * "
-                f"world * 1e12), recomputation NOT counted; hw_tflops uses f={4 if recompute else 3} "
-                f"({'activation recomputation counted' if recompute else 'no recomputation'}); "
-                f"peak {self.peak or 'unknown'} TFLOP/s per device")
+        hardware = ("add l*(24h^2 + 2hs) per token for the recomputed block forwards" if recompute
+                    else "equal them (no recomputation)")
+        text = ("tflops/mfu: model FLOPs per token l*(72h^2 + 6hs) + 6hV (Megatron-LM's count: causal attention "
+                "halved, forward + backward = 3x) x tokens per iteration / (step time * world * 1e12), recomputation "
+                f"NOT counted; hw_tflops/hfu {hardware}; peak {self.peak or 'unknown'} TFLOP/s per device")
         if not self.enabled:
             return
         record = {"event": START_EVENT, "text": text, "time": round(time.time(), 3),
@@ -123,6 +136,7 @@ class Metrics:
         }
         if self.peak:
             out["mfu"] = out["tflops"] / self.peak
+            out["hfu"] = out["hw_tflops"] / self.peak
         return out
 
     def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:

@@ -28,7 +28,8 @@ MFU = {"preset": "bloom-560m", "shape": {"layers": 24, "hidden": 1024, "heads": 
                                          "vocab_padded": 250880},
        "layout": {"tp": 1, "pp": 1, "recipe_tp": 1, "recipe_pp": 1}, "dropout": {"hidden": 0.1, "attention": 0.1},
        "activation_checkpointing": True, "micro_batch": 4, "global_batch": 16, "step_time_s": 0.5,
-       "tokens_per_s": 65536.0, "megatron_tflops": 120.0, "model_tflops": 90.0, "mfu": 0.091, "memory_gib": 30.25,
+       "tokens_per_s": 65536.0, "hw_tflops": 120.0, "hfu": 0.121, "model_tflops": 90.0, "mfu": 0.091,
+       "memory_gib": 30.25,
        "anchor": {"step_time_s": 0.4, "tokens_per_s": 81920.0, "memory_gib": 39.0, "mfu": 0.114, "model_tflops": 112.5,
                   "timed_iterations": 8, "compiled_blocks": True, "precision": "bf16",
                   "profile": {"rank": 0, "iterations": [12, 13], "device": "cuda", "wall_ms": 800.0, "total_ms": 760.0,
@@ -183,9 +184,9 @@ def test_the_report_round_trips_through_its_json_schema_and_reads_as_markdown(tm
     md = (tmp_path / "gpu_report.md").read_text()
     assert md.startswith("# gpu-check: FAILED on 1 x NVIDIA H100 80GB HBM3")
     assert "| 570.124.06 | 12.8 |" in md and "| pytest-gpu | **FAIL** | 30 | 12 tests, 1 failed" in md
-    assert ("| bloom-560m | 24 x 1024, 2048 | 1 x 1 | 4 x 4 | 0.1/0.1 | on (f = 4) | 0.500 | 65,536 | 120.0 | 90.0 | "
-            "9.1% | 30.2 | 81,920 | 11.4% | 39.0 | 0.80x |") in md
-    assert "| mfu-bloom-560m | pass | 90 | 120.0 TFLOP/s per GPU (Megatron), MFU 9.1%, 0.80x the anchor |" in md
+    assert ("| bloom-560m | 24 x 1024, 2048 | 1 x 1 | 4 x 4 | 0.1/0.1 | on | 0.500 | 65,536 | 90.0 | 9.1% | 120.0 | "
+            "12.1% | 30.2 | 81,920 | 11.4% | 39.0 | 0.80x |") in md
+    assert "| mfu-bloom-560m | pass | 90 | 90.0 model TFLOP/s per GPU, MFU 9.1%, 0.80x the anchor |" in md
     assert "### pytest-gpu" in md and "test_cuda_layer_norm" in md
     # where the step's time goes: bench_mfu --profile's summary
     assert "| wall (the profiled steps) | 1000 | 800 |" in md and "| device busy | 80.0% | 95.0% |" in md
@@ -250,11 +251,13 @@ def test_the_mfu_bench_reports_the_trainers_figures_by_megatrons_formula():
     f = json.loads(json.dumps(run_distributed(_mfu_rank, 1, timeout_s=300)[0]))  # what --json writes
     model = ModelConfig(num_layers=2, hidden_size=64, num_heads=4, seq_length=64, vocab_size=512, pad_vocab_size_to=512)
     assert f["flops_per_iteration"] == {"model": flops_per_iteration(model, 16, 1, False),
-                                        "megatron": flops_per_iteration(model, 16, 1, True)}
+                                        "hardware": flops_per_iteration(model, 16, 1, True)}
     assert f["activation_checkpointing"] is True and f["timed_iterations"] == 3 and f["mfu"] is None
     assert f["precision"] == "fp32" and f["shape"]["vocab_padded"] == 512 and "anchor" not in f
-    # f = 4 against 3: with checkpointing Megatron's count is the model count plus one more forward
-    assert f["megatron_tflops"] == pytest.approx(f["model_tflops"] * 4 / 3, rel=1e-9)
+    # with checkpointing the hardware count adds one more forward of each block: per token, at h = s = 64, l = 2,
+    # V = 512, l (96 + 8) h^2 + 6 h V against l (72 + 6) h^2 + 6 h V
+    hw_over_model = (2 * 104 * 64**2 + 6 * 64 * 512) / (2 * 78 * 64**2 + 6 * 64 * 512)
+    assert f["hw_tflops"] == pytest.approx(f["model_tflops"] * hw_over_model, rel=1e-9)
     assert f["model_tflops"] == pytest.approx(f["flops_per_iteration"]["model"] / f["step_time_s"] / 1e12, rel=1e-9)
 
 
