@@ -40,7 +40,7 @@ PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),
 TORCH_FROM := $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
 VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 
-.PHONY: install demo ui test engines lint bench clean wheelhouse gpu-check
+.PHONY: install demo ui test engines lint bench clean wheelhouse gpu-check reference
 
 install: $(STAMP)
 
@@ -98,7 +98,7 @@ test:
 	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: install
-	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py
+	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py docs/reference/generate.py
 	$(PY) -m mypy
 
 # On a CUDA machine: build the fused kernels, run `pytest -m gpu` and the GPU rows of the benchmarks, measure
@@ -106,6 +106,11 @@ lint: install
 # Exit 0 only when every check passes; 2 (one line) on a machine without CUDA.
 gpu-check: install
 	$(PY) benchmarks/gpu_check.py --out $(GPU_REPORT)
+
+# docs/reference/: one page per command, per config model, blend.yaml and the flows' parameters, from the code
+# (tests/test_reference_docs.py fails when they are stale).
+reference: install
+	$(PY) docs/reference/generate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(DEMO_OUT)
