@@ -49,6 +49,7 @@ import numpy as np
 
 from bloomdata import durable
 from bloomdata.build.config import LOCK_FILE, REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, BuildConfig
+from bloomdata.build.plan import estimate_outputs
 from bloomdata.build.shard import (
     ShardSettings,
     load_marker,
@@ -58,9 +59,10 @@ from bloomdata.build.shard import (
     tokenize_shard,
 )
 from bloomdata.build.summary import BuildSummary, OutputStats, ShardCounts, ShardManifest
+from bloomdata.dry_run import PlannedFile, where_text
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.executor import Placement
-from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, strict_error
+from bloomdata.jobs.runner import JobFiles, JobPlan, JobPreview, ShardedJob, strict_error
 from bloomdata.megatron.indexed import (
     IndexedDataset,
     IndexedDatasetWriter,
@@ -149,7 +151,7 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
         shards = self.shard_plan.shards
         if not shards:
             raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
-        tok = load_tokenizer(config.tokenizer)
+        self.tokenizer = tok = load_tokenizer(config.tokenizer)
         self.tokenizer_sha = tokenizer_identity(config.tokenizer)
         if config.append_eod:
             eod_id(tok, config.eod_token)  # fails now, not in every worker, when the tokenizer has no such token
@@ -166,10 +168,15 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
         keys = [durable.content_key(identity) for identity in self.identities]
         fingerprint = durable.content_key([keys, sorted(self.names), config.max_reject_examples])
         where = Placement(config.workers, config.scheduler, client, config.progress)
-        super().__init__(JobPlan(out_dir, shards, keys, fingerprint, where, config.strict))
+        super().__init__(JobPlan(out_dir, shards, keys, fingerprint, where, config.strict,
+                                 self.shard_plan.shard_bytes))
 
     def load_marker(self, shard: Shard, key: str) -> ShardManifest | None:
         return load_marker(self.plan.out_dir, shard, key)
+
+    def planned_outputs(self) -> list[PlannedFile]:
+        return estimate_outputs(self.config, self.plan.shards, self.tokenizer, self.dtype, self.names,
+                                self.plan.out_dir)
 
     def first_stage_bytes(self, shard: Shard, manifest: ShardManifest) -> int:
         return sum(p.bin_bytes + p.idx_bytes for p in manifest.outputs.values())
@@ -287,3 +294,9 @@ def run_build(config: BuildConfig, client: Any = None) -> BuildSummary:
     ``config.scheduler`` or a LocalCluster of ``config.workers``).
     """
     return BuildJob(config, client).run()
+
+
+def dry_run_build(config: BuildConfig) -> JobPreview:
+    """What ``run_build(config)`` would do (``--dry-run``): inputs, shards, outputs and their estimated sizes, with
+    nothing written and no cluster started (``bloomdata.build.plan`` estimates the sizes)."""
+    return BuildJob(config).preview(where_text(config.workers, config.scheduler))

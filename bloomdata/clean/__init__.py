@@ -2,7 +2,7 @@
 redaction, on Dask; config, per-shard steps, band joins, run, summary and report."""
 
 from bloomdata.clean.config import DATA_DIR, PRESETS, REMOVED_FILE, SUMMARY_FILE, CleanConfig
-from bloomdata.clean.run import run_clean
+from bloomdata.clean.run import dry_run_clean, run_clean
 from bloomdata.clean.summary import CleanSummary, format_summary
 
 # This package's files in layers, lowest first: a file imports only files of lower layers (every import, those
@@ -19,4 +19,4 @@ LAYERS = (
     "__init__",
 )
 
-__all__ = ["DATA_DIR", "PRESETS", "REMOVED_FILE", "SUMMARY_FILE", "CleanConfig", "CleanSummary", "format_summary", "run_clean"]
+__all__ = ["DATA_DIR", "PRESETS", "REMOVED_FILE", "SUMMARY_FILE", "CleanConfig", "CleanSummary", "dry_run_clean", "format_summary", "run_clean"]

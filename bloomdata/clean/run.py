@@ -64,10 +64,19 @@ from bloomdata.clean.summary import (
     WriteManifest,
 )
 from bloomdata.disk import tree_bytes
+from bloomdata.dry_run import PlannedFile, where_text
 from bloomdata.errors import BloomstackError
 from bloomdata.jobs.executor import Placement
-from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, Where, strict_error
-from bloomdata.readers import REJECT_REASONS, Reject, Shard, file_line_offsets, no_documents_error, plan_job
+from bloomdata.jobs.runner import JobFiles, JobPlan, JobPreview, ShardedJob, Where, strict_error
+from bloomdata.readers import (
+    REJECT_REASONS,
+    Reject,
+    Shard,
+    file_line_offsets,
+    no_documents_error,
+    output_name_of,
+    plan_job,
+)
 
 
 def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: dict[str, list[str]]) -> dict[str, Any]:
@@ -117,7 +126,8 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         """Everything that can fail on user input (missing inputs, models or word lists, an output holding an
         input) fails here, before anything is written."""
         self.started = time.perf_counter()
-        shards = plan_job(config).shards
+        shard_plan = plan_job(config)
+        shards = shard_plan.shards
         if not shards:
             raise BloomstackError("no input files found; check the paths of sources", keys=["sources"])
         self.config = config = check_models(config)
@@ -128,7 +138,8 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
                                            config.near_dedup.enabled, config.simhash.enabled,
                                            config.template_dedup.model_dump()])
         where = Placement(config.workers, config.scheduler, client, config.progress)
-        super().__init__(JobPlan(os.path.abspath(config.out_dir), shards, keys, fingerprint, where, config.strict))
+        super().__init__(JobPlan(os.path.abspath(config.out_dir), shards, keys, fingerprint, where, config.strict,
+                                 shard_plan.shard_bytes))
         self.stage_seconds: dict[str, float] = {}  # filter, join, resolve, write, report (wall)
         self.totals = _Totals()
 
@@ -137,6 +148,16 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
 
     def first_stage_bytes(self, shard: Shard, manifest: FilterManifest) -> int:
         return tree_bytes(shard_dir(self.plan.out_dir, shard))
+
+    def planned_outputs(self) -> list[PlannedFile]:
+        """Each shard's part per language (``<lang>``: the languages its rows name) and the run's own files; their
+        sizes depend on what the filters keep, so only the peak disk space is estimated."""
+        fmt, out = self.config.output_format, self.plan.out_dir
+        parts = [PlannedFile(path=os.path.join(out, write.part_name(output_name_of(s.lang) if s.lang else "<lang>",
+                                                                    i, s, fmt)), lang=s.lang)
+                 for i, s in enumerate(self.plan.shards)]
+        return [*parts, *(PlannedFile(path=os.path.join(out, name))
+                          for name in (REMOVED_FILE, REPORT_MD, REPORT_PNG, SUMMARY_FILE))]
 
     def intact(self, summary: CleanSummary) -> bool:
         for output in summary.outputs.values():
@@ -229,6 +250,12 @@ def run_clean(config: CleanConfig, client: Any = None) -> CleanSummary:
     ``config.scheduler`` or a LocalCluster of ``config.workers``, one for every stage).
     """
     return CleanJob(config, client).run()
+
+
+def dry_run_clean(config: CleanConfig) -> JobPreview:
+    """What ``run_clean(config)`` would do (``--dry-run``): inputs, shards, outputs and the peak disk space, with
+    nothing written and no cluster started."""
+    return CleanJob(config).preview(where_text(config.workers, config.scheduler))
 
 
 def _refuse_rejects(out_dir: str, shards: list[Shard], manifests: list[FilterManifest]) -> None:

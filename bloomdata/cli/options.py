@@ -255,6 +255,7 @@ class Sources:
     overrides: bool = False  # KEY=VALUE positionals, on top of everything
     override_example: str = ""  # two overrides of this command's own keys, for the help
     presets: dict[str, Any] = field(default_factory=dict)  # --preset NAME: a shipped config file by name
+    dry_run: str = ""  # --dry-run's help: what the command's plan shows ("": the command has no --dry-run)
 
 
 FLAGS_ONLY = Sources(file=False)
@@ -293,6 +294,9 @@ class ConfigParser(Generic[M]):
             self.add_argument("--print-config", action="store_true",
                               help="print the resolved config (defaults <- --config <- flags <- overrides) as YAML "
                                    "and exit; --config takes that YAML back")
+        if sources.dry_run:
+            self.add_argument("--dry-run", action="store_true",
+                              help=f"print the plan ({sources.dry_run}) and exit, with nothing written")
         if sources.overrides:
             self.parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                                      help="dotted overrides on top of everything, values parsed as YAML"

@@ -46,6 +46,7 @@ from pydantic import BaseModel
 from bloomdata import durable
 from bloomdata.config_loader import derive
 from bloomdata.disk import DiskFull, disk_full, is_disk_full
+from bloomdata.dry_run import Inputs, PlannedFile, inputs_of
 from bloomdata.errors import BloomstackError, ClusterLost
 from bloomdata.readers import Reject, Shard, input_bytes
 from bloomdata.readers.fs import is_remote
@@ -115,6 +116,22 @@ class JobPlan:
     fingerprint: str  # content key of everything that determines the outputs
     where: Where
     strict: bool = False
+    shard_bytes: int | None = None  # the size large files were cut to (None: not cut by size)
+
+
+class JobPreview(BaseModel):
+    """What a job would do (``--dry-run``), decided by the same planning as its run, with nothing written."""
+
+    out_dir: str
+    out_dir_exists: bool
+    up_to_date: bool  # an earlier run's summary matches and its outputs are intact: the run would do nothing
+    inputs: Inputs
+    shards: int
+    shards_done: int  # shards whose completion marker a run would reuse
+    shard_bytes: int | None  # the size large files are cut to (None: not cut by size)
+    workers: str  # where the steps would run
+    outputs: list[PlannedFile]  # the files it would write, with estimated sizes
+    peak_disk_bytes: int  # about the space the rest of the job needs at its peak (the runner's own estimate)
 
 
 class ShardedJob(ABC, Generic[S, M]):
@@ -222,6 +239,22 @@ class ShardedJob(ABC, Generic[S, M]):
         return disk_full(self.plan.out_dir, f"this {self.files.writer}", self.space_needed(), estimated=True,
                          key="out_dir", then=f"run the same command again ({done} of {total} {self.files.marked} "
                                              "done: it reuses them)")
+
+    def planned_outputs(self) -> list[PlannedFile]:
+        """The files the job would write, with estimated sizes where the job can tell (``preview``)."""
+        return []
+
+    def preview(self, workers: str) -> JobPreview:
+        """The plan (``--dry-run``): reads the inputs' sizes and any earlier run's markers; writes nothing, starts
+        no cluster. ``workers``: where the steps would run, in words."""
+        p = self.plan
+        exists = os.path.isdir(p.out_dir)
+        up_to_date = exists and self.previous() is not None
+        return JobPreview(out_dir=p.out_dir, out_dir_exists=exists, up_to_date=up_to_date,
+                          inputs=inputs_of(p.shards), shards=len(p.shards), shards_done=self.marked() if exists else 0,
+                          shard_bytes=p.shard_bytes,
+                          workers=workers, outputs=self.planned_outputs(),
+                          peak_disk_bytes=0 if up_to_date else self.space_needed())
 
     def previous(self) -> S | None:
         """The summary of an earlier run with this fingerprint whose outputs are intact; None otherwise."""
