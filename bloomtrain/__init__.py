@@ -6,7 +6,7 @@
 LAYERS = (
     "config console environment exit_record measures hf_import",  # the typed config; records; formulas
     "data engine inputs precision provenance recovery schedules generate",
-    "train_module metrics agent slurm export",
+    "train_module metrics agent slurm export plan",
     "trainer launcher",  # the loop; the torchrun agent's launcher
     "train",  # the composition root
     "__init__",

@@ -21,7 +21,6 @@ from bloomdata.build import BuildConfig, dry_run_build, format_summary, run_buil
 from bloomdata.cli.options import ConfigParser, Sources
 from bloomdata.dry_run import print_plan
 
-
 DRY_RUN = "inputs, shards, output files and their sizes estimated from a sample"
 
 

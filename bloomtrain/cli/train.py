@@ -3,7 +3,8 @@
 Run it under torchrun or the DeepSpeed launcher (one process per device); without a launcher it runs as a
 single process. The ``TrainConfig`` comes from the YAML, then the flags generated from the model
 (``--optim.lr 1e-4``, ``--schedule.train-iters 50``), then ``key.sub=value`` overrides (values parsed as
-YAML); ``bloomtrain.train.run`` does the rest.
+YAML); ``bloomtrain.train.run`` does the rest. ``--dry-run`` prints the plan (``bloomtrain.plan``: the parallel
+layout for ``WORLD_SIZE`` processes, parameters, memory per GPU, iterations and tokens) and exits.
 
 Exit record: each rank writes how it ended (finished, time budget, signal, kill switch, config or input
 error, full disk, damaged checkpoint, failure: bloomtrain.exit_record) into ``BLOOMTRAIN_EXIT_DIR`` (default ``<checkpoint.dir>/exits``);
@@ -25,6 +26,7 @@ from collections.abc import Iterator
 
 from bloomdata.cli.options import ConfigParser, Sources
 from bloomdata.disk import DiskFull, raising_disk_full
+from bloomdata.dry_run import print_plan
 from bloomdata.errors import BloomstackError
 from bloomtrain.checkpoint.manifest import CheckpointDamaged
 from bloomtrain.checkpoint.tags import read_latest
@@ -35,9 +37,28 @@ from bloomtrain.launcher import die_with_agent
 
 
 def parser() -> ConfigParser[TrainConfig]:
-    return ConfigParser(TrainConfig, "bloomtrain train", __doc__.split("\n\n")[0], nested=True,
-                        sources=Sources(file_required=True, overrides=True,
+    p = ConfigParser(TrainConfig, "bloomtrain train", __doc__.split("\n\n")[0], nested=True,
+                        sources=Sources(file_required=True, overrides=True, dry_run=DRY_RUN,
                                         override_example="optim.lr=1e-4 schedule.rampup_batch_size=[32,32,1000]"))
+    p.add_argument("--json", action="store_true", help="print the --dry-run plan as JSON instead of text")
+    return p
+
+
+DRY_RUN = ("the TP/PP/DP layout for WORLD_SIZE processes, micro-batches, parameters, memory per GPU with and "
+           "without recomputation, iterations and tokens")
+
+
+def dry_run(cfg: TrainConfig, as_json: bool) -> int:
+    """Print the plan of ``cfg`` (bloomtrain.plan) after the input checks; no process group, nothing written."""
+    import torch  # noqa: PLC0415 - `bloomtrain train --help` stays fast
+
+    from bloomtrain.plan import plan_training  # noqa: PLC0415 - imports DeepSpeed
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    check_inputs(cfg)
+    print_plan("bloomtrain train", plan_training(cfg), as_json)
+    return 0
 
 
 def warn_shared_store() -> None:
@@ -106,7 +127,9 @@ def main(argv: list[str]) -> int:
     recorder = Recorder.from_env()
     with recorded(recorder):
         die_with_agent()
-        cfg, _ = parser().parse(argv)
+        cfg, args = parser().parse(argv)
+        if args.dry_run:
+            return dry_run(cfg, args.json)
         ckpt = cfg.checkpoint.dir
         recorder.open(ckpt, read_latest(ckpt) if ckpt and cfg.checkpoint.load else None)
         check_inputs(cfg)
