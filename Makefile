@@ -98,7 +98,7 @@ test:
 	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 lint: install
-	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py docs/reference/generate.py
+	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py docs/reference/generate.py docs/examples
 	$(PY) -m mypy
 
 # On a CUDA machine: build the fused kernels, run `pytest -m gpu` and the GPU rows of the benchmarks, measure

@@ -136,7 +136,9 @@ def test_the_help_examples_are_commands_that_run_here():
 def test_the_sh_blocks_run(demo_run, tmp_path):
     clone = _sandbox(tmp_path, demo_run.out)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "PREFECT_HOME": str(tmp_path / "prefect-home")}
+           "PREFECT_HOME": str(tmp_path / "prefect-home"),
+           # a flow run by a page starts Prefect's temporary server: its 20 s default is short on 2 busy cores
+           "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120"}
     env.pop("PREFECT_API_URL", None)
     ran = 0
     for page in PAGES:
