@@ -69,8 +69,8 @@ class TrainModule:
         """One optimizer step; reads exactly global batch / (micro batch x DP) micro-batches from ``batches``."""
         start = time.perf_counter()
         # The step's one host sync on purpose: the loss (a device scalar) is read here, so the step time below
-        # is the device's time and the callbacks (metrics, spikes, skips) get a float. DeepSpeed's BF16
-        # optimizer has already synced on the global norm to decide on the skip, so the reads below are free.
+        # is the device's time and the callbacks (metrics, spikes, skips) get a float. The BF16 optimizer has
+        # already read the global norm to decide on the skip (a float now), so the reads below are free.
         loss = float(self.engine.train_batch(data_iter=batches))
         step_time = time.perf_counter() - start
         norm = self.engine.get_global_grad_norm()

@@ -2,7 +2,7 @@
 device, is listed below with its reason (issue 27: "any other per-step host sync gets a reason or goes").
 
 On a GPU each such read waits for the device's queue to drain, and the host then issues nothing until it returns:
-one per step is the floor (the loss, and DeepSpeed's decision to skip a non-finite step). The count runs on the CPU
+one per step is the floor (the loss, and the optimizer's decision to skip a non-finite step). The count runs on the CPU
 with gloo: a callback opens a window at iteration 3's first hook and closes it at iteration 4's, and meanwhile every
 Python-level value read (``item``, ``tolist``, ``bool``/``float``/``int``/``index`` of a tensor, ``numpy``) and
 every ``synchronize`` of DeepSpeed's accelerator or of torch.cuda is recorded with the first caller outside torch.
@@ -35,12 +35,9 @@ EXPECTED = {
     "bloomtrain/train_module.py:train_step":
         "the step's one wait on purpose: the loss as a float, for the step time and the callbacks (the grad "
         "norm read after it is free)",
-    "deepspeed/runtime/utils.py:is_invalid_grad_norm":
-        "DeepSpeed's BF16 optimizer decides on the host whether to skip a non-finite step",
-    "deepspeed/runtime/utils.py:clip_tensors_by_global_norm":
-        "DeepSpeed's clip (``clip_coef < 1``), right after the norm's read: the device's queue is already empty",
-    "deepspeed/runtime/bf16_optimizer.py:step":
-        "host tensors: torch's AdamW reads its step counts (on the host unless fused or capturable)",
+    "bloomtrain/bf16_optimizer.py:step":
+        "the global norm, read once: the engine decides on the host whether to skip a non-finite step (the clip "
+        "stays on the device; fused AdamW keeps its step counts there)",
     "bloomtrain/callbacks/stop_requests.py:check":
         "host tensor with one rank or gloo: the stop flags (NCCL: a round trip of 12 bytes after the loss's wait)",
 }
@@ -106,7 +103,7 @@ def _counter() -> list[Callback]:
 
 @pytest.mark.parametrize(("tp", "pp"), [(1, 1), (1, 2), (2, 1)], ids=["one-rank", "pp2", "tp2"])
 def test_every_host_sync_of_a_step_has_a_reason(tp, pp):
-    """bf16 (DeepSpeed's BF16 optimizer, ZeRO-1), clipping on, iteration 3 of 4: the sites are the list above."""
+    """bf16 (the lean BF16 optimizer, ZeRO-1), clipping on, iteration 3 of 4: the sites are the list above."""
     overrides = [*EXACT, *FORCE_BF16, "schedule.train_iters=4", f"parallel.tp={tp}", f"parallel.pp={pp}"]
     runs = run_distributed(train_rank, tp * pp, overrides, None, _counter, timeout_s=300)
     union: set[str] = set()

@@ -122,9 +122,10 @@ def test_tp2_pp2_dp2(single):
 
 
 def test_bf16_builds_blooms_bf16_optimizer(single):
-    """bf16: DeepSpeed's BF16_Optimizer with fp32 accumulation; losses track fp32 at bf16 precision."""
+    """bf16: DeepSpeed's BF16_Optimizer (its lean-step subclass) with fp32 accumulation; losses track fp32 at bf16
+    precision."""
     r = _run(1, [*EXACT, *FORCE_BF16, "parallel.activation_checkpointing=true"])[0]
-    assert r["optimizer"] == "BF16_Optimizer"
+    assert r["optimizer"] == "LeanBF16Optimizer"
     assert r["grad_acc_dtype"] == "torch.float32"
     for i in range(1, 4):
         assert math.isfinite(r["losses"][i])
