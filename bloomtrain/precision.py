@@ -2,8 +2,8 @@
 
 ``optim.precision: bf16`` is what a GPU run gets. A CPU trains bf16 at speed only with native bf16 units
 (x86 AVX512-BF16 or AMX-BF16, Arm's BF16 extension); without them (an AVX2-only x86 such as AMD Zen 2, or
-AVX-512 without BF16) oneDNN and ATen emulate bf16 and every matmul runs several times *slower* than fp32
-(a 1024x1024 matmul on one thread of an AVX2 EPYC: 6.1 s in bf16 against 55 ms in fp32). There a bf16
+AVX-512 without BF16) oneDNN and ATen emulate bf16 and every matmul runs many times *slower* than fp32
+(docs/install.md, "Precision that fits the hardware"). There a bf16
 config trains in fp32 instead, and says so: one log line on rank 0, its ``precision`` in each launch's header in
 ``metrics.jsonl`` (``bloomtrain.metrics.read_precision``), and the checkpoint's ``train_config`` holds what ran.
 ``optim.force_bf16: true`` keeps bf16 on any CPU (the tests of bf16 numerics set it).

@@ -129,8 +129,8 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
     cfg = precision.apply(cfg)
     if device == "cpu":
         # x86 CPUs take a microcode assist on every denormal operand: fp32 training steps, whose small
-        # gradients and attention probabilities make many, run several times slower without this
-        # (4x measured on the project's 2-vCPU EPYC). Flushing changes values below 1.2e-38 only.
+        # gradients and attention probabilities make many, run several times slower without this.
+        # Flushing changes values below 1.2e-38 only.
         torch.set_flush_denormal(True)
     rank, world = dist.get_rank(), dist.get_world_size()
     precheck = start_check(cfg)  # the digests of the checkpoint to resume from, checked while the engine is built

@@ -77,8 +77,8 @@ CONNECT_TIMEOUT_S = 30  # to reach an existing scheduler and see at least one wo
 WORKERS_GONE_S = 30.0  # an external scheduler without any worker this long, mid-run: the worker set is lost
 POLL_S = 2.0  # how often run_shards checks the workers while no task finishes
 # Tasks run_shards keeps submitted and not yet taken, at least (or 4 per worker thread, when more): the
-# scheduler holds each submitted task's spec (~8-12 KB measured, more with a large fn), so a job of 100,000
-# shards submitted at once held ~1 GB in the driver before the first result.
+# scheduler holds each submitted task's spec (kilobytes each, more with a large fn), so a job of 100,000
+# shards submitted at once would hold about a gigabyte in the driver before the first result.
 SUBMIT_WINDOW = 512
 
 

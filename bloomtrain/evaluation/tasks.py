@@ -81,7 +81,7 @@ def _one_line(exc: BaseException) -> str:
 
 def task_manager(task_paths: Sequence[str] = (), tasks: Sequence[str] = ()):
     """lm-eval's ``TaskManager`` for ``tasks``, one per process for the same YAML files. Its index of lm-eval's own
-    tasks parses every task YAML lm-eval ships (14,683 names in 0.4.13: 12.5 s on a 2-vCPU machine), which a run of
+    tasks parses every task YAML lm-eval ships (over 14,000 names: seconds of start-up), which a run of
     several models paid once per model. When every name in ``tasks`` is a task of the YAMLs in ``task_paths`` (an
     offline run's local tasks), the index of those YAMLs alone serves: loading a task reads its own YAML (and what
     that includes) by path, never the index of lm-eval's. Groups and tags, which name other tasks, take both."""

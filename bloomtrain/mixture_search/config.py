@@ -44,8 +44,8 @@ DEFAULT_SPLIT = "90,10,0"  # the pipeline blend stage's: every demo language kee
 
 def default_proxy_config() -> TrainConfig:
     """The built-in proxy: a 2-layer BLOOM (hidden 128, 8 heads, 64-token samples), fp32 with PyTorch kernels
-    (no kernel build per proxy; bf16 is several times slower than fp32 on AVX2-only CPUs). On one core of the
-    project's 2-core EPYC it trains ~18k tokens/s, so a 600k-token proxy takes ~35 s plus ~5 s of start-up."""
+    (no kernel build per proxy; bf16 is several times slower than fp32 on AVX2-only CPUs): small enough that a
+    proxy of a few hundred thousand tokens trains in under a minute on one CPU core (benchmarks/RESULTS.md)."""
     return TrainConfig(
         model=PRESETS["tiny"](num_layers=2, hidden_size=128, num_heads=8, seq_length=64, kernels="torch"),
         optim=OptimConfig(precision="fp32", lr=3e-3, min_lr=3e-4, weight_decay=0.01),

@@ -3,8 +3,8 @@
 Three regressors, fitted per dataset (one target each; the objective is a weighted sum of the predictions).
 Each sees every dataset's epochs in the proxies (weight x proxy tokens / the dataset's tokens; ``scale`` is the
 epochs per unit of weight), so that predicted loss can rise with weight where a small dataset is repeated
-until it overfits, as measured (issue 30: de at 0.076 -> 0.116 of the blend went from 4.20 to 4.33 bits per
-byte); a fit monotone in the weight predicts the opposite and proposes exactly that.
+until it overfits (docs/mixture-search.md, "What a search does"); a fit monotone in the weight predicts the opposite and
+proposes exactly that.
 
 - ``lightgbm``: gradient-boosted trees on the weights and the epochs, as RegMix (sail-sg/regmix,
   regression.ipynb). RegMix fits 512+ proxies with LightGBM's defaults; a search of 16 has a few per leaf at
