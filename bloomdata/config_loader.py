@@ -42,6 +42,8 @@ from bloomdata.errors import BloomstackError, FieldValueError
 
 M = TypeVar("M", bound=BaseModel)
 Key = tuple[str | int, ...]  # a dotted key as a path: ("sources", 0, "paths")
+# The help of every command's `dashboard` field (bloomdata.jobs.executor.dask_client serves it; default off)
+DASHBOARD = "serve the Dask dashboard of the LocalCluster (:8787, another port when taken) and print its link"
 
 
 def cli_option(*flags: str, metavar: str | None = None, positional: bool = False, off: Sequence[str] = (),

@@ -45,7 +45,7 @@ def inputs_of(shards: Iterable[Shard]) -> Inputs:
 
 
 def where_text(workers: int, scheduler: str | None) -> str:
-    """Where a job's steps would run, in words (as ``bloomdata.jobs.executor.Placement`` decides)."""
+    """Where a job's steps would run, in words (as ``bloomdata.jobs.placement.Placement`` decides)."""
     if scheduler:
         return f"the Dask scheduler at {scheduler}"
     return f"a local Dask cluster of {workers} worker processes" if workers else "this process"

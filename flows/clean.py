@@ -99,7 +99,7 @@ def clean_flow(config: CleanStageConfig = CleanStageConfig(), upstream: list[str
     done)."""
     out = Path(config.out_dir).resolve()
     # What the output is made of: not how it runs (the output is the same for any workers or cluster).
-    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler"}), upstream=upstream or [],
+    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler", "dashboard"}), upstream=upstream or [],
                     inputs=input_files(config))
     stage = Stage("clean", out, key, CleanSummary, config)
     return stage.run(lambda: _clean(derive(config, out_dir=str(out))), publish=clean_artifacts,

@@ -149,7 +149,7 @@ def dataset_flow(config: BuildConfig = demo_build_config(), upstream: list[str] 
     tokenizer = Path(config.tokenizer)
     tokenizer_file = tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
     # What the output is made of: not how it runs (the output is the same for any workers or cluster).
-    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler"}),
+    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler", "dashboard"}),
                     upstream=upstream or [], inputs=[*source_files(config.sources), tokenizer_file])
     stage = Stage("dataset", out, key, BuildSummary, config)
     return stage.run(lambda: _build(derive(config, out_dir=str(out))), publish=tokens_artifact,

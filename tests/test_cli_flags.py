@@ -327,3 +327,13 @@ def test_every_key_a_library_error_names_is_a_flag_of_some_command():
             flags |= {".".join(map(str, o.key)) for o in made.options if o.flags}
     missing = {key: where for key, where in named.items() if key not in flags}
     assert not missing, f"keys no command has a flag for: {missing}"
+
+
+@pytest.mark.parametrize("command", ["bloomdata build", "bloomdata clean", "bloomdata train-tokenizer",
+                                     "bloomtrain mixture-search"])
+def test_dashboard_flag_on_every_command_that_starts_a_dask_cluster(command):
+    """`--dashboard` sets the typed `dashboard` field (default off) that bloomdata.jobs hands to its LocalCluster."""
+    parser = _parser(command)
+    option = next(o for o in parser.options if o.key == ("dashboard",))
+    assert option.flags == ["--dashboard"] and option.kind == "bool"
+    assert parser.model.model_fields["dashboard"].default is False

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from bloomdata.config_loader import cli_option
+from bloomdata.config_loader import DASHBOARD, cli_option
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
 MARKER_VERSION = 2  # bump when the shard output format changes: every old marker becomes invalid
@@ -36,6 +36,7 @@ class BuildConfig(BaseModel):
                          "worker count the shards are planned for (with --scheduler too)")
     scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
                                   json_schema_extra=cli_option(metavar="ADDR"))
+    dashboard: bool = Field(default=False, description=DASHBOARD)
     shard_bytes: ShardBytes = shard_bytes_field()
     max_rows_per_shard: int | None = Field(default=None, ge=1, description="cut larger files into row ranges "
                                            "instead of by size (planning counts every row)")

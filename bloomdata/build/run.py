@@ -61,7 +61,7 @@ from bloomdata.build.shard import (
 from bloomdata.build.summary import BuildSummary, OutputStats, ShardCounts, ShardManifest
 from bloomdata.dry_run import PlannedFile, where_text
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.placement import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, JobPreview, ShardedJob, strict_error
 from bloomdata.megatron.indexed import (
     IndexedDataset,
@@ -167,7 +167,7 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
         self.identities = [shard_key(s, self.tokenizer_sha, self.settings) for s in shards]
         keys = [durable.content_key(identity) for identity in self.identities]
         fingerprint = durable.content_key([keys, sorted(self.names), config.max_reject_examples])
-        where = Placement(config.workers, config.scheduler, client, config.progress)
+        where = Placement(config.workers, config.scheduler, client, config.progress, config.dashboard)
         super().__init__(JobPlan(out_dir, shards, keys, fingerprint, where, config.strict,
                                  self.shard_plan.shard_bytes))
 

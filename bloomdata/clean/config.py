@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from bloomdata.config_loader import cli_option, close_name_hint, fields_of
+from bloomdata.config_loader import DASHBOARD, cli_option, close_name_hint, fields_of
 from bloomdata.errors import FieldValueError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
 
@@ -458,6 +458,7 @@ class CleanConfig(BaseModel):
                                      "shards are planned for (with --scheduler too)")
     scheduler: str | None = Field(default=None, description="tcp://host:port of an existing Dask scheduler",
                                   json_schema_extra=not_in_key(metavar="ADDR"))
+    dashboard: bool = Field(default=False, description=DASHBOARD, json_schema_extra=not_in_key())
     shard_bytes: ShardBytes = shard_bytes_field(shard_key=False)  # in the plan (the shard names its bytes)
     max_rows_per_shard: int | None = Field(default=None, ge=1, json_schema_extra=not_in_key(),  # in the plan
                                            description="cut larger files into row ranges instead of by size "

@@ -66,7 +66,7 @@ from bloomdata.clean.summary import (
 from bloomdata.disk import tree_bytes
 from bloomdata.dry_run import PlannedFile, where_text
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.placement import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, JobPreview, ShardedJob, Where, strict_error
 from bloomdata.readers import (
     REJECT_REASONS,
@@ -137,7 +137,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         fingerprint = durable.content_key([keys, config.output_format, config.exact_dedup.enabled,
                                            config.near_dedup.enabled, config.simhash.enabled,
                                            config.template_dedup.model_dump()])
-        where = Placement(config.workers, config.scheduler, client, config.progress)
+        where = Placement(config.workers, config.scheduler, client, config.progress, config.dashboard)
         super().__init__(JobPlan(os.path.abspath(config.out_dir), shards, keys, fingerprint, where, config.strict,
                                  shard_plan.shard_bytes))
         self.stage_seconds: dict[str, float] = {}  # filter, join, resolve, write, report (wall)

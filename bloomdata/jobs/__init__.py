@@ -2,8 +2,9 @@
 
 - ``runner.py``: ``ShardedJob`` (lock, stray temps, up-to-date check, output-holds-an-input check, the first
   stage's reuse of marked shards, the summary as the job's marker), ``strict_error`` (the one --strict message);
-- ``executor.py``: ``Placement`` (one Dask client for a run's stages, with progress bars), ``run_shards`` and
-  ``dask_client``, the only module of bloomdata that imports Dask.
+- ``executor.py``: ``run_shards`` and ``dask_client`` (the dashboard on request), the only module of bloomdata
+  that imports Dask;
+- ``placement.py``: ``Placement`` (one Dask client for a run's stages, with progress bars).
 
 A lost cluster is ``bloomdata.errors.ClusterLost``.
 """
@@ -14,5 +15,6 @@ A lost cluster is ``bloomdata.errors.ClusterLost``.
 LAYERS = (
     "runner",
     "executor",
+    "placement",
     "__init__",
 )

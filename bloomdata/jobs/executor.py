@@ -1,16 +1,15 @@
 """Run one function over many shards on Dask: the only module of bloomdata that imports dask/distributed.
 
-``Placement`` is where a job's stages run (``bloomdata.jobs.runner.Where``): a caller's client, an existing
-scheduler, a LocalCluster opened once for the whole run when a stage first has work, or this process
-(``workers=0``), each stage with a progress bar.
+``bloomdata.jobs.placement.Placement`` (where a job's stages run) opens its cluster here.
 
 ``run_shards(fn, items, ...)`` is the executor half of datatrove's step/executor split: ``fn`` is a pure,
 idempotent, importable step (``bloomdata.build.shard.tokenize_shard``) that takes a shard and returns a small
 manifest; this module only decides *where* it runs. Choices and their reasons:
 
 - A ``distributed.LocalCluster`` of N worker *processes* with one thread each (the tokenizer's Python
-  glue, JSON parsing and the writers hold the GIL, so threads would not scale) and the dashboard off; or
-  an existing cluster (``scheduler_address``), or a caller's ``Client`` (tests and flows share one).
+  glue, JSON parsing and the writers hold the GIL, so threads would not scale), its dashboard off unless
+  asked (``dashboard``: Dask's :8787, another port when taken; the link printed in one line); or an existing
+  cluster (``scheduler_address``), or a caller's ``Client`` (tests and flows share one).
   ``n_workers=0`` runs in the calling process, for debugging.
 - Workers get ``TOKENIZERS_PARALLELISM=false``: parallelism comes from processes, and Rayon threads on top
   would oversubscribe the cores. A LocalCluster sets it at worker start (Nanny ``env``; Dask's
@@ -48,6 +47,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import importlib.util
 import logging
 import os
 import queue
@@ -62,7 +62,6 @@ from dask.utils import funcname
 from distributed import Client, LocalCluster, WorkerPlugin, get_worker, worker_client
 from distributed.client import AllExit, FutureCancelledError
 from distributed.scheduler import KilledWorker
-from tqdm import tqdm
 
 from bloomdata.disk import DiskFull, is_disk_full
 from bloomdata.environ import environ_restored
@@ -137,8 +136,9 @@ class _WorkerEnv(WorkerPlugin):
 
 
 @contextlib.contextmanager
-def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Iterator[Client]:
-    """A Client on a fresh LocalCluster (closed on exit) or on an existing scheduler."""
+def dask_client(n_workers: int = 2, scheduler_address: str | None = None, dashboard: bool = False) -> Iterator[Client]:
+    """A Client on a fresh LocalCluster (closed on exit) or on an existing scheduler; ``dashboard``: serve the
+    LocalCluster's dashboard and print the cluster's dashboard link."""
     if scheduler_address:
         try:
             client = Client(scheduler_address, timeout=f"{CONNECT_TIMEOUT_S}s")
@@ -152,6 +152,7 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
             except TimeoutError:
                 raise BloomstackError(f"the Dask scheduler at {scheduler_address} has no workers after "
                                      f"{CONNECT_TIMEOUT_S}s; start some with `dask worker {scheduler_address}`") from None
+            _print_dashboard(client, dashboard)
             yield client
         return
     if n_workers < 1:
@@ -164,13 +165,26 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None) -> Ite
         return
     with _parent_environ_restored(), _main_not_reimported():
         with warnings.catch_warnings(), dask.config.set(WORKER_CONFIG):
-            # with the dashboard off the scheduler still serves /health on 8787 or, when taken, any free port
+            # the scheduler serves HTTP (/health; the dashboard when on) on 8787 or, when taken, any free port
             warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
-            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, env=dict(WORKER_ENV), silence_logs=logging.ERROR)
+            cluster = LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, env=dict(WORKER_ENV),
+                                   dashboard_address=_dashboard_address(dashboard), silence_logs=logging.ERROR)
         with cluster, Client(cluster) as client:
             client.register_plugin(_LocalWorkerLogs())
+            _print_dashboard(client, dashboard)
             yield client
+
+
+def _dashboard_address(dashboard: bool) -> str | None:
+    if dashboard and importlib.util.find_spec("bokeh") is None:
+        raise BloomstackError("dashboard: Dask's dashboard needs bokeh; install it with "
+                              "`pip install 'bloomstack[dashboard]'`, or leave dashboard off", keys=["dashboard"])
+    return ":8787" if dashboard else None
+
+
+def _print_dashboard(client: Client, dashboard: bool) -> None:
+    if dashboard:
+        print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -390,57 +404,3 @@ def _check_workers(client: Client, idle_since: float | None) -> float | None:
         raise ClusterLost(f"the Dask scheduler at {address} has had no workers for {WORKERS_GONE_S:.0f} s",
                           f"start workers with `dask worker {address}`")
     return now if idle_since is None else idle_since
-
-
-@dataclasses.dataclass
-class Placement:
-    """Where a job's steps run, and one client for all its stages (enter it as a context: it closes what it
-    opened). ``client``: a caller's ``distributed.Client``; else ``scheduler`` (tcp://host:port) or a LocalCluster
-    of ``workers`` processes, opened when a stage first has work; ``workers=0``: in this process."""
-
-    workers: int = 2
-    scheduler: str | None = None
-    client: Any = None
-    progress: bool = True
-    _stack: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack, repr=False)
-    _given: bool = dataclasses.field(init=False, repr=False)  # the client was the caller's (not one we opened)
-
-    def __post_init__(self) -> None:
-        self._given = self.client is not None
-
-    def __enter__(self) -> Placement:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
-
-    @property
-    def recorded_workers(self) -> int | None:
-        """The worker count a summary records: None on a cluster that is not ours (a scheduler or a client)."""
-        return None if self.scheduler or self._given else self.workers
-
-    def _dask(self) -> Any:
-        if self.client is None and (self.scheduler or self.workers > 0):
-            self.client = self._stack.enter_context(dask_client(self.workers, self.scheduler))
-        return self.client
-
-    def map(self, name: str, step: Callable[[Any], Any], items: Sequence[Any],
-            on_result: Callable[[int, Any], None] | None = None, *, done_before: int = 0,
-            postfix: Callable[[], dict[str, Any]] | None = None) -> list[Any]:
-        """``[step(item) for item in items]`` on this placement, in item order, with a progress bar counting
-        ``done_before`` tasks already done (reused); ``on_result(i, result)`` as each finishes."""
-        bar = tqdm(total=len(items) + done_before, initial=done_before, unit="task", desc=name,
-                   disable=not self.progress, file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
-
-        def done(i: int, result: Any) -> None:
-            if on_result is not None:
-                on_result(i, result)
-            if postfix is not None:
-                bar.set_postfix(postfix(), refresh=False)
-            bar.update(1)
-
-        try:
-            client = self._dask() if items else None
-            return run_shards(step, items, n_workers=0, client=client, on_result=done)
-        finally:
-            bar.close()

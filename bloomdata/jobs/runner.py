@@ -21,7 +21,7 @@ each leave a completion marker (``bloomdata.durable``). ``ShardedJob.run`` owns,
   filesystem, the space the rest of the job needs (``space_needed``: the job's estimate) and the space free, and
   how many shards are done (a rerun reuses them).
 
-Where the steps run is the job's ``Where`` (``bloomdata.jobs.executor.Placement``: a caller's Dask client, an
+Where the steps run is the job's ``Where`` (``bloomdata.jobs.placement.Placement``: a caller's Dask client, an
 existing scheduler, a LocalCluster of ``workers`` processes opened once for the whole run when a stage first
 has work, or this process with ``workers=0``), which runs each stage with a progress bar. This module never
 imports the executor (nor Dask).
@@ -79,7 +79,7 @@ def remove_stray_temps(out_dir: str) -> None:
 
 
 class Where(Protocol):
-    """Where a job's steps run, one stage after another (``bloomdata.jobs.executor.Placement``): a context that
+    """Where a job's steps run, one stage after another (``bloomdata.jobs.placement.Placement``): a context that
     closes what it opened."""
 
     def __enter__(self) -> Any: ...

@@ -43,7 +43,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 from bloomdata import durable
-from bloomdata.config_loader import cli_option
+from bloomdata.config_loader import DASHBOARD, cli_option
 from bloomdata.disk import disk_full, is_disk_full
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
@@ -88,6 +88,7 @@ class TokenizerTrainConfig(BaseModel):
     workers: int = Field(default=2, ge=0, description="counts trainer: LocalCluster worker processes (0: in-process)")
     scheduler: str | None = Field(default=None, description="counts trainer: tcp://host:port of a Dask scheduler",
                                   json_schema_extra=cli_option(metavar="ADDR"))
+    dashboard: bool = Field(default=False, description="counts trainer: " + DASHBOARD)
     shard_bytes: ShardBytes = shard_bytes_field()
     keep_work: bool = Field(default=False, description="counts trainer: keep OUT/word_counts after training")
     show_progress: bool = Field(default=True, description="progress bars on stderr",

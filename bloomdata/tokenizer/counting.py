@@ -44,7 +44,7 @@ from pydantic import BaseModel
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.placement import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob
 from bloomdata.readers import (
     UNKNOWN_LANG,
@@ -336,7 +336,7 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
         keys = [durable.content_key([shard_identity(s), config.seed]) for s in plan.shards]  # the scan's keys
         fingerprint = durable.content_key([MARKER_VERSION, keys, config.seed, config.alpha, config.byte_budget,
                                            PIECES.pattern, PARTITIONS])
-        where = Placement(config.workers, config.scheduler, client, config.show_progress)
+        where = Placement(config.workers, config.scheduler, client, config.show_progress, config.dashboard)
         super().__init__(JobPlan(work, plan.shards, keys, fingerprint, where))
         self.stage_seconds: dict[str, float] = {}
 

@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from bloomdata.blend.tune import Bound
-from bloomdata.config_loader import cli_option
+from bloomdata.config_loader import DASHBOARD, cli_option
 from bloomdata.errors import FieldValueError
 from bloomdata.megatron.splits import Compat
 from bloomdata.units import parse_count
@@ -127,6 +127,7 @@ class MixtureSearchConfig(BaseModel):
     threads: int = Field(default=1, ge=1, description="CPU threads per proxy (torch, OpenMP)")
     scheduler: str | None = Field(default=None, json_schema_extra=cli_option(metavar="ADDR"),
                                   description="tcp://host:port of a Dask scheduler: the proxies run on its workers")
+    dashboard: bool = Field(default=False, description=DASHBOARD)
     slurm: bool = Field(default=False, description="run the proxies as a Slurm job array (sbatch --wait)")
     sbatch: list[str] = Field(default_factory=list, description="extra #SBATCH line for the array, e.g. "
                                                                 "--sbatch=--partition=cpu (repeatable)")

@@ -3,7 +3,7 @@
 Finished proxies are never run again (their ``result.json`` holds their key); the others run in parallel on
 what the user has, through executors that exist already, not a scheduler of ours:
 
-- local processes (default) and Dask (``scheduler``): ``bloomdata.jobs.executor.run_shards``, the build's
+- local processes (default) and Dask (``scheduler``): ``bloomdata.jobs.placement.Placement``, the build's
   executor: a ``LocalCluster`` of ``workers`` one-thread processes, or the workers of the cluster at
   ``scheduler``, each task running one proxy (``proxy.run_proxy``: the proxy's own child process, so a
   crash or a leak ends with it); ``workers=0`` runs them one by one in this process;
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.executor import run_shards
+from bloomdata.jobs.placement import Placement
 from bloomtrain.mixture_search.config import MixtureSearchConfig
 from bloomtrain.mixture_search.proxy import LOG, ProxyResult, finished, read_job, run_proxy
 
@@ -57,6 +57,7 @@ def run_proxies(dirs: list[Path], config: MixtureSearchConfig, trainer: ProxyTra
             if on_result is not None:
                 on_result(pending[k], result)
 
-        run_shards(fn, [str(dirs[i]) for i in pending], n_workers=min(config.workers, len(pending)),
-                   scheduler_address=config.scheduler, on_result=done)
+        with Placement(min(config.workers, len(pending)), config.scheduler, progress=False,
+                       dashboard=config.dashboard) as where:
+            where.map("proxies", fn, [str(dirs[i]) for i in pending], on_result=done)
     return [r for r in results if r is not None]

@@ -18,7 +18,7 @@ from typing import Any
 
 from bloomdata.clean import CleanConfig, run_clean
 from bloomdata.clean import run as clean_run
-from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.placement import Placement
 from bloomdata.readers import SourceConfig
 from tests.data import CORPUS_DIR
 

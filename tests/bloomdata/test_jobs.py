@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
-from bloomdata.jobs.executor import Placement
+from bloomdata.jobs.placement import Placement
 from bloomdata.jobs.runner import JobFiles, JobPlan, ShardedJob, strict_error
 from bloomdata.readers import Reject, Shard
 
@@ -169,3 +169,35 @@ def test_run_shards_keeps_at_most_a_window_of_tasks_submitted(client, monkeypatc
     assert results == [x * x for x in items]
     assert len(held) == len(items)
     assert 0 < max(held) <= bound, f"tasks not yet run while results were taken: {max(held)} (window {bound})"
+
+
+def test_dashboard_is_served_when_asked_and_its_link_printed_once(capsys, monkeypatch):
+    """`--dashboard` (``dashboard=True``): the LocalCluster serves Dask's dashboard, whose page answers over HTTP at
+    the one link printed; by default the page is not there (the scheduler's HTTP server only answers /health)."""
+    import urllib.error
+    import urllib.request
+
+    from bloomdata.jobs import executor
+
+    pytest.importorskip("bokeh", reason="the dashboard extra (bokeh) is not installed")
+    with Placement(workers=1, progress=False, dashboard=True) as where:
+        assert where.map("square", _square, [2, 3]) == [4, 9]
+        link = where.client.dashboard_link
+        with urllib.request.urlopen(link, timeout=60) as page:
+            assert page.status == 200 and b"Dask" in page.read()
+    printed = [line for line in capsys.readouterr().err.splitlines() if "dashboard" in line]
+    assert printed == [f"Dask dashboard: {link}"]
+
+    with executor.dask_client(n_workers=1) as client:
+        with pytest.raises(urllib.error.HTTPError) as missing:  # no dashboard: its routes are not served
+            urllib.request.urlopen(client.dashboard_link, timeout=60)
+        assert missing.value.code == 404
+    assert "dashboard" not in capsys.readouterr().err
+
+    monkeypatch.setattr(executor.importlib.util, "find_spec", lambda name: None)  # an install without bokeh
+    with pytest.raises(BloomstackError, match=r"dashboard: Dask's dashboard needs bokeh; install it with"):
+        executor._dashboard_address(True)
+
+
+def _square(x: int) -> int:
+    return x * x
