@@ -11,7 +11,12 @@ subclass changes three things, through the hooks the agent loop already calls:
   restarts are set to 0. Every node prints the decision in one line and writes it as its NodeRecord;
 - liveness: every agent bumps a counter in the store each second (``Heartbeat``); a node whose counter stops
   for ``STALL_S`` is lost, and so is every node when the store itself (hosted by one agent) stops answering;
-- ``_exit_barrier``: wait for the other agents only while they are alive.
+- ``_exit_barrier``: wait for the other agents only while they are alive;
+- hangs (``stability.hang_timeout_s``: a rank's watchdog recorded ``hang``): recovery gets each rank's process
+  status from when torchrun began to stop the group, so the line names the rank that stopped making progress (a
+  stopped process: frozen), and a stopped rank is SIGKILLed at once (it cannot act on SIGTERM; torchrun would
+  wait 30 s for it). A group that failed on another node fails here too: its ranks may wait on a frozen peer
+  without any error of their own.
 
 Keys live under the rendezvous round's own store prefix, so a restarted round never reads an old one.
 """
@@ -19,11 +24,13 @@ Keys live under the rendezvous round's own store prefix, so a restarted round ne
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
 from typing import Any, cast
 
+import psutil
 from torch.distributed.elastic.agent.server.api import RunResult, WorkerGroup, WorkerState
 from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
@@ -102,6 +109,8 @@ class BloomAgent(LocalElasticAgent):
         self.heartbeat = Heartbeat(node)
         self.peers: dict[str, list[int]] = {}  # every node of this round -> its global ranks
         self.decision: Decision | None = None
+        self._failed_elsewhere = False  # the failure being decided is another node's: our ranks' exits are ours
+        self._at_close: dict[int, str] | None = None  # each worker's process status when torchrun began to stop them
 
     # --- rendezvous: who is in this round ----------------------------------------------------------------
 
@@ -116,12 +125,21 @@ class BloomAgent(LocalElasticAgent):
 
     # --- the restart hook ----------------------------------------------------------------------------------
 
+    def _attempt(self, worker_group: WorkerGroup) -> int:
+        return worker_group.spec.max_restarts - self._remaining_restarts
+
     def _monitor_workers(self, worker_group: WorkerGroup) -> RunResult:
         result = super()._monitor_workers(worker_group)
-        if result.state == WorkerState.HEALTHY and not self._store_answers(worker_group.store):
-            # The node hosting the store is gone (the loop would next ask the dead store for waiting nodes,
-            # and raise): our ranks fail on their lost peers within moments; wait for that, then stop them.
-            result = self._failure_after_store_loss(worker_group)
+        self._failed_elsewhere = False
+        if result.state == WorkerState.HEALTHY:
+            elsewhere = self._failed_on_another_node(worker_group)
+            if elsewhere is None:
+                # The node hosting the store is gone (the loop would next ask the dead store for waiting nodes,
+                # and raise): our ranks fail on their lost peers within moments; wait for that, then stop them.
+                result = self._failure_after_store_loss(worker_group)
+            elif elsewhere:
+                self._failed_elsewhere = True
+                result = self._stopped_by_agent(worker_group)
         if result.state in (WorkerState.FAILED, WorkerState.UNHEALTHY):
             self.decision = self._decide(worker_group, result)
             if self.decision.action != "retry":
@@ -137,24 +155,59 @@ class BloomAgent(LocalElasticAgent):
             result = super()._monitor_workers(worker_group)
         if result.state != WorkerState.HEALTHY:
             return result
-        # still blocked in a collective: report them as stopped by this agent (SIGTERM), which the loop does next
+        return self._stopped_by_agent(worker_group)  # still blocked in a collective
+
+    @staticmethod
+    def _stopped_by_agent(worker_group: WorkerGroup) -> RunResult:
+        """Our ranks, reported as stopped by this agent (SIGTERM), which the loop does next."""
         return RunResult(state=WorkerState.FAILED, failures={
             w.global_rank: ProcessFailure(local_rank=w.local_rank, pid=w.id or 0, exitcode=-signal.SIGTERM,
                                           error_file="") for w in worker_group.workers})
 
-    @staticmethod
-    def _store_answers(store: Any) -> bool:
+    def _failed_on_another_node(self, worker_group: WorkerGroup) -> bool | None:
+        """Whether another node's agent is deciding on a failure of this attempt; None: the store is gone."""
         try:
-            store.check(["bloomtrain/ping"])
+            return bool(worker_group.store.check([f"bloomtrain/failed/{self._attempt(worker_group)}"]))
         except Exception:  # noqa: BLE001 - any store error: its host stopped answering
-            return False
-        return True
+            return None
+
+    # --- hangs: which ranks were frozen ------------------------------------------------------------------
+
+    def _start_workers(self, worker_group: WorkerGroup) -> dict[int, Any]:
+        """torchrun's start, then: before its process context stops the workers (at the first failure, inside its
+        poll, or when the loop stops them), note each one's process status and SIGKILL the stopped (frozen) ones:
+        they cannot act on its SIGTERM, and it would wait 30 s for them."""
+        ids = super()._start_workers(worker_group)
+        self._at_close = None
+        context: Any = self._pcontext
+        close = context.close
+
+        def close_frozen_first(death_sig: signal.Signals | None = None, timeout: int = 30) -> None:
+            if self._at_close is None:
+                self._at_close = self._statuses(worker_group)
+            for w in worker_group.workers:
+                if self._at_close.get(w.global_rank) == "stopped" and w.id:
+                    try:
+                        os.kill(w.id, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            close(death_sig, timeout)
+
+        context.close = close_frozen_first
+        return ids
+
+    @staticmethod
+    def _statuses(worker_group: WorkerGroup) -> dict[int, str]:
+        """Each worker's process status (psutil's names: "stopped" is a frozen process; "gone" once reaped)."""
+        return {w.global_rank: _status(w.id) for w in worker_group.workers}
 
     def _decide(self, worker_group: WorkerGroup, result: RunResult) -> Decision:
         spec = worker_group.spec
-        attempt = spec.max_restarts - self._remaining_restarts
-        exits = {rank: failure.exitcode for rank, failure in result.failures.items()}
-        mine = node_view(self.node, self.peers.get(self.node, []), exits, read_attempt(self.exit_dir, attempt))
+        attempt = self._attempt(worker_group)
+        exits = {} if self._failed_elsewhere else {rank: failure.exitcode for rank, failure in result.failures.items()}
+        statuses = self._at_close or self._statuses(worker_group)
+        alive = {rank: s for rank, s in statuses.items() if s not in ("zombie", "gone")}
+        mine = node_view(self.node, self.peers.get(self.node, []), exits, read_attempt(self.exit_dir, attempt), alive)
         views, lost = self._roll_call(worker_group.store, attempt, mine)
         decision = after_worker_failure(views, lost, self._remaining_restarts, spec.max_restarts)
         if decision.action != "retry":
@@ -171,6 +224,7 @@ class BloomAgent(LocalElasticAgent):
         views = {self.node: mine}
         deadline = time.monotonic() + ROLL_CALL_S
         try:
+            store.set(f"bloomtrain/failed/{attempt}", self.node)  # the other nodes' groups fail too (monitor)
             store.set(f"bloomtrain/view/{attempt}/{self.node}", mine.model_dump_json())
             while True:
                 for node in others:
@@ -219,3 +273,11 @@ class BloomAgent(LocalElasticAgent):
             return
         finally:
             self.heartbeat.stop()
+
+
+def _status(pid: int | None) -> str:
+    """A process's status as psutil names it ("running", "sleeping", "stopped", "zombie", ...); "gone" if none."""
+    try:
+        return psutil.Process(pid).status() if pid else "gone"
+    except psutil.NoSuchProcess:
+        return "gone"

@@ -208,6 +208,21 @@ class StabilityConfig(_Frozen):
     """Log a loss spike when the loss exceeds this factor times its running mean."""
     inject_nan_at_iters: tuple[int, ...] = ()
     """Drill: make the loss NaN at these iterations (1-based) to exercise the skip path."""
+    hang_timeout_s: float | Literal["auto"] | None = "auto"
+    """A rank that finishes no iteration for this long dumps every thread's stack, records a hang and exits (the restart resumes from the last checkpoint); the collective timeouts follow it. auto: hang_floor_s, or 5 x the longest iteration (step, evaluations, checkpoint save) measured in this launch if longer; the first iteration of a launch gets at least 5 x the start-up. null: off."""
+    hang_floor_s: float = Field(default=600.0, gt=0)
+    """The least hang_timeout_s=auto waits, in seconds (NCCL's and Megatron's collective timeout)."""
+    straggler_factor: float = Field(default=1.5, gt=1)
+    """Name a rank (once per launch, in one console line) whose fastest step over straggler_window log intervals took this many times the median of its peers' fastest (CPU seconds: waiting for a peer costs none)."""
+    straggler_window: int = Field(default=5, ge=1)
+    """Log intervals a rank must stay slow before it is named (bloomtrain.callbacks.stragglers)."""
+
+    @field_validator("hang_timeout_s")
+    @classmethod
+    def _positive(cls, value: float | str | None) -> float | str | None:
+        if isinstance(value, float | int) and value <= 0:
+            raise ValueError(f"{value} must be > 0 seconds, auto, or null (off)")
+        return value
 
 
 class LoggingConfig(_Frozen):

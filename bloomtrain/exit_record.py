@@ -9,6 +9,8 @@ file system every node sees; default ``<checkpoint.dir>/exits``)::
 
     attempt-<K>/rank-<R>.json        K: torchrun's restart count (TORCHELASTIC_RESTART_COUNT), R: global rank
     attempt-<K>/rank-<R>.traceback   the full traceback of a rank that failed
+    attempt-<K>/stacks-rank-<R>.txt  every thread's Python stack of a rank that hung (stability.hang_timeout_s)
+    attempt-<K>/stacks-rank-<R>.nccl.json  and, on CUDA, the NCCL flight recorder's trace of its collectives
     attempt-<K>/node-<NAME>.json     what the node's agent saw and decided after the attempt (bloomtrain.launcher)
 
 A rank writes ``running`` as soon as it starts and replaces it with its ending (bloomdata.durable: a reader
@@ -50,6 +52,7 @@ class ExitKind(StrEnum):
     DISK_FULL = "disk_full"  # a write met a full disk (ENOSPC, quota): never retried, the user frees space
     CORRUPT_CHECKPOINT = "corrupt_checkpoint"  # the checkpoint's digests disagree (checkpoint.on_corrupt=fail)
     FAILURE = "failure"  # an exception: its traceback is beside the record
+    HANG = "hang"  # no finished iteration for stability.hang_timeout_s: every thread's stack is beside the record
 
 
 class ExitRecord(BaseModel):
@@ -73,7 +76,7 @@ class ExitRecord(BaseModel):
     message: str = ""
     """One line: the stop reason or the error."""
     traceback: str | None = None
-    """Path of the full traceback of a failure."""
+    """Path of the full traceback of a failure, or of every thread's stack of a hang."""
 
 
 class NodeRecord(BaseModel):
@@ -215,6 +218,26 @@ class Recorder:
 
     def fail(self, exc: BaseException) -> None:
         self.end(ExitKind.FAILURE, one_line(exc), "".join(traceback.format_exception(exc)))
+
+    def hung(self, message: str, stacks: str, nccl_trace: str | None = None) -> Path | None:
+        """End with ``hang``: ``stacks`` (every thread's stack) and the NCCL flight recorder's ``nccl_trace`` (JSON)
+        go beside the record; returns the stacks file (None without an exit directory)."""
+        path = None
+        if self.root is not None:
+            path = attempt_dir(self.root, self.record.attempt) / f"stacks-rank-{self.record.rank}.txt"
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                durable.write_text(path, stacks)
+                if nccl_trace is not None:
+                    durable.write_text(path.with_name(f"stacks-rank-{self.record.rank}.nccl.json"), nccl_trace)
+            except OSError as exc:  # a full disk: the record itself matters more (write_record)
+                if not is_disk_full(exc):
+                    raise
+                path = None
+        self.record = derive(self.record, kind=ExitKind.HANG, message=message, ended=time.time(),
+                             traceback=str(path) if path else None)
+        self._write()
+        return path
 
     def _write(self) -> None:
         if self.root is not None:

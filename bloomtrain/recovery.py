@@ -14,7 +14,7 @@ The rules:
    anywhere (a retry reads the same config, fills the same disk, reads the same files): stop, exit 2;
 2. the end of the schedule, the kill switch or a signal: stop, exit 0 (nothing left, or a person asked);
 3. the time budget: continue in a new allocation when the attempt saved a newer checkpoint;
-4. a failure: torchrun restarts the worker group on the same nodes while restarts remain and every node
+4. a failure, or a hang (a rank saw no finished iteration for ``stability.hang_timeout_s``): torchrun restarts the worker group on the same nodes while restarts remain and every node
    answers. A lost node stops the attempt at once (torchrun would wait for it in the next rendezvous). After
    the launch: requeue when the attempt saved a newer checkpoint; without one, torchrun already failed
    ``max_restarts + 1`` times on these nodes, so stop and name them (a retry would likely fail the same way);
@@ -65,6 +65,7 @@ AFTER_KIND: dict[ExitKind, KindRule] = {
     ExitKind.DISK_FULL: KindRule("never", "disk full"),
     ExitKind.CORRUPT_CHECKPOINT: KindRule("never", "damaged checkpoint"),
     ExitKind.FAILURE: KindRule("failure", "failed"),
+    ExitKind.HANG: KindRule("failure", "stopped making progress"),
 }
 if set(AFTER_KIND) != set(ExitKind):  # a new kind needs its rule here before anything can record it
     raise AssertionError(f"recovery has no rule for {sorted(set(ExitKind) - set(AFTER_KIND))}")
@@ -99,6 +100,13 @@ class NodeView(BaseModel):
     silently. SIGTERM is what the agent sends the rest of a failed group: a consequence more likely than a cause."""
     failures: list[tuple[float, int, str]] = []
     """(time, rank, message) of ranks that recorded a failure."""
+    hangs: list[tuple[int, float, int, str, str]] = []
+    """(last finished iteration or -1, time, rank, message, stacks file) of ranks that recorded a hang."""
+    iterations: dict[int, int] = {}
+    """rank -> last finished iteration, of every rank whose final record says."""
+    alive: list[tuple[int, str]] = []
+    """(rank, process status: psutil's, e.g. "stopped", "running", "sleeping") of ranks that were still running when
+    the group failed (or the node learned of a failure elsewhere) and wrote no final record."""
     checkpoint_dir: str | None = None
 
 
@@ -111,15 +119,28 @@ def exit_text(code: int) -> str:
     return f"exited with code {code}" + (" (137 = SIGKILL, often the OOM killer)" if code == 137 else "")
 
 
-def node_view(node: str, ranks: list[int], exits: dict[int, int], attempt: Attempt) -> NodeView:
-    """This node's view: ``exits`` maps each of its failed global ranks to the exit code torchrun saw."""
+def node_view(node: str, ranks: list[int], exits: dict[int, int], attempt: Attempt,
+              alive: dict[int, str] | None = None) -> NodeView:
+    """This node's view: ``exits`` maps each of its failed global ranks to the exit code torchrun saw, ``alive``
+    each of its ranks still running to its process status."""
     view = NodeView(node=node, ranks=sorted(ranks))
+    for rank in sorted(ranks):
+        record = attempt.ranks.get(rank)
+        if record is not None and record.kind != ExitKind.RUNNING and record.iteration is not None:
+            view.iterations[rank] = record.iteration
+        if record is not None and record.kind == ExitKind.HANG:
+            view.hangs.append((-1 if record.iteration is None else record.iteration, record.ended or 0.0, rank,
+                               record.message, record.traceback or ""))
+        elif alive and rank in alive and (record is None or record.kind == ExitKind.RUNNING):
+            view.alive.append((rank, alive[rank]))
     for rank, code in sorted(exits.items()):
         record = attempt.ranks.get(rank)
         if record is not None and record.checkpoint_dir:
             view.checkpoint_dir = record.checkpoint_dir
         if record is not None and AFTER_KIND[record.kind].policy == "never":
             view.user_error = view.user_error or (rank, record.kind, record.message)
+        elif (alive or {}).get(rank) == "stopped" and (record is None or record.kind == ExitKind.RUNNING):
+            continue  # frozen when the group failed (hang_cause): its kill was the agent's
         elif record is None or record.kind == ExitKind.RUNNING:
             how = exit_text(code) + ("" if code < 0 else " without an exit record")
             view.deaths.append((code == -signal.SIGTERM, rank, how))
@@ -139,10 +160,40 @@ def _where(rank: int, views: list[NodeView]) -> str:
     return f"rank {rank}" + (f" on {node}" if node else "")
 
 
+def hang_cause(views: list[NodeView]) -> str | None:
+    """When a rank recorded a hang: the rank that stopped making progress, and why we think so. In order: a rank
+    whose process is stopped (frozen); the rank whose last finished iteration is behind another's; a rank still
+    running without a record after its peers gave up (stuck where its watchdog could not run); else the first
+    rank to time out. None without a hang record."""
+    hangs = sorted(h for v in views for h in v.hangs)
+    if not hangs:
+        return None
+    alive = sorted((r, status) for v in views for r, status in v.alive)
+    known = {r: it for v in views for r, it in v.iterations.items()}
+    first_it, _, first, message, stacks = hangs[0]
+    frozen = [r for r, status in alive if status == "stopped"]
+    if frozen:
+        culprit, why = frozen[0], "its process is stopped (SIGSTOP, a debugger), no exit record"
+    elif known and first_it < max(known.values()):
+        culprit, why = first, f"behind: its last finished iteration is {first_it}, its peers' {max(known.values())}"
+    elif alive:
+        culprit, why = alive[0][0], "still running without an exit record after its peers gave up: stuck outside Python?"
+    else:
+        culprit, why = first, "the first to time out"
+    where = f"stacks in {Path(stacks).parent}" if stacks else "no stack file"
+    return f"{_where(culprit, views)} stopped making progress ({why}); {_where(first, views)}: {message}; {where}"
+
+
 def root_cause(views: list[NodeView]) -> str:
     """The first failure of the attempt: a rank that died (a kill comes before the errors it causes in its
-    peers; SIGTERM last), else the failure recorded first, as torchelastic's "first observed failure"."""
+    peers; SIGTERM last), then a hang (``hang_cause``), else the failure recorded first, as torchelastic's "first
+    observed failure"."""
     deaths = sorted(d for v in views for d in v.deaths)
+    if deaths and not deaths[0][0]:
+        return f"{_where(deaths[0][1], views)} {deaths[0][2]}"
+    hang = hang_cause(views)
+    if hang is not None:
+        return hang
     if deaths:
         return f"{_where(deaths[0][1], views)} {deaths[0][2]}"
     failures = sorted(f for v in views for f in v.failures)
@@ -218,10 +269,10 @@ def _failure_cause(attempt: Attempt) -> str:
     decided = [n for n in attempt.nodes.values() if n.action == "stop"]
     if decided:
         return decided[0].cause
-    views = [NodeView(node=r.node, ranks=[r.rank], deaths=[(False, r.rank, AFTER_KIND[r.kind].said)]
-                      if r.kind == ExitKind.RUNNING else [],
-                      failures=[(r.ended or 0.0, r.rank, r.message)] if r.kind == ExitKind.FAILURE else [])
-             for r in attempt.ranks.values()]
+    views = [node_view(r.node, [r.rank], {}, attempt).model_copy(update={
+        "deaths": [(False, r.rank, AFTER_KIND[r.kind].said)] if r.kind == ExitKind.RUNNING else [],
+        "failures": [(r.ended or 0.0, r.rank, r.message)] if r.kind == ExitKind.FAILURE else []})
+        for r in attempt.ranks.values()]
     return root_cause(views)
 
 

@@ -35,6 +35,7 @@ from bloomtrain.callbacks.base import TrainResult
 from bloomtrain.callbacks.compile_time import CompileTimeCallback
 from bloomtrain.callbacks.configured import configured_callbacks
 from bloomtrain.callbacks.profile import profile_callbacks
+from bloomtrain.callbacks.stragglers import StragglerCallback
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook, start_check
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
@@ -42,6 +43,7 @@ from bloomtrain.config import TrainConfig
 from bloomtrain.console import setup_console
 from bloomtrain.data import Samples, build_datasets, build_valid_sets, token_byte_lengths
 from bloomtrain.engine import build_engine
+from bloomtrain.exit_record import node_name
 from bloomtrain.model.compiled import compile_blocks
 from bloomtrain.parallel.pipeline import LossFn, build_pipeline
 from bloomtrain.parallel.state import ParallelState
@@ -66,6 +68,9 @@ def init_distributed() -> None:
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
                           MASTER_PORT=str(_free_port()))
     os.environ.setdefault("LOCAL_RANK", os.environ.get("RANK", "0"))
+    if torch.cuda.is_available() and not {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"} & set(os.environ):
+        # NCCL's flight recorder keeps the last collectives for the hang watchdog's dump (bloomtrain.callbacks.hang)
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
     import deepspeed  # noqa: PLC0415
     from deepspeed.accelerator import get_accelerator  # noqa: PLC0415
 
@@ -107,6 +112,8 @@ def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world
                            byte_lengths=byte_lengths) for s in valid_sets),
         StabilityCallback(cfg.stability),
         StopRequestsCallback(cfg.checkpoint),
+        StragglerCallback(cfg.stability.straggler_factor, cfg.stability.straggler_window, cfg.logging.log_interval,
+                          node_name()),
         *profile_callbacks(cfg.logging.profile_iters, cfg.logging.profile_ranks, cfg.logging.dir, rank),
         *user,
         CheckpointCallback(cfg.checkpoint.save_interval, cfg.checkpoint.mtbf_hours),

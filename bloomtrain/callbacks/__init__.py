@@ -9,6 +9,8 @@
 - ``stop_requests``: signals, kill-switch file, time limit;
 - ``checkpointing``: save every N iterations and at the end;
 - ``exit_record``: this rank's exit record (bloomtrain.exit_record), last;
+- ``hang``: the hang watchdog (``stability.hang_timeout_s``): stacks, a ``hang`` record and an exit;
+- ``stragglers``: each log interval's slowest rank, and a rank that stays slow named once;
 - ``profile``: torch.profiler around chosen iterations (``logging.profile_iters``), and where their time went;
 - ``configured``: the callbacks a training config names (``callbacks: [package.module:Class, ...]``).
 
@@ -30,8 +32,8 @@ from bloomtrain.callbacks.valid_sets import ValidSetCallback
 # inside functions too; tests/test_layering.py checks it).
 LAYERS = (
     "base",
-    "checkpointing compile_time configured evaluation exit_record metrics nan_drill profile stability stop_requests "
-    "valid_sets",
+    "checkpointing compile_time configured evaluation exit_record hang metrics nan_drill profile stability "
+    "stop_requests stragglers valid_sets",
     "__init__",
 )
 

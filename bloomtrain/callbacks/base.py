@@ -42,6 +42,7 @@ from bloomtrain.train_module import StepOutput, TrainModule
 # Priorities of the project's callbacks (higher runs first; a user's callback is 0 unless it says otherwise).
 PROFILE = 110  # the profiler starts before every other hook of its first iteration, stops first after its last step
 DRILL = 100  # poisons the batches before any other hook reads them
+STRAGGLERS = 95  # times each rank's step from the last pre_step that changes its batches to the first hook after it
 METRICS = 90  # logs the iteration before the evaluations log theirs
 EVALUATION = 80  # the overall validation set
 VALID_SETS = 70  # then each named one
@@ -49,6 +50,7 @@ STABILITY = 50  # the skip limit (saves and raises)
 STOP_REQUESTS = 40  # signals, kill switch, time budget
 USER = 0  # the default: a user's callbacks
 CHECKPOINT = -100  # saves after every callback above has changed its state for the iteration
+HANG = -150  # the hang watchdog: an iteration is finished once every hook before it ran, the save included
 EXIT_RECORD = -200  # last: names the checkpoint saved
 
 

@@ -11,7 +11,9 @@ error, full disk, damaged checkpoint, failure: bloomtrain.exit_record) into ``BL
 ``bloomtrain.recovery`` reads it to decide retry / requeue / stop. Under ``bloomtrain.launcher`` a failed rank
 prints nothing: its traceback goes to the record's file and the node's agent reports the attempt in a few
 lines. A config or input error (every input path is checked first: bloomtrain.inputs), a full disk and a damaged
-checkpoint (with ``checkpoint.on_corrupt=fail``) exit 2: a retry would meet them again.
+checkpoint (with ``checkpoint.on_corrupt=fail``) exit 2: a retry would meet them again. A rank that finishes no
+iteration for ``stability.hang_timeout_s`` writes every thread's stack beside a ``hang`` record and exits 1
+(bloomtrain.callbacks.hang).
 
 Launch plain torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (bloomtrain.launcher, the flows and
 ``bloomtrain slurm`` do): with the rendezvous store shared between agent and workers, a restarted group can
@@ -108,11 +110,12 @@ def train(cfg: TrainConfig, recorder: Recorder) -> int:
     import torch.distributed as dist  # noqa: PLC0415
 
     from bloomtrain.callbacks import ExitRecordCallback  # noqa: PLC0415
+    from bloomtrain.callbacks.hang import hang_callbacks  # noqa: PLC0415
     from bloomtrain.train import run  # noqa: PLC0415
 
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    result = run(cfg, callbacks=[ExitRecordCallback(recorder)])
+    result = run(cfg, callbacks=[ExitRecordCallback(recorder), *hang_callbacks(cfg.stability, recorder)])
     if dist.get_rank() == 0:
         pos = result.position
         assert pos is not None  # set once the loop ran
