@@ -167,7 +167,8 @@ class BloomAgent(LocalElasticAgent):
     def _failed_on_another_node(self, worker_group: WorkerGroup) -> bool | None:
         """Whether another node's agent is deciding on a failure of this attempt; None: the store is gone."""
         try:
-            return bool(worker_group.store.check([f"bloomtrain/failed/{self._attempt(worker_group)}"]))
+            store: Any = worker_group.store
+            return bool(store.check([f"bloomtrain/failed/{self._attempt(worker_group)}"]))
         except Exception:  # noqa: BLE001 - any store error: its host stopped answering
             return None
 

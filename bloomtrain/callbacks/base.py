@@ -42,8 +42,8 @@ from bloomtrain.train_module import StepOutput, TrainModule
 # Priorities of the project's callbacks (higher runs first; a user's callback is 0 unless it says otherwise).
 PROFILE = 110  # the profiler starts before every other hook of its first iteration, stops first after its last step
 DRILL = 100  # poisons the batches before any other hook reads them
-STRAGGLERS = 95  # times each rank's step from the last pre_step that changes its batches to the first hook after it
 METRICS = 90  # logs the iteration before the evaluations log theirs
+STRAGGLERS = 85  # times each rank's step: its post_train_batch adds to the record METRICS logs in post_step
 EVALUATION = 80  # the overall validation set
 VALID_SETS = 70  # then each named one
 STABILITY = 50  # the skip limit (saves and raises)

@@ -100,9 +100,9 @@ def nccl_trace() -> str | None:
     if not torch.cuda.is_available():
         return None
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json  # noqa: PLC0415
+        from torch._C import _distributed_c10d  # noqa: PLC0415
 
-        trace = _dump_fr_trace_json(True, False)
+        trace = getattr(_distributed_c10d, "_dump_fr_trace_json")(True, False)  # noqa: B009 - not in torch's stubs
     except Exception as exc:  # noqa: BLE001 - a diagnostic: the record and stacks matter more
         return f'{{"error": "{type(exc).__name__}: {str(exc)[:200]}"}}'
     return trace.decode() if isinstance(trace, bytes) else str(trace)

@@ -71,12 +71,13 @@ class StragglerCallback(Callback):
         gathered = [torch.zeros_like(mine) for _ in range(self.world)]
         dist.all_gather(gathered, mine, group=self.group)
         self.busy_s, self.fastest_s, self.steps = 0.0, float("inf"), 0
-        mean = [float(t[0]) for t in gathered]
+        values = torch.stack(gathered).tolist()  # host memory (gloo), also in a GPU run: no device wait
+        mean = [v[0] for v in values]
         slowest = max(range(self.world), key=lambda r: mean[r])
         step.metrics.update(slowest_rank=slowest, slowest_rank_busy_s=mean[slowest],
                             median_rank_busy_s=statistics.median(mean))
         for rank in range(self.world):
-            self.fastest[rank].append(float(gathered[rank][1]))
+            self.fastest[rank].append(values[rank][1])
         if len(self.fastest[0]) < self.window:
             return
         best = [min(f) for f in self.fastest]

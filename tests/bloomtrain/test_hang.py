@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from bloomtrain.callbacks.hang import Allowance, margin_s, stacks_text
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from bloomtrain.exit_record import attempts, read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
@@ -148,3 +149,42 @@ def test_a_slow_rank_does_not_trip_the_watchdog_and_is_named_a_straggler(baselin
     healthy = baseline[1]
     assert [r["iteration"] for r in healthy if "slowest_rank" in r] == list(range(2, ITERS + 1))
     assert not [r for r in healthy if r.get("event") == "straggler"]
+
+
+def test_the_allowance_follows_the_longest_iteration_with_a_floor():
+    auto = Allowance("auto", floor_s=600.0, startup_s=300.0)
+    assert auto.seconds == 1500.0  # the first iteration of a launch: 5 x the start-up (engine, checkpoint load)
+    auto.measured(200.0)  # the first iteration: warm-up, compilation
+    assert auto.seconds == 1000.0
+    auto.measured(10.0)
+    assert auto.seconds == 600.0  # the floor
+    auto.measured(150.0)  # a checkpoint save
+    auto.measured(10.0)
+    assert auto.seconds == 750.0 and auto.describe() == "stability.hang_timeout_s=auto: 750.0 s"
+    fixed = Allowance(30.0, floor_s=600.0, startup_s=20.0)
+    assert fixed.seconds == 100.0  # the first iteration still gets 5 x the start-up
+    fixed.measured(1.0)
+    assert fixed.seconds == 30.0 and fixed.describe() == "stability.hang_timeout_s=30"
+    assert margin_s(10.0) == 5.0 and margin_s(600.0) == 60.0
+
+
+def test_the_stack_file_holds_every_thread_main_first():
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def parked() -> None:
+        started.set()
+        release.wait()
+
+    thread = threading.Thread(target=parked, name="parked-thread")
+    thread.start()
+    started.wait()
+    try:
+        text = stacks_text("header line")
+    finally:
+        release.set()
+        thread.join()
+    assert text.startswith("header line\n\nThread MainThread (")
+    assert "Thread parked-thread (" in text and "in parked\n    release.wait()" in text
+    assert "in test_the_stack_file_holds_every_thread_main_first" in text.split("Thread parked-thread")[0]

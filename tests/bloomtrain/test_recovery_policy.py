@@ -76,6 +76,43 @@ def test_a_rank_killed_is_the_root_cause_before_its_peers_errors(tmp_path):
     assert root_cause(views) == "rank 0 on n1 failed: A"
 
 
+def test_a_hang_names_the_rank_that_stopped_making_progress(tmp_path):
+    """A hang record says a rank saw no finished iteration; the rank to name is the one that stopped: a stopped
+    (frozen) process, else the one whose last iteration is behind, else one still running without a record after
+    its peers gave up, else the first to time out. A frozen rank's kill (by its agent) is not a death."""
+    said = "no finished iteration for 9.1 s after iteration 3 (stability.hang_timeout_s=auto: 9.0 s)"
+
+    def hang(rank, iteration, ended, node="n1"):
+        record = _record(tmp_path, rank, "hang", node=node, message=said, ended=ended, iteration=iteration)
+        return record.model_copy(update={"traceback": str(tmp_path / f"attempt-0/stacks-rank-{rank}.txt")})
+
+    running = _record(tmp_path, 1, "running", node="n2", iteration=None)
+    frozen = read_attempt(tmp_path, 0).model_copy(update={"ranks": {0: hang(0, 3, 5.0), 1: running}})
+    views = [node_view("n1", [0], {0: 1}, frozen), node_view("n2", [1], {1: -signal.SIGKILL}, frozen, {1: "stopped"})]
+    assert views[1].deaths == [] and views[1].alive == [(1, "stopped")]
+    cause = (f"rank 1 on n2 stopped making progress (its process is stopped (SIGSTOP, a debugger), no exit record); "
+             f"rank 0 on n1: {said}; stacks in {tmp_path}/attempt-0")
+    assert root_cause(views) == cause
+    assert after_worker_failure(views, {}, 1, 1).line == f"{cause}; restart 1 of 1 on the same nodes, resuming from " \
+                                                        "its latest checkpoint, if any"
+    # stuck in Python: its own watchdog saw iteration 2 last, its peer 3 (a failure: the gloo error its exit caused)
+    peer = _record(tmp_path, 0, "failure", message="RuntimeError: Connection closed by peer", ended=9.0)
+    behind = frozen.model_copy(update={"ranks": {0: peer, 1: hang(1, 2, 8.0, node="n2")}})
+    views = [node_view("n1", [0], {0: 1}, behind, {0: "sleeping"}), node_view("n2", [1], {1: 1}, behind)]
+    assert root_cause(views).startswith("rank 1 on n2 stopped making progress (behind: its last finished iteration "
+                                        "is 2, its peers' 3); rank 1 on n2: no finished iteration for 9.1 s")
+    # stuck where its watchdog cannot run (native code holding the GIL): killed without a record after the grace
+    silent = frozen.model_copy(update={"ranks": {0: hang(0, 3, 5.0), 1: running}})
+    views = [node_view("n1", [0], {0: 1}, silent), node_view("n2", [1], {1: -signal.SIGKILL}, silent, {1: "running"})]
+    assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"  # a kill by anyone but its agent comes first
+    views[1] = node_view("n2", [1], {1: -signal.SIGTERM}, silent, {1: "running"})
+    assert root_cause(views).startswith("rank 1 on n2 stopped making progress (still running without an exit record "
+                                        "after its peers gave up: stuck outside Python?); rank 0 on n1: ")
+    both = frozen.model_copy(update={"ranks": {0: hang(0, 3, 5.0), 1: hang(1, 3, 4.0, node="n2")}})
+    views = [node_view("n1", [0], {0: 1}, both), node_view("n2", [1], {1: 1}, both)]
+    assert root_cause(views).startswith("rank 1 on n2 stopped making progress (the first to time out); rank 1 on n2")
+
+
 def test_the_restart_hook_never_retries_a_config_error_nor_a_lost_node(tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -184,6 +221,7 @@ AFTER_EVERY_KIND = {
     ExitKind.DISK_FULL: (2, ("stop", 2)),  # the same disk is full on a retry
     ExitKind.CORRUPT_CHECKPOINT: (2, ("stop", 2)),  # the same damaged files (checkpoint.on_corrupt=fail)
     ExitKind.FAILURE: (1, ("requeue", 0)),
+    ExitKind.HANG: (1, ("requeue", 0)),  # no finished iteration for stability.hang_timeout_s: a failure
 }
 
 
