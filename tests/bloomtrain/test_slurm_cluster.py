@@ -3,12 +3,15 @@ slurmctld, slurmd n1 and n2), training tiny-cpu with gloo exactly as a user's jo
 ``bloomtrain slurm`` writes it, sbatch, srun, bloomtrain.launcher on each node, the trainer's exit records and
 ``python -m bloomtrain.recovery`` deciding at the end.
 
-Four jobs run side by side (the nodes offer 4 CPU slots each, so that they fit at once; each job's
+Five jobs run side by side (the nodes offer 4 CPU slots each, so that they fit at once; each job's
 ``--exclusive`` is dropped for that), all with the same seeded fp32 run (dropout on: the RNG must resume too):
 
 - two nodes x 1 rank, untouched: the same losses, bit for bit, as one node x 2 ranks;
 - two nodes, rank 1 SIGKILLed after the checkpoint of iteration 3: both nodes announce the launcher's restart,
   in one line each naming the rank, its node and the checkpoint; no requeue; same losses;
+- two nodes, rank 1 frozen (SIGSTOP) after the checkpoint of iteration 3, no launcher restart: rank 0's hang
+  watchdog records the hang with its stacks, both nodes name rank 1 in one line, and the job requeues itself and
+  resumes from global_step3; same losses;
 - one node x 2 ranks whose first allocation runs out of time (the trainer's budget ends after iteration 1):
   it saves, the job requeues itself, the second attempt resumes; same losses;
 - one node whose input disappeared after the job was written: exit 2, never requeued, never restarted.
@@ -22,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from bloomtrain.cli.slurm import main as slurm_main
+from bloomtrain.exit_record import read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start
 from tests.harness.slurm_cluster import INSTALL, missing_binaries, start_cluster
 
@@ -32,12 +36,13 @@ RUN = [*EXACT, f"schedule.train_iters={ITERS}", "checkpoint.save_interval=1", "m
 FAULT_JOB = "-m tests.bloomtrain.fault_job"  # bloomtrain train plus one injected fault (fault_job.py)
 
 
-def _write_job(out: Path, name: str, nodes: int, procs: int, *overrides: str, fault: bool = False) -> Path:
+def _write_job(out: Path, name: str, nodes: int, procs: int, *overrides: str, fault: bool = False,
+               max_restarts: int = 1) -> Path:
     run = out / name
     script = out / f"{name}.slurm"
     assert slurm_main(["--config", str(TINY), "--nodes", str(nodes), "--gpus-per-node", str(procs), "--cpus-per-task",
                        "1", "--time", "00:30:00", "--workdir", str(ROOT), "--python", sys.executable, "--max-requeues",
-                       "2", "--max-restarts", "1", "--job-name", name, "--out", str(script), *RUN,
+                       "2", "--max-restarts", str(max_restarts), "--job-name", name, "--out", str(script), *RUN,
                        f"checkpoint.dir={run / 'ckpt'}", f"logging.dir={run / 'logs'}", *overrides]) == 0
     text = script.read_text().replace("#SBATCH --exclusive\n", "")
     if fault:
@@ -63,10 +68,15 @@ def jobs(tmp_path_factory):
                             {"FAULT_RANK": "1", "FAULT_AFTER": "3", "FAULT_MARKER": str(out / "killed-once")}),
             "time-budget": (_write_job(out, "time-budget", 1, 2, fault=True), {"FAULT_BUDGET_FIRST_ATTEMPT": "1e-6"}),
             "bad-input": (bad, {}),
+            # last: its second node slot frees when bad-input ends, which keeps bad-input on n1
+            "rank-hung": (_write_job(out, "rank-hung", 2, 1, "stability.hang_floor_s=3", fault=True, max_restarts=0),
+                          {"FAULT_RANK": "1", "FAULT_AFTER": "3", "FAULT_HOW": "stop",
+                           "FAULT_MARKER": str(out / "frozen-once")}),
         }
         ids = {name: cluster.sbatch(script, env, cwd=out) for name, (script, env) in submitted.items()}
         done = {name: cluster.wait(job, timeout_s=420) for name, job in ids.items()}
-        yield {name: (done[name], (out / f"{name}-{ids[name]}.out").read_text(), out / name) for name in ids}
+        yield {name: (done[name] | {"JobId": ids[name]}, (out / f"{name}-{ids[name]}.out").read_text(), out / name)
+               for name in ids}
     finally:
         cluster.stop()
 
@@ -105,6 +115,29 @@ def test_a_killed_rank_is_restarted_on_both_nodes_and_matches(jobs):
     for task, node in (("0", "n1"), ("1", "n2")):  # every node announces the restart
         assert (f"{task}: bloomtrain: node {node}: rank 1 on {victim} killed by SIGKILL; restart 1 of 1 on the same "
                 "nodes, resuming from global_step3") in output.splitlines(), output[-3000:]
+    assert "Traceback" not in output
+    losses, starts = losses_by_start(run / "logs")
+    assert starts[1] == list(range(4, ITERS + 1))
+    assert losses == losses_by_start(reference / "logs")[0]
+
+
+def test_a_frozen_rank_is_named_and_the_job_requeues_and_matches(jobs):
+    (job, output, run), (_, _, reference) = jobs["rank-hung"], jobs["two-nodes"]
+    _finished(job, restarts=1)
+    victim, other = ("n1", "n2") if "\n0: [rank1]:" in output else ("n2", "n1")
+    cause = (f"rank 1 on {victim} stopped making progress (its process is stopped (SIGSTOP, a debugger), no exit "
+             f"record); rank 0 on {other}: no finished iteration for ")
+    ours = [line.split(": ", 1)[1] for line in output.splitlines() if "stopped making progress" in line
+            and ": bloomtrain: node " in line]  # every node that printed before srun ended it: at least one
+    assert ours and all(line.startswith("bloomtrain: node n") and cause in line and line.endswith(
+        "; no torchrun restart left (max_restarts=0); the next attempt resumes from global_step3") for line in ours), \
+        output[-3000:]
+    decided = [line for line in output.splitlines() if "requeuing (1 of 2)" in line]
+    assert len(decided) == 1 and f"training failed ({cause}" in decided[0] and decided[0].endswith(
+        "after saving global_step3; requeuing (1 of 2): the next attempt resumes from global_step3"), decided
+    hung = read_attempt(run / "ckpt" / "exits" / f"job{job['JobId']}-0", 0)
+    assert (hung.ranks[0].kind, hung.ranks[0].iteration, hung.ranks[1].kind) == ("hang", 3, "running")
+    assert "Thread MainThread" in Path(hung.ranks[0].traceback or "").read_text()
     assert "Traceback" not in output
     losses, starts = losses_by_start(run / "logs")
     assert starts[1] == list(range(4, ITERS + 1))

@@ -8,7 +8,9 @@ all run, so a test can check that none survives. With ``--config``, rank 0 write
 checkpoint directory where the YAML says, like the trainer, with ``latest`` naming global_step<LINES>.
 ``DUMMY_JOB_FAIL_STARTS=N`` (with ``DUMMY_JOB_COUNTER=FILE``, where starts are counted across torchrun's
 restarts and the flow's relaunches) makes rank 1 exit with code 3 on its first N starts, once rank 0 wrote
-its checkpoint.
+its checkpoint. ``DUMMY_JOB_HANG_STARTS=N`` does the same as a hang: both ranks keep exit records
+(bloomtrain.exit_record, in the launcher's BLOOMTRAIN_EXIT_DIR), rank 0's says finished, and rank 1 records what
+the trainer's hang watchdog records (a ``hang`` behind rank 0's iteration, with a stack file), then exits 1.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ def main() -> int:
     ap.add_argument("--config", default=None, help="trainer YAML: write metrics and a checkpoint dir there")
     args, _overrides = ap.parse_known_args()
     rank = os.environ.get("RANK")
-    fail_starts = int(_env("FAIL_STARTS", "0"))
+    hang_starts = int(_env("HANG_STARTS", "0"))
+    fail_starts = int(_env("FAIL_STARTS", "0")) or hang_starts
     if fail_starts and rank == "1":
         counter = Path(_env("COUNTER", ""))
         starts = int(counter.read_text()) + 1 if counter.exists() else 1
@@ -81,9 +84,29 @@ def main() -> int:
         deadline = time.monotonic() + 30
         while not latest.exists() and time.monotonic() < deadline:  # fail after rank 0 saved, as in a real run
             time.sleep(0.05)
+    if hang_starts and args.config:
+        return _record(args, rank)
     if args.exit_code:
         print(f"RuntimeError: rank {rank or 0} diverged (exit {args.exit_code})", file=sys.stderr, flush=True)
     return args.exit_code
+
+
+def _record(args: argparse.Namespace, rank: str | None) -> int:
+    """Rank 0: a finished record at iteration LINES; a failing rank 1: the hang watchdog's record one behind."""
+    import traceback  # noqa: PLC0415
+
+    from bloomtrain.exit_record import ExitKind, Recorder  # noqa: PLC0415
+
+    recorder = Recorder.from_env()
+    recorder.open(yaml_dir(args.config), None)
+    if not args.exit_code:
+        recorder.progress(args.lines, f"global_step{args.lines}")
+        recorder.end(ExitKind.FINISHED, f"the schedule ended at iteration {args.lines}")
+        return 0
+    recorder.progress(args.lines - 1, None)
+    said = f"no finished iteration for 9.0 s after iteration {args.lines - 1} (stability.hang_timeout_s=auto: 8.5 s)"
+    recorder.hung(said, f"dummy_job: rank {rank}: {said}\n" + "".join(traceback.format_stack()))
+    return 1
 
 
 def yaml_dir(config: str) -> str:

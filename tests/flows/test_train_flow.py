@@ -184,6 +184,23 @@ def test_failed_ranks_are_restarted_by_torchrun_then_relaunched_from_the_checkpo
     assert (tmp_path / "run" / "_stage.json").exists()
 
 
+def test_a_hang_is_restarted_then_relaunched_with_the_rank_that_stopped_named(prefect_harness, tmp_path):
+    # rank 1 records a hang (behind rank 0) on its first 2 starts, as the trainer's watchdog would
+    cfg = _config(tmp_path, max_restarts=1, retries=2, DUMMY_JOB_LINES="4", DUMMY_JOB_HANG_STARTS="2",
+                  DUMMY_JOB_COUNTER=str(tmp_path / "starts"))
+    state = train_flow(cfg, return_state=True)
+    assert state.is_completed(), state.message
+    cause = (rf"rank 1 on {NODE} stopped making progress \(behind: its last finished iteration is 3, its peers' 4\); "
+             rf"rank 1 on {NODE}: no finished iteration for 9.0 s after iteration 3 \(stability.hang_timeout_s=auto: "
+             rf"8.5 s\); stacks in {tmp_path}/run/exits/launch-1-[^/]+/attempt-0")
+    restarts = state.result().result.restarts
+    assert [r.by for r in restarts] == ["torchrun", "flow"]
+    assert re.fullmatch(cause, restarts[0].cause), restarts[0].cause
+    assert re.fullmatch(rf"training failed \({cause}\) after saving global_step4", restarts[1].cause)
+    rows = _restart_rows(state.state_details.flow_run_id)
+    assert [(r[0], r[2], r[4]) for r in rows] == [("1", "torchrun", "global_step4"), ("2", "flow", "global_step4")]
+
+
 def test_a_rank_that_keeps_failing_ends_the_run_after_every_restart(prefect_harness, tmp_path):
     cfg = _config(tmp_path, max_restarts=1, retries=1, DUMMY_JOB_LINES="2", DUMMY_JOB_FAIL_STARTS="100",
                   DUMMY_JOB_COUNTER=str(tmp_path / "starts"))
