@@ -13,8 +13,8 @@ the longest iteration measured in this launch, whichever is longer; with a numbe
 iteration of a launch (compilation, warm-up) gets at least ``HANG_FACTOR`` x the start-up (process start to the
 first iteration: imports, engine, checkpoint load) in both cases, and with auto the second 5 x the first.
 
-Collective timeouts follow: every process group's timeout (gloo and NCCL; ``set_collective_timeout``) is the
-allowance plus ``margin_s``, set when the loop starts and whenever the allowance changes, so that a rank
+Collective timeouts follow: every process group's timeout (gloo and NCCL; bloomtrain.parallel.timeouts, but for the
+groups that work beside the loop, a background checkpoint's commit) is the allowance plus ``margin_s``, set when the loop starts and whenever the allowance changes, so that a rank
 blocked in a collective on a frozen peer is ended by its watchdog (with its stack and record), never by a
 collective timeout first. Before the loop (start-up, checkpoint load) the launcher's default timeout holds.
 """
@@ -26,8 +26,6 @@ import sys
 import threading
 import time
 import traceback
-import warnings
-from datetime import timedelta
 from typing import Literal
 
 import psutil
@@ -35,6 +33,7 @@ import psutil
 from bloomtrain.callbacks.base import HANG, Callback, Step, TrainerView
 from bloomtrain.config import StabilityConfig
 from bloomtrain.exit_record import Recorder
+from bloomtrain.parallel.timeouts import set_collective_timeout
 
 HANG_FACTOR = 5.0  # auto: the allowance is this many times the longest iteration measured
 
@@ -106,23 +105,6 @@ def nccl_trace() -> str | None:
     except Exception as exc:  # noqa: BLE001 - a diagnostic: the record and stacks matter more
         return f'{{"error": "{type(exc).__name__}: {str(exc)[:200]}"}}'
     return trace.decode() if isinstance(trace, bytes) else str(trace)
-
-
-def set_collective_timeout(seconds: float) -> None:
-    """The timeout of every process group of this process (gloo, NCCL): a collective blocked longer fails."""
-    import torch.distributed as dist  # noqa: PLC0415
-    from torch.distributed import distributed_c10d as c10d  # noqa: PLC0415
-
-    if not dist.is_initialized():
-        return
-    timeout = timedelta(seconds=seconds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a group of another backend: "only supported for either nccl or gloo"
-        for group in list(c10d._world.pg_map):
-            try:
-                c10d._set_pg_timeout(timeout, group)
-            except (ValueError, RuntimeError, AssertionError):
-                continue  # not a member, or a backend without a settable timeout
 
 
 class HangCallback(Callback):

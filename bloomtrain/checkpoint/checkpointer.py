@@ -75,6 +75,7 @@ from bloomtrain.config import TrainConfig
 from bloomtrain.kernels import selfcheck_report
 from bloomtrain.parallel.pipeline import universal_checkpoint_info
 from bloomtrain.parallel.state import ParallelState
+from bloomtrain.parallel.timeouts import background_group
 from bloomtrain.provenance import TRAINING_KEY, training_record
 from bloomtrain.train_module import TrainModule
 
@@ -135,7 +136,7 @@ class Checkpointer:
         self.commit_group: Any = None
         if (cfg.checkpoint.async_save if async_save is None else async_save) and self.dir is not None:
             self.host = HostCopier()
-            self.commit_group = dist.new_group(backend="gloo")  # collective: every rank builds its Checkpointer
+            self.commit_group = background_group()  # collective: every rank builds its Checkpointer
 
     @property
     def enabled(self) -> bool:
