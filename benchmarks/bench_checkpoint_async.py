@@ -81,8 +81,9 @@ def main() -> None:
             return time.perf_counter() - start
 
         step()  # warm-up
-        sync = Checkpointer(cfg, trainer.module, trainer.state, async_save=False)
-        background = Checkpointer(cfg, trainer.module, trainer.state, async_save=True)
+        sync = Checkpointer(cfg, trainer.module, trainer.state)
+        background = Checkpointer(cfg, trainer.module, trainer.state)
+        background.save_in_background()
         times = measure(trainer, sync, background, step, a.repeats)
         tag = Path(ckpt) / (sync.committed or "")
         size = sum(p.stat().st_size for p in tag.rglob("*") if p.is_file())

@@ -115,12 +115,10 @@ class Checkpointer:
     """Save and resume a TrainModule's engine plus the trainer position; all methods are collective."""
 
     def __init__(self, cfg: TrainConfig, module: TrainModule, state: ParallelState, *, universal: bool = False,
-                 faults: FaultHook | None = None, precheck: PendingCheck | None = None,
-                 async_save: bool | None = None) -> None:
+                 faults: FaultHook | None = None, precheck: PendingCheck | None = None) -> None:
         """``universal``: resume through ds_to_universal (universal.needs_universal, decided before the
         engine is built). ``faults``: the fault-injection hook of tests; None in training. ``precheck``: the check
-        of ``latest``'s files started before the engine was built (``start_check``). ``async_save``: None follows
-        ``checkpoint.async_save`` (tests save one state both ways with one config)."""
+        of ``latest``'s files started before the engine was built (``start_check``)."""
         self.cfg, self.module, self.state, self.universal = cfg, module, state, universal
         self.faults, self.precheck = faults, precheck
         self.dir = Path(cfg.checkpoint.dir) if cfg.checkpoint.dir else None
@@ -134,9 +132,15 @@ class Checkpointer:
         self.pending: BackgroundSave | None = None
         self.host: HostCopier | None = None
         self.commit_group: Any = None
-        if (cfg.checkpoint.async_save if async_save is None else async_save) and self.dir is not None:
+        if cfg.checkpoint.async_save:
+            self.save_in_background()
+
+    def save_in_background(self) -> None:
+        """Make the saves from now on asynchronous: ``checkpoint.async_save``, or a test or benchmark that saves one
+        state both ways under one config. Collective: every rank calls it."""
+        if self.dir is not None and self.host is None:
             self.host = HostCopier()
-            self.commit_group = background_group()  # collective: every rank builds its Checkpointer
+            self.commit_group = background_group()
 
     @property
     def enabled(self) -> bool:

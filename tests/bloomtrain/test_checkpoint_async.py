@@ -89,7 +89,8 @@ def save_both_ways(overrides: list[str], out: str) -> dict:
     if dist.get_rank() == 0:
         shutil.copytree(ckpt / tag, Path(out) / tag)
     dist.barrier()
-    background = Checkpointer(cfg, trainer.module, trainer.state, async_save=True)
+    background = Checkpointer(cfg, trainer.module, trainer.state)
+    background.save_in_background()
     assert background.host is not None
     trainer.checkpointer = background
     assert trainer.save_checkpoint() == tag
