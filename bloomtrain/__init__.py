@@ -4,6 +4,7 @@
 # (every import, those inside functions too; tests/test_layering.py checks it, and that no import circle runs
 # through the subpackages). The loop (trainer) imports what its callbacks see from bloomtrain.callbacks.base.
 LAYERS = (
+    "wandb_config",  # a section of the config, with no import of wandb
     "config console environment exit_record measures hf_import bf16_optimizer",  # the typed config; records; formulas; DeepSpeed patches
     "data engine inputs precision provenance recovery schedules generate",
     "train_module metrics agent slurm export plan",

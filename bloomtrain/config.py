@@ -26,6 +26,7 @@ from bloomdata.errors import BloomstackError, FieldValueError
 from bloomdata.megatron.splits import Compat
 from bloomdata.plugins import check_target
 from bloomtrain.model.config import ModelConfig
+from bloomtrain.wandb_config import WandbConfig
 
 
 class _Frozen(BaseModel):
@@ -242,6 +243,8 @@ class LoggingConfig(_Frozen):
     """Profile iterations [first, last] (1-based, inclusive) with torch.profiler: a trace and a table by self time in logging.dir/profile/. None: never."""
     profile_ranks: tuple[int, ...] = (0,)
     """The global ranks that profile (each writes its own files)."""
+    wandb: WandbConfig | None = None
+    """Also log every metrics record and the resolved config to Weights & Biases (None: not)."""
 
     @model_validator(mode="after")
     def _check(self) -> LoggingConfig:

@@ -36,6 +36,7 @@ from bloomtrain.callbacks.compile_time import CompileTimeCallback
 from bloomtrain.callbacks.configured import configured_callbacks
 from bloomtrain.callbacks.profile import profile_callbacks
 from bloomtrain.callbacks.stragglers import StragglerCallback
+from bloomtrain.callbacks.tracking import require_wandb, wandb_callbacks
 from bloomtrain.checkpoint.checkpointer import Checkpointer, FaultHook, start_check
 from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
@@ -106,6 +107,7 @@ def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world
     return [
         NanDrillCallback(cfg.stability.inject_nan_at_iters),
         MetricsCallback(cfg, rank, world, precision),
+        *wandb_callbacks(cfg, rank),
         EvaluationCallback(valid_data, interval=cfg.logging.eval_interval, eval_iters=cfg.logging.eval_iters,
                            micro_batch_size=cfg.schedule.micro_batch_size),
         *(ValidSetCallback(s, interval=cfg.logging.eval_interval, micro_batch_size=cfg.schedule.micro_batch_size,
@@ -126,6 +128,7 @@ def build_trainer(cfg: TrainConfig, *, callbacks: Sequence[Callback] = (), fault
     them) and ``callbacks``, run by priority; ``faults`` is the Checkpointer's fault-injection hook (tests only);
     ``cpu`` describes the CPU (default: this one's)."""
     user = configured_callbacks(cfg.callbacks)  # an import error fails before any process group work
+    require_wandb(cfg)  # so does a missing wandb package
     init_distributed()
     setup_console()
     from deepspeed.accelerator import get_accelerator  # noqa: PLC0415

@@ -11,6 +11,7 @@
 - ``exit_record``: this rank's exit record (bloomtrain.exit_record), last;
 - ``hang``: the hang watchdog (``stability.hang_timeout_s``): stacks, a ``hang`` record and an exit;
 - ``stragglers``: each log interval's slowest rank, and a rank that stays slow named once;
+- ``tracking``: every metrics record and the resolved config to Weights & Biases (``logging.wandb``);
 - ``profile``: torch.profiler around chosen iterations (``logging.profile_iters``), and where their time went;
 - ``configured``: the callbacks a training config names (``callbacks: [package.module:Class, ...]``).
 
@@ -26,6 +27,7 @@ from bloomtrain.callbacks.metrics import MetricsCallback
 from bloomtrain.callbacks.nan_drill import NanDrillCallback
 from bloomtrain.callbacks.stability import StabilityCallback
 from bloomtrain.callbacks.stop_requests import StopRequestsCallback
+from bloomtrain.callbacks.tracking import WandbCallback, wandb_callbacks
 from bloomtrain.callbacks.valid_sets import ValidSetCallback
 
 # This package's files in layers, lowest first: a file imports only files of lower layers (every import, those
@@ -33,10 +35,10 @@ from bloomtrain.callbacks.valid_sets import ValidSetCallback
 LAYERS = (
     "base",
     "checkpointing compile_time configured evaluation exit_record hang metrics nan_drill profile stability "
-    "stop_requests stragglers valid_sets",
+    "stop_requests stragglers tracking valid_sets",
     "__init__",
 )
 
 __all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ExitRecordCallback",
            "MetricsCallback", "NanDrillCallback",
-           "StabilityCallback", "StopRequestsCallback", "ValidSetCallback"]
+           "StabilityCallback", "StopRequestsCallback", "ValidSetCallback", "WandbCallback", "wandb_callbacks"]

@@ -1,0 +1,98 @@
+"""``logging.wandb``: a tiny training run logs its losses and config to Weights & Biases in offline mode, and its
+resumed run continues the same W&B run id; without the package, one line says so."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from bloomdata.errors import BloomstackError
+from bloomtrain.callbacks.tracking import require_wandb
+from bloomtrain.config import load_config
+from bloomtrain.metrics import read_metrics
+from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
+from tests.harness.gloo_harness import run_distributed
+
+pytest.importorskip("wandb")
+
+
+def _records(path: Path) -> list[bytes]:
+    """The records of a W&B transaction log (``run-<id>.wandb``): a 7-byte header (``:W&B``, magic, version),
+    then LevelDB's log format: 32 KiB blocks of records, each with a 7-byte header (crc32, length, type: 1 full,
+    2 first, 3 middle, 4 last)."""
+    data, out, pending, pos, block = path.read_bytes(), [], b"", 7, 32768
+    assert data[:4] == b":W&B", path
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            out.append(pending)
+            pending = b""
+    return out
+
+
+def _read_run(run_dir: Path) -> tuple[str, dict[int, float], dict]:
+    """(run id, loss per iteration, config) of one offline run directory."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    [log] = run_dir.glob("run-*.wandb")
+    run_id, losses, config = "", {}, {}
+
+    def items(update) -> dict:
+        return {i.key or ".".join(i.nested_key): json.loads(i.value_json) for i in update}
+
+    for data in _records(log):
+        record = pb.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            run_id = record.run.run_id
+            config.update(items(record.run.config.update))
+        elif kind == "config":
+            config.update(items(record.config.update))
+        elif kind == "history":
+            logged = items(record.history.item)
+            if "loss" in logged:
+                losses[int(logged["iteration"])] = logged["loss"]
+    return run_id, losses, config
+
+
+def _run(tmp_path: Path, iters: int) -> dict:
+    overrides = [*EXACT, f"schedule.train_iters={iters}", f"checkpoint.dir={tmp_path / 'ckpt'}",
+                 "checkpoint.save_interval=3", f"logging.dir={tmp_path / 'logs'}",
+                 f"logging.wandb={{project: bloom-test, name: tiny, mode: offline, dir: {tmp_path / 'wb'}}}"]
+    return run_distributed(train_rank, 1, overrides, timeout_s=300)[0]
+
+
+def test_offline_run_holds_the_losses_and_config_and_a_resume_continues_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first = _run(tmp_path, 3)  # saves at iteration 3 and ends
+    resumed = _run(tmp_path, 5)  # resumes there
+    assert first["error"] is None and resumed["error"] is None, (first["error"], resumed["error"])
+    runs = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2, runs
+    (id1, losses1, config1), (id2, losses2, _) = (_read_run(r) for r in runs)
+    assert id1 == id2 and len(id1) == 8  # the resumed launch continues the same W&B run
+    train, _ = read_metrics(tmp_path / "logs" / "metrics.jsonl")
+    assert {**losses1, **losses2} == {r["iteration"]: r["loss"] for r in train}  # what metrics.jsonl holds
+    assert sorted(losses1) == [1, 2, 3] and sorted(losses2) == [4, 5]
+    assert config1["optim"]["lr"] == 1e-2 and config1["schedule"]["train_iters"] == 3
+    assert config1["logging"]["wandb"]["project"] == "bloom-test"
+
+
+def test_a_missing_wandb_package_is_one_line(monkeypatch):
+    cfg = load_config(TINY, ["logging.wandb={mode: offline}"])
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    with pytest.raises(BloomstackError, match=r"^logging.wandb is set but the wandb package is not installed: "
+                                              r"pip install 'bloomstack\[wandb\]', or remove logging.wandb$"):
+        require_wandb(cfg)
+    require_wandb(load_config(TINY, []))  # not asked for: nothing to say
