@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from bloomtrain.cli import main as bloomtrain_main
@@ -13,7 +14,7 @@ from bloomtrain.config import TrainConfig
 from bloomtrain.model.bloom import BloomModel
 from bloomtrain.model.config import ModelConfig
 from bloomtrain.parallel.state import ParallelState
-from bloomtrain.plan import plan_training
+from bloomtrain.plan import activation_bytes, plan_training
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "configs/train/tiny-cpu.yaml"
@@ -79,3 +80,24 @@ def test_pipeline_stages_split_the_blocks_and_recomputation_keeps_block_inputs()
     s, b, h = cfg.model.seq_length, cfg.schedule.micro_batch_size, cfg.model.hidden_size
     one_block = stage.activations_bytes // (2 * 2)  # 2 blocks x 2 micro-batches in flight
     assert stage.activations_recompute_bytes == 2 * 2 * (2 * s * b * h) + one_block
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_activation_estimate_is_what_autograd_saves_for_a_block(dtype):
+    """One block's forward with the fused kernels: the bytes autograd keeps for the backward (every saved tensor
+    that is not a parameter, each storage once) against the plan's count of one block and micro-batch."""
+    model_config = ModelConfig.tiny(kernels="fused", seq_length=64)  # s^2 terms as large as the h ones
+    model = BloomModel(model_config, dtype=dtype)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x = model.embedding(torch.randint(0, 200, (2, 64))).detach().requires_grad_()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.blocks[0](x)
+    estimate, _ = activation_bytes(model_config, micro_batch=2, tp=1, bf16=dtype == torch.bfloat16)
+    assert abs(sum(saved.values()) - estimate) <= 0.01 * estimate, (sum(saved.values()), estimate)
