@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             f"data.valid_sets={sets}", f"data.tokenizer={tok_dir}", f"data.cache_dir={root / 'cache'}",
         ])
         trainer = build_trainer(cfg)
-        callbacks = [cb for cb in trainer.callbacks if isinstance(cb, ValidSetCallback)]
+        callbacks = [cb for cb in trainer.callbacks if isinstance(cb, ValidSetCallback) and not cb.overall]
         engine, state = trainer.module.engine, trainer.state
         prebuilt = {}
         for cb in callbacks:

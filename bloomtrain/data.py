@@ -167,6 +167,22 @@ def build_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
 # --- named validation sets ------------------------------------------------------------------------------
 
 
+class FirstSamples:
+    """The first ``min(n, len(samples))`` samples of ``samples``: the run's overall validation set (the first
+    ``eval_iters`` global batches of its validation split, the same at every evaluation)."""
+
+    def __init__(self, samples: Samples, n: int) -> None:
+        self.samples, self.n = samples, min(n, len(samples))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.samples[i]
+
+
 def build_valid_sets(cfg: TrainConfig) -> dict[str, FixedSamples]:
     """Every named validation set of ``cfg`` (none when evaluation is off): ``data.valid_sets[name]``'s fixed
     samples (see ``ValidSetConfig`` for which)."""

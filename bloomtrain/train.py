@@ -24,7 +24,6 @@ from bloomdata.megatron.builder import FixedSamples
 from bloomtrain.callbacks import (
     Callback,
     CheckpointCallback,
-    EvaluationCallback,
     MetricsCallback,
     NanDrillCallback,
     StabilityCallback,
@@ -42,7 +41,7 @@ from bloomtrain.checkpoint.rng import seed_everything
 from bloomtrain.checkpoint.universal import needs_universal
 from bloomtrain.config import TrainConfig
 from bloomtrain.console import setup_console
-from bloomtrain.data import Samples, build_datasets, build_valid_sets, token_byte_lengths
+from bloomtrain.data import FirstSamples, Samples, build_datasets, build_valid_sets, token_byte_lengths
 from bloomtrain.engine import build_engine
 from bloomtrain.exit_record import node_name
 from bloomtrain.model.compiled import compile_blocks
@@ -104,14 +103,17 @@ def default_callbacks(cfg: TrainConfig, validation: Validation, rank: int, world
 
         assert cfg.data.tokenizer is not None  # DataConfig: valid_sets need data.tokenizer
         byte_lengths = token_byte_lengths(load_tokenizer(cfg.data.tokenizer))
+    interval, mbs = cfg.logging.eval_interval, cfg.schedule.micro_batch_size
+    # the overall set: the same first eval_iters global batches at every evaluation (Megatron's), then the named
+    overall = [] if valid_data is None else [
+        FirstSamples(valid_data, cfg.logging.eval_iters * cfg.schedule.global_batch_size)]
     return [
         NanDrillCallback(cfg.stability.inject_nan_at_iters),
         MetricsCallback(cfg, rank, world, precision),
         *wandb_callbacks(cfg, rank),
-        EvaluationCallback(valid_data, interval=cfg.logging.eval_interval, eval_iters=cfg.logging.eval_iters,
-                           micro_batch_size=cfg.schedule.micro_batch_size),
-        *(ValidSetCallback(s, interval=cfg.logging.eval_interval, micro_batch_size=cfg.schedule.micro_batch_size,
-                           byte_lengths=byte_lengths) for s in valid_sets),
+        *(ValidSetCallback("valid", s, interval=interval, micro_batch_size=mbs, overall=True) for s in overall),
+        *(ValidSetCallback(s.name, s, interval=interval, micro_batch_size=mbs, byte_lengths=byte_lengths)
+          for s in valid_sets),
         StabilityCallback(cfg.stability),
         StopRequestsCallback(cfg.checkpoint),
         StragglerCallback(cfg.stability.straggler_factor, cfg.stability.straggler_window, cfg.logging.log_interval,

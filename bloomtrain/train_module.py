@@ -1,7 +1,7 @@
 """``TrainModule``: the model side of training. It owns the DeepSpeed pipeline engine.
 
 The trainer never touches the engine: it asks this module for one optimizer step over an iterator of
-micro-batches (``train_step``), for one evaluation batch (``eval_step``) or the exact summed loss of a
+micro-batches (``train_step``), for the exact summed loss of a
 fixed set of micro-batches (``eval_nll``), to set the learning rate and the
 (ramped) global batch, and to save or load the engine's state under a checkpoint tag. Modelled on
 OLMo-core's TrainModule (train/train_module/train_module.py); here the parallelism (TP x PP x DP), the
@@ -76,10 +76,6 @@ class TrainModule:
         norm = self.engine.get_global_grad_norm()
         return StepOutput(loss=loss, grad_norm=float(norm) if norm is not None else float("nan"),
                           applied=bool(self.engine.was_step_applied()), step_time_s=step_time)
-
-    def eval_step(self, batches: Iterator[MicroBatch]) -> float:
-        """Mean loss of one global batch of ``batches``, without gradients."""
-        return float(self.engine.eval_batch(batches))
 
     def eval_nll(self, batches: Iterator[MicroBatch], num_micro_batches: int) -> float:
         """Collective: the summed token NLL (nats) of every DP rank's ``num_micro_batches`` micro-batches from

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from bloomtrain.callbacks.base import Callback, Position, Step, TrainResult, by_priority
+from bloomtrain.callbacks.base import Callback, Position, Step, TrainResult, by_priority, by_state_key
 from bloomtrain.checkpoint.checkpointer import Checkpointer
 from bloomtrain.checkpoint.tags import tag_for
 from bloomtrain.config import TrainConfig
@@ -40,6 +40,7 @@ class Trainer:
                  checkpointer: Checkpointer, callbacks: Sequence[Callback]) -> None:
         self.cfg, self.module, self.state = cfg, module, state
         self.train_data, self.checkpointer, self.callbacks = train_data, checkpointer, by_priority(list(callbacks))
+        self.stateful = by_state_key(self.callbacks)  # refuses two stateful callbacks under one key
         self.lr_schedule = LRSchedule.from_config(cfg.optim, cfg.schedule)
         self.batch_schedule = BatchSchedule.from_config(cfg.schedule)
         self.pos = Position()
@@ -65,18 +66,9 @@ class Trainer:
         self.result.last_saved = self.checkpointer.committed
         return tag
 
-    def _state_keys(self) -> list[str]:
-        """Each callback's key in a checkpoint: its ``state_key``, numbered from the second of a name on."""
-        seen: dict[str, int] = {}
-        keys = []
-        for cb in self.callbacks:
-            n = seen[cb.state_key] = seen.get(cb.state_key, 0) + 1
-            keys.append(cb.state_key if n == 1 else f"{cb.state_key}#{n}")
-        return keys
-
     def callback_states(self) -> dict[str, dict[str, Any]]:
-        """The non-empty ``state_dict`` of every callback, by key."""
-        states = {key: cb.state_dict() for key, cb in zip(self._state_keys(), self.callbacks)}
+        """The non-empty ``state_dict`` of every stateful callback, by ``state_key``."""
+        states = {key: cb.state_dict() for key, cb in self.stateful.items()}
         return {key: state for key, state in states.items() if state}
 
     def log(self, record: dict[str, Any], step: int, console: str | None = None) -> None:
@@ -90,9 +82,13 @@ class Trainer:
         saved = self.checkpointer.load() if self.checkpointer.enabled else None
         if saved is not None:
             self.pos = self.result.position = Position(**saved.position)
-            for key, cb in zip(self._state_keys(), self.callbacks):
+            for key, cb in self.stateful.items():
                 if key in saved.callbacks:
                     cb.load_state_dict(saved.callbacks[key])
+            unclaimed = sorted(set(saved.callbacks) - set(self.stateful))
+            if unclaimed:
+                log.warning("bloomtrain: the checkpoint holds state for callbacks this run does not have: %s "
+                            "(their state_key changed or they were removed); it is not used", ", ".join(unclaimed))
             self.result.last_saved = tag_for(self.pos.iteration)
             log.info("bloomtrain: resumed at iteration %d, %d samples consumed", self.pos.iteration,
                      self.pos.consumed_samples)

@@ -3,8 +3,8 @@
 - ``base``: the ``Callback`` hooks, their priorities, and what they receive (``TrainerView``, ``Step``);
 - ``nan_drill``: NaN loss masks at chosen iterations (exercises the skip path);
 - ``metrics``: the iteration record to JSONL, TensorBoard and the console;
-- ``evaluation``: validation loss every N iterations, on any number of named datasets;
-- ``valid_sets``: loss, perplexity and bits per byte of each named validation set (``data.valid_sets``);
+- ``valid_sets``: validation every N iterations: the run's overall set (``valid_loss``) and each named one
+  (``data.valid_sets``: loss, perplexity, bits per byte), one path (``TrainModule.eval_nll``);
 - ``stability``: skip reports, the consecutive-skip limit, loss spikes;
 - ``stop_requests``: signals, kill-switch file, time limit;
 - ``checkpointing``: save every N iterations and at the end;
@@ -21,7 +21,6 @@ the caller's; the trainer runs them by ``priority`` (``base``), not by their pla
 
 from bloomtrain.callbacks.base import Callback
 from bloomtrain.callbacks.checkpointing import CheckpointCallback
-from bloomtrain.callbacks.evaluation import EvaluationCallback
 from bloomtrain.callbacks.exit_record import ExitRecordCallback
 from bloomtrain.callbacks.metrics import MetricsCallback
 from bloomtrain.callbacks.nan_drill import NanDrillCallback
@@ -34,11 +33,11 @@ from bloomtrain.callbacks.valid_sets import ValidSetCallback
 # inside functions too; tests/test_layering.py checks it).
 LAYERS = (
     "base",
-    "checkpointing compile_time configured evaluation exit_record hang metrics nan_drill profile stability "
-    "stop_requests stragglers tracking valid_sets",
+    "checkpointing compile_time configured exit_record hang metrics nan_drill profile stability stop_requests "
+    "stragglers tracking valid_sets",
     "__init__",
 )
 
-__all__ = ["Callback", "CheckpointCallback", "EvaluationCallback", "ExitRecordCallback",
+__all__ = ["Callback", "CheckpointCallback", "ExitRecordCallback",
            "MetricsCallback", "NanDrillCallback",
            "StabilityCallback", "StopRequestsCallback", "ValidSetCallback", "WandbCallback", "wandb_callbacks"]

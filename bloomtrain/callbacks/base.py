@@ -20,8 +20,10 @@ Per iteration::
 State: a callback that carries state across iterations (a running mean, a counter) returns it from
 ``state_dict`` (JSON-able values) and takes it back in ``load_state_dict``; the trainer saves every non-empty
 state in each checkpoint under the callback's ``state_key`` and hands it back on resume, so a resumed run
-behaves as the uninterrupted one. The state must be the same on every rank (it is read back from the
-files the model-parallel ranks write). An error raised inside the loop reaches every ``on_error`` hook,
+behaves as the uninterrupted one. The key is a stable name, not a place in a list: the class's name by
+default, and a callback of which a run may hold several (a validation set, a user's callback configured twice)
+names itself from its arguments; the trainer refuses two stateful callbacks under one key (``by_state_key``).
+The state must be the same on every rank (it is read back from the files the model-parallel ranks write). An error raised inside the loop reaches every ``on_error`` hook,
 then ``close``, then propagates.
 
 A user adds a callback without editing bloomtrain.train: ``callbacks: [{target: "pkg.module:MyCallback",
@@ -34,6 +36,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from bloomdata.errors import BloomstackError
 from bloomtrain.data import MicroBatch
 from bloomtrain.exit_record import ExitKind
 from bloomtrain.parallel.state import ParallelState
@@ -44,8 +47,7 @@ PROFILE = 110  # the profiler starts before every other hook of its first iterat
 DRILL = 100  # poisons the batches before any other hook reads them
 METRICS = 90  # logs the iteration before the evaluations log theirs
 STRAGGLERS = 85  # times each rank's step: its post_train_batch adds to the record METRICS logs in post_step
-EVALUATION = 80  # the overall validation set
-VALID_SETS = 70  # then each named one
+EVALUATION = 80  # the validation sets (the overall one first, then each named one: the order given)
 STABILITY = 50  # the skip limit (saves and raises)
 STOP_REQUESTS = 40  # signals, kill switch, time budget
 USER = 0  # the default: a user's callbacks
@@ -186,7 +188,8 @@ class Callback:
 
     @property
     def state_key(self) -> str:
-        """The name its state is saved under in a checkpoint (unique among the run's stateful callbacks)."""
+        """The name its state is saved under in a checkpoint, unique among the run's stateful callbacks: the class's
+        name; override it (from the constructor's arguments) in a callback a run may hold more than once."""
         return type(self).__qualname__
 
     def state_dict(self) -> dict[str, Any]:
@@ -227,3 +230,20 @@ class Callback:
 def by_priority(callbacks: list[Callback]) -> list[Callback]:
     """``callbacks`` in the order their hooks run: highest ``priority`` first, the given order among equals."""
     return sorted(callbacks, key=lambda cb: -cb.priority)
+
+
+def by_state_key(callbacks: list[Callback]) -> dict[str, Callback]:
+    """The stateful callbacks (those that override ``state_dict``) by ``state_key``; two under one key is an error
+    (a resume could hand one the other's state)."""
+    keyed: dict[str, Callback] = {}
+    for cb in callbacks:
+        if type(cb).state_dict is Callback.state_dict:
+            continue
+        key = cb.state_key
+        if key in keyed:
+            cls = type(cb)
+            raise BloomstackError(f"callbacks: {cls.__module__}:{cls.__qualname__} and {type(keyed[key]).__qualname__} "
+                                  f"both keep their checkpoint state under state_key {key!r}; override the "
+                                  f"state_key property of {cls.__qualname__} to name each instance from its arguments")
+        keyed[key] = cb
+    return keyed

@@ -1,6 +1,6 @@
 """A user's callback, named in a training config by tests/bloomtrain/test_callbacks.py (never imported by the
-trainer's own code): counts the iterations it saw, keeps that count in checkpoints, and writes what it saw
-to ``out`` (JSON) at the end of the run or on an error."""
+trainer's own code): counts the iterations it saw (every ``every``-th), keeps that count in checkpoints under
+``probe:<label>``, and writes what it saw to ``out`` (JSON) at the end of the run or on an error."""
 
 from __future__ import annotations
 
@@ -11,10 +11,14 @@ from bloomtrain.callbacks import Callback
 
 
 class Probe(Callback):
-    def __init__(self, out: str, label: str = "probe") -> None:
-        self.out, self.label = out, label
+    def __init__(self, out: str, label: str = "probe", every: int = 1) -> None:
+        self.out, self.label, self.every = out, label, every
         self.seen = 0  # iterations seen, over every resume (the state)
         self.resumed_with: dict[str, Any] | None = None
+
+    @property
+    def state_key(self) -> str:
+        return f"probe:{self.label}"
 
     def state_dict(self) -> dict[str, Any]:
         return {"seen": self.seen}
@@ -24,7 +28,8 @@ class Probe(Callback):
         self.seen = state["seen"]
 
     def post_step(self, trainer, step) -> None:
-        self.seen += 1
+        if step.iteration % self.every == 0:
+            self.seen += 1
 
     def _write(self, **extra: Any) -> None:
         with open(self.out, "w") as f:

@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from bloomdata.errors import BloomstackError
+from bloomtrain.callbacks import StopRequestsCallback, ValidSetCallback
+from bloomtrain.callbacks.base import by_state_key
 from bloomtrain.callbacks.configured import configured_callbacks
-from bloomtrain.config import CallbackSpec, load_config
+from bloomtrain.config import CallbackSpec, CheckpointConfig, load_config
+from bloomtrain.data import FirstSamples, SyntheticSamples
 from bloomtrain.metrics import read_metrics
 from tests.bloomtrain.callback_probe import Probe
 from tests.bloomtrain.train_helpers import EXACT, TINY, train_rank
@@ -88,7 +91,7 @@ def test_callbacks_run_by_priority_so_a_reversed_list_saves_the_same_checkpoint(
         runs[reverse] = run_distributed(_train_in_order, 1, overrides, str(run_dir / "probe.json"), reverse,
                                         timeout_s=300)[0]
     given, reversed_ = runs[False], runs[True]
-    assert reversed_["callbacks"] == given["callbacks"] and given["callbacks"]["Probe"] == {"seen": 3}
+    assert reversed_["callbacks"] == given["callbacks"] and given["callbacks"]["probe:probe"] == {"seen": 3}
     assert (reversed_["position"], reversed_["weights"], reversed_["losses"]) == \
         (given["position"], given["weights"], given["losses"])
     assert reversed_["given"] == given["given"][::-1] and reversed_["ran"] == given["ran"]
@@ -109,3 +112,65 @@ def test_a_configured_callback_that_cannot_be_built_is_one_line_naming_it(tmp_pa
     with pytest.raises(BloomstackError, match=r"override callbacks=\[probe\]: callbacks\.0\.target: .*"
                                               r"not package\.module:ClassName"):
         load_config(TINY, ["callbacks=[probe]"])
+
+
+class RecordingValidSet(ValidSetCallback):
+    """A validation set that records the state a resume hands it."""
+
+    recorded: dict | None = None
+
+    def load_state_dict(self, state: dict) -> None:
+        self.recorded = dict(state)
+        super().load_state_dict(state)
+
+
+def _keyed_callbacks(run_dir: Path, reverse: bool):
+    """Two probes counting differently and two validation sets of different samples, in a given or reversed order
+    (built in the rank)."""
+
+    def build() -> list:
+        cfg = load_config(TINY, [])
+        sets = [RecordingValidSet(name, FirstSamples(SyntheticSamples(8, cfg.model.seq_length + 1,
+                                                                      cfg.model.vocab_size, seed), 8),
+                                  interval=2, micro_batch_size=2) for name, seed in (("x", 5), ("y", 6))]
+        probes = [Probe(str(run_dir / f"{label}.json"), label, every) for label, every in (("a", 1), ("b", 2))]
+        given = [*probes, *sets]
+        return given[::-1] if reverse else given
+
+    return build
+
+
+def test_a_resumed_run_with_reordered_callbacks_hands_each_its_own_state(tmp_path):
+    """State is keyed by name (``state_key``), not by class and place: after a resume with the callbacks list
+    reversed, each probe and each validation set gets back the state it saved."""
+    base = [*EXACT, f"checkpoint.dir={tmp_path / 'ckpt'}", f"logging.dir={tmp_path / 'logs'}",
+            "logging.eval_interval=2", "logging.eval_iters=1"]
+    first = run_distributed(train_rank, 1, [*base, "schedule.train_iters=4"], None,
+                            _keyed_callbacks(tmp_path, False), timeout_s=300)[0]
+    assert first["error"] is None, first["error"]
+    _, evals = read_metrics(tmp_path / "logs" / "metrics.jsonl")
+    saved = {name: min((r[f"valid/{name}/loss"], r["iteration"]) for r in evals) for name in ("x", "y")}
+    assert saved["x"][0] != saved["y"][0]  # different samples: a swap would show
+    resumed = run_distributed(train_rank, 1, [*base, "schedule.train_iters=6"], None,
+                              _keyed_callbacks(tmp_path, True), timeout_s=300)[0]
+    assert resumed["error"] is None, resumed["error"]
+    got_y, got_x, _, _ = resumed["recorded"]  # reversed: y, x, probe b, probe a
+    assert got_x == {"best_loss": saved["x"][0], "best_iteration": saved["x"][1]}
+    assert got_y == {"best_loss": saved["y"][0], "best_iteration": saved["y"][1]}
+    probes = {label: json.loads((tmp_path / f"{label}.json").read_text()) for label in ("a", "b")}
+    assert probes["a"]["resumed_with"] == {"seen": 4} and probes["a"]["seen"] == 6
+    assert probes["b"]["resumed_with"] == {"seen": 2} and probes["b"]["seen"] == 3
+    # the overall validation is one of the sets: valid_loss beside its best, through the same path
+    _, evals = read_metrics(tmp_path / "logs" / "metrics.jsonl")
+    assert [r["iteration"] for r in evals if "valid_loss" in r] == [2, 4, 6]
+    assert all(r["valid_best_loss"] <= r["valid_loss"] for r in evals if "valid_loss" in r)
+
+
+def test_two_stateful_callbacks_under_one_state_key_are_refused_naming_the_fix(tmp_path):
+    keyed = by_state_key([Probe("o", "a"), Probe("o", "b"), StopRequestsCallback(CheckpointConfig()),
+                          StopRequestsCallback(CheckpointConfig())])  # stateless duplicates are fine
+    assert sorted(keyed) == ["probe:a", "probe:b"]
+    with pytest.raises(BloomstackError, match=r"^callbacks: tests\.bloomtrain\.callback_probe:Probe and Probe both keep "
+                                              r"their checkpoint state under state_key 'probe:a'; override the "
+                                              r"state_key property of Probe"):
+        by_state_key([Probe("o", "a"), Probe("o2", "a")])

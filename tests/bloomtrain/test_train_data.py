@@ -3,8 +3,8 @@
 The micro-batches each DP rank trains on are recorded by a callback and compared with the Blend's items,
 computed directly by bloomdata, in Megatron's pretraining-sampler order: global index order from
 ``consumed_samples``; each group of micro_batch x DP indices split by DP rank. A resumed run continues
-at the saved ``consumed_samples``. A second, named evaluation callback over the validation blend logs
-``valid/<name>/loss`` equal to the run's own ``valid_loss``.
+at the saved ``consumed_samples``. A second, named validation set over the same first samples of the
+validation blend logs ``valid/<name>/loss`` equal to the run's own ``valid_loss`` (one evaluation path).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch
 from bloomdata.blend.spec import BlendDataset, BlendSpec
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDatasetWriter
-from bloomtrain.callbacks import Callback, EvaluationCallback
+from bloomtrain.callbacks import Callback, ValidSetCallback
+from bloomtrain.data import FirstSamples
 from tests.bloomtrain.train_helpers import EXACT, train_rank
 from tests.harness.gloo_harness import run_distributed
 
@@ -71,8 +72,8 @@ def test_each_dp_rank_trains_on_the_blend_in_megatron_sampler_order(tmp_path):
     valid = blend_from_spec(spec, 1 * GBS, "valid", cache)
 
     def callbacks():
-        return [RecordSamples(), EvaluationCallback(valid, interval=3, eval_iters=1, micro_batch_size=MBS,
-                                                    name="again")]
+        return [RecordSamples(), ValidSetCallback("again", FirstSamples(valid, 1 * GBS), interval=3,
+                                                  micro_batch_size=MBS)]
 
     first = run_distributed(train_rank, DP, [*run, "schedule.train_iters=3"], None, callbacks, timeout_s=300)
     resumed = run_distributed(train_rank, DP, [*run, "schedule.train_iters=4"], None, callbacks, timeout_s=300)

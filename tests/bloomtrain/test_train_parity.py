@@ -87,7 +87,7 @@ def _assert_matches(single, results):
         # TP duplicates and the tied embedding are counted once: the same global norm in every layout
         norms = [r["grad_norms"][i] for i in range(1, 6)]
         assert norms == pytest.approx(ref_norms, rel=1e-4), (r["coords"], norms, ref_norms)
-        if 5 in r["eval"]:  # validation through eval_batch, broadcast along the pipe
+        if 5 in r["eval"]:  # validation through eval_nll, broadcast along the pipe
             assert r["eval"][5] == pytest.approx(single["eval"][5], rel=RTOL), r["coords"]
 
 
