@@ -74,8 +74,13 @@ class WandbCallback(Callback):
         import wandb  # noqa: PLC0415 - an optional extra, checked by wandb_callbacks
 
         c = self.config
-        self.run = wandb.init(project=c.project, entity=c.entity, name=c.name, mode=c.mode, dir=c.dir, id=self.run_id,
-                              resume="allow", config=self.train_config.model_dump(mode="json"))
+        try:
+            self.run = wandb.init(project=c.project, entity=c.entity, name=c.name, mode=c.mode, dir=c.dir,
+                                  id=self.run_id, resume="allow", config=self.train_config.model_dump(mode="json"))
+        except wandb.errors.Error as exc:  # no API key, an unknown entity, no server: one line, a config error
+            raise BloomstackError(f"logging.wandb: W&B could not start run {self.run_id} in project {c.project} "
+                                  f"({exc}); run `wandb login` or set WANDB_API_KEY, or set logging.wandb.mode to "
+                                  "offline") from None
         self.run.define_metric("iteration")
         self.run.define_metric("*", step_metric="iteration")
 

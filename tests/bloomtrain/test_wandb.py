@@ -96,3 +96,19 @@ def test_a_missing_wandb_package_is_one_line(monkeypatch):
                                               r"pip install 'bloomstack\[wandb\]', or remove logging.wandb$"):
         require_wandb(cfg)
     require_wandb(load_config(TINY, []))  # not asked for: nothing to say
+
+
+def test_a_run_w_and_b_cannot_start_is_one_line(tmp_path, monkeypatch):
+    """Online without an API key (a fresh HOME, no WANDB_API_KEY): a config error naming the fix, not a traceback."""
+    from bloomtrain.callbacks.tracking import WandbCallback
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "config"))
+    cfg = load_config(TINY, ["logging.wandb={project: p, mode: online}"])
+    callback = WandbCallback(cfg.logging.wandb, cfg, rank=0)
+    with pytest.raises(BloomstackError, match=r"^logging.wandb: W&B could not start run [0-9a-f]{8} in project p "
+                                              r"\(.*API key.*\); run `wandb login` or set WANDB_API_KEY"):
+        callback.pre_train(None)  # type: ignore[arg-type] # the trainer is not read
