@@ -112,3 +112,42 @@ def test_a_run_w_and_b_cannot_start_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(BloomstackError, match=r"^logging.wandb: W&B could not start run [0-9a-f]{8} in project p "
                                               r"\(.*API key.*\); run `wandb login` or set WANDB_API_KEY"):
         callback.pre_train(None)  # type: ignore[arg-type] # the trainer is not read
+
+
+class _Sink:
+    """Stands in for both a TensorBoard SummaryWriter and a W&B run: what each was given, per step."""
+
+    def __init__(self) -> None:
+        self.got: dict[int, dict[str, float]] = {}
+
+    def add_scalar(self, key: str, value: float, step: int) -> None:
+        self.got.setdefault(step, {})[key] = value
+
+    def log(self, values: dict[str, float]) -> None:
+        self.got.setdefault(int(values["iteration"]), {}).update(
+            {k: v for k, v in values.items() if k != "iteration"})
+
+
+def test_w_and_b_gets_every_number_tensorboard_gets():
+    """The records of an iteration, an evaluation with per-language sets and a launch header, through
+    bloomtrain.metrics.Metrics (TensorBoard) and the W&B callback: the same numbers at the same iterations."""
+    from bloomtrain.callbacks.tracking import WandbCallback
+    from bloomtrain.metrics import Metrics
+
+    cfg = load_config(TINY, ["logging.wandb={mode: offline}"])
+    records = [
+        ({"event": "throughput_formula", "text": "...", "time": 1.0, "start_iteration": 0}, 0),
+        ({"iteration": 10, "loss": 2.5, "lr": 1e-3, "grad_norm": 0.7, "tokens_per_s": 900.0, "tflops": 0.01,
+          "mfu": 0.4, "skipped_iters": 0, "loss_spike": False, "time": 1234.5}, 10),
+        ({"iteration": 10, "valid_loss": 2.6, "valid_ppl": 13.5, "valid/fr/loss": 2.4, "valid/fr/ppl": 11.0,
+          "valid/fr/bpb": 1.2, "valid/sw/loss": 2.9, "valid/sw/ppl": 18.2, "valid/sw/bpb": 1.4}, 10),
+    ]
+    metrics = Metrics(cfg, rank=0, world_size=1)
+    metrics._tb = tensorboard = _Sink()
+    callback = WandbCallback(cfg.logging.wandb, cfg, rank=0)
+    callback.run = wandb_run = _Sink()
+    for record, step in records:
+        metrics.log(record, step)
+        callback.log_metrics(None, record, step, None)  # type: ignore[arg-type] # the trainer is not read
+    assert wandb_run.got == tensorboard.got
+    assert wandb_run.got[10]["valid/sw/bpb"] == 1.4 and wandb_run.got[10]["mfu"] == 0.4
