@@ -2,12 +2,13 @@
 
 One long-running process (``prefect.serve``): it registers the deployments below with the Prefect API
 (``PREFECT_API_URL``; see docs/flows.md for a local server), polls for their runs, and executes each in a
-subprocess. Runs come from the UI, ``prefect deployment run 'bloom-pipeline/local' --param ...`` or
-``run_deployment``. Every deployment's defaults are the embedded demo's, so each runs as is; the parameter
+subprocess. Runs come from the UI, ``prefect deployment run 'bloom-pipeline/end-to-end-served' --param ...``
+or ``run_deployment``. Every deployment's defaults are the embedded demo's, so each runs as is; the parameter
 schema is the flows' pydantic configs, validated by the server before a run starts.
 
-prefect.yaml declares the same flows as ``<flow>/pool`` deployments for ``prefect deploy`` onto a process
-work pool (a worker runs them instead of this process). The names differ on purpose: serving a deployment
+Each deployment is named after what it runs (``DEPLOYMENTS``): prefect.yaml declares the same flows under those
+names for ``prefect deploy`` onto a process work pool (a worker runs them, after its pull steps fetch the
+code), and this process serves them as ``<name>-served``. The names differ on purpose: serving a deployment
 that ``prefect deploy`` created keeps its pull steps, and its runs then crash looking for flow storage.
 """
 
@@ -21,7 +22,21 @@ from pydantic import BaseModel, ConfigDict, Field
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.errors import BloomstackError
 
-DEPLOYMENT = "local"  # the deployment name of every flow: "<flow name>/local"
+# The deployment of each flow, named after what it runs with its default parameters (the demo's): prefect.yaml's
+# names; `python -m flows.serve` adds SERVED. Flow names are "bloom-<stage>", so "bloom-train/launch-training".
+DEPLOYMENTS = {
+    "bloom-pipeline": "end-to-end",  # corpus -> clean -> tokenizer -> datasets -> blend -> train -> export -> eval
+    "bloom-clean": "clean-corpus",
+    "bloom-tokenizer": "train-tokenizer",
+    "bloom-dataset": "build-megatron-datasets",
+    "bloom-blend": "tune-blend-weights",
+    "bloom-mixture-search": "regmix-proxies",
+    "bloom-train": "launch-training",
+    "bloom-export": "export-to-transformers",
+    "bloom-evaluate": "bits-per-byte",
+    "bloom-rehearsal": "tr11-on-cpu",
+}
+SERVED = "-served"  # suffix of the deployments this process serves (never the same as a pool deployment's)
 
 # Flows whose parameters may be partial configs ({"train": {"schedule": {"train_iters": 50}}}): their
 # pydantic models complete a partial dict from the demo's defaults (bloomdata.config_loader.complete), but the
@@ -45,8 +60,8 @@ def deployments() -> list[Any]:
 
     flows = (bloom_pipeline, clean_flow, tokenizer_flow, dataset_flow, blend_flow, mixture_search_flow, train_flow,
              export_flow, evaluate_flow, rehearsal_flow)
-    return [f.to_deployment(name=DEPLOYMENT, tags=["bloomstack"], description=(f.description or "").split("\n")[0],
-                            enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
+    return [f.to_deployment(name=DEPLOYMENTS[f.name] + SERVED, tags=["bloomstack"],
+                            description=(f.description or "").split("\n")[0], enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
             for f in flows]
 
 

@@ -34,6 +34,7 @@ COMMANDS = {
     "python -m bloomtrain.recovery": "bloomtrain.recovery",
     "python -m flows.demo": "flows.demo",
     "python -m flows.serve": "flows.serve",
+    "python -m flows.deploy": "flows.deploy",
     "python -m flows.rehearsal": "flows.rehearsal",
     "python -m flows.ui": "flows.ui",
 }
@@ -233,6 +234,13 @@ def test_flows_demo_and_serve_flags():
     assert (cfg.out_dir, cfg.host, cfg.port) == ("runs/r", "127.0.0.1", 4300)
     assert _parse("python -m flows.serve", ["--limit", "4"])[0].limit == 4
     assert _parse("python -m flows.serve", [])[0].limit is None
+    cfg, _ = _parse("python -m flows.deploy", ["--pull", "shared", "--shared-dir", "/nfs/b", "--pool", "cpu",
+                                               "--name", "launch-training", "--name", "bits-per-byte"])
+    assert (cfg.pull, str(cfg.shared_dir), cfg.pool, cfg.name) == ("shared", "/nfs/b", "cpu",
+                                                                    ["launch-training", "bits-per-byte"])
+    cfg, _ = _parse("python -m flows.deploy", ["--repository", "https://git.lab/b.git", "--branch", "exp"])
+    assert (cfg.pull, cfg.repository, cfg.branch, cfg.pool, cfg.name) == ("git", "https://git.lab/b.git", "exp",
+                                                                          "bloomstack", [])
 
 
 def _field_path_exists(model: type[BaseModel], key: tuple) -> bool:

@@ -1,6 +1,7 @@
 """Deployments: prefect.yaml registers through `prefect deploy --all`, `python -m flows.serve` serves the
 same ten, a run started through the API with JSON parameters reaches Completed, and a served training run
-cancelled through the API ends Cancelled with none of its processes left.
+cancelled through the API ends Cancelled with none of its processes left. `python -m flows.deploy` writes the
+chosen pull steps, and a `prefect worker start` in another directory runs a deployment through them.
 
 Both subprocesses get the shared test server's URL explicitly: the harness keeps it in a context variable
 that child processes do not inherit.
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from flows.config import DEMO_CORPUS
@@ -41,14 +43,92 @@ def _yaml_names() -> list[str]:
 
 
 def test_prefect_yaml_matches_serve():
-    """The same ten flows either way; distinct deployment names ("pool" vs "local"), so serving never
-    overwrites a pool deployment (a served copy of one inherits its pull steps and cannot load)."""
-    from flows.serve import deployment_names
+    """The same ten flows either way, each deployment named after what it runs; distinct names ("-served"), so
+    serving never overwrites a pool deployment (a served copy of one inherits its pull steps and cannot load)."""
+    from flows.serve import DEPLOYMENTS, SERVED, deployment_names
 
     flows = {f"bloom-{name}" for name in ("pipeline", "clean", "tokenizer", "dataset", "blend", "mixture-search",
                                           "train", "export", "evaluate", "rehearsal")}
-    assert sorted(_yaml_names()) == sorted(f"{f}/pool" for f in flows)
-    assert sorted(deployment_names()) == sorted(f"{f}/local" for f in flows)
+    assert set(DEPLOYMENTS) == flows and len(set(DEPLOYMENTS.values())) == len(flows)
+    assert sorted(_yaml_names()) == sorted(f"{f}/{DEPLOYMENTS[f]}" for f in flows)
+    assert sorted(deployment_names()) == sorted(f"{f}/{DEPLOYMENTS[f]}{SERVED}" for f in flows)
+    assert "bloom-train/launch-training" in _yaml_names()
+
+
+def test_pull_steps_for_a_worker_elsewhere(monkeypatch):
+    """prefect.yaml's pull clones and installs (values from the worker's environment); flows.deploy writes the
+    chosen set's values in: git (this checkout's remote and branch by default) or shared (an absolute path)."""
+    from bloomdata.errors import BloomstackError
+    from flows.deploy import DeployConfig, deploy_spec
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    clone, install = spec["pull"]
+    assert clone["prefect.deployments.steps.git_clone"]["repository"] == "{{ $BLOOMSTACK_REPOSITORY }}"
+    assert install["prefect.deployments.steps.pip_install_requirements"] == {
+        "directory": "{{ clone.directory }}", "requirements_file": "requirements-worker.txt"}
+    assert "-e .[train,flows]" in (REPO / "requirements-worker.txt").read_text().splitlines()
+
+    git = deploy_spec(DeployConfig(repository="https://git.lab/bloomstack.git", branch="exp", pool="gpus"))
+    assert git["pull"][0] == {"prefect.deployments.steps.git_clone": {
+        "id": "clone", "repository": "https://git.lab/bloomstack.git", "branch": "exp"}}
+    assert git["pull"][1] == install  # the clone's directory is the step output, filled in on the worker
+    assert {d["work_pool"]["name"] for d in git["deployments"]} == {"gpus"}
+    assert {d["work_pool"]["job_variables"]["env"]["TOKENIZERS_PARALLELISM"] for d in git["deployments"]} == {"false"}
+
+    shared = deploy_spec(DeployConfig(pull="shared", shared_dir=Path("/nfs/bloomstack")))
+    assert shared["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "/nfs/bloomstack"}}]
+    assert deploy_spec(DeployConfig(pull="shared"))["pull"][0][
+        "prefect.deployments.steps.set_working_directory"]["directory"] == str(REPO)
+    with pytest.raises(BloomstackError, match="absolute path"):
+        deploy_spec(DeployConfig(pull="shared", shared_dir=Path("bloomstack")))
+    assert [d["name"] for d in deploy_spec(DeployConfig(pull="shared", name=["bloom-train/launch-training", "bits-per-byte"]))[
+        "deployments"]] == ["launch-training", "bits-per-byte"]
+    with pytest.raises(BloomstackError, match="name train: no such deployment"):
+        deploy_spec(DeployConfig(pull="shared", name=["bloom-train/train"]))
+    monkeypatch.setattr("flows.deploy._git", lambda *args: None)  # a checkout without an origin remote
+    with pytest.raises(BloomstackError, match="no git remote `origin`"):
+        deploy_spec(DeployConfig())
+
+
+@pytest.mark.slow
+def test_a_worker_in_another_directory_runs_a_deployment(prefect_harness, tmp_path):
+    """`python -m flows.deploy --pull shared` onto a process pool, then a real `prefect worker start` whose
+    directory (and import path) is elsewhere runs the tokenizer deployment: only the pull step, set to this
+    checkout, lets it find `flows/data.py`."""
+    from prefect import get_client
+    from prefect.deployments import run_deployment
+
+    pool, elsewhere = "bloomstack-elsewhere", tmp_path / "worker"
+    elsewhere.mkdir()
+    deployed = subprocess.run([sys.executable, "-m", "flows.deploy", "--pull", "shared", "--pool", pool,
+                               "--name", "bloom-tokenizer/train-tokenizer"], cwd=elsewhere, env=_env(),
+                              capture_output=True, text=True, timeout=240)
+    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    with get_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name("bloom-tokenizer/train-tokenizer")
+    assert deployment.work_pool_name == pool
+    assert deployment.pull_steps == [{"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}]
+
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 - closed in the finally below
+    worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--limit", "1"],
+                              cwd=elsewhere, env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"},
+                              start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        out = tmp_path / "tok"
+        config = {"sources": [{"paths": [str(DEMO_CORPUS / "yo.jsonl.gz")], "lang": "yo"}], "out_dir": str(out),
+                  "vocab_size": 300, "byte_budget": 50_000, "show_progress": False}
+        run = run_deployment("bloom-tokenizer/train-tokenizer", timeout=240,
+                             parameters={"config": config, "fertility_docs_per_lang": 5})
+        assert run.state.is_completed(), (run.state, (tmp_path / "worker.log").read_text()[-4000:])
+        assert (out / "tokenizer.json").exists() and (out / "_stage.json").exists()
+    finally:
+        os.killpg(worker.pid, signal.SIGINT)
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            kill_group(worker, grace_s=5)
+        log.close()
 
 
 def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
@@ -77,7 +157,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         with get_client(sync_client=True) as client:
             while time.monotonic() < deadline:
                 try:
-                    served = client.read_deployment_by_name("bloom-rehearsal/local")  # the last one registered
+                    served = client.read_deployment_by_name("bloom-rehearsal/tr11-on-cpu-served")  # the last one registered
                     break
                 except ObjectNotFound:
                     assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
@@ -86,7 +166,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         out = tmp_path / "tok"
         config = {"sources": [{"paths": [str(DEMO_CORPUS / "yo.jsonl.gz")], "lang": "yo"}], "out_dir": str(out),
                   "vocab_size": 300, "byte_budget": 50_000, "show_progress": False}
-        run = run_deployment("bloom-tokenizer/local", parameters={"config": config, "fertility_docs_per_lang": 5},
+        run = run_deployment("bloom-tokenizer/train-tokenizer-served", parameters={"config": config, "fertility_docs_per_lang": 5},
                              timeout=180)
         assert run.state.is_completed(), (run.state, (tmp_path / "serve.log").read_text()[-4000:])
         assert (out / "tokenizer.json").exists() and (out / "_stage.json").exists()
@@ -99,7 +179,7 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         # A partial config, completed from the demo's defaults (the server's schema would call it incomplete).
         partial = {"train": {"schedule": {"train_iters": 5}}, "launch": launch, "retries": 0,
                    "out_dir": str(tmp_path / "train")}
-        run = run_deployment("bloom-train/local", parameters={"config": partial}, timeout=0)
+        run = run_deployment("bloom-train/launch-training-served", parameters={"config": partial}, timeout=0)
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("pids.[0-9]"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
