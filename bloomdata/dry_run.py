@@ -9,13 +9,17 @@ is the plan's fields, one a line, nested by indentation; a field named ``*bytes`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from bloomdata.readers import Shard, input_bytes
+from bloomdata.readers import Document, Shard, input_bytes, read_shard
+
+SAMPLE_CHARS = 1 << 18  # characters of documents a size estimate reads from each sampled file
+SAMPLE_FILES = 64  # files sampled; the others are taken to be like them
 
 
 class PlannedFile(BaseModel):
@@ -42,6 +46,30 @@ def inputs_of(shards: Iterable[Shard]) -> Inputs:
             seen[shard.path] = PlannedFile(path=shard.path, bytes=input_bytes(shard.path), lang=shard.lang)
     files = list(seen.values())
     return Inputs(files=files, total_bytes=sum(f.bytes or 0 for f in files))
+
+
+def sample_documents(shard: Shard, max_chars: int = SAMPLE_CHARS) -> tuple[list[Document], bool]:
+    """The first documents of ``shard``'s whole file, up to ``max_chars`` characters; and whether that is all of
+    them (the file was read to its end)."""
+    whole = dataclasses.replace(shard, start=0, stop=None, offset=None, byte_range=None)
+    docs: list[Document] = []
+    chars = 0
+    for item in read_shard(whole):
+        if not isinstance(item, Document):
+            continue
+        if chars >= max_chars:
+            return docs, False
+        docs.append(item)
+        chars += len(item.text)
+    return docs, True
+
+
+def scale_to_file(shard: Shard, docs: list[Document], complete: bool) -> float:
+    """What a count over ``docs`` is multiplied by for the whole file: 1 when they are all of it, else the file's
+    bytes over the UTF-8 bytes of their text (so a compressed file is under-estimated by its compression ratio,
+    JSON lines over-estimated by their JSON overhead)."""
+    text_bytes = sum(len(d.text.encode()) for d in docs)
+    return 1.0 if complete or not text_bytes else input_bytes(shard.path) / text_bytes
 
 
 def where_text(workers: int, scheduler: str | None) -> str:

@@ -2,28 +2,23 @@
 
 The first ``SAMPLE_CHARS`` characters of each of the first ``SAMPLE_FILES`` input files (plan order) are read
 and tokenized as the build would (same output naming, EOD appended when asked): a file read to its end counts
-exactly; one cut short is scaled up by its file bytes over the bytes of text read (so a compressed file is
-under-estimated by its compression ratio, jsonl over-estimated by its JSON overhead); files past the first
-``SAMPLE_FILES`` are taken to be like the sampled ones. The ``.idx`` is Megatron's: a 34-byte header, then per
+exactly; one cut short is scaled up (``bloomdata.dry_run.scale_to_file``); files past the first ``SAMPLE_FILES``
+are taken to be like the sampled ones. The ``.idx`` is Megatron's: a 34-byte header, then per
 document an int32 length, an int64 pointer and an int64 document index entry (plus one).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections import Counter
-from collections.abc import Iterator
 
 import numpy as np
+from tokenizers import Tokenizer
 
 from bloomdata.build.config import REJECTS_FILE, SUMMARY_FILE, BuildConfig
-from bloomdata.dry_run import PlannedFile
+from bloomdata.dry_run import SAMPLE_FILES, PlannedFile, sample_documents, scale_to_file
 from bloomdata.megatron.indexed import HEADER_SIZE, data_file_path, index_file_path
-from bloomdata.readers import Document, Shard, input_bytes, output_name_of, read_shard
-
-SAMPLE_CHARS = 1 << 18  # characters read per sampled file
-SAMPLE_FILES = 64  # files sampled; the others are scaled from them
+from bloomdata.readers import Shard, input_bytes, output_name_of
 
 
 def idx_bytes(documents: int) -> int:
@@ -31,35 +26,20 @@ def idx_bytes(documents: int) -> int:
     return HEADER_SIZE + 4 * documents + 8 * documents + 8 * (documents + 1)
 
 
-def _documents(shard: Shard) -> Iterator[Document]:
-    whole = dataclasses.replace(shard, start=0, stop=None, offset=None, byte_range=None)
-    return (item for item in read_shard(whole) if isinstance(item, Document))
-
-
-def _sample(config: BuildConfig, shard: Shard, tok) -> tuple[Counter[str], Counter[str]]:
+def _sample(config: BuildConfig, shard: Shard, tok: Tokenizer) -> tuple[Counter[str], Counter[str]]:
     """(tokens, documents) per output name of one file, scaled to the whole file."""
     tokens: Counter[str] = Counter()
     docs: Counter[str] = Counter()
-    chars = text_bytes = 0
-    cut = False
-    eod = int(config.append_eod)
-    for doc in _documents(shard):
-        if chars >= SAMPLE_CHARS:
-            cut = True
-            break
+    sample, complete = sample_documents(shard)
+    for doc in sample:
         name = config.output_name if config.split_by == "none" else output_name_of(doc.lang)
-        tokens[name] += len(tok.encode(doc.text, add_special_tokens=False).ids) + eod
+        tokens[name] += len(tok.encode(doc.text, add_special_tokens=False).ids) + int(config.append_eod)
         docs[name] += 1
-        chars += len(doc.text)
-        text_bytes += len(doc.text.encode())
-    if cut and text_bytes:
-        scale = input_bytes(shard.path) / text_bytes
-        tokens = Counter({k: round(v * scale) for k, v in tokens.items()})
-        docs = Counter({k: round(v * scale) for k, v in docs.items()})
-    return tokens, docs
+    scale = scale_to_file(shard, sample, complete)
+    return Counter({k: round(v * scale) for k, v in tokens.items()}), Counter({k: round(v * scale) for k, v in docs.items()})
 
 
-def estimate_outputs(config: BuildConfig, shards: list[Shard], tok, dtype: np.dtype, names: set[str],
+def estimate_outputs(config: BuildConfig, shards: list[Shard], tok: Tokenizer, dtype: np.dtype, names: set[str],
                      out_dir: str) -> list[PlannedFile]:
     """Every file the build would write in ``out_dir``, with estimated sizes (see the module docstring)."""
     files = list({s.path: s for s in shards}.values())

@@ -9,7 +9,7 @@ from bloomdata.clean.summary import CleanSummary, format_summary
 # inside functions and under TYPE_CHECKING too; tests/test_layering.py checks it, and that no file is left out).
 LAYERS = (
     "config roots closed_class parts",  # the settings and the filter-step registry; shipped word lists; part files
-    "text minhash",  # normalization and words; MinHash keys
+    "text minhash plan",  # normalization and words; MinHash keys; --dry-run's part sizes
     "measures lang_models pii",  # ROOTS's measures; fastText, KenLM and sentencepiece; PII redaction
     "language simhash summary",  # one language's settings and a document; SimHash; what a run records
     "steps dedup report",  # the filter steps (one class each); band joins; clean.md and clean.png

@@ -53,6 +53,7 @@ from bloomdata.clean.config import (
 )
 from bloomdata.clean.lang_models import check_models, model_identity
 from bloomdata.clean.language import load_word_lists
+from bloomdata.clean.plan import part_estimates
 from bloomdata.clean.report import write_report
 from bloomdata.clean.shard import STEPS, filter_shard, load_marker, shard_dir, shard_key
 from bloomdata.clean.summary import (
@@ -150,12 +151,12 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         return tree_bytes(shard_dir(self.plan.out_dir, shard))
 
     def planned_outputs(self) -> list[PlannedFile]:
-        """Each shard's part per language (``<lang>``: the languages its rows name) and the run's own files; their
-        sizes depend on what the filters keep, so only the peak disk space is estimated."""
-        fmt, out = self.config.output_format, self.plan.out_dir
+        """Each shard's part per language (``<lang>``: the languages its rows name), at most about the size
+        ``bloomdata.clean.plan`` estimates, and the run's own files."""
+        fmt, out, shards = self.config.output_format, self.plan.out_dir, self.plan.shards
         parts = [PlannedFile(path=os.path.join(out, write.part_name(output_name_of(s.lang) if s.lang else "<lang>",
-                                                                    i, s, fmt)), lang=s.lang)
-                 for i, s in enumerate(self.plan.shards)]
+                                                                    i, s, fmt)), lang=s.lang, bytes=size)
+                 for i, (s, size) in enumerate(zip(shards, part_estimates(shards, fmt)))]
         return [*parts, *(PlannedFile(path=os.path.join(out, name))
                           for name in (REMOVED_FILE, REPORT_MD, REPORT_PNG, SUMMARY_FILE))]
 

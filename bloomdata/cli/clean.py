@@ -30,7 +30,8 @@ def parser() -> ConfigParser[CleanConfig]:
     p = ConfigParser(CleanConfig, "bloomdata clean", __doc__, nested=True,
                      sources=Sources(overrides=True, presets=PRESETS,
                                      override_example="quality.enabled=false near_dedup.bands=16",
-                                     dry_run="inputs, shards, output files and the peak disk space"))
+                                     dry_run="inputs, shards, output files with an upper bound of their sizes, "
+                                             "the peak disk space"))
     p.add_argument("--json", action="store_true", help="print the summary (with --dry-run: the plan) as JSON "
                                                        "instead of text")
     return p

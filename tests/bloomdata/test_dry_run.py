@@ -64,15 +64,23 @@ def test_build_dry_run_text_names_inputs_outputs_and_sizes(tmp_path, corpus_dir,
     assert f"{tmp_path / 'data' / 'fr.bin'}, bytes " in text and not (tmp_path / "data").exists()
 
 
-def test_clean_dry_run_writes_nothing_and_lists_parts_per_shard(tmp_path, corpus_dir, capsys):
+def test_clean_dry_run_writes_nothing_and_bounds_each_part(tmp_path, corpus_dir, capsys):
     inputs, out = _two_languages(tmp_path, corpus_dir), tmp_path / "clean"
-    plan = _plan(capsys, ["clean", "--input", f"en={inputs / 'en.jsonl'}", "--input", str(inputs / "fr.jsonl"),
-                          "--out", str(out), "--workers", "0"])
+    argv = ["clean", "--input", f"en={inputs / 'en.jsonl'}", "--input", str(inputs / "fr.jsonl"), "--out", str(out),
+            "--workers", "0", "--no-progress"]
+    plan = _plan(capsys, argv)
     assert not out.exists()
     assert plan["shards"] == 2 and plan["inputs"]["total_bytes"] > 0 and plan["peak_disk_bytes"] > 0
-    parts = [f["path"] for f in plan["outputs"] if "/data/" in f["path"]]
-    assert [p.split("/data/")[1].split("/")[0] for p in parts] == ["en", "<lang>"]  # fr's language is in its rows
+    parts = [f for f in plan["outputs"] if "/data/" in f["path"]]
+    assert [f["path"].split("/data/")[1].split("/")[0] for f in parts] == ["en", "<lang>"]  # fr's: in its rows
     assert {Path(f["path"]).name for f in plan["outputs"]} >= {"clean_summary.json", "removed.jsonl.zst"}
+
+    assert bloomdata_main(argv) == 0
+    capsys.readouterr()
+    written = {p.name[:5]: p.stat().st_size for p in (out / "data").rglob("*.jsonl.zst")}
+    for part in parts:  # the filters only remove: each part is at most its estimate, and here most of it
+        actual = written[Path(part["path"]).name[:5]]
+        assert 0.8 * part["bytes"] <= actual <= part["bytes"], (part, actual)
 
 
 def test_train_tokenizer_dry_run_shows_the_sample_the_training_draws(tmp_path, corpus_dir, capsys):
