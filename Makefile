@@ -40,7 +40,7 @@ PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),
 TORCH_FROM := $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
 VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 
-.PHONY: install demo ui test engines lint bench clean wheelhouse gpu-check reference
+.PHONY: install demo ui test test-fast engines lint bench clean wheelhouse gpu-check reference
 
 install: $(STAMP)
 
@@ -91,11 +91,20 @@ engines:
 # here a failed build must fail, not skip their tests.
 # apt (the engines: network and dpkg) runs beside pip and mypy (the venv, then lint), not before them: two jobs,
 # or the job slots of a `make -jN test` (a -j2 of its own would make make warn and drop its jobserver).
+BUILT_CHECK = @$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner, bloomdata._bpe_encoder" || { echo "bloomdata._index_helpers, _bpe_learner or _bpe_encoder is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
+PYTEST_RUN = $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 test:
 	$(ENGINES_CHECK)
 	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j2) engines lint
-	@$(PY) -c "import bloomdata._index_helpers, bloomdata._bpe_learner, bloomdata._bpe_encoder" || { echo "bloomdata._index_helpers, _bpe_learner or _bpe_encoder is not built; see the compiler error with: $(PY) -m pip install -v --no-deps -e ."; exit 1; }
-	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BUILT_CHECK)
+	$(PYTEST_RUN) -m "not gpu" $(PYTEST_ARGS)
+
+# The loop to run while developing: every test but the integration tier (tests/tiers.py: subprocesses and CLIs,
+# gloo ranks, torchrun, Slurm, the browser, the Prefect server, root's tmpfs, the demo) and the gpu one. No apt,
+# no root, no lint (`make lint`). TEST_FAST_TIME
+test-fast: install
+	$(BUILT_CHECK)
+	$(PYTEST_RUN) -m "not integration and not gpu" $(PYTEST_ARGS)
 
 lint: install
 	$(PY) -m ruff check bloomdata bloomtrain flows tests benchmarks wheelhouse.py docs/reference/generate.py docs/examples

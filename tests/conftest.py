@@ -1,8 +1,16 @@
 """Run-wide fixtures. The Prefect test server is opt-in: only tests that name ``prefect_harness`` start it.
 
-Prefect reads its settings from the environment when it is first imported, so the isolation below is set
-here, before any test module imports prefect: a throwaway PREFECT_HOME (database, result storage, profiles),
+The suite runs the same whatever the libraries' own environment variables say in the developer's shell. Prefect
+reads its settings from the environment when it is first imported, so the isolation below is set here, before
+any test module imports prefect: every inherited ``PREFECT_*`` setting is dropped (a ``PREFECT_API_URL`` of a
+real server, a profile, another database), then a throwaway PREFECT_HOME (database, result storage, profiles),
 no analytics, and a server start-up timeout that fits a loaded 2-core box (measured 20-40 s here).
+``TOKENIZERS_PARALLELISM`` is dropped too (set to true, a Rust thread pool used before a fork deadlocks the
+forked gloo ranks; unset, tokenizers turns it off after a fork itself); ``OMP_NUM_THREADS`` is set below;
+``DS_ACCELERATOR`` is left as it is (the tests that launch training set it, and the rest hold either way).
+
+Tiers (tests/tiers.py): a test that starts a process is marked ``integration``; collection stops on one that
+is not, so ``make test-fast`` (``-m "not integration and not gpu"``) never runs one.
 """
 
 from __future__ import annotations
@@ -17,19 +25,21 @@ from pathlib import Path
 import pytest
 
 from tests.harness.small_disk import SmallDisk, mounted
+from tests.tiers import unmarked_launchers
 
+for _name in [k for k in os.environ if k.startswith("PREFECT_") or k == "TOKENIZERS_PARALLELISM"]:
+    del os.environ[_name]  # never talk to a developer's real server, profile or database from tests
 _PREFECT_HOME = tempfile.mkdtemp(prefix="bloomstack-prefect-")
 os.environ["PREFECT_HOME"] = _PREFECT_HOME
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-os.environ.pop("PREFECT_API_URL", None)  # never talk to a developer's real server from tests
 
 # Under pytest-xdist, each worker's torch (and the trainers, Dask workers and demo it starts, which inherit the
 # environment) would use every core for its intra-op threads: on 2 cores with 2 workers, 4+ OpenMP threads spin
 # against each other. A test of small CPU ops then ran 3x slower (test_bpb_equals_transformers_loop[7] beside two
-# busy processes: 16.3 s with 2 threads, 5.5 s with 1). The cores are shared out instead; a value already set wins.
+# busy processes: 16.3 s with 2 threads, 5.5 s with 1). The cores are shared out instead, whatever the shell's
+# OMP_NUM_THREADS says (a 64 would oversubscribe these cores, and tests' timeouts fit this share).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _WORKERS > 1:
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) // _WORKERS)))
+os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _WORKERS))
 
 # Without a GPU the flash-attention tests run Triton's CPU interpreter. Triton reads TRITON_INTERPRET when
 # triton.language is first imported, and DeepSpeed imports it on its own first import (any test module that
@@ -77,8 +87,13 @@ def pytest_xdist_make_scheduler(config, log):
     return ByTestGroup(config, log)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: every collected test is checked, in either tier
 def pytest_collection_modifyitems(config, items):
-    """The demo's group first and the Prefect group halfway through the modules (the order workers take them)."""
+    """Stops on a test that starts a process without the ``integration`` marker (tests/tiers.py); then the demo's
+    group first and the Prefect group halfway through the modules (the order workers take them)."""
+    unmarked = unmarked_launchers(items)
+    if unmarked:
+        raise pytest.UsageError("\n".join(unmarked))
     by_group: dict[str, list[pytest.Item]] = {"demo": [], "prefect": [], "": []}
     for item in items:
         group = group_of(_module(item.nodeid))

@@ -57,6 +57,7 @@ def test_the_printed_training_config_holds_the_overrides_and_every_default(tmp_p
     assert re.search(r"^  beta2: 0.95$", printed, re.M) and "preset" not in printed  # every default, resolved
 
 
+@pytest.mark.integration
 def test_version_names_the_release_and_the_git_revision(capsys):
     assert bloomdata_main(["--version"]) == 0
     line = capsys.readouterr().out.strip()

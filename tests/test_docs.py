@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NEEDS = {"needs-gpu", "needs-cluster", "needs-data", "needs-network"}
@@ -133,6 +135,7 @@ def test_the_help_examples_are_commands_that_run_here():
     assert not [c for _, c, _ in found if "../" in c or re.search(r"\[--|\.\.\.", c.split(" #")[0])], found
 
 
+@pytest.mark.integration
 def test_the_sh_blocks_run(demo_run, tmp_path):
     clone = _sandbox(tmp_path, demo_run.out)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",

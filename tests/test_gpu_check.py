@@ -40,6 +40,7 @@ MFU = {"preset": "bloom-560m", "shape": {"layers": 24, "hidden": 1024, "heads": 
                    "top": [{"name": "attention_bwd_dkdv_kernel", "ms": 200.0, "calls": 192, "share": 0.25}]}}
 
 
+@pytest.mark.integration
 def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--out", str(tmp_path / "r")],
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -144,6 +145,7 @@ sys.exit(pytest.main(sys.argv[1:]))
 '''
 
 
+@pytest.mark.integration
 def test_the_gpu_tests_collect_with_only_the_train_extra_installed(tmp_path):
     files = [str(f) for f in gpu_check.gpu_test_files()]
     env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -242,6 +244,7 @@ def _mfu_rank() -> dict:
                                                     "3", "--warmup", "1", "--activation-checkpointing"]))
 
 
+@pytest.mark.integration
 def test_the_mfu_bench_reports_the_trainers_figures_by_megatrons_formula():
     """bench_mfu's CPU path on a tiny shape (one forked gloo rank): the figures are the formula over the step time."""
     from bloomtrain.metrics import flops_per_iteration
@@ -288,6 +291,7 @@ def test_the_mfu_bench_takes_more_overrides_for_side_by_side_variants(tmp_path):
     assert a.anchor_after and a.head_chunk_mib == 1024
 
 
+@pytest.mark.integration
 def test_the_mfu_bench_times_the_anchor_in_the_same_run_on_cpu(tmp_path):
     """`bench_mfu --quick --device cpu --anchor`: our step and the plain PyTorch GPT of the same shape, one process."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_mfu.py"), "--quick", "--device", "cpu",

@@ -48,6 +48,7 @@ def test_bloomtrain_never_imports_flows_or_prefect(path):
         assert "deepspeed" not in found, f"{path}: the model code holds no DeepSpeed import"
 
 
+@pytest.mark.integration
 def test_configs_and_command_modules_import_no_torch():
     """Loading a config, writing an sbatch script or printing a command's --help imports no torch, DeepSpeed or
     transformers: ``bloomtrain slurm`` took 5.0 s and ``bloomtrain train --help`` 6.8 s when the config pulled the

@@ -99,6 +99,7 @@ def test_leaving_torch_out_drops_what_only_torch_needs():
     assert kept == {"deepspeed", "numpy", "transformers", "filelock"}
 
 
+@pytest.mark.integration
 @pytest.mark.slow
 def test_make_install_from_a_wheelhouse_with_no_index(tmp_path):
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -112,6 +112,7 @@ def test_killed_worker_mid_build_reruns_to_identical_bytes(tmp_path, client, big
     assert not _temps(tmp_path)
 
 
+@pytest.mark.integration
 def test_sigkilled_build_process_reruns_only_unfinished_shards(tmp_path, client, big_jsonl, small_tokenizer_dir,
                                                                 reference_big):
     """Byte-range shards (the default way of cutting a large file) resume from their markers, and give the

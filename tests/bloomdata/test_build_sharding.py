@@ -213,6 +213,7 @@ def test_truncated_compressed_inputs_are_one_reject_each_and_the_build_goes_on(t
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.integration
 def test_user_errors_in_dask_workers_are_one_line_without_tracebacks(tmp_path, small_tokenizer_dir):
     """A BloomstackError raised inside a worker task (a parquet file without the text column; --strict on a
     truncated file) reaches the user as one line and exit code 2: no "Compute Failed" dump from the worker's

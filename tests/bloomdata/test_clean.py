@@ -272,6 +272,7 @@ def test_clean_plans_a_large_file_by_bytes_and_workers_as_the_build_does(mixed):
         assert len(shards) >= 3 and all(s.byte_range for s in shards)
 
 
+@pytest.mark.integration
 def test_killed_run_resumes_to_identical_output(tmp_path, client, mixed, reference):
     cmd = [sys.executable, "-m", "bloomdata.cli", "clean", "--input", str(mixed), "--out", str(tmp_path),
            "--workers", "1", "--max-rows-per-shard", "300", "--keep-work", "--no-progress"]
@@ -331,6 +332,7 @@ def _cli(*args) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_cli_errors_are_one_line_and_write_nothing(tmp_path):
     good = _write(tmp_path / "in" / "en.jsonl", _rows(CORPUS_DIR / "en.jsonl")[:5])
     config = tmp_path / "clean.yaml"
@@ -388,6 +390,7 @@ def test_every_step_off_writes_every_input_format_back_unchanged(tmp_path):
     assert kept["und"] == [rows[0]["text"]]  # a txt file has no language field
 
 
+@pytest.mark.integration
 def test_yaml_config_with_per_language_overrides_and_flags_on_top(tmp_path):
     inputs = [CORPUS_DIR / "en.jsonl", CORPUS_DIR / "zh.jsonl"]
     config = tmp_path / "clean.yaml"
@@ -478,6 +481,7 @@ def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn
         load_config(CleanConfig, values={**base, "quality": {"defaults": {"max_digit": 0.1}}})
 
 
+@pytest.mark.integration
 def test_the_driver_holds_no_per_language_counts_per_shard(tmp_path):
     """A 10 GB clean of 1,000 files peaked at 265 MB in the driver against 162 MB at 1 GB (100 files): the driver
     kept every shard's filter and write manifests, with their per-language counts, to the end (~27 KB a shard of

@@ -85,6 +85,7 @@ def _markers(out: Path) -> int:
     return len(list((out / SHARDS_DIR).glob("*.done.json")))
 
 
+@pytest.mark.integration
 def test_worker_killed_mid_build_on_a_dask_cli_cluster(tmp_path, cluster, big_jsonl, small_tokenizer_dir,
                                                        reference_big):
     out = tmp_path / "out"
@@ -94,6 +95,7 @@ def test_worker_killed_mid_build_on_a_dask_cli_cluster(tmp_path, cluster, big_js
     assert not _temps(out)
 
 
+@pytest.mark.integration
 def test_stopped_scheduler_is_one_line_and_the_rerun_resumes(tmp_path, cluster, big_jsonl, small_tokenizer_dir,
                                                              reference_big):
     out = tmp_path / "out"
@@ -125,6 +127,7 @@ def test_stopped_scheduler_is_one_line_and_the_rerun_resumes(tmp_path, cluster, 
     assert not _temps(out)
 
 
+@pytest.mark.integration
 def test_every_worker_gone_is_one_line(tmp_path, cluster, big_jsonl, small_tokenizer_dir, monkeypatch):
     from bloomdata.jobs import executor
 

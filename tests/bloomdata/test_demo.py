@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bloomdata.megatron.indexed import IndexedDataset
+
+pytestmark = pytest.mark.integration  # tests/tiers.py
 
 REPO = Path(__file__).resolve().parents[2]
 

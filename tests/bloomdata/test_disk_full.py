@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from bloomdata import durable
 from bloomdata.build.config import SHARDS_DIR, SUMMARY_FILE
 from bloomdata.build.shard import parts_intact
@@ -23,6 +25,8 @@ from bloomdata.cli import main as cli_main
 from bloomdata.readers import SourceConfig
 from tests.bloomdata.build_helpers import BIG_SHARD_ROWS, BIG_SHARDS, _outputs
 from tests.harness.small_disk import SmallDisk
+
+pytestmark = pytest.mark.integration  # tests/tiers.py
 
 SIZE = r"[\d,]+ bytes(?: \([\d.]+ [kMG]B\))?"
 

@@ -134,6 +134,7 @@ print(json.dumps({"built": s.built, "sha": digest.hexdigest()}))
 """
 
 
+@pytest.mark.integration
 def test_eight_processes_build_once_and_agree(prefix, tmp_path):
     start = time.time() + 3.0  # all eight imported and waiting, then released together
     procs = [

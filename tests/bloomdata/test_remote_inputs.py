@@ -68,6 +68,7 @@ def _build(tmp_path, tok, path: str, name: str, **kw) -> dict[str, bytes]:
     return _outputs(out)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", KINDS)
 def test_s3_and_http_build_the_bytes_of_the_local_file_in_the_same_shards(tmp_path, small_tokenizer_dir, local, s3,
                                                                           http, kind):
@@ -89,6 +90,7 @@ def test_s3_and_http_build_the_bytes_of_the_local_file_in_the_same_shards(tmp_pa
         assert http[1]["GET range"] > 0 and http[1]["GET"] == 0, "http is read by ranged requests only"
 
 
+@pytest.mark.integration
 def test_globs_directories_and_save_to_disk_on_s3(local, s3):
     def names(path):
         return [(_name(p), fmt) for p, fmt in resolve_files(SourceConfig(paths=[path]))]
@@ -106,6 +108,7 @@ def test_globs_directories_and_save_to_disk_on_s3(local, s3):
         resolve_files(SourceConfig(paths=["s3://corpus/in/nope*.jsonl"]))
 
 
+@pytest.mark.integration
 def test_a_changed_remote_object_is_rebuilt_an_unchanged_one_reused(tmp_path, small_tokenizer_dir, s3, http):
     """Rerun: up to date. Same size, new bytes (a new ETag): its shards are rebuilt, the other file's reused."""
     import boto3
@@ -143,6 +146,7 @@ def _rows_bytes(variant: int) -> bytes:
                           "lang": r["lang"]} for r in ROWS[:300]])
 
 
+@pytest.mark.integration
 def test_dask_workers_read_s3(tmp_path, small_tokenizer_dir, local, s3):
     """Two worker processes started with the environment (the endpoint and key) build the local bytes."""
     reference = _build(tmp_path, small_tokenizer_dir, str(local / "data.jsonl"), "local")
@@ -174,6 +178,7 @@ def test_credentials_in_a_url_and_missing_extras_are_one_line(monkeypatch):
     forget_filesystems()
 
 
+@pytest.mark.integration
 def test_a_planted_secret_key_appears_in_nothing_the_runs_write(tmp_path, small_tokenizer_dir, s3):
     """build, clean, train-tokenizer and fertility from s3 as commands, and a missing object's error: the secret
     key in the environment is in no output line and no file under their outputs."""

@@ -352,6 +352,7 @@ def test_spills_dask_and_resume_give_the_same_tokenizer(tmp_path, client, corpus
     assert (tmp_path / "out" / "tokenizer.json").read_bytes() == memory
 
 
+@pytest.mark.integration
 def test_a_killed_run_resumes_to_the_same_tokenizer(tmp_path, client, corpus_dir):
     """SIGKILL the CLI and its worker once some shards are counted; the rerun counts only the others (their
     markers say so) and writes the memory trainer's tokenizer."""

@@ -38,6 +38,7 @@ def _spikes(run_dir: Path) -> dict[int, int]:
     return {r["iteration"]: r["loss_spike"] for r in train}
 
 
+@pytest.mark.integration
 def test_a_resumed_run_flags_the_same_loss_spikes_and_keeps_user_callback_state(tmp_path):
     whole = _run(tmp_path / "whole", 6)
     assert whole["error"] is None, whole["error"]
@@ -51,6 +52,7 @@ def test_a_resumed_run_flags_the_same_loss_spikes_and_keeps_user_callback_state(
     assert probe == {"label": "probe", "seen": 6, "resumed_with": {"seen": 3}, "ended": "finished"}
 
 
+@pytest.mark.integration
 def test_on_error_sees_the_error_before_it_propagates(tmp_path):
     run = _run(tmp_path, 4, "stability.inject_nan_at_iters=[2]", "stability.max_consecutive_skips=1")
     assert run["error"] is not None and "consecutive iterations had a non-finite loss" in run["error"]
@@ -80,6 +82,7 @@ def _train_in_order(overrides: list[str], probe_out: str, reverse: bool) -> dict
             "losses": result.losses}
 
 
+@pytest.mark.integration
 def test_callbacks_run_by_priority_so_a_reversed_list_saves_the_same_checkpoint(tmp_path):
     """The checkpoint callback saves after every callback that changes its state in the iteration, whatever the
     order they were passed in: the probe counts iterations in post_step, so a save before it would hold 2."""

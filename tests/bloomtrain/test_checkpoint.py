@@ -67,6 +67,7 @@ def baseline(tmp_path_factory):
 KILL_AFTER = random.Random(8).sample(range(2, 6), 2)  # logged iterations to SIGKILL after: fixed, seeded
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kill_at", KILL_AFTER)
 def test_sigkill_at_a_step_then_resume_reproduces_the_losses_exactly(tmp_path, baseline, kill_at):
     run_dir = tmp_path / "b"
@@ -90,6 +91,7 @@ def test_sigkill_at_a_step_then_resume_reproduces_the_losses_exactly(tmp_path, b
     assert read_latest(run_dir) == "global_step8"
 
 
+@pytest.mark.integration
 def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
     ckpt, logs = tmp_path / "ckpt", tmp_path / "logs"
     cmd = [sys.executable, "-m", "bloomtrain.cli", "train", "--config", str(TINY), *EXACT,
@@ -145,6 +147,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero_then_kill_switch(tmp_path):
     assert read_latest(ckpt) == f"global_step{last + 1}"
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("precision", [["optim.precision=fp32"], FORCE_BF16], ids=["fp32", "bf16"])
 def test_injected_nan_is_skipped_and_counted(precision):
     r = _one([*EXACT, *precision, "schedule.train_iters=4", "stability.inject_nan_at_iters=[2]"])
@@ -156,6 +159,7 @@ def test_injected_nan_is_skipped_and_counted(precision):
     assert pos["skipped_iters"] == 1 and pos["consumed_samples"] == 32 and pos["scheduled_samples"] == 24
 
 
+@pytest.mark.integration
 def test_consecutive_non_finite_steps_save_and_stop(tmp_path):
     r = _one([*EXACT, "schedule.train_iters=6", "stability.inject_nan_at_iters=[2, 3]",
               "stability.max_consecutive_skips=2", f"checkpoint.dir={tmp_path}"])
@@ -173,6 +177,7 @@ def test_latest_is_replaced_atomically_and_prune_keeps_the_newest(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step10", "global_step3", "latest"]
 
 
+@pytest.mark.integration
 def test_sigusr1_and_the_time_limit_also_save_and_stop(tmp_path):
     run_dir = tmp_path / "usr1"
     ranks = start_ranks(train_rank, 1, [*EXACT, "schedule.train_iters=10000", f"checkpoint.dir={run_dir}",
@@ -190,6 +195,7 @@ def test_sigusr1_and_the_time_limit_also_save_and_stop(tmp_path):
     assert read_latest(tmp_path / "timed") == "global_step1"
 
 
+@pytest.mark.integration
 @pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
 def test_cli_trains_saves_and_resumes_on_gpu(tmp_path):

@@ -26,6 +26,8 @@ from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
 from tests.harness.gloo_harness import run_distributed, start_ranks
 from tests.harness.small_disk import PAGE, mounted
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 ITERS = 4
 RUN = [*EXACT, "parallel.pp=2", "model.hidden_dropout=0.1", "model.attention_dropout=0.1",
        f"schedule.train_iters={ITERS}", "checkpoint.save_interval=1", "checkpoint.keep_last=2"]

@@ -53,6 +53,7 @@ def _copy(saved_dir: Path, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.integration
 def test_deepspeed_reads_megatron_client_state_from_our_mp_rank_files(saved):
     from deepspeed.checkpoint import DeepSpeedCheckpoint
 
@@ -69,6 +70,7 @@ def test_deepspeed_reads_megatron_client_state_from_our_mp_rank_files(saved):
     assert {"random_rng_state", "np_rng_state", "torch_rng_state"} <= set(sd)
 
 
+@pytest.mark.integration
 def test_load_universal_takes_deepspeeds_ds_to_universal_output_as_it_is(saved, tmp_path):
     run = _copy(saved[0], tmp_path / "run")
     converted = run / "converted"  # any name: latest_universal says which
@@ -113,6 +115,7 @@ def _as_megatron_wrote_it(tag_dir: Path, monkeypatch) -> None:
         torch.save(sd, path)
 
 
+@pytest.mark.integration
 def test_a_checkpoint_written_as_megatron_deepspeed_wrote_bloom_resumes_training(saved, tmp_path, monkeypatch):
     run = _copy(saved[0], tmp_path / "run")
     _as_megatron_wrote_it(run / "global_step2", monkeypatch)
@@ -128,6 +131,7 @@ def test_a_checkpoint_written_as_megatron_deepspeed_wrote_bloom_resumes_training
     assert "model.num_layers=3 (checkpoint: 2)" in wrong["error"]
 
 
+@pytest.mark.integration
 def test_a_planted_pickle_payload_is_refused_in_one_line_and_does_not_run(saved, tmp_path):
     """The payload sits in a universal checkpoint's fp32 file: DeepSpeed itself reads those files, with
     torch.load(weights_only=False), so this checks that the whole engine load is forced to weights_only."""
@@ -186,6 +190,7 @@ def test_rng_files_hold_tensors_and_plain_values_and_old_ones_still_load(tmp_pat
     assert load_rng(tmp_path, "old", 0) and draws() == expected
 
 
+@pytest.mark.integration
 def test_every_reader_refuses_a_payload_in_one_line(tmp_path):
     from bloomdata.errors import BloomstackError
     from bloomtrain.checkpoint import safe_load

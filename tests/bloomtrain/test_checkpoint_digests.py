@@ -26,6 +26,8 @@ from bloomtrain.exit_record import attempts, read_attempt
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
 from tests.harness.gloo_harness import run_distributed
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 5
 NEWEST = 3  # the newest of the three checkpoints the damaged run has

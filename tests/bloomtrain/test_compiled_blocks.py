@@ -148,6 +148,7 @@ def _tp_rank() -> tuple[dict, dict, dict[str, float]]:
     return _count_graphs(state, "torch"), _count_graphs(state, "flash"), _compare(state)
 
 
+@pytest.mark.integration
 def test_compiled_blocks_under_tensor_parallelism():
     """The TP collectives trace into the block's graphs (one forward, one backward), the result is eager's."""
     # Spawned: the parent compiled in the test above, and a forked child can hang on Inductor's copied locks

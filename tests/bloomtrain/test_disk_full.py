@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bloomdata.disk import size_text
 from bloomtrain.checkpoint.manifest import MANIFEST_FILE
 from bloomtrain.checkpoint.tags import commit_tag, read_latest, sweep, tag_for
@@ -46,6 +48,7 @@ def _pages(folder: Path) -> int:
     return sum(-(-p.stat().st_size // PAGE) * PAGE for p in folder.rglob("*") if p.is_file())
 
 
+@pytest.mark.integration
 def test_a_save_that_fills_the_disk_stops_cleanly_and_the_same_command_resumes(tmp_path):
     baseline_dir = tmp_path / "baseline"
     baseline = run_distributed(train_rank, 2, [*RUN, f"checkpoint.dir={baseline_dir}",
@@ -104,6 +107,7 @@ def _fill_then_resume(small_disk: SmallDisk, logs: Path, one_tag: int, tag_bytes
     assert read_latest(ckpt) == tag_for(ITERS)
 
 
+@pytest.mark.integration
 def test_exit_records_are_kept_on_a_disk_that_is_full(small_disk, monkeypatch):
     """The exit directory may share the full disk: a rank's ending still replaces its ``running`` record (in the
     blocks that record has), or recovery would read a death without a record and retry; a new record is skipped."""

@@ -145,6 +145,7 @@ def _tp_head_parity(rows: int) -> dict[str, float]:
             "vs unfused TP grad weight": rel_err(gw, unfused_tp[2])}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tp", [1, 2])
 def test_fused_head_at_tp_equals_the_unsharded_unfused_head(tp):
     for errors in run_distributed(_tp_head_parity, tp, 4):
@@ -174,6 +175,7 @@ def _model_parity() -> dict[str, float]:
     return errors
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("tp", [1, 2])
 def test_model_train_loss_equals_forward_then_loss(tp):
     for errors in run_distributed(_model_parity, tp):
@@ -194,6 +196,7 @@ def _engine_outputs(pp: int) -> dict:
     return {"last": engine.is_last_stage(), "kept": kept, "losses": result.losses}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pp", [1, 2])
 def test_the_pipeline_engine_keeps_hidden_states_not_logits(pp):
     """What DeepSpeed's engine holds from the last stage's forward until the buffer is reused: ``[b, s, h]`` and
@@ -204,6 +207,7 @@ def test_the_pipeline_engine_keeps_hidden_states_not_logits(pp):
     assert len(last["losses"]) == 2 and all(math.isfinite(v) for v in last["losses"].values())
 
 
+@pytest.mark.integration
 def test_a_training_step_of_4096_tokens_at_bloom_vocabulary_peaks_under_3_gb(tmp_path):
     """The trainer's own step (CLI, DeepSpeed pipeline engine, fp32) of 4 x 1,024 tokens, hidden 96, vocab 250,880,
     in a fresh process: its peak RSS (metrics.jsonl's memory_gib on a CPU) stays under 3 GB. The unfused head

@@ -17,6 +17,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """

@@ -23,6 +23,8 @@ from bloomtrain.callbacks import Callback
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, train_rank
 from tests.harness.gloo_harness import run_distributed
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 READS = ("item", "tolist", "numpy", "__bool__", "__float__", "__int__", "__index__")
 TORCH = str(Path(torch.__file__).parent)
 

@@ -245,6 +245,7 @@ def test_auto_is_the_default_and_every_recipe_sets_it():
         assert model.get("kernels") == "auto", f"{path.name}: model.kernels is {model.get('kernels')!r}"
 
 
+@pytest.mark.integration
 def test_checkpoint_metadata_records_the_selfcheck(tmp_path):
     """A run on kernels=auto saves the self-check it ran in bloomtrain_model.json (which kernels ran fused)."""
     import json

@@ -288,6 +288,7 @@ def test_build_key_tracks_sources_and_cuda(monkeypatch, tmp_path):
     assert build.build_key(False) != key
 
 
+@pytest.mark.integration
 def test_two_python_environments_get_two_kernel_builds(tmp_path):
     """A second venv that imports this very torch (a .pth onto our site-packages) gets its own build key, so
     neither rebuilds over the other's kernels; the key is stable between processes of one environment."""

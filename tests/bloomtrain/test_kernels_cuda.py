@@ -36,6 +36,7 @@ def _nvcc() -> str | None:
     return candidates[-1] if candidates else None
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_cuda_sources_compile_with_nvcc(arch, tmp_path):
     """The .cu files are self-contained (no torch headers), so nvcc checks them on CPU-only CI."""

@@ -80,6 +80,7 @@ def _fallback_rank(log_dir: str) -> dict:
             "selfcheck": {c["dtype"] for c in selfcheck_report()}}
 
 
+@pytest.mark.integration
 def test_the_trainer_runs_the_fitted_precision_and_records_it(tmp_path):
     r = run_distributed(_fallback_rank, 1, str(tmp_path), timeout_s=300)[0]
     # fp32 all the way down: our clipped AdamW (not DeepSpeed's BF16_Optimizer), fp32 weights, fp32 kernel checks

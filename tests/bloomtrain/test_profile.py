@@ -21,6 +21,7 @@ def _run(tmp_path, iters: int, profile: str) -> dict:
     return run_distributed(train_rank, 1, overrides, timeout_s=300)[0]
 
 
+@pytest.mark.integration
 def test_the_profile_covers_the_chosen_iterations_and_says_where_their_time_went(tmp_path):
     run = _run(tmp_path, 4, "[2, 3]")
     assert run["error"] is None, run["error"]
@@ -46,6 +47,7 @@ def test_the_profile_covers_the_chosen_iterations_and_says_where_their_time_went
     assert [r["profile_iters"] for r in logged if "profile" in r] == [[2, 3]]
 
 
+@pytest.mark.integration
 def test_a_run_that_ends_inside_the_range_writes_what_it_profiled(tmp_path):
     run = _run(tmp_path, 2, "[2, 9]")
     assert run["error"] is None, run["error"]
@@ -54,6 +56,7 @@ def test_a_run_that_ends_inside_the_range_writes_what_it_profiled(tmp_path):
     assert summary.iterations == (2, 2) and summary.total_ms > 0
 
 
+@pytest.mark.integration
 def test_a_profile_that_cannot_be_written_is_one_line_and_the_run_goes_on(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "profile").write_text("a file where the profile folder would go")

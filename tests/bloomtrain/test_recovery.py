@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 from bloomtrain.callbacks.stop_requests import launch_time
 from bloomtrain.checkpoint.tags import read_latest, tag_for
@@ -54,6 +55,7 @@ def _launch(run_dir: Path, max_restarts: int, overrides: tuple[str, ...] = (), *
     return out.returncode, (out.stdout + out.stderr).splitlines()
 
 
+@pytest.mark.integration
 def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_for_bit(tmp_path):
     baseline = run_distributed(train_rank, 2, [*RUN, *_dirs(tmp_path / "baseline")], timeout_s=300)[0]
     assert baseline["error"] is None, baseline["error"]
@@ -82,6 +84,7 @@ def test_a_rank_killed_after_a_checkpoint_is_restarted_and_the_run_matches_bit_f
     assert read_latest(run / "ckpt") == tag_for(ITERS)
 
 
+@pytest.mark.integration
 def test_a_rank_that_keeps_dying_stops_after_max_restarts_with_the_root_cause(tmp_path):
     rc, lines = _launch(tmp_path, max_restarts=2, FAULT_RANK="1", FAULT_AFTER="launch")
     assert rc == 1
@@ -100,6 +103,7 @@ def test_a_rank_that_keeps_dying_stops_after_max_restarts_with_the_root_cause(tm
     assert "Root Cause (first observed failure)" in (tmp_path / "exits" / "node-node0.log").read_text()  # kept
 
 
+@pytest.mark.integration
 def test_a_missing_input_is_never_restarted(tmp_path):
     # both ranks meet the missing file; rank 1 starts late, so rank 0's record is the one the agent reads first
     rc, lines = _launch(tmp_path, max_restarts=3, overrides=("data.kind=blend", f"data.blend={tmp_path}/no.yaml"),

@@ -80,6 +80,7 @@ class IntervalProbe(Callback):
                               "costs": list(a.save_costs), "step_s": a.step_s, "write_s": a.write_s})
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_auto_interval_run_saves_where_the_formula_says_on_every_rank(tmp_path, mode):
     mtbf_hours = 5e-5  # 0.18 s: saves of a few ms then come every few iterations

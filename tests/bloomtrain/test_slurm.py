@@ -19,6 +19,7 @@ CONFIG = ROOT / "configs" / "train" / "bloom-176b-tr11.yaml"
 TINY = ROOT / "configs" / "train" / "tiny-cpu.yaml"
 
 
+@pytest.mark.integration
 def test_tr11_script(tr11_dir, tmp_path, capsys):
     out = tmp_path / "tr11.slurm"
     assert main(["--config", str(CONFIG), "--nodes", "48", "--time", "100:00:00", "--out", str(out),
@@ -57,6 +58,7 @@ def test_a_cpu_recipe_asks_for_no_gpu(capsys):
     assert "#SBATCH --gres=gpu:2\n" in script and "export MASTER_PORT=7001\n" in script
 
 
+@pytest.mark.integration
 def test_a_missing_input_is_refused_when_the_job_is_written(tmp_path):
     """Every input path is checked against the job's workdir, naming the key and the file (exit 2 in the CLI)."""
     blend = tmp_path / "blend.yaml"
@@ -137,6 +139,7 @@ def job(tmp_path):
     return run
 
 
+@pytest.mark.integration
 def test_finished_training_is_not_requeued(job, tmp_path):
     rc, out, requeued = job(kind="finished", save="global_step9")
     assert (rc, requeued) == (0, []), out
@@ -147,6 +150,7 @@ def test_finished_training_is_not_requeued(job, tmp_path):
     assert "--node_rank" not in args and "-m bloomtrain.launcher" in args
 
 
+@pytest.mark.integration
 def test_time_budget_stop_is_requeued_until_max_requeues(job):
     rc, out, requeued = job(kind="time_budget", save="global_step6")
     assert (rc, requeued) == (0, ["4242"]), out
@@ -156,6 +160,7 @@ def test_time_budget_stop_is_requeued_until_max_requeues(job):
     assert (rc, requeued) == (1, []) and "not requeued: requeued 3 times already (max 3)" in out
 
 
+@pytest.mark.integration
 def test_failure_after_a_new_checkpoint_is_requeued(job):
     rc, out, requeued = job(kind="failure", rc=1, save="global_step8", requeues=1, message="RuntimeError: boom")
     assert (rc, requeued) == (0, ["4242"]), out
@@ -163,6 +168,7 @@ def test_failure_after_a_new_checkpoint_is_requeued(job):
            "(2 of 3)" in out
 
 
+@pytest.mark.integration
 def test_failure_without_progress_stops(job):
     rc, out, requeued = job(kind="running", rc=1)
     assert (rc, requeued) == (1, []), out
@@ -170,6 +176,7 @@ def test_failure_without_progress_stops(job):
            "(latest: global_step5); not requeued" in out
 
 
+@pytest.mark.integration
 def test_config_error_and_kill_switch_stop(job):
     # a config error stops even after a new checkpoint, with exit 2, whatever the launcher's exit code
     rc, out, requeued = job(kind="config_error", rc=1, save="global_step8", message="data.blend: x not found")
@@ -179,6 +186,7 @@ def test_config_error_and_kill_switch_stop(job):
     assert (rc, requeued) == (0, []) and "stopped by the kill switch at iteration 7" in out
 
 
+@pytest.mark.integration
 def test_a_full_disk_or_a_damaged_checkpoint_ends_the_job_and_says_why(job):
     """Never requeued, even after a new checkpoint: the next allocation would meet the same full disk (or the same
     damaged files, with checkpoint.on_corrupt=fail). The job exits 2 with the trainer's line."""
@@ -193,6 +201,7 @@ def test_a_full_disk_or_a_damaged_checkpoint_ends_the_job_and_says_why(job):
     assert "rank 0 on node1: damaged checkpoint, not requeued: /ckpt/global_step8/rng/rank_00001.pt: missing" in out
 
 
+@pytest.mark.integration
 def test_overrides_reach_the_trainer_as_written(tmp_path):
     """Quotes, spaces and $(...) in an override are one argument of the trainer, never shell code; the
     rendezvous endpoint is this task's launch node address. srun here runs its command; `python` prints the

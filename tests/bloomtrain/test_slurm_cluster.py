@@ -29,6 +29,8 @@ from bloomtrain.exit_record import read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start
 from tests.harness.slurm_cluster import INSTALL, missing_binaries, start_cluster
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 6
 RUN = [*EXACT, f"schedule.train_iters={ITERS}", "checkpoint.save_interval=1", "model.hidden_dropout=0.1",

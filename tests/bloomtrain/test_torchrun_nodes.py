@@ -18,11 +18,14 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from bloomtrain.checkpoint.tags import read_latest, tag_for
 from bloomtrain.exit_record import read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
 from tests.harness.gloo_harness import free_port, run_distributed
+
+pytestmark = pytest.mark.integration  # tests/tiers.py
 
 ROOT = Path(__file__).resolve().parents[2]
 ITERS = 12

@@ -21,6 +21,8 @@ from bloomtrain.parallel.mappings import gather_from_tp
 from bloomtrain.parallel.state import ParallelState
 from tests.harness.gloo_harness import run_distributed
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 RTOL = 1e-5
 
 

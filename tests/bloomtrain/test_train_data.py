@@ -58,6 +58,7 @@ def _sampler_order(consumed: int, iterations: int, dp_rank: int) -> list[int]:
     return out
 
 
+@pytest.mark.integration
 def test_each_dp_rank_trains_on_the_blend_in_megatron_sampler_order(tmp_path):
     for lang, seed in (("fr", 0), ("sw", 1)):
         _write_dataset(tmp_path / lang, seed)
@@ -99,6 +100,7 @@ def test_each_dp_rank_trains_on_the_blend_in_megatron_sampler_order(tmp_path):
     assert again["valid/again/loss"] == ours["valid_loss"] == first[0]["eval"][3]
 
 
+@pytest.mark.integration
 def test_token_ids_beyond_the_model_vocabulary_fail_on_the_host_naming_the_range(tmp_path):
     """Data tokenized with a larger vocabulary (300 ids) than the model's 256 embedding rows: the first micro-batch
     fails before it reaches the model, in one line that says so (checked on the host by the engine's batch hook,

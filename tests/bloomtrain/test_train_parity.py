@@ -20,6 +20,8 @@ from bloomtrain.schedules import BatchSchedule, LRSchedule, is_done
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, TINY, train_rank
 from tests.harness.gloo_harness import run_distributed
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 RTOL = 2e-5
 
 

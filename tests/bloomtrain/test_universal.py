@@ -15,6 +15,8 @@ from bloomtrain.checkpoint.tags import commit_tag, read_latest
 from tests.bloomtrain.train_helpers import EXACT, FORCE_BF16, train_rank
 from tests.harness.gloo_harness import run_distributed
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 BF16 = [*EXACT, *FORCE_BF16, "checkpoint.save_interval=3", "checkpoint.keep_last=null"]
 
 

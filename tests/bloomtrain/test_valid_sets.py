@@ -151,6 +151,7 @@ def test_eval_micro_batches_read_every_sample_once_on_every_layout(corpus):
         assert sorted(map(bytes, (np.asarray(x, np.int64) for x in seen))) == sorted(map(bytes, want))
 
 
+@pytest.mark.integration
 def test_tp1_logs_loss_ppl_bpb_of_each_set_at_each_evaluation(corpus, tp1):
     from transformers.convert_slow_tokenizer import bytes_to_unicode  # GPT-2's byte <-> character table
 
@@ -173,6 +174,7 @@ def test_tp1_logs_loss_ppl_bpb_of_each_set_at_each_evaluation(corpus, tp1):
     assert "valid_loss" not in tp1[1]  # the overall validation stays its own record
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("layout", ["tp2", "pp2", "dp2"])
 def test_parallel_layouts_log_the_same_valid_losses(corpus, tp1, layout):
     extra = {"tp2": ["parallel.tp=2"], "pp2": ["parallel.pp=2"], "dp2": []}[layout]
@@ -185,6 +187,7 @@ def test_parallel_layouts_log_the_same_valid_losses(corpus, tp1, layout):
                 assert other[it][key] == pytest.approx(tp1[it][key], abs=1e-5), (layout, it, key)
 
 
+@pytest.mark.integration
 def test_trainer_valid_losses_equal_evaluate_on_the_exported_model(corpus, tp1, tmp_path):
     """The trainer's final per-set losses (DeepSpeed pipeline, our model code) against the evaluation library's
     scoring of the exported checkpoint (transformers' BloomForCausalLM) over the same samples."""

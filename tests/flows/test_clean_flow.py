@@ -8,6 +8,8 @@ import gzip
 import json
 from pathlib import Path
 
+import pytest
+
 from bloomdata.clean import CleanSummary
 from bloomdata.readers import SourceConfig
 from bloomtrain.evaluation.inputs import read_documents
@@ -15,6 +17,8 @@ from flows.clean import clean_flow, cleaned_sources
 from flows.config import DEMO_CORPUS, CleanStageConfig
 from flows.stages import MARKER
 from tests.flows.prefect_api import artifact
+
+pytestmark = pytest.mark.integration  # tests/tiers.py
 
 
 def _demo(lang: str, begin: int, end: int) -> list[str]:

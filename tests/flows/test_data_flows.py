@@ -22,6 +22,8 @@ from flows.config import BlendStageConfig
 from flows.data import dataset_flow, tokenizer_flow
 from tests.flows.prefect_api import artifact
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 CORPUS = Path(__file__).parents[2] / "flows" / "demo_corpus"
 LANGS = ("en", "zh", "yo")
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from huggingface_hub import ModelCard
 
 MAX_LINES = 120
@@ -45,6 +46,7 @@ def third_party_info(line: str) -> bool:
     return bool(m and m["level"] == "INFO" and not m["who"].startswith(RUNS)) or any(p.search(line) for p in THIRD_PARTY)
 
 
+@pytest.mark.integration
 def test_make_demo_prints_its_stages_in_at_most_120_lines(demo_run):
     lines = demo_run.lines
     print(f"make demo (small sizes): {len(lines)} lines on the terminal, {demo_run.seconds:.0f} s")
@@ -67,11 +69,15 @@ def test_make_demo_prints_its_stages_in_at_most_120_lines(demo_run):
     assert link and f"`python -m flows.ui --out {demo_run.out}`" in lines[-2], lines[-3:]
 
     log = (demo_run.out / "logs" / "demo.log").read_text()
-    for moved in ("distributed.scheduler", "Register worker", "EmbeddingPipe", "Setting accelerator to CPU"):
-        assert moved in log, moved
+    moved = ["distributed.scheduler", "Register worker", "EmbeddingPipe"]
+    if "DS_ACCELERATOR" not in os.environ:  # DeepSpeed warns only when it guesses; DS_ACCELERATOR=cpu: no warning
+        moved.append("Setting accelerator to CPU")
+    for line in moved:
+        assert line in log, line
     assert re.search(r"iter \d+/12 \|", log)  # the training's iteration lines (the bar showed them)
 
 
+@pytest.mark.integration
 def test_the_demo_card_holds_no_path_of_this_machine(demo_run):
     out = demo_run.out.resolve()
     card = (out / "hf" / "README.md").read_text()
@@ -105,6 +111,7 @@ def _probe(tmp_path: Path, name: str, verbose: bool, env: dict[str, str]) -> tup
     return proc.stdout + proc.stderr, (tmp_path / name / "logs" / "probe.log").read_text()
 
 
+@pytest.mark.integration
 def test_verbose_or_log_level_debug_brings_the_libraries_output_back(tmp_path):
     quiet, quiet_log = _probe(tmp_path, "quiet", False, {"LOG_LEVEL": "INFO"})
     assert "Register worker" not in quiet and "Setting accelerator" not in quiet and "DeepSpeed info" not in quiet

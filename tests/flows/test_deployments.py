@@ -131,6 +131,7 @@ def test_a_worker_in_another_directory_runs_a_deployment(prefect_harness, tmp_pa
         log.close()
 
 
+@pytest.mark.integration
 def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
     from prefect import get_client
     from prefect.client.schemas.actions import WorkPoolCreate

@@ -31,6 +31,8 @@ from flows.stages import MARKER
 from tests.bloomtrain.conftest import build_hf_bloom
 from tests.flows.prefect_api import artifact
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 LANGS = ("en", "fr", "yo")
 SPLIT = "80,20,0"
 

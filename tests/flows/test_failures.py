@@ -26,6 +26,7 @@ def _task_run_counts(flow_run_id) -> list[int]:
     return [r.run_count for r in runs]
 
 
+@pytest.mark.integration
 def test_user_errors_end_the_flows_failed_with_their_one_line(prefect_harness, tmp_path):
     missing = str(tmp_path / "no-such-corpus" / "en.jsonl")
     sources = [SourceConfig(paths=[missing], lang="en")]
@@ -51,6 +52,7 @@ def test_user_errors_end_the_flows_failed_with_their_one_line(prefect_harness, t
     assert not (tmp_path / "raw" / "data").exists() and not (tmp_path / "raw" / "clean").exists()
 
 
+@pytest.mark.integration
 def test_a_bug_keeps_its_exception(prefect_harness, tmp_path, monkeypatch):
     def broken(config):
         raise ZeroDivisionError("a bug in the blend")

@@ -20,10 +20,13 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.exit_record import attempts, read_attempt
 from flows.config import DEMO_CORPUS
+
+pytestmark = pytest.mark.integration  # tests/tiers.py
 
 ROOT = Path(__file__).resolve().parents[2]
 

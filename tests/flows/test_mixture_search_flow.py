@@ -46,6 +46,7 @@ def _search_config(**fields) -> MixtureSearchStageConfig:
                                                     "top_k": 10, "workers": 0, **fields})
 
 
+@pytest.mark.integration
 def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
     data = write_datasets(tmp_path, {"fr": 40, "sw": 30, "yo": 20})
     config = _search_config(datasets_dir=str(data["data"]), tokenizer=str(data["tokenizer"]),
@@ -70,6 +71,7 @@ def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
     assert again.skipped and again.result == search and len(CALLS) == trained
 
 
+@pytest.mark.integration
 def test_pipeline_blend_takes_the_search_proposal(prefect_harness, stub_proxies, tmp_path):
     corpus = [SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in ("en", "fr", "yo")]
     config = PipelineConfig(out_dir=str(tmp_path / "run"), corpus=corpus, clean=None, fertility_docs_per_lang=5,

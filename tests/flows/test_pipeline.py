@@ -35,6 +35,8 @@ from flows.pipeline import bloom_pipeline
 from flows.stages import MARKER, read_marker
 from tests.flows.prefect_api import artifact
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 LANGS = ("en", "fr", "yo")
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 

@@ -151,6 +151,7 @@ def test_the_mixture_blend_of_the_demo_languages(tmp_path, demo_datasets):
     assert load_blend_spec(str(tmp_path / "blend" / "blend.yaml")).mixture == str(MIXTURE)
 
 
+@pytest.mark.integration
 def test_a_mixture_blend_without_a_budget_publishes_its_artifacts(prefect_harness, tmp_path, demo_datasets):
     from flows.blend import blend_flow
     from tests.flows.prefect_api import artifact
@@ -183,6 +184,7 @@ SMOKE = RehearsalScale(train_samples=96, rampup_batch_size=(4, 2, 24), warmup_sa
                        save_interval=5, eval_interval=5)
 
 
+@pytest.mark.integration
 def test_the_rehearsal_runs_the_recipe_end_to_end(prefect_harness, tmp_path):
     from bloomtrain.metrics import read_metrics
     from flows.rehearsal import rehearsal_flow

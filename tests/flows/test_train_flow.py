@@ -26,6 +26,8 @@ from flows.launch_config import LaunchConfig
 from flows.train import train_flow
 from tests.flows.prefect_api import alive, artifact, run_logs
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 HERE = Path(__file__).parent
 NODE = node_name()  # bloomtrain.launcher's name for this machine
 

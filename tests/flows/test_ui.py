@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
 from tests.harness.chromium import page
 
@@ -41,6 +42,7 @@ def _subflows(api: str) -> dict[str, str]:
     return {flows[r["flow_id"]]: r["name"] for r in runs if flows[r["flow_id"]] != "bloom-pipeline"}
 
 
+@pytest.mark.integration
 def test_make_ui_serves_the_demo_runs_to_a_browser(demo_run, tmp_path):
     port = _free_port()
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
