@@ -1,15 +1,24 @@
 # Two commands for a fresh machine: `make demo` and `make test`. Both depend on `make install`.
 #
-# torch: CPU machines of this class take torch==2.13.0 from local disk. On a CUDA machine, override:
+# torch: `make install` takes the CPU build on a machine without an NVIDIA driver (no nvidia-smi on PATH, no
+# /proc/driver/nvidia), from PyTorch's CPU index (PyPI's Linux torch is the CUDA build: several GB of CUDA libraries
+# a CPU cannot use), and PyPI's CUDA build where a driver is; it prints one line saying which. Override both, e.g.
 #   make install TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
 # TORCH_SPEC= (empty) keeps the torch the machine already has (the venv then sees the system site-packages).
 # Offline (docs/install.md): `make wheelhouse WHEELHOUSE=dir` where the registry is reachable, copy dir over,
 # then `make install WHEELHOUSE=dir` (pip --no-index --find-links dir).
+comma := ,
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH_SPEC ?= torch==2.13.0
-TORCH_INDEX ?=
+TORCH_VERSION ?= 2.13.0
+NVIDIA_PROC ?= /proc/driver/nvidia
+NVIDIA_DRIVER := $(shell { command -v nvidia-smi || [ -e "$(NVIDIA_PROC)" ]; } >/dev/null 2>&1 && echo yes)
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_SPEC ?= torch==$(TORCH_VERSION)$(if $(NVIDIA_DRIVER),,+cpu)
+TORCH_INDEX ?= $(if $(NVIDIA_DRIVER),,--extra-index-url $(TORCH_CPU_INDEX))
+TORCH_WHY := $(if $(NVIDIA_DRIVER),an NVIDIA driver is here: the CUDA build,no NVIDIA driver here (no nvidia-smi$(comma) no $(NVIDIA_PROC)): the CPU build)
+TORCH_LINE = $(if $(strip $(TORCH_SPEC)),$(if $(filter-out file,$(origin TORCH_SPEC) $(origin TORCH_INDEX)),as TORCH_SPEC/TORCH_INDEX say,$(TORCH_WHY)): $(TORCH_SPEC) $(if $(WHEELHOUSE),from $(WHEELHOUSE),$(or $(strip $(TORCH_INDEX)),from PyPI)); another: make install TORCH_SPEC=... TORCH_INDEX=... (TORCH_SPEC= keeps the machine's torch),TORCH_SPEC is empty: the machine's own torch)
 EXTRAS ?= all,dev
 WHEELHOUSE ?=
 WHEEL_PYTHON ?=
@@ -49,6 +58,7 @@ install: $(STAMP)
 # compileall does it on every core once everything is in (88 s on 2): a fresh install 303 -> 261 s (2-vCPU EPYC).
 # Files that are not Python 3.11 (torch ships one in 3.12 syntax) fail there as they do under pip: skipped.
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/indices/*) $(wildcard csrc/bpe/*)
+	@echo "make install: torch: $(TORCH_LINE)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(if $(strip $(TORCH_SPEC)),$(PY) -m pip install -q --no-compile $(TORCH_FROM) "$(TORCH_SPEC)")
 	$(PY) -m pip install -q --no-compile $(PIP_FROM) -e ".$(if $(strip $(EXTRAS)),[$(EXTRAS)])"

@@ -87,6 +87,15 @@ def test_the_project_requirements_follow_the_extras_it_names():
         wheelhouse.project_requirements(ROOT / "pyproject.toml", ["gpu"])
 
 
+def test_kenlm_comes_only_with_its_extra_and_dev():
+    """kenlm has no wheels (pip compiles it): in no extra a user installs by default, in dev for its tests."""
+    def names(extras: list[str]) -> set[str]:
+        return {wheelhouse.requirement_name(r) for r in wheelhouse.project_requirements(ROOT / "pyproject.toml", extras)}
+
+    assert "kenlm" not in names(["all"]) | names(["clean"]) | names([])
+    assert "kenlm" in names(["kenlm"]) and "kenlm" in names(["dev"]) and "sentencepiece" in names(["dev"])
+
+
 def test_leaving_torch_out_drops_what_only_torch_needs():
     def item(name, *requires):
         return {"metadata": {"name": name, "version": "1", "requires_dist": list(requires)}}

@@ -31,7 +31,7 @@ from bloomdata.clean.text import roots_strip_words, roots_tables
 from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 
-INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install kenlm",
+INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install 'bloomstack[kenlm]' (kenlm builds from source: g++ and python3-dev)",
                 "sentencepiece": "pip install sentencepiece"}
 
 

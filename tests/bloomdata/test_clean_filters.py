@@ -335,7 +335,7 @@ def test_missing_model_files_and_packages_are_one_line_errors(tmp_path, monkeypa
     model.write_bytes(b"not really a model")
     for module, sections, hint in [
         ("fasttext", {"lang_id": {"model": str(model)}}, "pip install fasttext"),
-        ("kenlm", {"perplexity": {"models": {"en": str(model)}}}, "pip install kenlm"),
+        ("kenlm", {"perplexity": {"models": {"en": str(model)}}}, r"pip install 'bloomstack\[kenlm\]'"),
     ]:
         monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError, installed or not
         with pytest.raises(BloomstackError, match=rf"needs the {module} package, which is not installed: {hint}") as err:
@@ -397,3 +397,21 @@ def test_keys_and_user_names_optional_and_replaced_at_their_span():
     assert counts[1:] == (1, 1, 1, 1)
     assert redact("follow @bigscience, key 4111 1111 1111 1111", PiiConfig()).text == \
         "follow @bigscience, key 4111 1111 1111 1111"  # both off by default
+
+
+def test_a_perplexity_model_without_kenlm_is_one_line_from_the_cli(tmp_path, monkeypatch, capsys):
+    """kenlm is an optional extra (pyproject: kenlm): asked for a perplexity model without it, `bloomdata clean`
+    says in one line how to install it, before any work (the import fails here, installed or not)."""
+    from bloomdata.cli import main
+
+    model = tmp_path / "en.arpa"
+    model.write_text("\\data\\\n")
+    source = tmp_path / "en.jsonl"
+    source.write_text('{"text": "hello world", "lang": "en"}\n')
+    monkeypatch.setitem(sys.modules, "kenlm", None)
+    rc = main(["clean", "--input", str(source), "--out", str(tmp_path / "out"), "--perplexity.models",
+               f"en={model}", "--workers", "0", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err, err
+    assert "perplexity.models needs the kenlm package" in err and "pip install 'bloomstack[kenlm]'" in err, err
+    assert not (tmp_path / "out").exists()
