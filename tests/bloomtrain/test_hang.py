@@ -86,6 +86,7 @@ def _waited_within_allowance(message: str) -> None:
     assert float(allowed) <= float(waited) < float(allowed) + 2.0, message
 
 
+@pytest.mark.integration
 def test_a_frozen_rank_is_named_and_the_run_restarts_from_its_checkpoint(baseline, tmp_path):
     run = tmp_path / "frozen"
     rc, lines = _launch(run, FAULT_RANK="1", FAULT_AFTER=str(AFTER), FAULT_HOW="stop",
@@ -109,6 +110,7 @@ def test_a_frozen_rank_is_named_and_the_run_restarts_from_its_checkpoint(baselin
     _restarted_and_matches(run, lines, baseline[0])
 
 
+@pytest.mark.integration
 def test_a_rank_stuck_in_python_records_its_own_hang_and_is_named(baseline, tmp_path):
     run = tmp_path / "asleep"
     rc, lines = _launch(run, FAULT_RANK="1", FAULT_AFTER=str(AFTER), FAULT_HOW="sleep",
@@ -129,6 +131,7 @@ def test_a_rank_stuck_in_python_records_its_own_hang_and_is_named(baseline, tmp_
     _restarted_and_matches(run, lines, baseline[0])
 
 
+@pytest.mark.integration
 def test_a_slow_rank_does_not_trip_the_watchdog_and_is_named_a_straggler(baseline, tmp_path):
     run = tmp_path / "slow"
     rc, lines = _launch(run, FAULT_SLOW_RANK="1", FAULT_SLOW_CPU_S="0.5")

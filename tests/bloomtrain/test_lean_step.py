@@ -35,6 +35,8 @@ from bloomtrain.train import init_distributed
 from tests.bloomtrain.train_helpers import FORCE_BF16, TINY
 from tests.harness.gloo_harness import run_distributed
 
+pytestmark = pytest.mark.integration  # tests/tiers.py
+
 BOUNDARY = (schedule.ReduceTiedGrads, schedule.ReduceGrads, schedule.OptimizerStep)
 LR = 1e-2  # high enough that three steps move every weight by many ulps
 OPTIM = [f"optim.lr={LR}", "optim.clip_grad=1.0", "optim.weight_decay=0.1"]
