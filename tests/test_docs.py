@@ -120,7 +120,8 @@ def help_examples() -> list[tuple[str, str, str | None]]:
     found = []
     for prog, commands in (("bloomdata", DATA), ("bloomtrain", TRAIN)):
         for name, (module, _) in commands.items():
-            text = re.sub(r"\\\n\s*", " ", importlib.import_module(module).parser().parser.format_help())
+            parser = importlib.import_module(module).parser()
+            text = re.sub(r"\\\n\s*", " ", getattr(parser, "parser", parser).format_help())  # argparse: verbatim
             for line in text.splitlines():
                 if re.match(r"\s{4}(bloomdata|bloomtrain|torchrun) ", line):
                     command = line.strip()

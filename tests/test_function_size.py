@@ -21,6 +21,8 @@ ALLOWED = {
     "bloomtrain/kernels/attention.py:BlockCausalAttentionFunction.forward": "autograd.Function.forward of that op",
     "bloomtrain/kernels/dispatch.py:_checked_kernels.attention": "the attention op's signature",
     "bloomtrain/kernels/flash_attention.py:flash_attention": "the attention op's signature (plus the dropout seed)",
+    "bloomtrain/model/compiled.py:reference_attention": "the attention op's signature, traced in the block's graph",
+    "bloomtrain/model/compiled.py:flash_or_reference": "the attention op's signature, traced in the block's graph",
     # a torch.library op's schema takes tensors and scalars only, no parameter object
     "bloomtrain/kernels/flash_attention.py:_attention_op": "a torch.library op's schema",
     "bloomtrain/kernels/flash_attention.py:_attention_backward_op": "a torch.library op's schema",

@@ -2,8 +2,8 @@
 
     python -m bloomdata.cli.demo --out demo_out [--corpus DIR] [--vocab-size 8000] [--workers 2]
 
-1. Trains a BLOOM-style byte-level BPE tokenizer on the corpus (default ../shared/corpus beside the
-   repository: 27 languages) with the library's ``train_tokenizer`` -> ``OUT/tokenizer/``. The vocabulary
+1. Trains a BLOOM-style byte-level BPE tokenizer on the corpus (default tests/data/corpus in the repository:
+   27 languages, Leipzig Wortschatz sentences, its README.md gives the attribution) with the library's ``train_tokenizer`` -> ``OUT/tokenizer/``. The vocabulary
    is small (8,000) so this takes seconds, and it gives uint16 datasets, as any vocabulary < 65,500 does.
 2. Builds one dataset per language with ``run_build`` on a LocalCluster of 2 Dask worker processes, with
    ``</s>`` appended to every document -> ``OUT/data/<lang>.bin/.idx`` plus ``build_summary.json``.
@@ -32,11 +32,11 @@ if TYPE_CHECKING:
 
 
 def default_corpus() -> Path:
-    """../shared/corpus beside the repository (or $BLOOMSTACK_SHARED_CORPUS)."""
+    """tests/data/corpus in the repository (or $BLOOMSTACK_SHARED_CORPUS)."""
     env = os.environ.get("BLOOMSTACK_SHARED_CORPUS")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "shared" / "corpus"
+    return Path(__file__).resolve().parents[2] / "tests" / "data" / "corpus"
 
 
 def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
@@ -68,7 +68,7 @@ class DemoConfig(BaseModel):
 
     out_dir: str = Field(description="output directory (tokenizer/ and data/ inside)",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
-    corpus: str | None = Field(default=None, description="directory of .jsonl files (default: ../shared/corpus)",
+    corpus: str | None = Field(default=None, description="directory of .jsonl files (default: tests/data/corpus)",
                                json_schema_extra=cli_option(metavar="DIR"))
     vocab_size: int = Field(default=8000, description="tokens in the demo tokenizer")
     workers: int = Field(default=2, ge=0, description="Dask LocalCluster worker processes")

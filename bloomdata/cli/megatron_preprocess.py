@@ -1,7 +1,7 @@
 """`bloomdata megatron-preprocess`: Megatron-LM's ``tools/preprocess_data.py`` command line, verbatim, on the build.
 
-    bloomdata megatron-preprocess --input corpus.jsonl --output-prefix data/my-gpt --json-keys text \\
-        --tokenizer-type HuggingFaceTokenizer --tokenizer-model tok/ --append-eod --workers 8
+    bloomdata megatron-preprocess --input flows/demo_corpus/en.jsonl.gz --output-prefix data/my-gpt --json-keys text \\
+        --tokenizer-type HuggingFaceTokenizer --tokenizer-model tok/ --append-eod --workers 2
 
 writes ``data/my-gpt_text_document.bin/.idx``, byte-identical to what preprocess_data.py writes for the same
 command (docs/megatron-data.md), through ``bloomdata build`` (``bloomdata.build.megatron_preprocess``). Flags are

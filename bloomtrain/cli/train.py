@@ -41,7 +41,7 @@ from bloomtrain.launcher import die_with_agent
 def parser() -> ConfigParser[TrainConfig]:
     p = ConfigParser(TrainConfig, "bloomtrain train", __doc__.split("\n\n")[0], nested=True,
                         sources=Sources(file_required=True, overrides=True, dry_run=DRY_RUN,
-                                        override_example="optim.lr=1e-4 schedule.rampup_batch_size=[32,32,1000]"))
+                                        override_example="optim.lr=1e-4 schedule.train_iters=100"))
     p.add_argument("--json", action="store_true", help="print the --dry-run plan as JSON instead of text")
     return p
 
