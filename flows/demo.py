@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config_loader import cli_option, derive
+from bloomdata.config_loader import DASHBOARD, cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 from bloomdata.readers.fs import is_remote
@@ -48,6 +48,7 @@ class DemoConfig(BaseModel):
     workers: int = Field(2, ge=0, description="Dask LocalCluster worker processes")
     scheduler: str | None = Field(None, description="tcp://host:port of an existing Dask scheduler instead",
                                   json_schema_extra=cli_option(metavar="ADDR"))
+    dashboard: bool = Field(False, description="the clean and dataset stages: " + DASHBOARD)
     train_iters: int | None = Field(None, ge=1, description="override the training length")
     verbose: bool = Field(False, description="print every library's output on the console as it comes (DEBUG with "
                                              "LOG_LEVEL=DEBUG); otherwise it goes to OUT/logs/demo.log")
@@ -127,7 +128,7 @@ def pipeline_config(args: DemoConfig) -> PipelineConfig:
     from flows.config import PipelineConfig  # noqa: PLC0415 - keep --help fast
 
     config = PipelineConfig(out_dir=args.out_dir)
-    dask = {"workers": args.workers, "scheduler": args.scheduler}
+    dask = {"workers": args.workers, "scheduler": args.scheduler, "dashboard": args.dashboard}
     changes: dict[str, Any] = {"dataset": derive(config.dataset, **dask),
                                "clean": derive(config.clean, **dask) if config.clean else None}
     if args.corpus:

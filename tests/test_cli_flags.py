@@ -230,6 +230,11 @@ def test_flows_demo_and_serve_flags():
     cfg, _ = _parse("python -m flows.demo", [])
     assert _same(cfg, {"corpus": [], "out_dir": "demo_out", "workers": 2, "scheduler": None, "train_iters": None})
     assert _parse("python -m flows.demo", ["--verbose"])[0].verbose
+    from flows.demo import pipeline_config  # the demo's stages that start a Dask cluster get --dashboard
+
+    on = pipeline_config(_parse("python -m flows.demo", ["--dashboard"])[0])
+    assert on.dataset.dashboard and on.clean is not None and on.clean.dashboard and not on.tokenizer.dashboard
+    assert not pipeline_config(cfg).dataset.dashboard
     cfg, _ = _parse("python -m flows.ui", ["--out", "runs/r", "--port", "4300"])
     assert (cfg.out_dir, cfg.host, cfg.port) == ("runs/r", "127.0.0.1", 4300)
     assert _parse("python -m flows.serve", ["--limit", "4"])[0].limit == 4
