@@ -85,6 +85,7 @@ class CountingInputs(Protocol):
     shard_bytes: int
     max_memory: int | None
     show_progress: bool
+    dashboard: bool
 
 
 @dataclass(frozen=True)
