@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
+from bloomdata.config_loader import derive
 from bloomtrain.checkpoint.tags import read_latest
 from bloomtrain.exit_record import Attempt, ExitKind, ExitRecord, attempts, read_attempt
 
@@ -269,10 +270,10 @@ def _failure_cause(attempt: Attempt) -> str:
     decided = [n for n in attempt.nodes.values() if n.action == "stop"]
     if decided:
         return decided[0].cause
-    views = [node_view(r.node, [r.rank], {}, attempt).model_copy(update={
-        "deaths": [(False, r.rank, AFTER_KIND[r.kind].said)] if r.kind == ExitKind.RUNNING else [],
-        "failures": [(r.ended or 0.0, r.rank, r.message)] if r.kind == ExitKind.FAILURE else []})
-        for r in attempt.ranks.values()]
+    views = [derive(node_view(r.node, [r.rank], {}, attempt),
+                    deaths=[(False, r.rank, AFTER_KIND[r.kind].said)] if r.kind == ExitKind.RUNNING else [],
+                    failures=[(r.ended or 0.0, r.rank, r.message)] if r.kind == ExitKind.FAILURE else [])
+             for r in attempt.ranks.values()]
     return root_cause(views)
 
 

@@ -26,6 +26,7 @@ from bloomdata.build import (
 )
 from bloomdata.build.summary import ShardCounts
 from bloomdata.cli import main as cli_main
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.readers import REJECT_REASONS
@@ -164,7 +165,7 @@ def test_lost_marker_stray_temp_and_changed_inputs(tmp_path, client, small_corpu
     assert changed.shards == ShardCounts(total=4, built=1, reused=3)
     assert changed.outputs["fr"].documents == 161
     # a different setting (append_eod) changes every key
-    eod = run_build(config.model_copy(update={"append_eod": True}), client=client)
+    eod = run_build(derive(config, append_eod=True), client=client)
     assert eod.shards.built == 4
     assert eod.tokens == changed.tokens + changed.documents
 
@@ -200,7 +201,7 @@ def test_bad_rows_are_counted_and_examples_written(tmp_path, client, bad_input, 
                                                "non_string_text", "empty_text"]
     # --strict refuses the same inputs even when the build is up to date and its shards are reused
     with pytest.raises(BloomstackError, match=rf"{bad_input}:2: malformed_json"):
-        run_build(config.model_copy(update={"strict": True}), client=client)
+        run_build(derive(config, strict=True), client=client)
 
 
 def test_strict_fails_naming_file_line_through_dask(tmp_path, client, bad_input, small_tokenizer_dir):

@@ -22,6 +22,7 @@ from bloomdata.build import (
 )
 from bloomdata.build.summary import ShardCounts
 from bloomdata.cli import main as cli_main
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.tokenizer.bpe import load_tokenizer
@@ -100,14 +101,14 @@ def test_byte_range_shards_report_file_line_numbers(tmp_path, client, bad_rows_j
     assert [e["where"] for e in examples] == [f"{bad_rows_jsonl}:{n}" for n in (57, 58, 123, 200)]
     # --strict on the reused shards: the first reject in plan order, at its file line
     with pytest.raises(BloomstackError, match=rf"^{bad_rows_jsonl}:57: malformed_json"):
-        run_build(config.model_copy(update={"strict": True}), client=client)
+        run_build(derive(config, strict=True), client=client)
     # --strict in the worker: in-process, the first failing shard is the one holding line 57
     with pytest.raises(BloomstackError, match=rf"^{bad_rows_jsonl}:57: malformed_json"):
-        run_build(config.model_copy(update={"strict": True, "workers": 0, "out_dir": str(tmp_path / "w0")}))
+        run_build(derive(config, strict=True, workers=0, out_dir=str(tmp_path / "w0")))
     # on Dask, whichever shard fails first names its file line
     with pytest.raises(BloomstackError, match=rf"^{bad_rows_jsonl}:(57: malformed_json|58: empty_text|"
                                               r"123: non_string_text|200: invalid_utf8)"):
-        run_build(config.model_copy(update={"strict": True, "out_dir": str(tmp_path / "w2")}), client=client)
+        run_build(derive(config, strict=True, out_dir=str(tmp_path / "w2")), client=client)
 
 
 def test_changed_shard_size_replans_and_rebuilds_cleanly(tmp_path, client, mixed_jsonl, small_tokenizer_dir):
@@ -120,11 +121,11 @@ def test_changed_shard_size_replans_and_rebuilds_cleanly(tmp_path, client, mixed
     assert first.shards == ShardCounts(total=3, built=3, reused=0)
     assert run_build(config, client=client).up_to_date
     for shard_bytes, total in [(30_000, 4), (50_000, 3)]:  # and back: the first plan's shards were swept
-        changed = run_build(config.model_copy(update={"shard_bytes": shard_bytes}), client=client)
+        changed = run_build(derive(config, shard_bytes=shard_bytes), client=client)
         assert changed.shards == ShardCounts(total=total, built=total, reused=0)
         assert _outputs(out) == reference
         assert (changed.fingerprint == first.fingerprint) == (shard_bytes == 50_000)
-        names = {s.name for s in plan_build(config.model_copy(update={"shard_bytes": shard_bytes})).shards}
+        names = {s.name for s in plan_build(derive(config, shard_bytes=shard_bytes)).shards}
         assert {p.name.removesuffix(".done.json") for p in (out / SHARDS_DIR).iterdir()} == names
         assert len(list((out / SHARDS_DIR).glob("*.done.json"))) == total
 
@@ -209,7 +210,7 @@ def test_truncated_compressed_inputs_are_one_reject_each_and_the_build_goes_on(t
 
     either = "|".join(f"{p}:{n + 1}" for p, n in whole.items())  # whichever shard fails first
     with pytest.raises(BloomstackError, match=rf"^({either}): corrupt_file") as err:
-        run_build(config.model_copy(update={"strict": True, "out_dir": str(tmp_path / "strict")}), client=client)
+        run_build(derive(config, strict=True, out_dir=str(tmp_path / "strict")), client=client)
     assert "\n" not in str(err.value)
 
 

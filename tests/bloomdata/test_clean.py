@@ -24,7 +24,7 @@ from bloomdata.clean import DATA_DIR, REMOVED_FILE, SUMMARY_FILE, CleanConfig, r
 from bloomdata.clean.config import NormalizeConfig, PiiConfig
 from bloomdata.clean.pii import redact
 from bloomdata.clean.text import normalize, word_units
-from bloomdata.config_loader import load_config
+from bloomdata.config_loader import derive, load_config
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import REJECT_REASONS, SourceConfig, iter_documents
 from tests.bloomdata.clean_driver_memory import SIZES
@@ -141,8 +141,8 @@ def test_duplicates_exact_and_near_go_and_the_first_in_plan_order_stays(tmp_path
     assert first["where"].startswith(str(tmp_path / "in" / "b_copies.jsonl"))
     assert first["duplicate_of"].startswith(str(tmp_path / "in" / "a_corpus.jsonl"))
     # Cut into ranges of 700 keys (8 per band, not 1), the join finds the same pairs: the same output, byte for byte.
-    ranged = run_clean(config.model_copy(update={"out_dir": str(tmp_path / "ranged"), "near_dedup": config.near_dedup.model_copy(
-        update={"docs_per_task": 700})}), client=client)
+    ranged = run_clean(derive(config, out_dir=str(tmp_path / "ranged"),
+                              near_dedup=derive(config.near_dedup, docs_per_task=700)), client=client)
     assert ranged.join_tasks == 8 * summary.join_tasks
     assert ranged.removed == summary.removed
     assert _kept(tmp_path / "ranged") == _kept(tmp_path / "out")
@@ -324,7 +324,7 @@ def test_bad_rows_are_counted_like_the_build_and_strict_refuses_them(tmp_path, c
     quiet = _config([bad], tmp_path / "quiet", workers=0, max_removed_examples=0, keep_work=True)
     run_clean(quiet)
     with pytest.raises(BloomstackError, match=rf"^{bad}:1: malformed_json \(or later\)"):
-        run_clean(quiet.model_copy(update={"strict": True}))
+        run_clean(derive(quiet, strict=True))
 
 
 def _cli(*args) -> subprocess.CompletedProcess:

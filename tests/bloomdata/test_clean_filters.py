@@ -29,6 +29,7 @@ from bloomdata.clean.minhash import MinHasher
 from bloomdata.clean.pii import EMAIL, redact
 from bloomdata.clean.quality_filter import QualityFilter
 from bloomdata.clean.text import code_points, normalize, word_units
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from tests.data import CORPUS_DIR
 
@@ -85,11 +86,11 @@ def test_normalization_touches_whitespace_and_controls_only():
     assert normalize("a\u00a0b\u3000c\r\nd\re\x00f\x1b[0m\ufeff  g \n\n\n\n h\u2028i ", config) == "a b c\nd\nef[0m g\n\nh\ni"
     kept = "ﬁ ２ é e\u0301 क्षि \u200c\u200d ❤️ 中文"  # ligature, fullwidth, both é forms, ZWNJ/ZWJ, emoji
     assert normalize(kept, config) == kept  # no Unicode normalization by default (BLOOM's tokenizer has none)
-    assert normalize("ﬁ ２ e\u0301", config.model_copy(update={"unicode_form": "NFKC"})) == "fi 2 é"
-    assert normalize("a  b", config.model_copy(update={"enabled": False})) == "a  b"
+    assert normalize("ﬁ ２ e\u0301", derive(config, unicode_form="NFKC")) == "fi 2 é"
+    assert normalize("a  b", derive(config, enabled=False)) == "a  b"
     # text decoded as Latin-1 instead of cp1252: its C1 controls are the cp1252 characters, the 5 undefined dropped
     assert normalize("l\x92eau, c\x9cur \x93ok\x94 \x80 5\x81\x8d\x8f\x90\x9d", config) == "l’eau, cœur “ok” € 5"
-    assert normalize("l\x92eau", config.model_copy(update={"c1_as_cp1252": False})) == "leau"
+    assert normalize("l\x92eau", derive(config, c1_as_cp1252=False)) == "leau"
 
 
 def test_word_units_per_script():
@@ -247,9 +248,9 @@ def test_things_that_look_like_addresses_are_left_alone():
     for text in ["version 1.2.3.4.5 of 2021", "at 12:30:45 on 10.03.2021", "a::b and std::vector", "999.1.1.1",
                  "user@localhost", "@handle and a @ b", "ratio 3:2 and 1.5", "v256.300.1.1"]:
         assert redact(text, config)[:3] == (text, 0, 0), text
-    off = config.model_copy(update={"ip_addresses": False})
+    off = derive(config, ip_addresses=False)
     assert redact("a@b.com 1.2.3.4", off)[:3] == ("PI:EMAIL 1.2.3.4", 1, 0)
-    assert redact("a@b.com 1.2.3.4", config.model_copy(update={"enabled": False}))[:3] == ("a@b.com 1.2.3.4", 0, 0)
+    assert redact("a@b.com 1.2.3.4", derive(config, enabled=False))[:3] == ("a@b.com 1.2.3.4", 0, 0)
 
 
 def test_minhash_estimates_jaccard_and_lsh_follows_its_s_curve():

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from bloomdata.build import run_build
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import (
     BUILTINS,
@@ -166,8 +167,8 @@ def test_a_users_reader_named_module_class(tmp_path, small_tokenizer_dir):
     assert [getattr(i, "text", None) for i in items] == ["first", "second", None, "third"]
     assert plan_shards([source])[0].format == target
     assert [i.line for i in _read_all(source, max_rows=2)] == [1, 2, 3, 4]  # counted by reading it
-    summary = run_build(_config([tmp_path / "in"], small_tokenizer_dir, tmp_path / "out", workers=0).model_copy(
-        update={"sources": [source]}))
+    summary = run_build(derive(_config([tmp_path / "in"], small_tokenizer_dir, tmp_path / "out", workers=0),
+                               sources=[source]))
     assert summary.documents == 3 and summary.rejects["empty_text"] == 1
     with pytest.raises(BloomstackError, match=r"^format \(tests.nope:Reader\): cannot import it"):
         _read_all(SourceConfig(paths=[str(tmp_path / "in" / "a.lines")], format="tests.nope:Reader"))

@@ -14,6 +14,7 @@ from bloomdata import cli
 from bloomdata.blend.mixture import Mixture, load_mixture
 from bloomdata.blend.spec import load_blend_spec
 from bloomdata.blend.tune import BlendConfig, tune_blend
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.blend import blend_from_spec
 from bloomdata.megatron.indexed import IndexedDataset
@@ -174,7 +175,7 @@ def test_mixture_with_budget_floor_and_errors(data_dir, tmp_path, capsys):
     assert spec.datasets[0].tokens_drawn == 9000
     assert spec.datasets[0].epochs == pytest.approx(9000 / spec.datasets[0].tokens)
     # an explicit split replaces the mixture's ranges
-    assert tune_blend(config.model_copy(update={"split": "90,10,0"})).train_range is None
+    assert tune_blend(derive(config, split="90,10,0")).train_range is None
     one = write_dataset(tmp_path / "one", num_docs=1)
     with pytest.raises(BloomstackError, match="dataset.s. en hold no training tokens"):  # round(0.6 x 1) = 1 = end
         tune_blend(BlendConfig(mixture=str(MIXTURE), datasets={"en": one}, train_range="0.6:1", out_dir=str(tmp_path)))

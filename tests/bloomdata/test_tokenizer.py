@@ -12,6 +12,7 @@ import pytest
 from tokenizers import Tokenizer, models
 
 from bloomdata import cli
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig, iter_documents
 from bloomdata.tokenizer.bpe import (
@@ -152,7 +153,7 @@ def test_budget_guard():
     with pytest.raises(BloomstackError, match="~18 GB of RAM.*set allow_large_budget"):
         check_budget(config)
     with pytest.warns(UserWarning, match="exceeds"):
-        check_budget(config.model_copy(update={"allow_large_budget": True}))
+        check_budget(derive(config, allow_large_budget=True))
 
 
 def test_cli_inputs_and_config(tmp_path, corpus_dir, capsys):

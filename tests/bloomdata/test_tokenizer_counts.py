@@ -15,6 +15,7 @@ import pytest
 from tokenizers import Regex, pre_tokenizers
 
 from bloomdata import _bpe_learner, cli
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.readers import SourceConfig
 from bloomdata.tokenizer import counting
@@ -54,7 +55,7 @@ def _config(sources: list[SourceConfig], out: Path, **kw) -> TokenizerTrainConfi
 
 
 def _trained(config: TokenizerTrainConfig, trainer: str, out: Path) -> bytes:
-    report = train_tokenizer(config.model_copy(update={"trainer": trainer, "out_dir": str(out)}))
+    report = train_tokenizer(derive(config, trainer=trainer, out_dir=str(out)))
     assert report.trainer == trainer
     return (out / "tokenizer.json").read_bytes()
 
@@ -147,9 +148,9 @@ def test_a_rerun_with_another_seed_draws_its_own_sample(tmp_path, corpus_dir):
     config = _config([SourceConfig(paths=[str(corpus_dir / f"{lang}.jsonl") for lang in ("fr", "ur")])], tmp_path,
                      vocab_size=800, byte_budget=60_000, keep_work=True, workers=0)
     for seed in (1, 2):
-        again = config.model_copy(update={"seed": seed})
+        again = derive(config, seed=seed)
         assert _trained(again, "counts", tmp_path / "counts") == _trained(again, "memory", tmp_path / f"m{seed}")
-    assert _trained(config.model_copy(update={"seed": 1}), "memory", tmp_path / "m") != \
+    assert _trained(derive(config, seed=1), "memory", tmp_path / "m") != \
         (tmp_path / "counts" / "tokenizer.json").read_bytes(), "the seeds draw different samples"
 
 
@@ -338,7 +339,7 @@ def test_spills_dask_and_resume_give_the_same_tokenizer(tmp_path, client, corpus
     work = str(tmp_path / "out" / WORK_NAME)
     counts = count_words(config, client)
     assert counts.spills > counts.shards >= 8 and not counts.up_to_date
-    unbounded = config.model_copy(update={"max_memory": None})
+    unbounded = derive(config, max_memory=None)
     learned = learn_from_counts(work, counts, list(SPECIAL_TOKENS), unbounded)
     assert tokenizer_from_merges(learned.vocab, learned.merges).to_str(pretty=True).encode("utf-8") == memory
     assert count_words(config, client).up_to_date, "a rerun reuses the counts"
@@ -376,11 +377,11 @@ def test_trainer_choice_and_budget():
     base = TokenizerTrainConfig(sources=[SourceConfig(paths=["x"])], out_dir="o", byte_budget="600MB")
     assert choose_trainer(base) == "counts", "auto: over the in-memory cap without max_memory"
     check_budget(base)  # the counts trainer needs no allow_large_budget
-    assert choose_trainer(base.model_copy(update={"byte_budget": 100_000_000})) == "memory", "today's default"
-    assert choose_trainer(base.model_copy(update={"byte_budget": 40_000_000, "max_memory": 10**9})) == "counts"
-    assert choose_trainer(base.model_copy(update={"byte_budget": 40_000_000, "max_memory": 2 * 10**9})) == "memory"
+    assert choose_trainer(derive(base, byte_budget=100_000_000)) == "memory", "today's default"
+    assert choose_trainer(derive(base, byte_budget=40_000_000, max_memory=10**9)) == "counts"
+    assert choose_trainer(derive(base, byte_budget=40_000_000, max_memory=2 * 10**9)) == "memory"
     with pytest.raises(BloomstackError, match="set trainer to counts or auto, or set allow_large_budget"):
-        check_budget(base.model_copy(update={"trainer": "memory"}))
+        check_budget(derive(base, trainer="memory"))
 
 
 def test_learner_memory_over_max_memory_is_refused(tmp_path, corpus_dir):

@@ -35,6 +35,7 @@ import yaml
 
 from bloomdata.blend.spec import load_blend_spec
 from bloomdata.blend.weights import water_fill
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomtrain.config import load_config
@@ -386,7 +387,7 @@ def test_real_proxies_end_to_end(demo, tmp_path):
     kept = {p.key: (out / "proxies" / p.key / RESULT).stat().st_mtime_ns for p in result.proxies
             if p.key != lost.parent.name}
     lost.unlink()
-    again = run_search(config.model_copy(update={"workers": 0}))
+    again = run_search(derive(config, workers=0))
     assert {k: (out / "proxies" / k / RESULT).stat().st_mtime_ns for k in kept} == kept
     assert again.proxies[2].bpb == result.proxies[2].bpb  # deterministic: same mixture, tokens and seed
     assert (out / "proxies" / lost.parent.name / "train.log").read_text().count("=== proxy attempt") == 2

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from bloomdata.config_loader import derive
 from bloomtrain.config import load_config
 from bloomtrain.metrics import START_EVENT, read_precision
 from bloomtrain.precision import CpuInfo, fit_precision
@@ -43,7 +44,7 @@ def test_a_bf16_config_trains_fp32_on_a_cpu_without_native_bf16(tmp_path):
     assert choice.line().startswith("precision: bf16 -> fp32, this CPU (AMD EPYC 7B12; torch CPU kernels: ")
     assert "no native bf16" in choice.line() and "optim.force_bf16=true" in choice.line()
     ran = choice.apply(cfg)
-    assert ran.optim.precision == "fp32" and ran.model_copy(update={"optim": cfg.optim}) == cfg
+    assert ran.optim.precision == "fp32" and derive(ran, optim=cfg.optim) == cfg
     assert "bf16" not in ran.to_deepspeed_config(1)
 
 

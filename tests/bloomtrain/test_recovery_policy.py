@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bloomdata.config_loader import derive
 from bloomtrain.checkpoint.tags import commit_tag
 from bloomtrain.exit_record import ExitKind, ExitRecord, Recorder, read_attempt, write_record
 from bloomtrain.recovery import (
@@ -68,8 +69,8 @@ def test_a_rank_killed_is_the_root_cause_before_its_peers_errors(tmp_path):
     assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"
     assert after_worker_failure(views, {}, restarts_left=2, max_restarts=3).line == \
         "rank 1 on n2 killed by SIGKILL; restart 2 of 3 on the same nodes, resuming from its latest checkpoint, if any"
-    views[0] = node_view("n1", [0], {0: 1}, attempt.model_copy(update={"ranks": {0: _record(
-        tmp_path, 0, "failure", message="RuntimeError: Connection closed by peer", ended=5.0)}}))
+    views[0] = node_view("n1", [0], {0: 1}, derive(attempt, ranks={0: _record(
+        tmp_path, 0, "failure", message="RuntimeError: Connection closed by peer", ended=5.0)}))
     assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"
     # without a death, the failure recorded first
     views = [NodeView(node="n1", ranks=[0, 1], failures=[(9.0, 1, "B"), (4.0, 0, "A")])]
@@ -84,10 +85,10 @@ def test_a_hang_names_the_rank_that_stopped_making_progress(tmp_path):
 
     def hang(rank, iteration, ended, node="n1"):
         record = _record(tmp_path, rank, "hang", node=node, message=said, ended=ended, iteration=iteration)
-        return record.model_copy(update={"traceback": str(tmp_path / f"attempt-0/stacks-rank-{rank}.txt")})
+        return derive(record, traceback=str(tmp_path / f"attempt-0/stacks-rank-{rank}.txt"))
 
     running = _record(tmp_path, 1, "running", node="n2", iteration=None)
-    frozen = read_attempt(tmp_path, 0).model_copy(update={"ranks": {0: hang(0, 3, 5.0), 1: running}})
+    frozen = derive(read_attempt(tmp_path, 0), ranks={0: hang(0, 3, 5.0), 1: running})
     views = [node_view("n1", [0], {0: 1}, frozen), node_view("n2", [1], {1: -signal.SIGKILL}, frozen, {1: "stopped"})]
     assert views[1].deaths == [] and views[1].alive == [(1, "stopped")]
     cause = (f"rank 1 on n2 stopped making progress (its process is stopped (SIGSTOP, a debugger), no exit record); "
@@ -97,18 +98,18 @@ def test_a_hang_names_the_rank_that_stopped_making_progress(tmp_path):
                                                         "its latest checkpoint, if any"
     # stuck in Python: its own watchdog saw iteration 2 last, its peer 3 (a failure: the gloo error its exit caused)
     peer = _record(tmp_path, 0, "failure", message="RuntimeError: Connection closed by peer", ended=9.0)
-    behind = frozen.model_copy(update={"ranks": {0: peer, 1: hang(1, 2, 8.0, node="n2")}})
+    behind = derive(frozen, ranks={0: peer, 1: hang(1, 2, 8.0, node="n2")})
     views = [node_view("n1", [0], {0: 1}, behind, {0: "sleeping"}), node_view("n2", [1], {1: 1}, behind)]
     assert root_cause(views).startswith("rank 1 on n2 stopped making progress (behind: its last finished iteration "
                                         "is 2, its peers' 3); rank 1 on n2: no finished iteration for 9.1 s")
     # stuck where its watchdog cannot run (native code holding the GIL): killed without a record after the grace
-    silent = frozen.model_copy(update={"ranks": {0: hang(0, 3, 5.0), 1: running}})
+    silent = derive(frozen, ranks={0: hang(0, 3, 5.0), 1: running})
     views = [node_view("n1", [0], {0: 1}, silent), node_view("n2", [1], {1: -signal.SIGKILL}, silent, {1: "running"})]
     assert root_cause(views) == "rank 1 on n2 killed by SIGKILL"  # a kill by anyone but its agent comes first
     views[1] = node_view("n2", [1], {1: -signal.SIGTERM}, silent, {1: "running"})
     assert root_cause(views).startswith("rank 1 on n2 stopped making progress (still running without an exit record "
                                         "after its peers gave up: stuck outside Python?); rank 0 on n1: ")
-    both = frozen.model_copy(update={"ranks": {0: hang(0, 3, 5.0), 1: hang(1, 3, 4.0, node="n2")}})
+    both = derive(frozen, ranks={0: hang(0, 3, 5.0), 1: hang(1, 3, 4.0, node="n2")})
     views = [node_view("n1", [0], {0: 1}, both), node_view("n2", [1], {1: 1}, both)]
     assert root_cause(views).startswith("rank 1 on n2 stopped making progress (the first to time out); rank 1 on n2")
 

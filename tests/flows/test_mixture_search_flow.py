@@ -15,6 +15,7 @@ import pytest
 from prefect import flow
 
 from bloomdata.blend.spec import load_blend_spec
+from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
 from bloomtrain.mixture_search import runner
 from flows.config import DEMO_CORPUS, MixtureSearchStageConfig, PipelineConfig
@@ -67,7 +68,7 @@ def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
     assert rows[-1]["mixture"].startswith("blend.yaml: ") and "prior (validated, seeds [1, 2])" in [r["mixture"] for r in rows]
     assert search.choice.reason in artifact("mixture-search").data
     assert "data:image/png;base64," in artifact("mixture-search").data
-    again = mixture_search_flow(config.model_copy(update={"workers": 2}))  # where proxies run is not in the key
+    again = mixture_search_flow(derive(config, workers=2))  # where proxies run is not in the key
     assert again.skipped and again.result == search and len(CALLS) == trained
 
 
@@ -76,10 +77,10 @@ def test_pipeline_blend_takes_the_search_proposal(prefect_harness, stub_proxies,
     corpus = [SourceConfig(paths=[str(DEMO_CORPUS / f"{lang}.jsonl.gz")], lang=lang) for lang in ("en", "fr", "yo")]
     config = PipelineConfig(out_dir=str(tmp_path / "run"), corpus=corpus, clean=None, fertility_docs_per_lang=5,
                             mixture_search=_search_config(proxies=5))
-    config.tokenizer = config.tokenizer.model_copy(update={"vocab_size": 320, "byte_budget": 120_000})
-    config.dataset = config.dataset.model_copy(update={"workers": 0})
+    config.tokenizer = derive(config.tokenizer, vocab_size=320, byte_budget=120_000)
+    config.dataset = derive(config.dataset, workers=0)
     # the demo's training repeats these three languages ~6 times: the search's epoch cap is the blend's
-    config.blend = config.blend.model_copy(update={"cap": 0.6, "max_epochs": 10.0})
+    config.blend = derive(config.blend, cap=0.6, max_epochs=10.0)
     root = tmp_path / "run"
 
     @flow

@@ -21,6 +21,7 @@ import pytest
 import yaml
 from huggingface_hub import ModelCard
 
+from bloomdata.config_loader import derive
 from bloomdata.megatron.indexed import IndexedDataset
 from bloomdata.megatron.splits import split_range
 from bloomdata.readers import SourceConfig
@@ -57,9 +58,9 @@ def _corpus(tmp_path: Path) -> tuple[list[SourceConfig], str]:
 
 def _config(out: Path, corpus: list[SourceConfig]) -> PipelineConfig:
     cfg = PipelineConfig(out_dir=str(out), fertility_docs_per_lang=20, corpus=corpus)
-    cfg.clean = cfg.clean.model_copy(update={"workers": 0})  # in the flow process: its 311 documents take about a second
-    cfg.tokenizer = cfg.tokenizer.model_copy(update={"vocab_size": 320, "byte_budget": 120_000})
-    cfg.dataset = cfg.dataset.model_copy(update={"workers": 1})  # the default path: a fresh LocalCluster
+    cfg.clean = derive(cfg.clean, workers=0)  # in the flow process: its 311 documents take about a second
+    cfg.tokenizer = derive(cfg.tokenizer, vocab_size=320, byte_budget=120_000)
+    cfg.dataset = derive(cfg.dataset, workers=1)  # the default path: a fresh LocalCluster
     tree = demo_train_config().model_dump()
     tree["model"] = PRESETS["tiny"](num_layers=2, hidden_size=64, num_heads=4, seq_length=32).model_dump()
     tree["schedule"].update(micro_batch_size=4, global_batch_size=8, train_iters=6, warmup_samples=8,

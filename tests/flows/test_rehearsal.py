@@ -20,6 +20,7 @@ import yaml
 from bloomdata.blend.report import write_blend
 from bloomdata.blend.spec import load_blend_spec
 from bloomdata.blend.tune import tune_blend
+from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomtrain.config import load_config
@@ -113,12 +114,12 @@ def test_a_cpu_without_native_bf16_adds_the_trainers_precision_override():
     assert [(r.key, r.tr11, r.rehearsal) for r in rows] == [("optim.precision", "bf16", "fp32")]
     assert f"| `optim.precision` | `bf16` | `fp32` | hardware (the trainer's check): {why} |" in overrides_markdown(
         rows, 4000)
-    assert precision_rows(fallback.model_copy(update={"ran": "bf16"})) == precision_rows(None) == []
+    assert precision_rows(derive(fallback, ran="bf16")) == precision_rows(None) == []
 
 
 def test_an_undeclared_override_is_an_error(tmp_path):
     ran = _ran(tmp_path, "/b/blend.yaml", {})
-    changed = ran.model_copy(update={"optim": ran.optim.model_copy(update={"lr": 3e-4})})
+    changed = derive(ran, optim=derive(ran.optim, lr=3e-4))
     with pytest.raises(BloomstackError, match=r"optim.lr \(6e-05 -> 0.0003\), which is not a declared override"):
         override_rows(recipe_config(), changed, RehearsalScale())
 
@@ -138,7 +139,7 @@ def _expected_weights() -> dict[str, float]:
 
 def test_the_mixture_blend_of_the_demo_languages(tmp_path, demo_datasets):
     stage = pipeline_config(RehearsalConfig(out_dir=str(tmp_path / "rehearsal"))).blend
-    run = stage.model_copy(update={"datasets": demo_datasets, "out_dir": str(tmp_path / "blend"), "seq_length": 128})
+    run = derive(stage, datasets=demo_datasets, out_dir=str(tmp_path / "blend"), seq_length=128)
     spec = tune_blend(run)
     expected = _expected_weights()
     assert {d.name: d.weight for d in spec.datasets} == pytest.approx(expected, rel=1e-12)
@@ -158,7 +159,7 @@ def test_a_mixture_blend_without_a_budget_publishes_its_artifacts(prefect_harnes
 
     stage = pipeline_config(RehearsalConfig(out_dir=str(tmp_path / "rehearsal"))).blend
     assert stage.token_budget is None  # as the recipe's `bloomdata blend --mixture` command
-    result = blend_flow(demo_datasets, stage.model_copy(update={"out_dir": str(tmp_path / "blend")}))
+    result = blend_flow(demo_datasets, derive(stage, out_dir=str(tmp_path / "blend")))
     table = {r["language"]: r for r in json.loads(artifact("blend-weights").data)}
     assert set(table) == set(DEMO_LANGS)
     assert table["yo"]["tokens drawn"] is None and table["yo"]["epochs"] is None

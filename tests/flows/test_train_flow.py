@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from bloomdata.config_loader import derive
 from bloomtrain.exit_record import node_name
 from flows.config import TrainStageConfig
 from flows.launch_config import LaunchConfig
@@ -128,7 +129,7 @@ def test_cancelled_training_leaves_no_process(prefect_harness, tmp_path):
 
 def test_deepspeed_launcher_runs_the_job(prefect_harness, tmp_path):
     cfg = _config(tmp_path, DUMMY_JOB_LINES="3")
-    cfg.launch = cfg.launch.model_copy(update={"launcher": "deepspeed"})
+    cfg.launch = derive(cfg.launch, launcher="deepspeed")
     state = train_flow(cfg, return_state=True)
     assert state.is_completed(), state.message
     assert state.result().result.summary.iterations == 3
@@ -146,9 +147,8 @@ def test_sbatch_job_is_scancelled_when_the_run_times_out(prefect_harness, tmp_pa
     for tool in ("sbatch", "scancel"):
         (bin_dir / tool).chmod(0o755)
     cfg = _config(tmp_path)
-    cfg.launch = cfg.launch.model_copy(update={
-        "launcher": "sbatch", "sbatch_script": str(tmp_path / "job.sh"), "timeout_s": 3, "grace_s": 2,
-        "env": {"PATH": f"{bin_dir}:/usr/bin:/bin"}})
+    cfg.launch = derive(cfg.launch, launcher="sbatch", sbatch_script=str(tmp_path / "job.sh"), timeout_s=3, grace_s=2,
+                        env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     old_path = os.environ["PATH"]
     os.environ["PATH"] = f"{bin_dir}:{old_path}"  # scancel runs from the flow process
     try:
