@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bloomdata import durable
 from bloomdata.blend.spec import BlendSpec
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config_loader import cli_option, derive
+from bloomdata.config_loader import DASHBOARD, cli_option, derive
 from bloomdata.errors import BloomstackError
 from bloomdata.tokenizer.bpe import TokenizerTrainConfig
 from bloomtrain.checkpoint.tags import read_latest
@@ -74,6 +74,7 @@ class RehearsalConfig(BaseModel):
                          json_schema_extra=cli_option("--out", metavar="DIR"))
     scale: RehearsalScale = Field(default_factory=RehearsalScale, description="the sizes shrunk from tr11's")
     workers: int = Field(2, ge=1, description="Dask worker processes of the dataset build")
+    dashboard: bool = Field(False, description="the dataset build: " + DASHBOARD)
 
 
 def pipeline_config(config: RehearsalConfig) -> PipelineConfig:
@@ -88,7 +89,7 @@ def pipeline_config(config: RehearsalConfig) -> PipelineConfig:
     # 4 ranks share 2 cores: one thread each, or they oversubscribe the cores
     launch = LaunchConfig(nproc_per_node=TP * PP, env={"OMP_NUM_THREADS": "1"})
     return PipelineConfig(name="bloom-176b-rehearsal", out_dir=str(root), corpus=demo_sources(), tokenizer=tokenizer,
-                          dataset=derive(demo_build_config(), workers=config.workers),
+                          dataset=derive(demo_build_config(), workers=config.workers, dashboard=config.dashboard),
                           blend=blend, train=TrainStageConfig(train=train, launch=launch))
 
 

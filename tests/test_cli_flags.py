@@ -235,6 +235,9 @@ def test_flows_demo_and_serve_flags():
     on = pipeline_config(_parse("python -m flows.demo", ["--dashboard"])[0])
     assert on.dataset.dashboard and on.clean is not None and on.clean.dashboard and not on.tokenizer.dashboard
     assert not pipeline_config(cfg).dataset.dashboard
+    from flows.rehearsal import pipeline_config as rehearsal_pipeline
+
+    assert rehearsal_pipeline(_parse("python -m flows.rehearsal", ["--dashboard", "--out", "r"])[0]).dataset.dashboard
     cfg, _ = _parse("python -m flows.ui", ["--out", "runs/r", "--port", "4300"])
     assert (cfg.out_dir, cfg.host, cfg.port) == ("runs/r", "127.0.0.1", 4300)
     assert _parse("python -m flows.serve", ["--limit", "4"])[0].limit == 4
@@ -343,7 +346,8 @@ def test_every_key_a_library_error_names_is_a_flag_of_some_command():
 
 
 @pytest.mark.parametrize("command", ["bloomdata build", "bloomdata clean", "bloomdata train-tokenizer",
-                                     "bloomtrain mixture-search"])
+                                     "bloomtrain mixture-search", "bloomdata demo", "python -m flows.demo",
+                                     "python -m flows.rehearsal"])
 def test_dashboard_flag_on_every_command_that_starts_a_dask_cluster(command):
     """`--dashboard` sets the typed `dashboard` field (default off) that bloomdata.jobs hands to its LocalCluster."""
     parser = _parser(command)

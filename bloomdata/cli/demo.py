@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
-from bloomdata.config_loader import cli_option
+from bloomdata.config_loader import DASHBOARD, cli_option
 from bloomdata.errors import BloomstackError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def default_corpus() -> Path:
 
 
 def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
-             progress: bool = True) -> BuildSummary:
+             progress: bool = True, dashboard: bool = False) -> BuildSummary:
     from bloomdata.build import BuildConfig, run_build
     from bloomdata.readers import SourceConfig
     from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
@@ -60,7 +60,7 @@ def run_demo(out: Path, corpus: Path, vocab_size: int = 8000, workers: int = 2,
         print(f"[1/2] reusing the tokenizer in {tok_dir}", file=sys.stderr)
     print(f"[2/2] building per-language datasets with {workers} Dask workers ...", file=sys.stderr)
     return run_build(BuildConfig(sources=sources, tokenizer=str(tok_dir), out_dir=str(out / "data"),
-                                 append_eod=True, workers=workers, progress=progress))
+                                 append_eod=True, workers=workers, progress=progress, dashboard=dashboard))
 
 
 class DemoConfig(BaseModel):
@@ -72,6 +72,7 @@ class DemoConfig(BaseModel):
                                json_schema_extra=cli_option(metavar="DIR"))
     vocab_size: int = Field(default=8000, description="tokens in the demo tokenizer")
     workers: int = Field(default=2, ge=0, description="Dask LocalCluster worker processes")
+    dashboard: bool = Field(default=False, description="the build: " + DASHBOARD)
     progress: bool = Field(default=True, description="progress bars on stderr")
 
 
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config, _ = parser().parse(sys.argv[1:] if argv is None else argv)
         summary = run_demo(Path(config.out_dir), Path(config.corpus) if config.corpus else default_corpus(),
-                           config.vocab_size, config.workers, config.progress)
+                           config.vocab_size, config.workers, config.progress, config.dashboard)
     except BloomstackError as exc:
         print(f"bloomdata demo: error: {exc}", file=sys.stderr)
         return 2
