@@ -63,9 +63,9 @@ def cli_option(*flags: str, metavar: str | None = None, positional: bool = False
 
 
 def fields_of(model: type[BaseModel]) -> dict[str, FieldInfo]:
-    """A model's fields, with those it learns at run time: a model that takes extra keys as fields of classes
-    registered later (the clean steps' parameters in ``Thresholds``) lists them in ``run_time_fields()``. Flags,
-    error messages and keys see them as fields."""
+    """A model's fields, with those declared elsewhere: a model that takes extra keys as fields of other classes
+    (the built-in clean steps' parameters in ``bloomdata.clean.settings.Thresholds``) lists them in
+    ``run_time_fields()``. Flags, error messages and keys see them as fields."""
     more = getattr(model, "run_time_fields", None)
     return {**model.model_fields, **more()} if more is not None else dict(model.model_fields)
 
@@ -286,6 +286,8 @@ def format_error(model: type[BaseModel], exc: ValidationError, layers: Sequence[
     where = next((layer.where(key) for layer in reversed(layers) if key and layer.sets(key)), fallback)
     dotted = ".".join(map(str, key)) or "(top level)"
     msg = str(err["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    for n in range(len(key)):  # a message that begins with the key it is about (its tail) says it once
+        msg = msg.removeprefix(".".join(map(str, key[n:])) + ": ")
     value = err.get("input")
     got = "" if err["type"] == "missing" or isinstance(value, Mapping) else f" (got {_short(value)})"
     fix = _fix(err["type"], key, info, siblings, flag_of)
@@ -306,11 +308,12 @@ def _field_loc(err: Any, layers: Sequence[_Layer]) -> Key:
     cause = (err.get("ctx") or {}).get("error")
     if not isinstance(cause, FieldValueError) or not cause.fields:
         return loc
+    paths = [(*loc, *name.split(".")) for name in cause.fields]  # a dotted name: a key below the field
     for layer in reversed(layers):
-        for name in cause.fields:
-            if layer.sets((*loc, name)):
-                return (*loc, name)
-    return (*loc, cause.fields[0])
+        for path in paths:
+            if layer.sets(path):
+                return path
+    return paths[0]
 
 
 def close_name_hint(name: str, known: Sequence[str]) -> str:

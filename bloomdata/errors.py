@@ -43,7 +43,8 @@ class FieldValueError(ValueError):
     """A model validator's check across fields, about one of them. A ``ValueError`` as pydantic expects (the
     config loader turns it into ``FILE:LINE: KEY: message; fix: ...``); ``fields`` (the one at fault first)
     let the loader name ``<section>.<field>`` and its line instead of the whole section: the first of them
-    that the highest layer (override, flag, file) set."""
+    that the highest layer (override, flag, file) set; a dotted name (``languages.zh.min_words``) is a key below
+    the field."""
 
     def __init__(self, message: str, *fields: str) -> None:
         super().__init__(message)

@@ -24,17 +24,16 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.clean.config import MARKER_VERSION, WORK_DIR, CleanConfig
-from bloomdata.clean.simhash import SimHasher
+from bloomdata.clean.files import MARKER_VERSION, WORK_DIR
 from bloomdata.clean.summary import JoinManifest
 from bloomdata.config_loader import derive
 
-EXACT, NEAR = 0, 1  # removal reason codes in the resolve files
+EXACT, NEAR = 0, 1  # removal reason codes in the resolve files: exact_duplicate, near_duplicate (then the run's
+# own keyers' reasons: bloomdata.clean.config.dedup_reasons)
 SHARD_BITS = 32  # global id = shard index << 32 | candidate number
 
 
@@ -45,27 +44,26 @@ class JoinTask:
     band: int  # -1: the exact-duplicate keys
     part: int
     parts: int
-    kind: str = "minhash"  # exact, minhash, simhash (pairs checked by Hamming distance) or template (line counts)
+    kind: str = "minhash"  # exact, minhash, simhash (pairs checked by Hamming distance), template (line counts)
+    # or keys (a keyer's 64-bit keys, bloomdata.clean.steps.Keyer)
+    file: str = ""  # kind keys: the keyer's file in each shard's work directory
+    code: int = NEAR  # the reason code of the duplicates it finds (the exact keys: EXACT)
 
     @property
     def name(self) -> str:
+        if self.kind == "keys":
+            return f"{self.file.removesuffix('.npy')}-{self.part:04d}-of-{self.parts:04d}"
         what = {"exact": "exact", "template": "lines"}.get(self.kind) or \
             f"{'sim' if self.kind == 'simhash' else ''}band{self.band:03d}"
         return f"{what}-{self.part:04d}-of-{self.parts:04d}"
 
+    @property
+    def reason_code(self) -> int:
+        return EXACT if self.kind == "exact" else self.code
+
     def bounds(self) -> tuple[int, int | None]:
         lo = (self.part << 64) // self.parts
         return lo, None if self.part == self.parts - 1 else ((self.part + 1) << 64) // self.parts
-
-
-def plan_joins(config: CleanConfig, candidates: int) -> list[JoinTask]:
-    """Every join task, in a fixed order: exact ranges, then each MinHash band's ranges, then each SimHash
-    band's."""
-    parts = max(1, -(-candidates // config.near_dedup.docs_per_task))
-    bands = ([(-1, "exact")] if config.exact_dedup.enabled else []) + \
-        ([(b, "minhash") for b in range(config.near_dedup.bands)] if config.near_dedup.enabled else []) + \
-        ([(b, "simhash") for b in range(len(SimHasher(config.simhash).bands))] if config.simhash.enabled else [])
-    return [JoinTask(band, part, parts, kind) for band, kind in bands for part in range(parts)]
 
 
 def join_dir(out_dir: str) -> str:
@@ -148,7 +146,7 @@ def _join_pairs(task: JoinTask, shard_dirs: list[str], hamming_distance: int) ->
     lo, hi = task.bounds()
     columns: list[list[np.ndarray]] = [[], [], []]  # key (high), key (low) or fingerprint, global id
     file, rows = {"exact": ("exact.npy", (0, 1, 2)), "minhash": ("minhash.npy", (0, None, 1)),
-                  "simhash": ("simhash.npy", (0, 2, 1))}[task.kind]
+                  "simhash": ("simhash.npy", (0, 2, 1)), "keys": (task.file, (0, None, 1))}[task.kind]
     for s, directory in enumerate(shard_dirs):
         table = _load(os.path.join(directory, file))
         if task.kind != "exact":
@@ -189,18 +187,24 @@ def components(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def resolve(out_dir: str, tasks: list[JoinTask], shards: int) -> list[np.ndarray]:
-    """Stage 3: per shard, uint64[3, k] of (candidate, reason code, survivor's global id), by candidate."""
-    exact: list[Any] = []
-    near: list[Any] = []
+    """Stage 3: per shard, uint64[3, k] of (candidate, reason code, survivor's global id), by candidate.
+
+    A removed document's reason is that of the first join (by reason code: exact keys first) that found it to
+    be a later copy; one found by none (a first copy, linked to an earlier document only through others) takes
+    the last code's (near_duplicate, when no keyer of the run's own found duplicates)."""
+    later: dict[int, list[np.ndarray]] = {}
+    every: list[np.ndarray] = []
     for task in tasks:
         pairs = np.load(os.path.join(join_dir(out_dir), f"{task.name}.npy"))
-        (exact if task.kind == "exact" else near).append(pairs)
-    exact_pairs = np.concatenate(exact) if exact else np.zeros((0, 2), np.uint64)
-    every = np.concatenate([exact_pairs, *near]) if near or exact else np.zeros((0, 2), np.uint64)
-    nodes, roots = components(every)
+        every.append(pairs)
+        later.setdefault(task.reason_code, []).append(pairs[:, 0])
+    nodes, roots = components(np.concatenate(every) if every else np.zeros((0, 2), np.uint64))
     gone = nodes != roots
     removed, survivor = nodes[gone], roots[gone]
-    reason = np.where(np.isin(removed, exact_pairs[:, 0]), EXACT, NEAR).astype(np.uint64)
+    codes = sorted(later)
+    reason = np.full(len(removed), codes[-1] if codes else NEAR, dtype=np.uint64)
+    for code in reversed(codes[:-1]):
+        reason[np.isin(removed, np.concatenate(later[code]))] = code
     shard_of = removed >> np.uint64(SHARD_BITS)
     local = removed & np.uint64((1 << SHARD_BITS) - 1)
     # `removed` is sorted (np.unique's nodes), so each shard's candidates are one run, in order: its bounds by

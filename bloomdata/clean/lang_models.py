@@ -24,9 +24,9 @@ import importlib
 import os
 import re
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
-from bloomdata.clean.config import CleanConfig, LangIdConfig
+from bloomdata.clean.sections import LangIdConfig, PerplexityConfig, SentencePieceConfig
 from bloomdata.clean.text import roots_strip_words, roots_tables
 from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
@@ -52,7 +52,21 @@ def require_file(path: str, setting: str, what: str) -> str:
     return os.path.abspath(path)
 
 
-def check_models(config: CleanConfig) -> CleanConfig:
+class _WithModels(Protocol):
+    """What ``check_models`` reads of a ``CleanConfig``: its model sections."""
+
+    @property
+    def lang_id(self) -> LangIdConfig: ...
+    @property
+    def perplexity(self) -> PerplexityConfig: ...
+    @property
+    def sentencepiece(self) -> SentencePieceConfig: ...
+
+
+C = TypeVar("C", bound=_WithModels)
+
+
+def check_models(config: C) -> C:
     """``config`` with absolute model paths, after checking each file exists and its package imports."""
     update: dict[str, Any] = {}
     if config.lang_id.model is not None:
@@ -69,7 +83,7 @@ def check_models(config: CleanConfig) -> CleanConfig:
                   for lang, path in config.sentencepiece.models.items()}
         require_package("sentencepiece", "sentencepiece.models")
         update["sentencepiece"] = derive(config.sentencepiece, models=models)
-    return derive(config, **update)
+    return cast(C, derive(cast(Any, config), **update))
 
 
 def model_identity(path: str) -> dict[str, int | str]:

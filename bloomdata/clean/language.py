@@ -1,4 +1,4 @@
-"""One language as the filter steps see it: its settings, word lists, models and word rule (``Language``),
+"""One language as the steps see it: its settings, word lists, models and word rule (``Language``),
 and one document of it (``Doc``).
 
 Two ways of finding words (``quality.words``):
@@ -20,24 +20,17 @@ whitespace, which makes a Chinese document one word.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from bloomdata.clean import roots
 from bloomdata.clean.closed_class import CLOSED_CLASS_WORDS
-from bloomdata.clean.config import CleanConfig, QualityConfig, Thresholds
-from bloomdata.clean.lang_models import LangId, perplexity_model, sentencepiece_model, sentencepiece_words
+from bloomdata.clean.lang_models import LangId, sentencepiece_words
 from bloomdata.clean.measures import word_ratio
-from bloomdata.clean.text import (
-    CASE_SENSITIVE,
-    code_points,
-    roots_flags,
-    roots_remove_words,
-    roots_special_table,
-    roots_words,
-    special_table,
-    word_units,
-)
+from bloomdata.clean.sections import LanguageSettings
+from bloomdata.clean.text import CASE_SENSITIVE, code_points, roots_flags, roots_words, word_units
 from bloomdata.errors import BloomstackError
 
 
@@ -46,69 +39,81 @@ def base_lang(lang: str | None) -> str:
     return (lang or "").replace("_", "-").split("-")[0]
 
 
-def _lookup(table: dict[str, str], lang: str | None) -> str | None:
+def lookup(table: dict[str, Any], lang: str | None) -> Any:
+    """``table``'s entry for ``lang``, else for its base language (None without either)."""
     return table.get(lang or "") or table.get(base_lang(lang))
 
 
+@dataclass(eq=False)
 class Language:
-    """One language's settings, word lists, models and word rule, resolved once per process."""
+    """One language as the steps see it: its settings, word lists, models and word rule, resolved once per
+    process (``bloomdata.clean.quality_filter.QualityFilter.language``)."""
 
-    def __init__(self, lang: str | None, config: CleanConfig, closed: dict[str, list[str]],
-                 flagged: dict[str, list[str]], lang_id: LangId | None):
-        self.lang = lang
-        self.t: Thresholds = config.quality.thresholds_for(lang)
-        self.closed = _word_set(closed, lang)
-        self.flagged = _word_set(flagged, lang)
-        self.lang_id = lang_id if lang else None
-        model = _lookup(config.perplexity.models, lang)
-        self.kenlm = perplexity_model(model) if model else None
-        sp = _lookup(config.sentencepiece.models, lang)
-        self.sentencepiece = sentencepiece_model(sp) if sp else None
-        self.roots = config.quality.words == "roots"
-        self.special: np.ndarray = roots_special_table() if config.quality.special_characters == "roots" \
-            else special_table()
-        self.augmentation = tuple(self.t.word_augmentation)
-        self.words: Callable[[Doc], list[str]] = self._word_rule()
-        self.remove = bool(self.t.remove_words_containing) or self.t.max_word_length is not None
+    lang: str | None
+    settings: LanguageSettings
+    _: KW_ONLY
+    special: np.ndarray  # bool[0x110000]: the special characters
+    closed: frozenset[str] | None = None  # word lists (None: the language has none)
+    flagged: frozenset[str] | None = None
+    lang_id: LangId | None = None
+    kenlm: Any = None  # models (None: not given for this language)
+    sentencepiece: Any = None
+    roots: bool = False  # ROOTS's word rule (quality.words: roots) instead of word units
+    augmentation: tuple[int, ...] = field(init=False)
+    words: Callable[[Doc], list[str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not self.lang:
+            self.lang_id = None
+        self.augmentation = tuple(self.settings.word_augmentation)
+        self.words = self._word_rule()
 
     def _word_rule(self) -> Callable[[Doc], list[str]]:
         if not self.roots:
             return lambda doc: word_units(doc.text)
-        if self.t.sentencepiece_words and self.sentencepiece is not None:
+        if self.settings.sentencepiece_words and self.sentencepiece is not None:
             return lambda doc: sentencepiece_words(self.sentencepiece, doc.text)
-        per_character = self.t.sentencepiece_words
+        per_character = self.settings.sentencepiece_words
         return lambda doc: roots_words(doc.text, per_character, flags=doc.flags)
 
     def word_count(self, doc: Doc) -> int:
         """ROOTS counts words stripped but not lower-cased; that differs from ``len(words)`` only for a
         document holding a character whose lower case strips differently."""
-        if not self.roots or (self.t.sentencepiece_words and self.sentencepiece is not None) \
-                or not doc.flags & CASE_SENSITIVE:
+        per_character = self.settings.sentencepiece_words
+        if not self.roots or (per_character and self.sentencepiece is not None) or not doc.flags & CASE_SENSITIVE:
             return len(doc.words)
-        return len(roots_words(doc.text, per_character=self.t.sentencepiece_words, lower=False, flags=doc.flags))
+        return len(roots_words(doc.text, per_character=per_character, lower=False, flags=doc.flags))
 
     def word_list_ratio(self, words: list[str], vocabulary: frozenset[str]) -> float:
-        return word_ratio(words, vocabulary, self.augmentation, self.t.augmentation_join)
-
-    def modify(self, text: str) -> str:
-        """ROOTS's per-language word removals (long words, words with URL parts), when set."""
-        if not self.remove or not text:
-            return text
-        return roots_remove_words(text, self.t.remove_words_containing, self.t.max_word_length)
+        return word_ratio(words, vocabulary, self.augmentation, self.settings.augmentation_join)
 
 
 class Doc:
-    """One document as the steps see it: its text (after the document modifications), its language's
-    settings, and the views the measures share, each computed on first use."""
+    """One document as the steps see it: its text (changed in place by each modifier), its language, and the
+    views the measures share, each computed on first use and dropped when the text changes."""
 
-    __slots__ = ("text", "lang", "language", "_words", "_cp", "_count", "_flags")
+    __slots__ = ("_text", "lang", "language", "_words", "_code_points", "_count", "_flags")
 
     def __init__(self, text: str, lang: str | None, language: Language):
-        self.text, self.lang, self.language = text, lang, language
+        self.lang, self.language = lang, language
+        self._set(text)
+
+    def _set(self, text: str) -> None:
+        self._text = text
         self._words: list[str] | None = None
-        self._cp: np.ndarray | None = None
+        self._code_points: np.ndarray | None = None
         self._count: int | None = None
         self._flags: int | None = None
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @text.setter
+    def text(self, text: str) -> None:
+        """A modifier's result: the views computed so far are dropped when it changed the text."""
+        if text != self._text:
+            self._set(text)
 
     @property
     def words(self) -> list[str]:
@@ -128,17 +133,19 @@ class Doc:
     def flags(self) -> int:
         """``bloomdata.clean.text.roots_flags`` of the text (what ROOTS's word rule needs to know)."""
         if self._flags is None:
-            self._flags = roots_flags(self.cp)
+            self._flags = roots_flags(self.code_points)
         return self._flags
 
     @property
-    def cp(self) -> np.ndarray:
-        if self._cp is None:
-            self._cp = code_points(self.text)
-        return self._cp
+    def code_points(self) -> np.ndarray:
+        """The text's code points (``bloomdata.clean.text.code_points``)."""
+        if self._code_points is None:
+            self._code_points = code_points(self.text)
+        return self._code_points
 
 
-def _word_set(lists: dict[str, list[str]], lang: str | None) -> frozenset[str] | None:
+def word_set(lists: dict[str, list[str]], lang: str | None) -> frozenset[str] | None:
+    """The word list of ``lang`` (or of its base language) as a set; None when it has none."""
     words = lists.get(lang or "") or lists.get(base_lang(lang))
     return frozenset(words) if words else None
 
@@ -155,7 +162,20 @@ def _words(value: list[str] | str, setting: str) -> list[str]:
     return sorted({w.strip().lower() for w in value if w.strip()})
 
 
-def load_word_lists(quality: QualityConfig) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+class WordListSettings(Protocol):
+    """What ``load_word_lists`` reads of ``QualityConfig``."""
+
+    @property
+    def builtin_closed_class_words(self) -> bool: ...
+    @property
+    def word_lists(self) -> str: ...
+    @property
+    def closed_class_words(self) -> dict[str, list[str] | str]: ...
+    @property
+    def flagged_words(self) -> dict[str, list[str] | str]: ...
+
+
+def load_word_lists(quality: WordListSettings) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
     """(closed-class, flagged) word lists per language: the shipped lists of ``quality.word_lists`` unless
     ``builtin_closed_class_words`` is off, replaced per language by the configured ones. ROOTS's lists are
     taken as published (not lower-cased, spaced entries kept: they match augmentation runs)."""

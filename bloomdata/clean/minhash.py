@@ -31,7 +31,7 @@ import string
 import numpy as np
 import xxhash
 
-from bloomdata.clean.config import ExactDedupConfig, NearDedupConfig
+from bloomdata.clean.sections import ExactDedupConfig, NearDedupConfig
 
 _COMBINE = np.uint64(0x9E3779B97F4A7C15)  # odd (2**64 / golden ratio): mixes the previous unit hash of a window
 CACHE_UNITS = 500_000  # distinct units whose hashes a MinHasher keeps (~100 bytes each)

@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from bloomdata.clean.config import PiiConfig
+from bloomdata.clean.sections import PiiConfig
 from bloomdata.clean.text import UNSPACED
 
 # A local-part character: ASCII atext, or (RFC 6531) a letter of a spaced script, so "prénom@x.fr"

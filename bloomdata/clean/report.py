@@ -9,7 +9,7 @@ import io
 import os
 
 from bloomdata import durable
-from bloomdata.clean.config import REPORT_MD, REPORT_PNG
+from bloomdata.clean.files import REPORT_MD, REPORT_PNG
 from bloomdata.clean.summary import CleanSummary
 
 

@@ -39,7 +39,8 @@ import numpy as np
 
 from bloomdata import durable
 from bloomdata.clean import dedup, templates, write
-from bloomdata.clean.config import (
+from bloomdata.clean.config import CleanConfig, dedup_reasons, removal_reasons, shard_settings
+from bloomdata.clean.files import (
     DATA_DIR,
     LOCK_FILE,
     REMOVED_FILE,
@@ -47,15 +48,14 @@ from bloomdata.clean.config import (
     REPORT_PNG,
     SUMMARY_FILE,
     WORK_DIR,
-    CleanConfig,
-    removal_reasons,
-    shard_settings,
 )
 from bloomdata.clean.lang_models import check_models, model_identity
 from bloomdata.clean.language import load_word_lists
 from bloomdata.clean.plan import part_estimates
+from bloomdata.clean.quality_filter import build_keyers
 from bloomdata.clean.report import write_report
 from bloomdata.clean.shard import STEPS, filter_shard, load_marker, shard_dir, shard_key
+from bloomdata.clean.steps import Keyer
 from bloomdata.clean.summary import (
     CleanSummary,
     FilterManifest,
@@ -85,6 +85,14 @@ def filter_settings(config: CleanConfig, closed: dict[str, list[str]], flagged: 
     the fields marked ``not_in_key`` (opt-out, so a new section is in the key the day it is added), model
     files by identity, and the word lists as read."""
     return {**shard_settings(config, model_identity), "closed_class_words": closed, "flagged_words": flagged}
+
+
+def _plan_joins(config: CleanConfig, keyers: list[Keyer], candidates: int) -> list[dedup.JoinTask]:
+    """Every join task, in a fixed order: each keyer's (the built-in ones: exact ranges, then each MinHash band's
+    ranges, then each SimHash band's), each range ``near_dedup.docs_per_task`` documents."""
+    parts = max(1, -(-candidates // config.near_dedup.docs_per_task))
+    codes = {reason: code for code, reason in enumerate(dedup_reasons(config))}
+    return [task for keyer in keyers if keyer.joins for task in keyer.join_tasks(parts, codes[keyer.reason])]
 
 
 def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[str], hamming_distance: int):
@@ -143,9 +151,10 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
                                  shard_plan.shard_bytes))
         self.stage_seconds: dict[str, float] = {}  # filter, join, resolve, write, report (wall)
         self.totals = _Totals()
+        self.keyers = build_keyers(config)  # for their files and join tasks (each shard builds its own)
 
     def load_marker(self, shard: Shard, key: str) -> FilterManifest | None:
-        return load_marker(self.plan.out_dir, shard, key)
+        return load_marker(self.plan.out_dir, shard, key, [f for keyer in self.keyers for f in keyer.files()])
 
     def first_stage_bytes(self, shard: Shard, manifest: FilterManifest) -> int:
         return tree_bytes(shard_dir(self.plan.out_dir, shard))
@@ -192,7 +201,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         returns (join tasks, each shard's removal digest, the write stage's post-processing or None)."""
         config, out_dir, shards, where = self.config, self.plan.out_dir, self.plan.shards, self.plan.where
         t0 = time.perf_counter()
-        tasks = dedup.plan_joins(config, sum(m.candidates for m in manifests))
+        tasks = _plan_joins(config, self.keyers, sum(m.candidates for m in manifests))
         items = [(task, dedup.join_key(task, self.plan.keys)) for task in tasks]
         join = functools.partial(_join_item, out_dir=out_dir, shard_dirs=[shard_dir(out_dir, s) for s in shards],
                                  hamming_distance=config.simhash.hamming_distance)
@@ -220,7 +229,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         items = [(s, i, m, write.write_key(k, d, i, config.output_format))
                  for i, (s, m, k, d) in enumerate(zip(shards, manifests, self.plan.keys, digests))]
         settings = write.WriteSettings(self.plan.out_dir, config.output_format, config.max_removed_examples,
-                                       config.max_example_chars)
+                                       config.max_example_chars, dedup_reasons(config))
         step = functools.partial(_write_item, settings=settings, post=post)
         written = self.plan.where.map("write", step, items, lambda i, manifest: self.totals.written(manifest))
         self.stage_seconds["write"] = time.perf_counter() - t0
@@ -235,7 +244,7 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         outputs = _outputs(out_dir, written)
         os.makedirs(os.path.join(out_dir, DATA_DIR), exist_ok=True)  # readable even when nothing was kept
         _remove_stale_parts(out_dir, outputs)
-        _write_examples(out_dir, shards, manifests, self.config.max_removed_examples)
+        _write_examples(self.config, out_dir, shards, manifests)
         summary = _summary(self, _Stages(pending, outputs, join_tasks))
         write_report(summary)
         summary.stage_seconds["report"] = round(time.perf_counter() - t5, 3)
@@ -297,13 +306,14 @@ def _remove_stale_parts(out_dir: str, outputs: dict[str, OutputStats]) -> None:
             os.rmdir(root)
 
 
-def _write_examples(out_dir: str, shards: list[Shard], manifests: list[FilterManifest], limit: int) -> None:
-    """OUT/removed.jsonl.zst: the first ``limit`` examples of each reason in plan order, reasons in order, at
-    their file lines (the work files hold each shard's own line numbers)."""
+def _write_examples(config: CleanConfig, out_dir: str, shards: list[Shard], manifests: list[FilterManifest]) -> None:
+    """OUT/removed.jsonl.zst: the first ``max_removed_examples`` examples of each reason in plan order, reasons
+    in order, at their file lines (the work files hold each shard's own line numbers)."""
     import zstandard
 
+    limit = config.max_removed_examples
     offsets = file_line_offsets(shards, [m.rows for m in manifests])
-    by_reason: dict[str, list[dict]] = {r: [] for r in (*REJECT_REASONS, *removal_reasons())}
+    by_reason: dict[str, list[dict]] = {r: [] for r in (*REJECT_REASONS, *removal_reasons(config))}
     for stage in ("filter", "write"):
         for shard, offset in zip(shards, offsets):
             path = os.path.join(out_dir, WORK_DIR, stage, shard.name, "removed.jsonl")
@@ -317,7 +327,7 @@ def _write_examples(out_dir: str, shards: list[Shard], manifests: list[FilterMan
                         where, _, at = record["where"].rpartition(":")
                         record["where"] = f"{where}:{int(at) + offset}"
                         kept.append(record)
-    for record in by_reason["exact_duplicate"] + by_reason["near_duplicate"]:
+    for record in (r for reason in dedup_reasons(config) for r in by_reason[reason]):
         of = record.pop("duplicate_of")
         index = of["shard"]  # the survivor's shard by plan index (write._ShardWriter.remove)
         lines = np.load(os.path.join(shard_dir(out_dir, shards[index]), "candidates.npy"), mmap_mode="r")[0]
@@ -376,9 +386,9 @@ class _Stages:
     join_tasks: int
 
 
-def _languages(totals: _Totals, outputs: dict[str, OutputStats]) -> dict[str, LangCounts]:
-    """Per language: counts after every step (kept = what was written)."""
-    languages, reasons = totals.languages, removal_reasons()
+def _languages(totals: _Totals, outputs: dict[str, OutputStats], reasons: tuple[str, ...]) -> dict[str, LangCounts]:
+    """Per language: counts after every step (kept = what was written); ``reasons``: the run's, in order."""
+    languages = totals.languages
     for name, c in languages.items():
         c.documents_kept = outputs[name].documents if name in outputs else 0
         c.bytes_kept = outputs[name].bytes if name in outputs else 0
@@ -389,7 +399,8 @@ def _languages(totals: _Totals, outputs: dict[str, OutputStats]) -> dict[str, La
 
 def _summary(job: CleanJob, stages: _Stages) -> CleanSummary:
     config, out_dir, outputs = job.config, job.plan.out_dir, stages.outputs
-    languages, rejects = _languages(job.totals, outputs), job.totals.rejects
+    reasons = removal_reasons(config)
+    languages, rejects = _languages(job.totals, outputs, reasons), job.totals.rejects
     built, total = len(stages.pending), len(job.plan.shards)
     wall = time.perf_counter() - job.started
     return CleanSummary(
@@ -398,7 +409,7 @@ def _summary(job: CleanJob, stages: _Stages) -> CleanSummary:
         documents_in=sum(c.documents_in for c in languages.values()),
         documents_kept=sum(o.documents for o in outputs.values()),
         bytes_in=sum(c.bytes_in for c in languages.values()), bytes_kept=sum(o.bytes for o in outputs.values()),
-        removed={r: sum(c.removed.get(r, 0) for c in languages.values()) for r in removal_reasons()},
+        removed={r: sum(c.removed.get(r, 0) for c in languages.values()) for r in reasons},
         rejects=rejects, rejects_total=sum(rejects.values()),
         emails_redacted=sum(c.emails_redacted for c in languages.values()),
         ips_redacted=sum(c.ips_redacted for c in languages.values()),

@@ -32,9 +32,9 @@ import unicodedata
 import numpy as np
 import xxhash
 
-from bloomdata.clean.config import SimHashConfig
 from bloomdata.clean.measures import ngram_hashes
 from bloomdata.clean.minhash import _mix
+from bloomdata.clean.sections import SimHashConfig
 from bloomdata.clean.text import code_points
 
 

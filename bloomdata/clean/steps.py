@@ -1,73 +1,109 @@
-"""The quality filters as steps: one class per filter (datatrove's ``BaseFilter`` idea).
+"""The three kinds of cleaning step, each one class: a ``Modifier`` changes the text, a ``Filter`` keeps a
+document or names the reason it goes, a ``Keyer`` gives a dedup key (documents with equal keys are duplicates:
+the first in plan order stays).
 
-A filter step is one class, and adding one is writing it (here or in any module imported before the config
-is loaded): its ``name`` (its key in ``quality.steps``), what it ``measures``, the ``reasons`` it removes a
-document for, its ``Params`` (a ``StepParams`` model: each parameter's type, default and bounds; a parameter
-that may be null is a threshold), and ``keep(doc)``. Defining the class registers it
-(``bloomdata.clean.config.register_filter``): the config then accepts its name and its parameters, per
-language too (``quality.defaults``, ``quality.languages``, the flags), and the summary, the report and the
-removed examples count its reasons. ``Limit`` and ``Range`` hold the usual comparisons.
+A step declares its ``name`` (a short identifier: messages, work files), its ``Params`` (a ``StepParams`` model:
+each parameter's type, default and bounds; unknown keys refused) and what it does. ``bloomdata.clean.builtin``
+lists the shipped steps. A step of your own is a class in any module, named in ``quality.steps`` as
+``package.module:ClassName``: it is imported through ``bloomdata.plugins`` where the config is loaded and again
+on every Dask worker (the module must be importable there). Its parameters are set like a built-in's, in
+``quality.defaults`` and per language in ``quality.languages.<lang>`` (a keyer's for every language only); two
+steps that declare the same parameter name read the same setting, each validating it with its own ``Params``.
 
-A step is built once per language (``build(language)``: ``None`` when all its thresholds are null or its model
-or word list is missing there, so the step is off for that language) and asked ``keep(doc)`` for each
-document: ``True``, or the reason the document goes. ``quality.steps`` lists the steps in the order they run;
-the first that says no names the reason. A ``Doc`` (``bloomdata.clean.language``) computes what several steps
-share (words, code points) once, on first use. The measures are ROOTS's (bigscience-workshop/
-data-preparation, 01b_oscar_cleaning_and_filtering/filtering.py; ``bloomdata.clean.measures``).
+Where each kind runs (``bloomdata.clean.quality_filter``, ``bloomdata.clean.shard``): every document goes through
+the built-in modifiers (normalize, ROOTS's word removals), then the modifiers and filters of ``quality.steps`` in
+their order (the first filter that says no names the reason; a document a modifier leaves empty goes as
+``empty``), then PII redaction; a document that passed is a candidate, and every keyer (the built-in ones, then
+those of ``quality.steps``) adds its key. Modifiers and filters are built once per language
+(``build(params, language)``: None when the step is off there); keyers once per shard (``build(params)``).
 """
 
 from __future__ import annotations
 
 import types
 import typing
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import Field
+import numpy as np
 
-from bloomdata.clean.config import QualityConfig, StepParams, register_filter
-from bloomdata.clean.lang_models import perplexity
+from bloomdata.clean.dedup import JoinTask
 from bloomdata.clean.language import Doc, Language
-from bloomdata.clean.measures import char_repetition_ratio, special_ratio, word_repetition_ratio
+from bloomdata.clean.sections import StepParams
+
+if TYPE_CHECKING:
+    from bloomdata.clean.summary import LangCounts
+
+__all__ = ["Filter", "Keyer", "Limit", "Modifier", "Range", "Step", "StepParams"]  # what a step's module imports
+
+KEY_MASK = (1 << 64) - 1
+
+
+class Step:
+    """What every step declares (see the module docstring)."""
+
+    name: ClassVar[str]  # a short identifier: messages and work files
+    Params: ClassVar[type[StepParams]] = StepParams  # its parameters (every one with a default)
+    section: ClassVar[str | None] = None  # a built-in's CleanConfig section holding its Params for every language
+    clock: ClassVar[str]  # the entry of the summary's step_seconds its time goes to
 
 
 def _nullable(annotation: Any) -> bool:
     return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
 
 
-class Filter:
-    """A quality filter: ``keep(doc)`` is True or the reason the document goes. A subclass that sets ``name``
-    is a step of the config (see the module docstring)."""
+class Modifier(Step):
+    """Changes a document's text: ``modify(doc)`` returns the new text (``self.params``: its parameters for the
+    document's language)."""
 
-    name: ClassVar[str]  # its key in quality.steps
+    clock = "normalize"
+
+    def __init__(self, params: StepParams, language: Language):
+        self.params, self.language = params, language
+
+    @classmethod
+    def build(cls, params: StepParams, language: Language) -> Modifier | None:
+        """The step for one language, or None when it is off there (by default it is always on)."""
+        return cls(params, language)
+
+    def modify(self, doc: Doc) -> str:
+        raise NotImplementedError
+
+    def apply(self, doc: Doc, counts: LangCounts) -> None:
+        """Change ``doc`` in place (what the pipeline calls; ``counts``: its language's, for a step that counts
+        what it changed)."""
+        doc.text = self.modify(doc)
+
+
+class Filter(Step):
+    """Keeps a document or names why it goes: ``keep(doc)`` is True, or the reason (False: its first reason).
+
+    A parameter of its ``Params`` that may be null is a threshold; the step is off for a language where all its
+    thresholds are null, or where what it ``needs`` (a ``Language`` attribute: a word list, a model) is missing.
+    """
+
     measures: ClassVar[str]  # what it measures, for people and docs
     reasons: ClassVar[tuple[str, ...]]  # the reasons it can give, the first its usual one
-    Params = StepParams  # its parameters for one language (a subclass of StepParams)
-    p: StepParams  # their values for the language
-    thresholds: ClassVar[tuple[str, ...]]  # the Params that may be null: off for a language where all are
+    thresholds: ClassVar[tuple[str, ...]]  # its Params that may be null (set for every subclass)
     needs: ClassVar[str | None] = None  # a ``Language`` attribute it needs (word list, model): off without it
     after_templates: ClassVar[bool] = False  # checked again after template removal (ROOTS's catalogue did)
+    clock = "filter"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "name" not in cls.__dict__:  # an intermediate class (Limit, Range)
-            return
         cls.thresholds = tuple(f for f, info in cls.Params.model_fields.items() if _nullable(info.annotation))
-        if not cls.reasons or not cls.thresholds:
+        if "name" in cls.__dict__ and (not getattr(cls, "reasons", ()) or not cls.thresholds):
             raise TypeError(f"filter step {cls.name!r}: give it reasons and at least one parameter that may be "
                             "null (its threshold)")
-        register_filter(cls)
 
-    def __init__(self, language: Language):
-        self.language = language
-        self.t = language.t
-        self.p = self.Params.model_construct(**{f: language.t.param(f) for f in self.Params.model_fields})
+    def __init__(self, params: StepParams, language: Language):
+        self.params, self.language = params, language
 
     @classmethod
-    def build(cls, language: Language) -> Filter | None:
+    def build(cls, params: StepParams, language: Language) -> Filter | None:
         """The step for one language, or None when it is off there."""
-        if all(language.t.param(field) is None for field in cls.thresholds) or not cls.available(language):
+        if all(getattr(params, field) is None for field in cls.thresholds) or not cls.available(language):
             return None
-        return cls(language)
+        return cls(params, language)
 
     @classmethod
     def available(cls, language: Language) -> bool:
@@ -78,22 +114,15 @@ class Filter:
         raise NotImplementedError
 
 
-def step_class(quality: QualityConfig, name: str) -> type[Filter]:
-    """The class of ``quality``'s step ``name``."""
-    cls = quality.step_class(name)
-    assert isinstance(cls, type) and issubclass(cls, Filter)  # only Filter subclasses register
-    return cls
-
-
 class Limit(Filter):
     """One measure against one threshold: a ``min_*`` threshold is a floor, a ``max_*`` one a ceiling."""
 
     def measure(self, doc: Doc) -> float:
         raise NotImplementedError
 
-    def __init__(self, language: Language):
-        super().__init__(language)
-        self.limit = getattr(self.p, self.thresholds[0])
+    def __init__(self, params: StepParams, language: Language):
+        super().__init__(params, language)
+        self.limit = getattr(params, self.thresholds[0])
         self.floor = self.thresholds[0].startswith("min_")
 
     def keep(self, doc: Doc) -> bool | str:
@@ -107,9 +136,9 @@ class Range(Filter):
     def count(self, doc: Doc) -> int:
         raise NotImplementedError
 
-    def __init__(self, language: Language):
-        super().__init__(language)
-        self.low, self.high = (getattr(self.p, field) for field in self.thresholds)
+    def __init__(self, params: StepParams, language: Language):
+        super().__init__(params, language)
+        self.low, self.high = (getattr(params, field) for field in self.thresholds)
 
     def keep(self, doc: Doc) -> bool | str:
         low, high = self.low, self.high
@@ -121,161 +150,56 @@ class Range(Filter):
         return True
 
 
-class Words(Range):
-    name = "words"
-    measures = "the number of words (ROOTS: stripped, not lower-cased)"
-    reasons = ("too_few_words", "too_many_words")
+class Keyer(Step):
+    """A dedup key: ``key(doc)`` is an int (taken mod 2**64) or None (no key: never a duplicate); documents with
+    equal keys are duplicates of the first in plan order, removed under ``reason``.
 
-    class Params(StepParams):
-        min_words: int | None = Field(default=10, ge=0, description="fewest word units in a document")
-        max_words: int | None = Field(default=100_000, ge=1, description="most word units in a document")
+    One keyer is built per shard and sees every candidate of it, in order (``add(doc, candidate)``, candidates
+    numbered 0, 1, ...); at the end of the shard it gives the arrays it writes in the shard's work directory
+    (``files``, ``arrays``), and the run joins them with those of every other shard (``join_tasks``: the band
+    join tasks of ``bloomdata.clean.dedup``, each writing ``OUT/work/join/<task>.npy`` and its marker). The base
+    class writes ``<name>.keys.npy``: uint64[1, 2, m], (key, candidate) sorted by key, then candidate. The
+    built-in keyers (``bloomdata.clean.keyers``) override these to write their own tables.
+    """
 
-    def count(self, doc: Doc) -> int:
-        return doc.word_count
+    reason: ClassVar[str] = "near_duplicate"
+    joins: ClassVar[bool] = True  # its keys are joined into duplicate pairs (template lines are counted instead)
+    clock = "minhash"
 
+    def __init__(self, params: StepParams):
+        self.params = params
+        self._keys: list[int] = []
+        self._candidates: list[int] = []
 
-class Chars(Range):
-    name = "chars"
-    measures = "the number of characters"
-    reasons = ("too_few_chars", "too_many_chars")
+    @classmethod
+    def build(cls, params: StepParams) -> Keyer | None:
+        """The keyer of a shard, or None when it is off (by default it is always on)."""
+        return cls(params)
 
-    class Params(StepParams):
-        min_chars: int | None = Field(default=30, ge=0, description="fewest characters (after normalization)")
-        max_chars: int | None = Field(default=None, ge=1, description="most characters (after normalization)")
+    def key(self, doc: Doc) -> int | None:
+        raise NotImplementedError
 
-    def count(self, doc: Doc) -> int:
-        return len(doc.text)
+    def add(self, doc: Doc, candidate: int) -> None:
+        """Take the key of candidate ``candidate``."""
+        key = self.key(doc)
+        if key is not None:
+            self._keys.append(key & KEY_MASK)
+            self._candidates.append(candidate)
 
+    def finish(self) -> None:
+        """Called once after the shard's last candidate (a keyer that batches its work finishes it here)."""
 
-class Bytes(Limit):
-    name = "bytes"
-    measures = "the UTF-8 size of the text (ROOTS catalogue's filter_small_docs_bytes)"
-    reasons = ("too_few_bytes",)
-    after_templates = True
+    def files(self) -> tuple[str, ...]:
+        """What it writes in each shard's work directory (a reused shard must still hold them)."""
+        return (f"{self.name}.keys.npy",)
 
-    class Params(StepParams):
-        min_bytes: int | None = Field(default=None, ge=1, description="fewest UTF-8 bytes (catalogue: 300 or 1024)")
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every file of ``files`` and its array, at the end of the shard."""
+        keys = np.array(self._keys, dtype=np.uint64)
+        candidates = np.array(self._candidates, dtype=np.uint64)
+        order = np.lexsort((candidates, keys))
+        return {self.files()[0]: np.stack([keys[order], candidates[order]])[None]}
 
-    def measure(self, doc: Doc) -> float:
-        return len(doc.text) if doc.text.isascii() else len(doc.text.encode("utf-8"))
-
-
-class SpaceWords(Limit):
-    name = "space_words"
-    measures = "the pieces of the text split on single spaces (ROOTS catalogue's filter_small_docs)"
-    reasons = ("too_few_space_words",)
-    after_templates = True
-
-    class Params(StepParams):
-        min_space_words: int | None = Field(
-            default=None, ge=1, description="fewest pieces of the text split on ' ' (catalogue's filter_small_docs: "
-                                            "15; runs of spaces count their empty pieces, as there)")
-
-    def measure(self, doc: Doc) -> float:
-        return doc.text.count(" ") + 1
-
-
-class SpecialCharacters(Limit):
-    name = "special_characters"
-    measures = "the share of characters that are special characters"
-    reasons = ("special_characters",)
-
-    class Params(StepParams):
-        max_special_chars: float | None = Field(
-            default=0.4, ge=0, le=1, description="most characters that are punctuation, symbols, digits or spaces")
-
-    def measure(self, doc: Doc) -> float:
-        return special_ratio(doc.cp, self.language.special)
-
-
-class ClosedClassWords(Limit):
-    name = "closed_class_words"
-    measures = "the share of words in the language's closed-class (stop) word list (ROOTS's stopwords ratio)"
-    reasons = ("closed_class_words",)
-    needs = "closed"
-
-    class Params(StepParams):
-        min_closed_class: float | None = Field(
-            default=0.05, ge=0, le=1, description="fewest closed-class words (share of words); languages without a "
-                                                 "list skip it")
-
-    def measure(self, doc: Doc) -> float:
-        assert self.language.closed is not None  # needs = "closed": the step runs only with a list
-        return self.language.word_list_ratio(doc.words, self.language.closed)
-
-
-class FlaggedWords(Limit):
-    name = "flagged_words"
-    measures = "the share of words in the language's flagged-word list"
-    reasons = ("flagged_words",)
-    needs = "flagged"
-
-    class Params(StepParams):
-        max_flagged: float | None = Field(
-            default=0.01, ge=0, le=1, description="most flagged words (share of words); languages without a list "
-                                                 "skip it")
-
-    def measure(self, doc: Doc) -> float:
-        assert self.language.flagged is not None  # needs = "flagged"
-        return self.language.word_list_ratio(doc.words, self.language.flagged)
-
-
-class WordRepetition(Limit):
-    name = "word_repetition"
-    measures = "the share of word n-grams that occur more than once (n: word_repetition_n)"
-    reasons = ("word_repetition",)
-    class Params(StepParams):
-        word_repetition_n: int = Field(default=5, ge=1, description="word n-gram length of the repetition ratio")
-        max_word_repetition: float | None = Field(
-            default=0.3, ge=0, le=1, description="most word n-grams that occur more than once (share of all)")
-
-    p: Params
-
-    def measure(self, doc: Doc) -> float:
-        return word_repetition_ratio(doc.words, self.p.word_repetition_n)
-
-
-class CharRepetition(Limit):
-    name = "char_repetition"
-    measures = "the share of character n-grams covered by the sqrt(#distinct) most frequent repeated ones " \
-               "(n: char_repetition_n)"
-    reasons = ("char_repetition",)
-    class Params(StepParams):
-        char_repetition_n: int = Field(default=10, ge=1, description="character n-gram length of the repetition "
-                                                                     "ratio")
-        max_char_repetition: float | None = Field(
-            default=0.2, ge=0, le=1, description="most of the text covered by its sqrt(#distinct) most frequent "
-                                                 "repeated character n-grams (ROOTS character repetition ratio)")
-
-    p: Params
-
-    def measure(self, doc: Doc) -> float:
-        return char_repetition_ratio(doc.cp, self.p.char_repetition_n)
-
-
-class LanguageId(Limit):
-    name = "lang_id"
-    measures = "fastText's probability of the document's own language when it is the top label (lang_id.model)"
-    reasons = ("lang_id",)
-    needs = "lang_id"
-
-    class Params(StepParams):
-        min_lang_id_score: float | None = Field(
-            default=0.7, ge=0, le=1, description="least fastText probability of the document's own language")
-
-    def measure(self, doc: Doc) -> float:
-        assert self.language.lang_id is not None  # needs = "lang_id"
-        return self.language.lang_id.score(doc.text, doc.lang or "")
-
-
-class Perplexity(Limit):
-    name = "perplexity"
-    measures = "KenLM perplexity of the document, line by line (perplexity.models)"
-    reasons = ("perplexity",)
-    needs = "kenlm"
-
-    class Params(StepParams):
-        max_perplexity: float | None = Field(default=10_000, gt=0, description="highest KenLM perplexity")
-
-    def measure(self, doc: Doc) -> float:
-        return perplexity(self.language.kenlm, doc.text, self.language.sentencepiece)
+    def join_tasks(self, parts: int, code: int) -> list[JoinTask]:
+        """Its join tasks, each a ``1/parts`` range of its keys; ``code``: its reason's in the resolve files."""
+        return [JoinTask(0, part, parts, "keys", file=self.files()[0], code=code) for part in range(parts)]

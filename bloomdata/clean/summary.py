@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from bloomdata.clean.config import removal_reasons
-
 if TYPE_CHECKING:
     from bloomdata.clean.pii import Redaction
 from bloomdata.readers import REJECT_REASONS
@@ -126,7 +124,7 @@ class CleanSummary(BaseModel):
     documents_kept: int
     bytes_in: int
     bytes_kept: int
-    removed: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(removal_reasons(), 0))  # every reason
+    removed: dict[str, int] = Field(default_factory=dict)  # every reason of the run's steps, in step order
     rejects: dict[str, int] = Field(default_factory=lambda: dict.fromkeys(REJECT_REASONS, 0))  # unreadable rows
     rejects_total: int = 0
     emails_redacted: int = 0

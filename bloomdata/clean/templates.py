@@ -24,8 +24,9 @@ import numpy as np
 import xxhash
 
 from bloomdata import durable
-from bloomdata.clean.config import WORK_DIR, TemplateDedupConfig
 from bloomdata.clean.dedup import SHARD_BITS, JoinTask, _load, _slice, range_task
+from bloomdata.clean.files import WORK_DIR
+from bloomdata.clean.sections import TemplateDedupConfig
 from bloomdata.clean.summary import JoinManifest
 
 LINES_FILE = "lines.npy"

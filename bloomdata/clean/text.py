@@ -38,7 +38,7 @@ import unicodedata
 
 import numpy as np
 
-from bloomdata.clean.config import NormalizeConfig
+from bloomdata.clean.sections import NormalizeConfig
 
 # Scripts written without spaces between words (code point ranges; Han includes its extensions).
 UNSPACED = (

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from bloomdata import durable
-from bloomdata.clean.config import DATA_DIR, EMPTY, MARKER_VERSION, WORK_DIR, CleanConfig
-from bloomdata.clean.dedup import EXACT, SHARD_BITS
+from bloomdata.clean.config import CleanConfig
+from bloomdata.clean.dedup import SHARD_BITS
+from bloomdata.clean.files import DATA_DIR, EMPTY, MARKER_VERSION, WORK_DIR
 from bloomdata.clean.language import Doc
 from bloomdata.clean.parts import LinesWriter, abort, publish, read_lines, staged
 from bloomdata.clean.quality_filter import QualityFilter
@@ -29,9 +30,6 @@ from bloomdata.clean.summary import FilterManifest, LangCounts, PartStats, Write
 from bloomdata.clean.templates import remove_template_lines
 from bloomdata.config_loader import derive
 from bloomdata.readers import Shard
-
-REASON_OF = {EXACT: "exact_duplicate"}
-NEAR_REASON = "near_duplicate"
 
 
 def write_dir(out_dir: str) -> str:
@@ -105,6 +103,7 @@ class WriteSettings:
     output_format: str
     max_examples: int  # removed documents kept as examples, per reason
     max_chars: int  # characters of an example's text
+    dedup_reasons: tuple[str, ...]  # the reason of each code of the resolve files (config.dedup_reasons)
 
 
 def write_shard(shard: Shard, index: int, filtered: FilterManifest, key: str, settings: WriteSettings,
@@ -162,7 +161,7 @@ class _ShardWriter:
         for line, cid in zip(read_lines(os.path.join(self.work, f"{name}.jsonl.zst")), ids, strict=True):
             if cid in self.gone:
                 code, survivor = self.gone[cid]
-                self.remove(name, REASON_OF.get(code, NEAR_REASON), line, cid, survivor)
+                self.remove(name, self.settings.dedup_reasons[code], line, cid, survivor)
                 continue
             line, size, reason = (line, self.sizes[cid], None) if self.post is None else self.post.apply(line)
             if reason is None:

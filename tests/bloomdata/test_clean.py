@@ -424,61 +424,42 @@ def test_the_build_and_the_tokenizer_trainer_read_the_cleaned_data(tmp_path, cli
     assert set(report.languages) == {"en", "hi", "zh"}
 
 
-@pytest.fixture
-def digits_step():
-    """A filter step written here, as a user would: one class, nothing else (issue 31)."""
-    from pydantic import Field
-
-    from bloomdata.clean.config import FILTERS, StepParams
-    from bloomdata.clean.steps import Limit
-
-    class Digits(Limit):
-        name = "digits"
-        measures = "the share of characters that are ASCII digits"
-        reasons = ("too_many_digits",)
-
-        class Params(StepParams):
-            max_digits: float | None = Field(default=0.2, ge=0, le=1, description="most ASCII digits (share)")
-
-        def measure(self, doc) -> float:
-            return sum(c in "0123456789" for c in doc.text) / len(doc.text)
-
-    yield Digits
-    del FILTERS["digits"]
+DIGITS = "tests.bloomdata.clean_user_steps:Digits"  # a filter written outside the package
 
 
-def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn(tmp_path, digits_step, client):
+def test_a_filter_step_is_one_class_the_config_summary_report_and_examples_learn(tmp_path, client):
+    """Issue 31, then 53: a user's filter is one class in their own module, named in quality.steps."""
     from bloomdata.cli.clean import parser
 
     en = ["the cat sat on the mat by the door", "order 1234567890 shipped 0987654321 today",
           "a short note about the weather in spring", "call 0123456789 or 9876543210 now please"]
     rows = [{"text": t, "lang": "en"} for t in en] + [{"text": "tel 0123456789 ou 99", "lang": "fr"}]
     path = _write(tmp_path / "in" / "rows.jsonl", rows)
-    quality = {"steps": ["digits"], "defaults": {"max_digits": 0.3}, "languages": {"fr": {"max_digits": 0.9}}}
+    quality = {"steps": [DIGITS], "defaults": {"max_digits": 0.3}, "languages": {"fr": {"max_digits": 0.9}}}
     summary = run_clean(_config([path], tmp_path / "out", workers=0, quality=quality))
     # the summary counts its reason, in its place (after the built-in steps', before deduplication's)
     assert summary.removed["too_many_digits"] == 2 and summary.languages["en"].removed == {"too_many_digits": 2}
     reasons = list(summary.removed)
     assert reasons.index("perplexity") < reasons.index("too_many_digits") < reasons.index("exact_duplicate")
     assert summary.languages["fr"].documents_kept == 1  # its per-language threshold
-    # on Dask workers too: the config carries its steps' classes (this one, defined in a function, by value)
+    # on Dask workers too: each worker imports the step's module through bloomdata.plugins
     on_workers = run_clean(_config([path], tmp_path / "dask", quality=quality), client)
     assert on_workers.removed == summary.removed and on_workers.workers is None
     # the examples writer and the report name it
     assert [r["reason"] for r in _removed(tmp_path / "out")] == ["too_many_digits"] * 2
     assert "too_many_digits" in (tmp_path / "out" / "clean.md").read_text()
-    # the config: its parameter as a flag and in the schema, its bounds and a misspelt name checked
-    config, _ = parser().parse(["--input", str(path), "--out", str(tmp_path / "o2"), "--quality.defaults.max-digits",
-                                "0.5", "quality.steps=[digits, words]"])
-    assert config.quality.defaults.param("max_digits") == 0.5 and config.quality.steps == ["digits", "words"]
-    assert "max_digits" in CleanConfig.model_json_schema()["$defs"]["Thresholds"]["properties"]
+    # the config: its parameter set on the command line (a key=value override: flags are the built-in steps'),
+    # its bounds and a misspelt name checked
+    config, _ = parser().parse(["--input", str(path), "--out", str(tmp_path / "o2"), f"quality.steps=[{DIGITS}, words]",
+                                "quality.defaults.max_digits=0.5"])
+    assert config.quality.defaults.param("max_digits") == 0.5 and config.quality.steps == [DIGITS, "words"]
     base = {"sources": [str(path)], "out_dir": str(tmp_path / "o3")}
     with pytest.raises(BloomstackError, match=r"quality\.defaults\.max_digits: Input should be less than or equal "
                                               r"to 1 \(got 2\)"):
-        load_config(CleanConfig, values={**base, "quality": {"defaults": {"max_digits": 2}}})
+        load_config(CleanConfig, values={**base, "quality": {"steps": [DIGITS], "defaults": {"max_digits": 2}}})
     with pytest.raises(BloomstackError, match=r"quality\.defaults\.max_digit: no filter step has a parameter "
                                               r"'max_digit'; did you mean max_digits"):
-        load_config(CleanConfig, values={**base, "quality": {"defaults": {"max_digit": 0.1}}})
+        load_config(CleanConfig, values={**base, "quality": {"steps": [DIGITS], "defaults": {"max_digit": 0.1}}})
 
 
 @pytest.mark.integration
