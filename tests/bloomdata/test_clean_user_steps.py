@@ -47,6 +47,7 @@ def _config_file(tmp_path: Path, body: str) -> Path:
     return path
 
 
+@pytest.mark.integration  # `bloomdata clean` in a subprocess, two Dask workers
 def test_a_users_filter_modifier_and_keyer_run_on_two_dask_workers(tmp_path):
     rows, removals = _documents()
     source = tmp_path / "in" / "en.jsonl"
