@@ -140,6 +140,11 @@ class Saves(Protocol):
     def write_s(self) -> float | None:
         """Seconds the last finished background save took (None: none finished)."""
 
+    @property
+    def progress_at(self) -> float | None:
+        """``time.monotonic()`` when the background save not yet waited for last progressed: started, wrote a file,
+        ended (None: none). The hang watchdog counts it as progress: a save that waits for a long write is not hung."""
+
     def wait(self) -> str | None:
         """Block until a background save is committed (its error raised here); returns ``committed``."""
 

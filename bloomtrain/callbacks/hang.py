@@ -7,6 +7,8 @@ save are part of the iteration). Past the allowance, the thread writes every thr
 CUDA, the NCCL flight recorder's trace) beside the rank's exit record, ends the record with ``hang``
 (bloomtrain.exit_record.Recorder.hung) and leaves with ``os._exit(1)``: the main thread is stuck, so nothing
 else could end the process. Recovery (bloomtrain.recovery) treats a hang as a failure: restart from ``latest``.
+An asynchronous checkpoint's background write counts as progress while it writes files (``Saves.progress_at``):
+a save that waits for the previous one's long write, or the end of the run that waits for the last, is not a hang.
 
 The allowance, in seconds (``Allowance``): with ``hang_timeout_s: auto``, ``hang_floor_s`` or ``HANG_FACTOR`` x
 the longest iteration measured in this launch, whichever is longer; with a number, that number. The first
@@ -30,7 +32,7 @@ from typing import Literal
 
 import psutil
 
-from bloomtrain.callbacks.base import HANG, Callback, Step, TrainerView
+from bloomtrain.callbacks.base import HANG, Callback, Saves, Step, TrainerView
 from bloomtrain.config import StabilityConfig
 from bloomtrain.exit_record import Recorder
 from bloomtrain.parallel.timeouts import set_collective_timeout
@@ -120,13 +122,14 @@ class HangCallback(Callback):
         self.last = time.monotonic()
         self.limit = self.allowance.seconds
         self._collective_s = 0.0
+        self.saves: Saves | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def pre_train(self, trainer: TrainerView) -> None:
         startup_s = max(0.0, time.time() - psutil.Process().create_time())
         self.allowance = Allowance(self.setting, self.floor_s, startup_s)
-        self.iteration, self.last = trainer.pos.iteration, time.monotonic()
+        self.iteration, self.last, self.saves = trainer.pos.iteration, time.monotonic(), trainer.checkpointer
         self._follow()
         self._thread = threading.Thread(target=self._watch, daemon=True, name="bloomtrain-hang-watchdog")
         self._thread.start()
@@ -153,11 +156,20 @@ class HangCallback(Callback):
         if self._thread is not None:
             self._thread.join(timeout=5.0)
 
+    def overdue(self, now: float) -> bool:
+        """Whether the allowance has passed since the last progress: a finished iteration, or a file written by the
+        background save not yet waited for (a write stuck in its commit stops progressing too)."""
+        since = self.last
+        background = self.saves.progress_at if self.saves is not None else None
+        if background is not None:
+            since = max(since, background)
+        return now - since > self.limit
+
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, max(0.05, self.limit / 50))):
-            waited = time.monotonic() - self.last
-            if waited > self.limit and not self._stop.is_set():
-                self._fire(waited)
+            now = time.monotonic()
+            if self.overdue(now) and not self._stop.is_set():
+                self._fire(now - self.last)
 
     def _fire(self, waited_s: float) -> None:
         record = self.recorder.record

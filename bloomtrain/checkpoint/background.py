@@ -50,6 +50,8 @@ class BackgroundSave:
         self.error: BaseException | None = None
         self.write_s: float | None = None
         """Seconds the background work took (None while it runs)."""
+        self.progress_at = time.monotonic()
+        """When the work last progressed (``progressed``): started, wrote a file, ended."""
         self._work = work
         self._thread = threading.Thread(target=self._run, name=f"bloomtrain-save-{tag}", daemon=True)
         self._thread.start()
@@ -63,6 +65,10 @@ class BackgroundSave:
             self.error = exc
         finally:
             self.write_s = time.perf_counter() - start
+            self.progressed()
+
+    def progressed(self) -> None:
+        self.progress_at = time.monotonic()
 
     def done(self) -> bool:
         return not self._thread.is_alive()

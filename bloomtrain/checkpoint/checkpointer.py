@@ -151,6 +151,12 @@ class Checkpointer:
         """The tag being written in the background (None: none, or saves are synchronous)."""
         return self.pending.tag if self.pending is not None else None
 
+    @property
+    def progress_at(self) -> float | None:
+        """``time.monotonic()`` when the background save not yet waited for last progressed (None: none)."""
+        pending = self.pending
+        return pending.progress_at if pending is not None else None
+
     def _fault(self, point: str, tag: str) -> None:
         if self.faults is not None:
             self.faults(point, tag)
@@ -197,7 +203,7 @@ class Checkpointer:
         try:
             ledger = SaveLedger(self.dir / tag, self.rank)
             try:
-                files.write_all(ledger.write, after_file=lambda _path: self._fault("engine_file", tag))
+                files.write_all(ledger.write, after_file=lambda _path: self._file_written(tag))
             finally:
                 self.host.release()
             self._fault("after_metadata", tag)
@@ -210,6 +216,13 @@ class Checkpointer:
         if self.rank == 0:
             log.info("bloomtrain: saved %s in the background in %.2f s (training stalled %.2f s for it)", tag,
                      time.perf_counter() - start, stall or 0.0)
+
+    def _file_written(self, tag: str) -> None:
+        """In the background thread, after each file: progress for the hang watchdog, then the tests' fault hook."""
+        pending = self.pending  # None for the moment between the thread's start and ``save``'s assignment
+        if pending is not None and pending.tag == tag:
+            pending.progressed()
+        self._fault("engine_file", tag)
 
     def _commit(self, tag: str, ledger: SaveLedger, group: Any = None) -> None:
         """Collective on ``group``: the manifest once every rank's files are on disk, then ``latest``."""

@@ -95,9 +95,11 @@ def save_both_ways(overrides: list[str], out: str) -> dict:
     background.save_in_background()
     assert background.host is not None
     trainer.checkpointer = background
+    started = time.monotonic()
     assert trainer.save_checkpoint() == tag
-    in_flight = background.in_flight
+    in_flight, progress_at = background.in_flight, background.progress_at
     committed = background.wait()
+    assert progress_at is not None and progress_at >= started and background.progress_at is None  # hang.py reads it
     return {"in_flight": in_flight, "committed": committed, "write_s": background.write_s,
             "stall_s": background.stall_s}
 

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from bloomtrain.callbacks.hang import Allowance, margin_s, stacks_text
+from bloomtrain.callbacks.hang import Allowance, HangCallback, margin_s, stacks_text
 from bloomtrain.checkpoint.tags import read_latest, tag_for
-from bloomtrain.exit_record import attempts, read_attempt
+from bloomtrain.config import StabilityConfig
+from bloomtrain.exit_record import Recorder, attempts, read_attempt
 from tests.bloomtrain.train_helpers import EXACT, TINY, losses_by_start, train_rank
 from tests.harness.gloo_harness import run_distributed
 
@@ -169,6 +170,24 @@ def test_the_allowance_follows_the_longest_iteration_with_a_floor():
     fixed.measured(1.0)
     assert fixed.seconds == 30.0 and fixed.describe() == "stability.hang_timeout_s=30"
     assert margin_s(10.0) == 5.0 and margin_s(600.0) == 60.0
+
+
+class BackgroundWrite:
+    """The checkpointer as the watchdog reads it: ``progress_at`` is when the background write last wrote a file."""
+
+    progress_at: float | None = None
+
+
+def test_a_background_write_that_progresses_holds_the_watchdog_off():
+    hang = HangCallback(StabilityConfig(hang_timeout_s=10.0), Recorder(None, 0, 0, "node0"))
+    hang.last, hang.limit = 100.0, 10.0  # the last iteration finished at t = 100 s; 10 s allowed
+    assert not hang.overdue(109.0) and hang.overdue(110.5)
+    hang.saves = BackgroundWrite()
+    assert hang.overdue(110.5)  # no background save: only iterations count
+    hang.saves.progress_at = 105.0  # the training thread waits for a write that wrote a file at t = 105 s
+    assert not hang.overdue(110.5) and hang.overdue(115.5)  # a write that stopped progressing: a hang too
+    hang.saves.progress_at = 90.0  # older than the last iteration: the iteration counts
+    assert hang.overdue(110.5)
 
 
 def test_the_stack_file_holds_every_thread_main_first():
