@@ -21,8 +21,9 @@ Only global rank 0 writes anything; console lines go to the ``bloomtrain`` logge
 The reader is here too: ``read_metrics`` and ``summarize`` turn ``metrics.jsonl`` into a ``TrainingSummary``
 (the flows publish it; a model card reads it). ``metrics.jsonl`` holds one JSON object per logged iteration
 (``iteration, loss, tokens_per_s, tflops, mfu`` when the device peak is known, ...), one per evaluation
-(``iteration, valid_loss, valid_ppl``) and one per named validation set and evaluation (``iteration,
-valid/<name>/loss, valid/<name>/ppl, valid/<name>/bpb``). The evaluation records of one iteration are merged
+(``iteration, valid_loss, valid_ppl, valid_best_loss``) and one per named validation set and evaluation
+(``iteration, valid/<name>/loss, valid/<name>/ppl, valid/<name>/bpb, valid/<name>/best_loss``; the best: the
+lowest loss so far, over resumes). The evaluation records of one iteration are merged
 into one. A resumed run appends to the same file, so later records for an iteration replace earlier ones.
 torch is imported only where a device is asked about, so reading a run costs no torch import.
 """
