@@ -339,6 +339,7 @@ def _executable(path: Path, text: str) -> str:
     return str(path)
 
 
+@pytest.mark.integration  # a fake sbatch and python on PATH, run by bloomtrain.mixture_search.slurm
 def test_slurm_array_runs_the_pending_proxies(demo, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -358,6 +359,7 @@ def test_slurm_array_runs_the_pending_proxies(demo, tmp_path, monkeypatch):
     assert result.validation is None and not result.choice.measured and "--no-validate" in result.choice.reason
 
 
+@pytest.mark.integration  # the trainer in child processes (bloomtrain.mixture_search.proxy), beyond tests/tiers.py's sight
 def test_real_proxies_end_to_end(demo, tmp_path):
     """Real tiny proxies (the trainer in child processes, two local Dask workers), validated on two seeds: the
     written blend's validated objective is at most the prior's. Then one proxy's result is lost (a kill) and the
