@@ -3,7 +3,7 @@ slurmctld, slurmd n1 and n2), training tiny-cpu with gloo exactly as a user's jo
 ``bloomtrain slurm`` writes it, sbatch, srun, bloomtrain.launcher on each node, the trainer's exit records and
 ``python -m bloomtrain.recovery`` deciding at the end.
 
-Five jobs run side by side (the nodes offer 4 CPU slots each, so that they fit at once; each job's
+Six jobs run side by side (the nodes offer 4 CPU slots each, so that they fit at once; each job's
 ``--exclusive`` is dropped for that), all with the same seeded fp32 run (dropout on: the RNG must resume too):
 
 - two nodes x 1 rank, untouched: the same losses, bit for bit, as one node x 2 ranks;
@@ -12,6 +12,8 @@ Five jobs run side by side (the nodes offer 4 CPU slots each, so that they fit a
 - two nodes, rank 1 frozen (SIGSTOP) after the checkpoint of iteration 3, no launcher restart: rank 0's hang
   watchdog records the hang with its stacks, both nodes name rank 1 in one line, and the job requeues itself and
   resumes from global_step3; same losses;
+- the same with rank 1 stuck in Python (a sleep) instead: its own watchdog records the hang with the sleep in its
+  stack, and both nodes name it as behind (its last finished iteration 2, its peer's 3); same requeue, same losses;
 - one node x 2 ranks whose first allocation runs out of time (the trainer's budget ends after iteration 1):
   it saves, the job requeues itself, the second attempt resumes; same losses;
 - one node whose input disappeared after the job was written: exit 2, never requeued, never restarted.
@@ -55,7 +57,7 @@ def _write_job(out: Path, name: str, nodes: int, procs: int, *overrides: str, fa
 
 @pytest.fixture(scope="module")
 def jobs(tmp_path_factory):
-    """Start the cluster, submit the four jobs at once, wait for all; name -> (scontrol fields, output, run dir)."""
+    """Start the cluster, submit the jobs at once, wait for all; name -> (scontrol fields, output, run dir)."""
     missing = missing_binaries()
     if missing:
         pytest.fail(f"{', '.join(missing)} not found: {INSTALL}")
@@ -74,6 +76,10 @@ def jobs(tmp_path_factory):
             "rank-hung": (_write_job(out, "rank-hung", 2, 1, "stability.hang_floor_s=3", fault=True, max_restarts=0),
                           {"FAULT_RANK": "1", "FAULT_AFTER": "3", "FAULT_HOW": "stop",
                            "FAULT_MARKER": str(out / "frozen-once")}),
+            "rank-asleep": (_write_job(out, "rank-asleep", 2, 1, "stability.hang_floor_s=3", fault=True,
+                                       max_restarts=0),
+                            {"FAULT_RANK": "1", "FAULT_AFTER": "3", "FAULT_HOW": "sleep",
+                             "FAULT_MARKER": str(out / "asleep-once")}),
         }
         ids = {name: cluster.sbatch(script, env, cwd=out) for name, (script, env) in submitted.items()}
         done = {name: cluster.wait(job, timeout_s=420) for name, job in ids.items()}
@@ -124,11 +130,33 @@ def test_a_killed_rank_is_restarted_on_both_nodes_and_matches(jobs):
 
 
 def test_a_frozen_rank_is_named_and_the_job_requeues_and_matches(jobs):
-    (job, output, run), (_, _, reference) = jobs["rank-hung"], jobs["two-nodes"]
-    _finished(job, restarts=1)
+    job, output, run = jobs["rank-hung"]
     victim, other = ("n1", "n2") if "\n0: [rank1]:" in output else ("n2", "n1")
     cause = (f"rank 1 on {victim} stopped making progress (its process is stopped (SIGSTOP, a debugger), no exit "
              f"record); rank 0 on {other}: no finished iteration for ")
+    _hung_then_requeued(jobs, "rank-hung", cause)
+    hung = read_attempt(run / "ckpt" / "exits" / f"job{job['JobId']}-0", 0)
+    assert (hung.ranks[0].kind, hung.ranks[0].iteration, hung.ranks[1].kind) == ("hang", 3, "running")
+    assert "Thread MainThread" in Path(hung.ranks[0].traceback or "").read_text()
+
+
+def test_a_rank_stuck_in_python_is_named_and_the_job_requeues_and_matches(jobs):
+    job, _, run = jobs["rank-asleep"]
+    hung = read_attempt(run / "ckpt" / "exits" / f"job{job['JobId']}-0", 0)
+    assert (hung.ranks[1].kind, hung.ranks[1].iteration) == ("hang", 2)
+    victim = hung.ranks[1].node
+    cause = (f"rank 1 on {victim} stopped making progress (behind: its last finished iteration is 2, its peers' 3); "
+             f"rank 1 on {victim}: no finished iteration for ")
+    _hung_then_requeued(jobs, "rank-asleep", cause)
+    main = Path(hung.ranks[1].traceback or "").read_text().split("Thread MainThread", 1)[1].split("\nThread ", 1)[0]
+    assert "fault_job.py" in main and "time.sleep(3600)" in main
+
+
+def _hung_then_requeued(jobs, name: str, cause: str) -> None:
+    """Job ``name``'s first attempt hung: every node that printed names ``cause`` in one line, the job requeued
+    once and resumed from global_step3 with the losses of the undisturbed two-node job."""
+    (job, output, run), (_, _, reference) = jobs[name], jobs["two-nodes"]
+    _finished(job, restarts=1)
     ours = [line.split(": ", 1)[1] for line in output.splitlines() if "stopped making progress" in line
             and ": bloomtrain: node " in line]  # every node that printed before srun ended it: at least one
     assert ours and all(line.startswith("bloomtrain: node n") and cause in line and line.endswith(
@@ -137,9 +165,6 @@ def test_a_frozen_rank_is_named_and_the_job_requeues_and_matches(jobs):
     decided = [line for line in output.splitlines() if "requeuing (1 of 2)" in line]
     assert len(decided) == 1 and f"training failed ({cause}" in decided[0] and decided[0].endswith(
         "after saving global_step3; requeuing (1 of 2): the next attempt resumes from global_step3"), decided
-    hung = read_attempt(run / "ckpt" / "exits" / f"job{job['JobId']}-0", 0)
-    assert (hung.ranks[0].kind, hung.ranks[0].iteration, hung.ranks[1].kind) == ("hang", 3, "running")
-    assert "Thread MainThread" in Path(hung.ranks[0].traceback or "").read_text()
     assert "Traceback" not in output
     losses, starts = losses_by_start(run / "logs")
     assert starts[1] == list(range(4, ITERS + 1))
