@@ -90,7 +90,7 @@ def test_pull_steps_for_a_worker_elsewhere(monkeypatch):
         deploy_spec(DeployConfig())
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_worker_in_another_directory_runs_a_deployment(prefect_harness, tmp_path):
     """`python -m flows.deploy --pull shared` onto a process pool, then a real `prefect worker start` whose
     directory (and import path) is elsewhere runs the tokenizer deployment: only the pull step, set to this
@@ -204,3 +204,30 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         except subprocess.TimeoutExpired:
             kill_group(server, grace_s=5)
         log.close()
+
+
+@pytest.mark.integration
+def test_the_git_pull_step_clones_this_commit(prefect_harness, tmp_path, monkeypatch):
+    """The git pull as flows.deploy writes it, run by Prefect's own step runner in a worker's directory: a clone
+    of this commit (pushed to a local bare repository, as a remote) with the files the next steps need. (The
+    step runner reports its steps as events: to the shared test server, not a temporary one of its own.)"""
+    import asyncio
+
+    from prefect.deployments.steps.core import run_steps
+
+    from flows.deploy import DeployConfig, deploy_spec
+
+    bare, worker = tmp_path / "bloomstack.git", tmp_path / "worker"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    subprocess.run(["git", "-C", str(REPO), "push", "-q", str(bare), "HEAD:refs/heads/deployed"], check=True)
+    clone, install = deploy_spec(DeployConfig(repository=str(bare), branch="deployed"))["pull"]
+    worker.mkdir()
+    monkeypatch.chdir(worker)
+    outputs = asyncio.run(run_steps([clone]))
+    directory = worker / outputs["directory"]  # relative to the worker's directory: the flow run goes there next
+    assert directory.resolve().parent == worker.resolve() and (directory / "flows" / "data.py").is_file()
+    requirements = install["prefect.deployments.steps.pip_install_requirements"]["requirements_file"]
+    assert (directory / requirements).is_file() and (directory / "prefect.yaml").is_file()
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert subprocess.run(["git", "-C", str(directory), "rev-parse", "HEAD"], capture_output=True,
+                          text=True).stdout == head
