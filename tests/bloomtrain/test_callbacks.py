@@ -143,6 +143,7 @@ def _keyed_callbacks(run_dir: Path, reverse: bool):
     return build
 
 
+@pytest.mark.integration
 def test_a_resumed_run_with_reordered_callbacks_hands_each_its_own_state(tmp_path):
     """State is keyed by name (``state_key``), not by class and place: after a resume with the callbacks list
     reversed, each probe and each validation set gets back the state it saved."""
