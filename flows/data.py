@@ -30,7 +30,8 @@ from bloomdata.build import SHARDS_DIR, BuildConfig, BuildSummary, plan_build, r
 from bloomdata.config_loader import derive
 from bloomdata.readers import SourceConfig
 from bloomdata.readers.fs import is_remote
-from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, load_tokenizer, train_tokenizer
+from bloomdata.tokenizer.bpe import TokenizerReport, TokenizerTrainConfig, train_tokenizer
+from bloomdata.tokenizer.encoder import load_encoder
 from bloomdata.tokenizer.fertility import FERTILITY_FILE, FertilityRow, fertility_table, write_fertility
 from flows.config import demo_build_config, demo_tokenizer_config
 from flows.console import bars
@@ -55,7 +56,7 @@ def train_tokenizer_task(config: TokenizerTrainConfig) -> TokenizerReport:
 
 @task(name="fertility")
 def fertility_task(tokenizer_dir: str, sources: list[SourceConfig], max_docs_per_lang: int) -> list[FertilityRow]:
-    return fertility_table(load_tokenizer(tokenizer_dir), sources, max_docs_per_lang=max_docs_per_lang)
+    return fertility_table(load_encoder(tokenizer_dir), sources, max_docs_per_lang=max_docs_per_lang)
 
 
 def fertility_artifact(trained: TrainedTokenizer) -> None:

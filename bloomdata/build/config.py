@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.config_loader import DASHBOARD, cli_option
 from bloomdata.readers import ShardBytes, SourceConfig, shard_bytes_field, sources_field
+from bloomdata.tokenizer.encoder import ENCODER_HELP, EncoderKind
 
 MARKER_VERSION = 2  # bump when the shard output format changes: every old marker becomes invalid
 SUMMARY_FILE = "build_summary.json"
@@ -24,6 +25,7 @@ class BuildConfig(BaseModel):
 
     sources: list[SourceConfig] = sources_field()
     tokenizer: str = Field(description="tokenizer.json or a directory holding one")
+    encoder: EncoderKind = Field(default="auto", description=ENCODER_HELP)
     out_dir: str = Field(description="output directory: OUT_DIR/<name>.bin/.idx, summary, rejects",
                          json_schema_extra=cli_option("--out", metavar="DIR"))
     append_eod: bool = Field(default=False, description="append eod_token to every document (Megatron --append-eod)")

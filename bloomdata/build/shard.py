@@ -29,7 +29,8 @@ from bloomdata.config_loader import derive
 from bloomdata.jobs.runner import strict_error
 from bloomdata.megatron.indexed import IndexedDatasetWriter, data_file_path, index_file_path
 from bloomdata.readers import Reject, Shard, file_reject, input_stamp, output_name_of, read_shard
-from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
+from bloomdata.tokenizer.bpe import eod_id, tokenizer_identity
+from bloomdata.tokenizer.encoder import TextEncoder, load_encoder
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ShardSettings:
     batch_docs: int = 1000  # documents per encode_batch call
     batch_bytes: int = 8 << 20  # characters per encode_batch call
     max_examples: int = 20  # reject examples kept per reason
+    encoder: str = "auto"  # bloomdata.tokenizer.encoder.load_encoder's kind (the ids are the same either way)
 
 
 def shard_key(shard: Shard, tokenizer_sha: str | None, settings: ShardSettings) -> dict[str, Any]:
@@ -91,30 +93,32 @@ def load_marker(out_dir: str, shard: Shard, key: str) -> ShardManifest | None:
 
 
 @functools.lru_cache(maxsize=4)
-def _cached_tokenizer(path: str, size: int, mtime_ns: int):
-    """(Tokenizer, sha256) loaded once per worker process; the stat in the key reloads a changed file."""
-    return load_tokenizer(path), tokenizer_identity(path)
+def _cached_encoder(path: str, size: int, mtime_ns: int, kind: str) -> tuple[TextEncoder, str]:
+    """(encoder, tokenizer sha256) loaded once per worker process (its word cache then serves every shard the
+    worker takes); the stat in the key reloads a changed file."""
+    return load_encoder(path, kind), tokenizer_identity(path)  # type: ignore[arg-type]
 
 
-def _tokenizer(path: str):
+def _encoder(path: str, kind: str) -> tuple[TextEncoder, str | None]:
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     try:
         st = os.stat(file)
     except OSError:
-        return load_tokenizer(path), None  # raises the tokenizer module's error naming the path
-    return _cached_tokenizer(file, st.st_size, st.st_mtime_ns)
+        return load_encoder(path, kind), None  # type: ignore[arg-type]  # raises the error naming the path
+    return _cached_encoder(file, st.st_size, st.st_mtime_ns, kind)
 
 
 class _Parts:
-    """The shard's part writers, one per output name, fed in batches through ``encode_batch_fast``.
+    """The shard's part writers, one per output name, fed in batches through the encoder's ``encode_flat``.
 
-    The per-document work runs ~10^4 times a second per worker: kept to the bare minimum (no per-document
-    regex, encode or dict churn) since it is what separates us from bare encoding."""
+    The per-document work runs ~10^4-10^5 times a second per worker: kept to the bare minimum (no per-document
+    regex, encode or dict churn; a run of documents for one output is written in one call) since it is what
+    separates us from bare encoding."""
 
-    def __init__(self, shard: Shard, settings: ShardSettings, tok: Any) -> None:
-        self.shard, self.settings, self.tok = shard, settings, tok
+    def __init__(self, shard: Shard, settings: ShardSettings, encoder: TextEncoder) -> None:
+        self.shard, self.settings, self.encoder = shard, settings, encoder
         self.dtype = np.dtype(settings.dtype)
-        self.eod = eod_id(tok, settings.eod_token) if settings.append_eod else None
+        self.eod = eod_id(encoder, settings.eod_token) if settings.append_eod else None
         self.writers: dict[str, IndexedDatasetWriter] = {}
         self.tokens: Counter[str] = Counter()
         self.text_bytes = 0
@@ -130,21 +134,26 @@ class _Parts:
             self.flush()
 
     def flush(self) -> None:
-        encodings = self.tok.encode_batch_fast(self.texts, add_special_tokens=False)
+        ids, offsets = self.encoder.encode_flat(self.texts, append=self.eod)
         self.text_bytes += len("".join(self.texts).encode("utf-8"))
-        for name, enc in zip(self.names, encodings):
-            ids = enc.ids
-            if self.eod is not None:
-                ids.append(self.eod)
-            writer = self.writers.get(name)
-            if writer is None:
-                prefix = part_prefix(self.settings.out_dir, self.shard, name)
-                writer = self.writers[name] = IndexedDatasetWriter(prefix, self.dtype)
-            writer.add_document(np.array(ids, dtype=self.dtype))  # never empty: texts are non-empty
-            self.tokens[name] += len(ids)
+        names, lo = self.names, 0
+        while lo < len(names):  # runs of documents for one output name
+            hi = lo + 1
+            while hi < len(names) and names[hi] == names[lo]:
+                hi += 1
+            self._writer(names[lo]).add_flat(ids[offsets[lo]:offsets[hi]], np.diff(offsets[lo:hi + 1]))
+            self.tokens[names[lo]] += int(offsets[hi] - offsets[lo])
+            lo = hi
         self.names.clear()
         self.texts.clear()
         self.chars = 0
+
+    def _writer(self, name: str) -> IndexedDatasetWriter:
+        writer = self.writers.get(name)
+        if writer is None:
+            prefix = part_prefix(self.settings.out_dir, self.shard, name)
+            writer = self.writers[name] = IndexedDatasetWriter(prefix, self.dtype)
+        return writer
 
     def finalize(self) -> dict[str, PartStats]:
         if self.texts:
@@ -211,7 +220,7 @@ def tokenize_shard(shard: Shard, settings: ShardSettings) -> ShardManifest:
     writers' 4 bytes per document. Returns the manifest (small: counts, sizes, bounded reject examples).
     """
     t0, cpu0 = time.perf_counter(), time.process_time()
-    tok, sha = _tokenizer(settings.tokenizer_path)
+    encoder, sha = _encoder(settings.tokenizer_path, settings.encoder)
     identity = shard_key(shard, sha, settings)
     key = durable.content_key(identity)
     manifest = load_marker(settings.out_dir, shard, key)
@@ -220,7 +229,7 @@ def tokenize_shard(shard: Shard, settings: ShardSettings) -> ShardManifest:
     work = os.path.join(settings.out_dir, SHARDS_DIR, shard.name)
     shutil.rmtree(work, ignore_errors=True)  # stray temp files or stale parts of an earlier attempt
     os.makedirs(work, exist_ok=True)
-    parts = _Parts(shard, settings, tok)
+    parts = _Parts(shard, settings, encoder)
     rejects = _Rejects(shard, settings.strict, settings.max_examples)
     try:
         rows = _tokenize_rows(shard, parts, rejects)

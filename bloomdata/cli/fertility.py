@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bloomdata.cli.options import ConfigParser
 from bloomdata.config_loader import cli_option
 from bloomdata.readers import SourceConfig, sources_field
-from bloomdata.tokenizer.bpe import load_tokenizer
+from bloomdata.tokenizer.encoder import ENCODER_HELP, EncoderKind, load_encoder
 from bloomdata.tokenizer.fertility import fertility_record, fertility_table, to_markdown, write_fertility
 
 
@@ -35,6 +35,7 @@ class FertilityConfig(BaseModel):
                                 json_schema_extra=cli_option(metavar="DIR"))
     sources: list[SourceConfig] = sources_field(what="documents")
     max_docs: int | None = Field(default=None, ge=1, description="documents per language at most")
+    encoder: EncoderKind = Field(default="auto", description=ENCODER_HELP)
     out: str | None = Field(default=None, description="also write the table as JSON to this file (what "
                             "`bloomtrain model-card --fertility` reads)", json_schema_extra=cli_option(metavar="FILE"))
 
@@ -47,8 +48,8 @@ def parser() -> ConfigParser[FertilityConfig]:
 
 def main(argv: list[str]) -> int:
     config, args = parser().parse(argv)
-    tok = load_tokenizer(config.tokenizer)
-    other = load_tokenizer(config.compare) if config.compare else None
+    tok = load_encoder(config.tokenizer, config.encoder)
+    other = load_encoder(config.compare, config.encoder) if config.compare else None
     rows = fertility_table(tok, config.sources, other, config.max_docs)
     name = Path(os.path.normpath(config.tokenizer)).name
     compare_name = Path(os.path.normpath(config.compare)).name if config.compare else None

@@ -291,6 +291,21 @@ class IndexedDatasetWriter:
         self._sizes.append(arr.size)
         return True
 
+    def add_flat(self, tokens: np.ndarray, lengths: np.ndarray) -> int:
+        """Append ``len(lengths)`` documents given end to end: document i is the next ``lengths[i]`` tokens of
+        ``tokens`` (the same bytes as ``add_document`` of each, in one write). Returns how many were written
+        (empty ones are skipped)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != tokens.size:
+            raise ValueError(f"lengths add up to {int(lengths.sum())}, not to the {tokens.size} tokens given")
+        if tokens.size and self._max_token is not None and tokens.max() > self._max_token:
+            return self.add_documents(np.split(tokens, np.cumsum(lengths)[:-1]))  # raises naming the id
+        kept = lengths[lengths > 0]
+        self.skipped_empty += len(lengths) - len(kept)
+        self._bin.write(tokens.astype(self.dtype, copy=False).tobytes(order="C"))
+        self._sizes.extend(kept.astype(np.int32).tolist())
+        return len(kept)
+
     def add_documents(self, documents: Iterable[Sequence[int] | np.ndarray]) -> int:
         """Append several documents; returns how many were written (empty ones are skipped)."""
         return sum(self.add_document(d) for d in documents)

@@ -350,8 +350,9 @@ def tokenizer_identity(path_or_dir: str | os.PathLike[str]) -> str:
     return hashlib.sha256(_tokenizer_file(path_or_dir).read_bytes()).hexdigest()
 
 
-def eod_id(tok: Tokenizer, token: str = EOD_TOKEN) -> int:
-    """The end-of-document id appended after every document (``</s>``: 2 for BLOOM; ``<|endoftext|>`` for GPT-2)."""
+def eod_id(tok: Any, token: str = EOD_TOKEN) -> int:
+    """The end-of-document id appended after every document (``</s>``: 2 for BLOOM; ``<|endoftext|>`` for GPT-2),
+    of a ``Tokenizer`` or an encoder (``bloomdata.tokenizer.encoder``): anything with ``token_to_id``."""
     token_id = tok.token_to_id(token)
     if token_id is None:
         raise BloomstackError(f"the tokenizer has no {token} token; use a BLOOM-style tokenizer "

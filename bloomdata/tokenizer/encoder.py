@@ -22,7 +22,7 @@ import functools
 import json
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -33,7 +33,7 @@ from bloomdata.tokenizer.split import BLOOM_SPLIT_PATTERN, excluded_code_points
 EncoderKind = Literal["auto", "hf"]
 ENCODER_HELP = ("token encoder: auto (bloomdata's C++ encoder for BLOOM-configured byte-level BPE, HF's "
                 "otherwise; same ids) or hf (HF tokenizers' encoder)")
-CACHE_WORDS = 1 << 17  # distinct words the C++ encoder's cache holds (~8 MB, emptied when full)
+CACHE_WORDS = 1 << 18  # distinct words the C++ encoder's cache holds (~20 MB at most, emptied when full)
 
 
 class TextEncoder(Protocol):
@@ -180,15 +180,32 @@ def load_encoder(tokenizer_path: str | os.PathLike[str], kind: EncoderKind = "au
     (``kind="auto"``), else HF's, with one warning saying why; ``kind="hf"``: HF's."""
     from bloomdata.tokenizer.bpe import _tokenizer_file, load_tokenizer  # noqa: PLC0415 - bpe imports tokenizers
 
+    _check_kind(kind)
     if kind == "hf":
         return HFEncoder(load_tokenizer(tokenizer_path))
-    if kind != "auto":
-        raise BloomstackError(f"encoder {kind!r}: use auto or hf", keys=["encoder"])
     file = _tokenizer_file(tokenizer_path)
     try:
         config = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError):
         return HFEncoder(load_tokenizer(file))  # raises its error naming the file
+    return _bloom_or_hf(config, str(file), lambda: load_tokenizer(file))
+
+
+def encoder_of(tokenizer: Any, kind: EncoderKind = "auto", name: str = "tokenizer") -> TextEncoder:
+    """The encoder of a loaded ``tokenizers.Tokenizer`` (a transformers fast tokenizer's ``backend_tokenizer``),
+    as ``load_encoder`` chooses it; ``name`` is what the fallback warning calls it."""
+    _check_kind(kind)
+    if kind == "hf":
+        return HFEncoder(tokenizer)
+    return _bloom_or_hf(json.loads(tokenizer.to_str()), name, lambda: tokenizer)
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in ("auto", "hf"):
+        raise BloomstackError(f"encoder {kind!r}: use auto or hf", keys=["encoder"])
+
+
+def _bloom_or_hf(config: Any, name: str, hf: Callable[[], Any]) -> TextEncoder:
     reason = unsupported(config) if isinstance(config, dict) else "not a JSON object"
     if reason is None:
         try:
@@ -198,5 +215,5 @@ def load_encoder(tokenizer_path: str | os.PathLike[str], kind: EncoderKind = "au
         except KeyError as exc:
             reason = f"a merge's token {exc} is not in the vocabulary"
     del config
-    warnings.warn(f"{file}: {reason}; encoding with HF tokenizers' encoder (same ids, slower)", stacklevel=2)
-    return HFEncoder(load_tokenizer(file))
+    warnings.warn(f"{name}: {reason}; encoding with HF tokenizers' encoder (same ids, slower)", stacklevel=3)
+    return HFEncoder(hf())

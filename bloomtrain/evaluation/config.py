@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bloomdata.config_loader import cli_option
 from bloomdata.errors import FieldValueError
 from bloomdata.readers import SourceConfig, sources_field
+from bloomdata.tokenizer.encoder import ENCODER_HELP, EncoderKind
 from bloomtrain.config import Dtype
 
 _NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})=(.+)$")
@@ -66,6 +67,7 @@ class EvaluateConfig(BaseModel):
                                description="tokens the window advances over a longer document (default: context/2, "
                                            "so every token sees at least context/2 tokens before it)")
     batch_size: int = Field(default=8, ge=1, description="windows per forward pass")
+    encoder: EncoderKind = Field(default="auto", description=ENCODER_HELP)
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when available")
     dtype: Dtype = Field(default="float32", description="dtype the models run in")
     tasks: list[str] = Field(default_factory=list, json_schema_extra=cli_option(metavar="A,B,C"),

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from bloomdata.errors import BloomstackError
+from bloomdata.tokenizer.encoder import EncoderKind, encoder_of
 from bloomtrain.evaluation.config import EvaluateConfig
 from bloomtrain.evaluation.inputs import EvalDocuments, read_documents
 from bloomtrain.evaluation.models import CausalLM, load_causal_lm
@@ -23,9 +24,17 @@ from bloomtrain.evaluation.scoring import Scorer, Sliding, score_documents
 ENCODE_BATCH = 1000  # documents per tokenizer call
 
 
-def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, without special tokens (the start token is the scorer's to add)."""
+def encode(tokenizer, texts: Sequence[str], kind: EncoderKind = "auto") -> list[list[int]]:
+    """Token ids of each text, without special tokens (the start token is the scorer's to add): through
+    ``bloomdata.tokenizer.encoder`` when the transformers tokenizer is a fast one (same ids as its own call), else
+    the tokenizer's own call."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
     ids: list[list[int]] = []
+    if backend is not None:
+        encoder = encoder_of(backend, kind, name=f"{type(tokenizer).__name__} {getattr(tokenizer, 'name_or_path', '')}")
+        for lo in range(0, len(texts), ENCODE_BATCH):
+            ids += [a.tolist() for a in encoder.encode_batch(list(texts[lo:lo + ENCODE_BATCH]))]
+        return ids
     for lo in range(0, len(texts), ENCODE_BATCH):
         # verbose=False: no "longer than the model's maximum length" warning; windows take care of length
         ids += tokenizer(list(texts[lo:lo + ENCODE_BATCH]), add_special_tokens=False, verbose=False)["input_ids"]
@@ -33,7 +42,7 @@ def encode(tokenizer, texts: Sequence[str]) -> list[list[int]]:
 
 
 def score_model(lm: CausalLM, docs: EvalDocuments, *, context: int, stride: int, batch_size: int = 8,
-                progress: bool = True) -> ModelResult:
+                progress: bool = True, encoder: EncoderKind = "auto") -> ModelResult:
     """Per-language and overall scores of one loaded model on ``docs``."""
     from tqdm import tqdm  # noqa: PLC0415
 
@@ -42,7 +51,7 @@ def score_model(lm: CausalLM, docs: EvalDocuments, *, context: int, stride: int,
                               f"positions; set context to {lm.max_positions} or less", keys=["context"])
     langs = list(docs.texts)
     texts = [t for lang in langs for t in docs.texts[lang]]
-    ids = encode(lm.tokenizer, texts)
+    ids = encode(lm.tokenizer, texts, encoder)
     with tqdm(total=sum(len(i) for i in ids), unit="tok", desc=f"evaluate {lm.name}", file=sys.stderr,
               disable=not progress, dynamic_ncols=True) as bar:
         nll, tokens = score_documents(Scorer(lm.model), ids, lm.start_id, Sliding(context, stride),
@@ -80,7 +89,8 @@ def run_evaluation(config: EvaluateConfig) -> EvalReport:
     for spec in config.models:
         lm = load_causal_lm(spec.path, name=spec.label, dtype=config.dtype, device=config.device)
         models[lm.name] = score_model(lm, docs, context=config.context, stride=config.window_stride,
-                                      batch_size=config.batch_size, progress=config.progress)
+                                      batch_size=config.batch_size, progress=config.progress,
+                                      encoder=config.encoder)
         if config.tasks:
             from bloomtrain.evaluation.tasks import TaskOptions, run_tasks  # noqa: PLC0415 - lm-eval only when asked
 

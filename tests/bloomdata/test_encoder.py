@@ -262,3 +262,21 @@ def test_same_token_from_two_merges(tmp_path):
         save_tokenizer(tok, directory)
         texts = ["".join(rng.choice("abcd") for _ in range(rng.randrange(1, 12))) for _ in range(200)]
         _assert_same(directory, texts, f"merge order {order}")
+
+
+# --- the build ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("split_by", ["lang", "none"])
+def test_build_bytes_same_with_either_encoder(tmp_path, small_tokenizer_dir, small_corpus, split_by):
+    """`bloomdata build` (default encoder) and `--encoder hf` write the same .bin/.idx, eod appended."""
+    from bloomdata.build import run_build
+    from tests.bloomdata.build_helpers import _config, _outputs
+
+    outputs = {}
+    for encoder in ("auto", "hf"):
+        out = tmp_path / encoder
+        run_build(_config([small_corpus], small_tokenizer_dir, out, workers=0, append_eod=True, split_by=split_by,
+                          encoder=encoder, batch_docs=37))
+        outputs[encoder] = _outputs(out)
+    assert outputs["auto"] == outputs["hf"] and len(outputs["auto"]) == (8 if split_by == "lang" else 2)

@@ -89,6 +89,28 @@ def test_empty_documents_are_not_written(tmp_path):
     assert list(ds.document_indices) == [0, 1, 2]
 
 
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32])
+def test_add_flat_writes_what_add_document_writes(tmp_path, dtype):
+    """Documents given end to end (the build's batches) give the bytes of one add_document each, empty ones
+    skipped; an id too large for the dtype is refused as add_document refuses it."""
+    docs = _random_docs(np.random.default_rng(3), 40, 60000) + [np.zeros(0, np.int64)]
+    docs.insert(5, np.zeros(0, np.int64))
+    with IndexedDatasetWriter(tmp_path / "one", dtype) as w:
+        w.add_documents(docs)
+    with IndexedDatasetWriter(tmp_path / "flat", dtype) as w:
+        lengths = [len(d) for d in docs]
+        assert w.add_flat(np.concatenate(docs[:20]).astype(np.uint32), np.array(lengths[:20])) == 19
+        assert w.add_flat(np.concatenate(docs[20:]).astype(np.uint32), np.array(lengths[20:])) == 21
+        assert w.skipped_empty == 2
+        with pytest.raises(ValueError, match="lengths add up to"):
+            w.add_flat(np.zeros(3, np.uint32), np.array([1, 1]))
+    for suffix in (".bin", ".idx"):
+        assert (tmp_path / f"flat{suffix}").read_bytes() == (tmp_path / f"one{suffix}").read_bytes()
+    with pytest.raises(BloomstackError, match="does not fit dtype uint16"):
+        with IndexedDatasetWriter(tmp_path / "x", np.uint16) as w:
+            w.add_flat(np.array([1, 70000, 2], np.uint32), np.array([2, 1]))
+
+
 def test_empty_dataset(tmp_path):
     with IndexedDatasetWriter(tmp_path / "e", np.int32):
         pass
