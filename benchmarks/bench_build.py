@@ -21,8 +21,10 @@ because the load of a shared machine drifts:
    megatron-core's ``IndexedDatasetBuilder``. preprocess_data's own HuggingFaceTokenizer goes through
    transformers, which costs more per call, so this reference is if anything faster than the script.
    Against it: ``python -m bloomdata.cli build --workers N --append-eod --split-by none`` with every
-   other flag at its default, timed the same way (a fresh process). Both outputs must be byte-identical
-   (.bin and .idx); the script exits 1 when they are not. Goal: >= 1.8x Megatron's speed at 2 workers.
+   other flag at its default, timed the same way (a fresh process); ``--encoders auto hf`` also builds with
+   ``--encoder hf`` (HF's encoder, the build before issue 51) in every round. Every output must be
+   byte-identical to Megatron's (.bin and .idx); the script exits 1 when one is not. Goals: >= 1.8x Megatron's
+   speed at 2 workers (issue 15), >= 3x with the default encoder (issue 51).
 2. The ceiling: N processes (TOKENIZERS_PARALLELISM=false), each holding 1/N of the documents in memory
    already parsed, calling ``Tokenizer.encode_batch_fast`` on batches of the build's batch size; wall =
    first start to last end. It leaves out everything a build must also do (read and parse JSON,
@@ -133,11 +135,13 @@ def run_megatron(args, text: Path, tok_json: str, prefix: Path) -> tuple[float, 
     return wall, cpu
 
 
-def run_bloomdata(args, text: Path, tok_path: str, out: Path) -> tuple[float, float, dict]:
-    """(wall, CPU seconds, build summary) of the CLI process: default flags, one output, eod appended."""
+def run_bloomdata(args, text: Path, tok_path: str, out: Path, encoder: str = "auto") -> tuple[float, float, dict]:
+    """(wall, CPU seconds, build summary) of the CLI process: default flags (``--encoder`` aside), one output, eod
+    appended."""
     cmd = [sys.executable, "-m", "bloomdata.cli", "build", "--input", str(text), "--tokenizer", tok_path,
            "--out", str(out), "--workers", str(args.workers), "--append-eod", "--split-by", "none",
-           "--no-progress", "--json", *(["--shard-bytes", args.shard_bytes] if args.shard_bytes else [])]
+           "--no-progress", "--json", *(["--shard-bytes", args.shard_bytes] if args.shard_bytes else []),
+           *(["--encoder", encoder] if encoder != "auto" else [])]
     wall, cpu, proc = _timed(cmd, cwd=REPO, capture_output=True, text=True)
     return wall, cpu, json.loads(proc.stdout)
 
@@ -196,7 +200,10 @@ def main() -> int:
     p.add_argument("--shard-bytes", help="pass --shard-bytes to the build (default: the build's default)")
     p.add_argument("--no-ceiling", action="store_true", help="only the Megatron comparison")
     p.add_argument("--repeat", type=int, default=1, help="interleaved rounds; best of each side")
+    p.add_argument("--encoders", nargs="+", default=["auto"], choices=["auto", "hf"],
+                   help="build once per round with each --encoder (auto: the default flags; hf: HF's encoder)")
     args = p.parse_args()
+    args.encoders = ["auto", *(e for e in args.encoders if e != "auto")]  # the default build is always timed
     sys.path.insert(0, str(REPO))
     from bloomdata.build import BuildConfig
 
@@ -226,22 +233,24 @@ def main() -> int:
         megatron_name = "Megatron-LM tools/preprocess_data.py" if args.megatron_lm else \
             "Megatron loop (Pool imap + IndexedDatasetBuilder)"
         megatrons, builds, ceilings = [], [], []
+        others: dict[str, list] = {}  # --encoders other than auto: encoder -> [(wall, summary, cpu)]
         identical = True
         for r in range(args.repeat):
             if not args.no_ceiling:
                 ceilings.append(ceiling(tok_json, text, args.workers, batch_docs))
             megatrons.append(run_megatron(args, text, tok_json, tmp / f"megatron{r}"))
-            wall, cpu, summary = run_bloomdata(args, text, tok_path, tmp / f"out{r}")
-            builds.append((wall, summary, cpu))
-            same = _same_bytes(tmp / f"megatron{r}", tmp / f"out{r}" / "all")
-            identical &= same
-            print(f"round {r + 1}: {megatron_name} {megatrons[-1][0]:.1f} s ({megatrons[-1][1]:.1f} CPU s), "
-                  f"bloomdata build {wall:.1f} s ({cpu:.1f} CPU s) "
-                  f"({summary['shards']['total']} shards), outputs identical: {'yes' if same else 'NO'}; "
-                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+            for encoder in args.encoders:
+                wall, cpu, summary = run_bloomdata(args, text, tok_path, tmp / f"out{r}", encoder)
+                (builds if encoder == "auto" else others.setdefault(encoder, [])).append((wall, summary, cpu))
+                same = _same_bytes(tmp / f"megatron{r}", tmp / f"out{r}" / "all")
+                identical &= same
+                print(f"round {r + 1}: {megatron_name} {megatrons[-1][0]:.1f} s ({megatrons[-1][1]:.1f} CPU s), "
+                      f"bloomdata build --encoder {encoder} {wall:.1f} s ({cpu:.1f} CPU s) "
+                      f"({summary['shards']['total']} shards), outputs identical: {'yes' if same else 'NO'}; "
+                      f"load average {os.getloadavg()[0]:.1f}", flush=True)
+                shutil.rmtree(tmp / f"out{r}")
             for path in (tmp / f"megatron{r}.bin", tmp / f"megatron{r}.idx"):
                 path.unlink()
-            shutil.rmtree(tmp / f"out{r}")
         if not args.no_ceiling:
             ceilings.append(ceiling(tok_json, text, args.workers, batch_docs))
 
@@ -253,8 +262,12 @@ def main() -> int:
         rows = [(megatron_name, m_wall), (f"bloomdata build --workers {args.workers} (default flags)", b_wall)]
         for name, wall in rows:
             print(f"{name:<52} {text_bytes / 1e6 / wall:8.2f} {tokens / wall:12,.0f} {wall:7.1f}s")
-        print(f"speed-up bloomdata / Megatron: {m_wall / b_wall:.2f}x (goal >= 1.8x at 2 workers); "
+        print(f"speed-up bloomdata / Megatron: {m_wall / b_wall:.2f}x (goal >= 3x at 2 workers, issue 51); "
               f".bin/.idx byte-identical in every round: {'yes' if identical else 'NO'}")
+        for encoder, runs in others.items():
+            o_wall, o_cpu = min(o[0] for o in runs), min(o[2] for o in runs)
+            print(f"bloomdata build --encoder {encoder}: {o_wall:.1f} s ({o_cpu:.1f} CPU s), "
+                  f"{m_wall / o_wall:.2f}x Megatron; the default build is {o_wall / b_wall:.2f}x it")
         # CPU seconds of every process of each side (best of the rounds): the work each does, which the load
         # of a shared machine disturbs less than the wall time; it is not the speed-up (that is the wall)
         print(f"CPU seconds, all processes: Megatron {m_cpu:.1f}, bloomdata {b_cpu:.1f} (ratio {m_cpu / b_cpu:.2f})")

@@ -358,4 +358,4 @@ def eod_id(tok: Any, token: str = EOD_TOKEN) -> int:
         raise BloomstackError(f"the tokenizer has no {token} token; use a BLOOM-style tokenizer "
                              "(bloomdata train-tokenizer), add it as a special token or set eod_token",
                               keys=["eod_token"])
-    return token_id
+    return int(token_id)
