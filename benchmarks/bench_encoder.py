@@ -112,7 +112,8 @@ def single_thread(tokenizer: str, texts: list[str], repeat: int) -> dict:
             cpu[kind] = min(cpu.get(kind, cpu_s), cpu_s)
             del encoder
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    return {"mb": mb, "tokens": tokens, "hf_ids_s": tokens / wall["hf"], "ours_ids_s": tokens / wall["auto"],
+    return {"mb": mb, "tokens": tokens, "docs": len(texts), "hf_s": wall["hf"], "ours_s": wall["auto"],
+            "hf_ids_s": tokens / wall["hf"], "ours_ids_s": tokens / wall["auto"],
             "ratio": wall["hf"] / wall["auto"], "cpu_ratio": cpu["hf"] / cpu["auto"]}
 
 
@@ -141,6 +142,21 @@ def workers_wall(tokenizer: str, kind: str, path: Path, workers: int) -> tuple[f
         with ctx.Pool(workers) as pool:
             results = pool.map(_worker, [(tokenizer, kind, str(path), r, workers, barrier) for r in range(workers)])
     return max(r[1] for r in results) - min(r[0] for r in results), sum(r[2] for r in results)
+
+
+def workers_line(tokenizer: str, jsonl: Path, workers: int, repeat: int) -> str:
+    """Both sides with the build's workers (each process 1/N of the jsonl), best of ``repeat`` interleaved."""
+    walls: dict[str, float] = {}
+    for kind in ("hf", "auto") * repeat:
+        wall, tokens = workers_wall(tokenizer, kind, jsonl, workers)
+        walls[kind] = min(walls.get(kind, wall), wall)
+    texts = [json.loads(line)["text"] for line in jsonl.open()]
+    docs, mb = len(texts), sum(len(t.encode()) for t in texts) / 1e6
+    hf, ours = walls["hf"], walls["auto"]
+    return (f"\n{workers} worker processes, 1/{workers} of the jsonl each ({mb:.1f} MB of text, {docs:,} documents, "
+            f"{tokens:,} ids in all), best of {repeat}: HF {hf:.1f} s ({mb / hf:.2f} MB/s, {docs / hf:,.0f} docs/s, "
+            f"{tokens / hf:,.0f} ids/s), bloomdata {ours:.1f} s ({mb / ours:.2f} MB/s, {docs / ours:,.0f} docs/s, "
+            f"{tokens / ours:,.0f} ids/s): **{hf / ours:.2f}x**")
 
 
 # --- memory per build worker ----------------------------------------------------------------------------
@@ -175,9 +191,18 @@ def make_tokenizer(args, tmp: Path) -> str:
     return str(out)
 
 
+HEADER = ("| text | MB | docs | ids | HF ids/s | bloomdata ids/s | HF MB/s | bloomdata MB/s | HF docs/s | "
+          "bloomdata docs/s | speed-up (wall) | CPU s ratio | same ids |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+
+
 def row(name: str, r: dict) -> str:
-    return (f"| {name} | {r['mb']:.1f} | {r['tokens']:,} | {r['hf_ids_s']:,.0f} | {r['ours_ids_s']:,.0f} | "
-            f"**{r['ratio']:.2f}x** | {r['cpu_ratio']:.2f}x | {'yes' if r.get('same', True) else 'NO'} |")
+    """One line of HEADER's table: throughput of each side over the best round's wall seconds."""
+    hf, ours = r["hf_s"], r["ours_s"]
+    return (f"| {name} | {r['mb']:.1f} | {r['docs']:,} | {r['tokens']:,} | {r['hf_ids_s']:,.0f} | "
+            f"{r['ours_ids_s']:,.0f} | {r['mb'] / hf:.2f} | {r['mb'] / ours:.2f} | {r['docs'] / hf:,.0f} | "
+            f"{r['docs'] / ours:,.0f} | **{r['ratio']:.2f}x** | {r['cpu_ratio']:.2f}x | "
+            f"{'yes' if r.get('same', True) else 'NO'} |")
 
 
 def main() -> int:
@@ -206,8 +231,7 @@ def main() -> int:
         vocab = load_encoder(tokenizer, "hf").tokenizer.get_vocab_size()  # type: ignore[attr-defined]
         print(f"tokenizer {tokenizer}: {vocab:,} tokens; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
               f"CPUs; batches of {BATCH} documents; single-threaded best of {args.repeat}\n")
-        print("| text | MB | ids | HF ids/s | bloomdata ids/s | speed-up (wall) | CPU s ratio | same ids |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---|")
+        print(HEADER)
         sets = [] if "scripts" in args.skip else [(s, script_texts(s, args.script_mb)) for s in SCRIPTS]
         if "zipf" not in args.skip:
             path = make_input(tmp / "zipf.jsonl", args.zipf_mb)
@@ -221,13 +245,7 @@ def main() -> int:
             result["same"] = same_ids(tokenizer, texts)
             print(row(name, result), flush=True)
         if "workers" not in args.skip:
-            walls: dict[str, float] = {}
-            for kind in ("hf", "auto") * args.repeat:
-                wall, tokens = workers_wall(tokenizer, kind, jsonl, args.workers)
-                walls[kind] = min(walls.get(kind, wall), wall)
-            print(f"\n{args.workers} worker processes, 1/{args.workers} of the jsonl each: HF {walls['hf']:.1f} s, "
-                  f"bloomdata {walls['auto']:.1f} s: **{walls['hf'] / walls['auto']:.2f}x** ({tokens:,} ids; "
-                  f"best of {args.repeat})")
+            print(workers_line(tokenizer, jsonl, args.workers, args.repeat), flush=True)
         if "memory" not in args.skip:
             for kind in ("hf", "auto"):
                 r = build_memory(tokenizer, jsonl, args.workers, kind, tmp / f"build_{kind}")

@@ -28,6 +28,7 @@ from bloomdata.build.summary import BuildSummary
 from bloomdata.errors import BloomstackError
 from bloomdata.megatron.indexed import data_file_path, index_file_path
 from bloomdata.readers import SourceConfig
+from bloomdata.tokenizer.encoder import EncoderKind
 
 TOKENIZER_TYPES = ("HuggingFaceTokenizer", "GPT2BPETokenizer")
 GPT2_EOD = "<|endoftext|>"
@@ -48,6 +49,7 @@ class MegatronArgs:
     merge_file: str | None = None
     append_eod: bool = False
     progress: bool = True
+    encoder: EncoderKind = "auto"  # not preprocess_data.py's: bloomdata.tokenizer.encoder.load_encoder's kind
 
 
 def _eos_of(directory: Path) -> str:
@@ -120,7 +122,7 @@ def preprocess(args: MegatronArgs) -> dict[str, BuildSummary]:
         config = BuildConfig(
             sources=[SourceConfig(paths=[args.input], text_field=key, format="jsonl")], tokenizer=tokenizer,
             out_dir=str(work), append_eod=args.append_eod, eod_token=eod, split_by="none", output_name=OUTPUT,
-            workers=args.workers, strict=True, progress=args.progress)
+            workers=args.workers, strict=True, progress=args.progress, encoder=args.encoder)
         summaries[key] = run_build(config)
         _publish(str(work / OUTPUT), target)
     return summaries

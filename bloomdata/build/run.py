@@ -6,7 +6,8 @@ Design (datatrove's split between steps and executors; Megatron's "tokenize shar
   file, or a byte range, row group range or record batch range of a large one: about ``shard_bytes`` each,
   smaller when that would leave workers idle; or row ranges with ``max_rows_per_shard``).
   ``tokenize_shard`` is a pure step: it streams one shard in bounded batches through the encoder
-  (``bloomdata.tokenizer.encoder``: bloomdata's C++ one by default, HF's with ``encoder: hf``) and writes one small dataset per output name (language) under
+  (``bloomdata.tokenizer.encoder``: bloomdata's C++ one by default, HF's with ``encoder: hf``) and writes
+  one small dataset per output name (language) under
   ``OUT_DIR/shards/<shard name>/``. ``bloomdata.jobs`` places the steps on Dask workers; nothing here
   knows about Dask. ``BuildJob`` is a ``bloomdata.jobs.runner.ShardedJob``: the lock, the sweeps of stray
   temps, the up-to-date check, the "output holds an input" check and the summary as the build's marker
@@ -82,6 +83,7 @@ from bloomdata.readers import (
     plan_job,
 )
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
+from bloomdata.tokenizer.encoder import resolve_kind
 
 # ---------------------------------------------------------------------------------------------------------
 # Merge
@@ -162,7 +164,7 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
             eod_token=config.eod_token,
             dtype=self.dtype.name, split_by=config.split_by, output_name=config.output_name, strict=config.strict,
             batch_docs=config.batch_docs, batch_bytes=config.batch_bytes, max_examples=config.max_reject_examples,
-            encoder=config.encoder)
+            encoder=resolve_kind(tok, config.encoder, config.tokenizer))
         self.names = {config.output_name} if config.split_by == "none" else \
             {output_name_of(s.lang) for s in config.sources if s.lang}
         self.identities = [shard_key(s, self.tokenizer_sha, self.settings) for s in shards]

@@ -18,6 +18,7 @@ import sys
 
 from bloomdata.build.megatron_preprocess import TOKENIZER_TYPES, MegatronArgs, describe, preprocess
 from bloomdata.errors import BloomstackError
+from bloomdata.tokenizer.encoder import ENCODER_HELP
 
 
 def parser() -> argparse.ArgumentParser:
@@ -40,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-file", help="GPT2BPETokenizer: merges.txt")
     p.add_argument("--legacy-tokenizer", action="store_true", help="accepted; the same ids either way")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--encoder", choices=("auto", "hf"), default="auto",
+                   help=f"not a preprocess_data.py flag: {ENCODER_HELP}")
     return p
 
 
@@ -68,7 +71,8 @@ def main(argv: list[str]) -> int:
     summaries = preprocess(MegatronArgs(
         input=args.input, output_prefix=args.output_prefix, workers=args.workers, tokenizer_type=args.tokenizer_type,
         json_keys=args.json_keys, tokenizer_model=args.tokenizer_model, vocab_file=args.vocab_file,
-        merge_file=args.merge_file, append_eod=args.append_eod, progress=args.progress))
+        merge_file=args.merge_file, append_eod=args.append_eod, progress=args.progress,
+        encoder=args.encoder))
     print(describe(summaries, args.output_prefix))
     return 0
 

@@ -65,7 +65,8 @@ class BloomEncoder(_Batches):
 
     name = "bloomdata"
 
-    def __init__(self, config: dict[str, Any], cache_words: int = CACHE_WORDS) -> None:
+    def __init__(self, config: dict[str, Any], cache_words: int = CACHE_WORDS,
+                 hf: Callable[[], Any] | None = None) -> None:
         from bloomdata import _bpe_encoder  # noqa: PLC0415 - optional extension: load_encoder checks it
 
         model = config["model"]
@@ -83,6 +84,7 @@ class BloomEncoder(_Batches):
         # the ids callers ask for by name (end of document, padding): the added tokens over the vocabulary's
         self._named: dict[str, int] = {t: vocab[t] for t in ("<unk>", "<s>", "</s>", "<pad>") if t in vocab}
         self._named.update({a["content"]: a["id"] for a in config.get("added_tokens") or []})
+        self._hf = hf  # loads HF's Tokenizer of the same file, for token_to_id of any other vocabulary entry
 
     def encode_flat(self, texts: Sequence[str], append: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(ids uint32[N], offsets int64[len(texts) + 1]): text i's ids are ``ids[offsets[i]:offsets[i + 1]]``,
@@ -90,7 +92,10 @@ class BloomEncoder(_Batches):
         return self._encoder.encode_batch(texts, -1 if append is None else append)
 
     def token_to_id(self, token: str) -> int | None:
-        """The id of an added token or of one of BLOOM's special tokens (not of any vocabulary entry)."""
+        """HF's ``token_to_id``: an added token's or BLOOM's special tokens' id at once; any other token's
+        through HF's Tokenizer (``hf``, loaded for the question, then dropped; None without ``hf``)."""
+        if token not in self._named and self._hf is not None:
+            self._named[token] = self._hf().token_to_id(token)
         return self._named.get(token)
 
     @property
@@ -205,15 +210,42 @@ def _check_kind(kind: str) -> None:
         raise BloomstackError(f"encoder {kind!r}: use auto or hf", keys=["encoder"])
 
 
-def _bloom_or_hf(config: Any, name: str, hf: Callable[[], Any]) -> TextEncoder:
+def resolve_kind(tokenizer: Any, kind: EncoderKind, name: str) -> EncoderKind:
+    """The kind a driver hands its worker processes for a loaded ``tokenizers.Tokenizer``: "hf" when asked, or
+    when the C++ encoder cannot give HF's ids (then the one warning ``load_encoder`` gives, here once rather
+    than in every worker), else "auto"."""
+    _check_kind(kind)
+    if kind == "hf":
+        return "hf"
+    reason = _fallback_reason(json.loads(tokenizer.to_str()))
+    if reason is None:
+        return "auto"
+    _warn_fallback(name, reason)
+    return "hf"
+
+
+def _fallback_reason(config: Any) -> str | None:
+    """Why the C++ encoder cannot take this tokenizer.json (``unsupported``, or the module not built), or None."""
     reason = unsupported(config) if isinstance(config, dict) else "not a JSON object"
     if reason is None:
         try:
-            return BloomEncoder(config)
+            from bloomdata import _bpe_encoder  # noqa: F401, PLC0415 - optional extension
         except ImportError:
             reason = "bloomdata._bpe_encoder is not built (reinstall with a C++ compiler)"
+    return reason
+
+
+def _warn_fallback(name: str, reason: str) -> None:
+    warnings.warn(f"{name}: {reason}; encoding with HF tokenizers' encoder (same ids, slower)", stacklevel=4)
+
+
+def _bloom_or_hf(config: Any, name: str, hf: Callable[[], Any]) -> TextEncoder:
+    reason = _fallback_reason(config)
+    if reason is None:
+        try:
+            return BloomEncoder(config, hf=hf)
         except KeyError as exc:
             reason = f"a merge's token {exc} is not in the vocabulary"
     del config
-    warnings.warn(f"{name}: {reason}; encoding with HF tokenizers' encoder (same ids, slower)", stacklevel=3)
+    _warn_fallback(name, reason)
     return HFEncoder(hf())

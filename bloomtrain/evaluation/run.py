@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -41,21 +42,33 @@ def encode(tokenizer, texts: Sequence[str], kind: EncoderKind = "auto") -> list[
     return ids
 
 
-def score_model(lm: CausalLM, docs: EvalDocuments, *, context: int, stride: int, batch_size: int = 8,
-                progress: bool = True, encoder: EncoderKind = "auto") -> ModelResult:
+@dataclass(frozen=True)
+class ScoreOptions:
+    """How ``score_model`` scores: window ``context`` and ``stride`` in tokens, ``batch_size`` windows per
+    forward, a progress bar, the encoder kind (``bloomdata.tokenizer.encoder``)."""
+
+    context: int
+    stride: int
+    batch_size: int = 8
+    progress: bool = True
+    encoder: EncoderKind = "auto"
+
+
+def score_model(lm: CausalLM, docs: EvalDocuments, options: ScoreOptions) -> ModelResult:
     """Per-language and overall scores of one loaded model on ``docs``."""
     from tqdm import tqdm  # noqa: PLC0415
 
+    context, stride = options.context, options.stride
     if lm.max_positions is not None and context > lm.max_positions:
         raise BloomstackError(f"context {context}: model {lm.name} ({lm.path}) takes at most {lm.max_positions} "
                               f"positions; set context to {lm.max_positions} or less", keys=["context"])
     langs = list(docs.texts)
     texts = [t for lang in langs for t in docs.texts[lang]]
-    ids = encode(lm.tokenizer, texts, encoder)
+    ids = encode(lm.tokenizer, texts, options.encoder)
     with tqdm(total=sum(len(i) for i in ids), unit="tok", desc=f"evaluate {lm.name}", file=sys.stderr,
-              disable=not progress, dynamic_ncols=True) as bar:
+              disable=not options.progress, dynamic_ncols=True) as bar:
         nll, tokens = score_documents(Scorer(lm.model), ids, lm.start_id, Sliding(context, stride),
-                                      batch_size=batch_size, progress=bar)
+                                      batch_size=options.batch_size, progress=bar)
     nbytes = np.array([len(t.encode("utf-8")) for t in texts], dtype=np.int64)
     languages: dict[str, Score] = {}
     lo = 0
@@ -84,13 +97,12 @@ def run_evaluation(config: EvaluateConfig) -> EvalReport:
         check_tasks(config.tasks, config.task_paths)
     docs = read_documents(config.sources, config.max_docs_per_lang)
     models: dict[str, ModelResult] = {}
+    scoring = ScoreOptions(config.context, config.window_stride, config.batch_size, config.progress, config.encoder)
     tasks: dict[str, dict[str, dict[str, float]]] = {}
     task_splits: dict[str, str] = {}
     for spec in config.models:
         lm = load_causal_lm(spec.path, name=spec.label, dtype=config.dtype, device=config.device)
-        models[lm.name] = score_model(lm, docs, context=config.context, stride=config.window_stride,
-                                      batch_size=config.batch_size, progress=config.progress,
-                                      encoder=config.encoder)
+        models[lm.name] = score_model(lm, docs, scoring)
         if config.tasks:
             from bloomtrain.evaluation.tasks import TaskOptions, run_tasks  # noqa: PLC0415 - lm-eval only when asked
 

@@ -182,6 +182,19 @@ def test_encode_flat_appends_and_offsets(small_tokenizer_dir, corpus_texts):
         assert encoder.token_to_id("</s>") == 2
 
 
+def test_token_to_id_is_hfs_for_any_token(small_tokenizer_dir):
+    """An eod_token may be any vocabulary entry (megatron-preprocess takes the tokenizer's eos_token): the C++
+    encoder answers as HF's token_to_id does, the special tokens without loading HF's tokenizer."""
+    hf = load_tokenizer(small_tokenizer_dir)
+    encoder = load_encoder(small_tokenizer_dir)
+    assert isinstance(encoder, BloomEncoder)
+    vocab = hf.get_vocab()
+    some = sorted(vocab, key=vocab.__getitem__)[300:310]
+    assert [encoder.token_to_id(t) for t in [*some, "</s>", "no such token"]] == \
+        [hf.token_to_id(t) for t in [*some, "</s>", "no such token"]]
+    assert None not in [encoder.token_to_id(t) for t in some]
+
+
 def _drop_tokens(config: dict, gone: set[str]) -> None:
     """Remove every token holding one of the ``gone`` characters, and the merges that make them."""
     model = config["model"]
@@ -280,3 +293,23 @@ def test_build_bytes_same_with_either_encoder(tmp_path, small_tokenizer_dir, sma
                           encoder=encoder, batch_docs=37))
         outputs[encoder] = _outputs(out)
     assert outputs["auto"] == outputs["hf"] and len(outputs["auto"]) == (8 if split_by == "lang" else 2)
+
+
+def test_build_says_once_why_it_uses_hfs_encoder(tmp_path, small_tokenizer_dir, small_corpus):
+    """A tokenizer the C++ encoder cannot reproduce: the build's driver warns once, in one line, and hands its
+    shards HF's encoder (they do not warn again); the ids are that tokenizer's."""
+    from bloomdata.build import run_build
+    from tests.bloomdata.build_helpers import _config, _outputs
+
+    def edit(config):
+        config["normalizer"] = json.loads(normalizers.NFKC().__getstate__())
+    directory = _rewrite(small_tokenizer_dir, tmp_path / "nfkc", edit)
+    with pytest.warns(UserWarning, match="normalizer NFKC") as record:
+        run_build(_config([small_corpus], directory, tmp_path / "auto", workers=0, append_eod=True, split_by="none"))
+    assert len([r for r in record if "HF tokenizers' encoder" in str(r.message)]) == 1
+    assert "\n" not in str(record[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run_build(_config([small_corpus], directory, tmp_path / "hf", workers=0, append_eod=True, split_by="none",
+                          encoder="hf"))
+    assert _outputs(tmp_path / "auto") == _outputs(tmp_path / "hf")

@@ -36,6 +36,10 @@ def test_byte_identical_to_megatron_lm(tmp_path, capsys):
     assert main(["megatron-preprocess", "--input", str(DATA / "input.jsonl"), "--output-prefix", title,
                  "--json-keys", "title", "text", "--workers", "0", "--no-progress", *HF]) == 0
     _same(f"{title}_title_document", "hf_title_document")
+    hf_encoder = str(tmp_path / "hf-encoder")  # --encoder hf (not preprocess_data.py's): HF's encoder, same bytes
+    assert main(["megatron-preprocess", "--input", str(DATA / "input.jsonl"), "--output-prefix", hf_encoder,
+                 "--json-keys", "title", "--workers", "0", "--no-progress", "--encoder", "hf", *HF]) == 0
+    _same(f"{hf_encoder}_title_document", "hf_title_document")
     assert Path(f"{title}_text_document.idx").exists()
     gpt2 = str(tmp_path / "gpt2")
     assert main(["megatron-preprocess", "--input", str(DATA / "input.jsonl"), "--output-prefix", gpt2,
