@@ -83,7 +83,7 @@ from bloomdata.readers import (
     plan_job,
 )
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer, tokenizer_identity
-from bloomdata.tokenizer.encoder import resolve_kind
+from bloomdata.tokenizer.encoder import encoder_of, resolve_kind
 
 # ---------------------------------------------------------------------------------------------------------
 # Merge
@@ -178,8 +178,8 @@ class BuildJob(ShardedJob[BuildSummary, ShardManifest]):
         return load_marker(self.plan.out_dir, shard, key)
 
     def planned_outputs(self) -> list[PlannedFile]:
-        return estimate_outputs(self.config, self.plan.shards, self.tokenizer, self.dtype, self.names,
-                                self.plan.out_dir)
+        encoder = encoder_of(self.tokenizer, self.settings.encoder)  # type: ignore[arg-type]  # resolved: no warning
+        return estimate_outputs(self.config, self.plan.shards, encoder, self.dtype, self.names, self.plan.out_dir)
 
     def first_stage_bytes(self, shard: Shard, manifest: ShardManifest) -> int:
         return sum(p.bin_bytes + p.idx_bytes for p in manifest.outputs.values())
