@@ -4,12 +4,15 @@ Prints the counts (sequences, documents, tokens), the dtype, file sizes, sequenc
 text histogram with power-of-two bins, then the first documents: decoded with ``--tokenizer``, else as
 token ids. Reads through ``IndexedDataset`` (memory-mapped), so a truncated or corrupt file is reported
 as one line naming it, and inspecting a dataset of any size costs O(sequences) for the statistics only.
+
+PREFIX may be any fsspec URL (``s3://bucket/data/en``, ``https://host/data/en``, ``gs://``, ``hf://``): the .idx is
+read whole, the documents shown by byte ranges of the .bin (one ranged request each), with credentials and
+endpoints from the protocol's standard environment, as for the other commands' remote inputs.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import numpy as np
@@ -17,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bloomdata.cli.options import FLAGS_ONLY, ConfigParser
 from bloomdata.config_loader import cli_option
-from bloomdata.megatron.indexed import CODE_OF_DTYPE, IndexedDataset, data_file_path, index_file_path
+from bloomdata.megatron.indexed import CODE_OF_DTYPE, IndexedDataset
 
 BAR_WIDTH = 40
 
@@ -51,8 +54,8 @@ def describe(ds: IndexedDataset) -> dict[str, Any]:
         "sequences": len(ds),
         "documents": ds.num_documents,
         "tokens": ds.num_tokens,
-        "bin_bytes": os.path.getsize(data_file_path(ds.prefix)),
-        "idx_bytes": os.path.getsize(index_file_path(ds.prefix)),
+        "bin_bytes": ds.bin_bytes,
+        "idx_bytes": ds.idx_bytes,
     }
     if len(sizes):
         stats["length"] = {"min": int(sizes.min()), "mean": round(float(sizes.mean()), 2),
@@ -103,7 +106,8 @@ def format_report(stats: dict[str, Any], docs: list[tuple[int, np.ndarray, str |
 class InspectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prefix: str = Field(description="dataset prefix (PREFIX.bin/.idx; the .bin or .idx path also works)",
+    prefix: str = Field(description="dataset prefix (PREFIX.bin/.idx; the .bin or .idx path also works; a local path or an "
+                        "fsspec URL: s3://bucket/data/en)",
                         json_schema_extra=cli_option(positional=True, metavar="PREFIX"))
     tokenizer: str | None = Field(default=None, description="tokenizer.json or directory, to decode the first documents")
     docs: int = Field(default=3, description="how many documents to show")

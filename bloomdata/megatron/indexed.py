@@ -23,6 +23,8 @@ several sequences per document read fine.
 Design notes:
 - The reader validates the header and the file sizes before mapping anything, so a truncated or corrupt
   file raises ``BloomstackError`` naming it instead of crashing the interpreter or returning garbage.
+- A remote prefix (any fsspec URL: ``s3://bucket/data/en``, ``https://...``; ``bloomdata.readers.fs``) is read
+  without a local copy: its .idx whole in one request, its .bin by byte range, one ranged request per ``get``.
 - The writer keeps sizes in typed arrays (4 B + 8 B per document, not Python ints: Megatron's list-based
   builders OOM at tens of millions of documents) and computes pointers with a vectorised scan at the end.
 - Writes are atomic (``bloomdata.durable``): data goes to ``*.tmp-<pid>-<random>`` files which are fsynced
@@ -44,6 +46,7 @@ import numpy as np
 
 from bloomdata import durable
 from bloomdata.errors import BloomstackError
+from bloomdata.readers import fs
 
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
 INDEX_VERSION = 1
@@ -80,15 +83,19 @@ def dataset_exists(prefix: str | os.PathLike) -> bool:
     return os.path.isfile(index_file_path(prefix)) and os.path.isfile(data_file_path(prefix))
 
 
-def _read_header(path: str) -> tuple[np.dtype, int, int]:
-    """(dtype, S, D) from an .idx header, validated."""
+def _read_header(path: str) -> bytes:
+    """The first HEADER_SIZE bytes of a local .idx (fewer when it is shorter)."""
     try:
         with open(path, "rb") as f:
-            header = f.read(HEADER_SIZE)
+            return f.read(HEADER_SIZE)
     except FileNotFoundError:
         raise BloomstackError(f"{path}: index file not found (expected PREFIX.idx next to PREFIX.bin)") from None
     except OSError as exc:
         raise BloomstackError(f"{path}: cannot read index file ({exc.strerror})") from None
+
+
+def _parse_header(path: str, header: bytes) -> tuple[np.dtype, int, int]:
+    """(dtype, S, D) from an .idx header, validated."""
     if len(header) < HEADER_SIZE or header[:9] != INDEX_MAGIC:
         raise BloomstackError(
             f"{path}: not a Megatron MMIDIDX index (bad magic or shorter than the {HEADER_SIZE}-byte header); "
@@ -102,6 +109,17 @@ def _read_header(path: str) -> tuple[np.dtype, int, int]:
         raise BloomstackError(f"{path}: unknown dtype code {code} in the index header (file is corrupt)")
     seq_count, doc_count = struct.unpack("<QQ", header[18:34])
     return np.dtype(DTYPE_CODES[code]), seq_count, doc_count
+
+
+def _index_buffer(idx_path: str) -> tuple[bytes, np.ndarray | bytes, int]:
+    """(header, buffer of the whole index, its size in bytes): a local .idx memory-mapped, a remote one (any fsspec
+    URL) read whole in one request (12 B per sequence, 8 B per document)."""
+    if fs.is_remote(idx_path):
+        index = fs.read_bytes(idx_path)
+        return index[:HEADER_SIZE], index, len(index)
+    header = _read_header(idx_path)
+    size = os.path.getsize(idx_path)
+    return header, (np.memmap(idx_path, mode="r", dtype=np.uint8) if size else b""), size
 
 
 class IndexedDataset:
@@ -118,8 +136,8 @@ class IndexedDataset:
 
     def _open(self) -> None:
         idx_path, bin_path = index_file_path(self.prefix), data_file_path(self.prefix)
-        dtype, seq_count, doc_count = _read_header(idx_path)
-        idx_size = os.path.getsize(idx_path)
+        header, buf, idx_size = _index_buffer(idx_path)
+        dtype, seq_count, doc_count = _parse_header(idx_path, header)
         expected = HEADER_SIZE + 12 * seq_count + 8 * doc_count
         # megatron-core multimodal files carry S trailing mode bytes, which we ignore.
         if idx_size not in (expected, expected + seq_count):
@@ -128,19 +146,19 @@ class IndexedDataset:
                 f"({seq_count} sequences, {doc_count} document entries): the file is truncated or corrupt; "
                 "rebuild it"
             )
-        if not os.path.isfile(bin_path):
+        if not fs.isfile(bin_path):
             raise BloomstackError(f"{bin_path}: data file not found next to {idx_path}")
         self.dtype = dtype
-        self._index_mmap = np.memmap(idx_path, mode="r", dtype=np.uint8) if idx_size else None
-        buf = self._index_mmap if self._index_mmap is not None else b""
+        self._index_mmap = buf  # kept: the arrays below are views of it
         s, d = seq_count, doc_count
         self.sizes = np.frombuffer(buf, dtype="<i4", count=s, offset=HEADER_SIZE)
         self.pointers = np.frombuffer(buf, dtype="<i8", count=s, offset=HEADER_SIZE + 4 * s)
         self.document_indices = np.frombuffer(buf, dtype="<i8", count=d, offset=HEADER_SIZE + 12 * s)
+        self.idx_bytes, self.bin_bytes = idx_size, fs.input_bytes(bin_path)
         self._validate(idx_path, bin_path)
-        bin_size = os.path.getsize(bin_path)
-        # np.memmap refuses empty files; an empty dataset has nothing to map.
-        self._bin_mmap = np.memmap(bin_path, mode="r", dtype=np.uint8) if bin_size else np.zeros(0, np.uint8)
+        # a remote .bin is read by byte range, sequence by sequence (get); np.memmap refuses empty files
+        self._bin_mmap: np.ndarray | None = None if fs.is_remote(bin_path) else \
+            np.memmap(bin_path, mode="r", dtype=np.uint8) if self.bin_bytes else np.zeros(0, np.uint8)
 
     def _validate(self, idx_path: str, bin_path: str) -> None:
         s = len(self.sizes)
@@ -151,7 +169,7 @@ class IndexedDataset:
                 "the index is corrupt or was written by an old tool (rebuild it)"
             )
         itemsize = self.dtype.itemsize
-        bin_size = os.path.getsize(bin_path)
+        bin_size = self.bin_bytes
         if s == 0:
             expected_bin = 0
         else:
@@ -198,6 +216,10 @@ class IndexedDataset:
         if offset < 0 or length < 0 or offset + length > size:
             raise IndexError(f"window [{offset}, {offset + length}) outside sequence {i} of length {size}")
         start = int(self.pointers[i]) + offset * self.dtype.itemsize
+        if self._bin_mmap is None:  # remote: one ranged request for the window
+            end = start + length * self.dtype.itemsize
+            data = fs.read_bytes(data_file_path(self.prefix), start, end) if length else b""
+            return np.frombuffer(data, dtype=self.dtype, count=length)
         return np.frombuffer(self._bin_mmap, dtype=self.dtype, count=length, offset=start)
 
     @overload

@@ -208,3 +208,12 @@ def read_text(path: str) -> str:
     """A small file's text (``state.json``, ``dataset_dict.json``)."""
     with open_input(path, PLAN_BLOCK) as fh:
         return fh.read().decode("utf-8")
+
+
+def read_bytes(path: str, start: int | None = None, end: int | None = None) -> bytes:
+    """Bytes ``[start, end)`` of a remote file in one request (a ranged GET; the whole file when both are None)."""
+    fs = filesystem(path)
+    try:
+        return fs.cat_file(path, start=start, end=end)
+    except Exception as exc:
+        raise remote_error(path, exc) from None

@@ -1,16 +1,19 @@
 """`bloomdata inspect`: counts, dtype, histogram and decoded documents match what was written; a corrupt
-dataset is a one-line error."""
+dataset is a one-line error; a remote prefix (s3:// on a local S3 server, http:// with range requests) prints what
+the local one does, its .idx read whole and its documents by byte range."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pytest
 
 from bloomdata.cli import main as cli_main
 from bloomdata.cli.inspect import length_histogram
 from bloomdata.megatron.indexed import IndexedDatasetWriter
 from bloomdata.tokenizer.bpe import eod_id, load_tokenizer
+from tests.harness.object_stores import forget_filesystems, moto_server, s3_env, serve_http, upload
 
 TEXTS = ["Hello world, this is the first document.", "Deuxième document, en français.", "文字 ✓",
          "short", "A much longer document " * 40]
@@ -66,3 +69,39 @@ def test_inspect_corrupt_dataset_is_one_line_error(tmp_path, capsys, small_token
     assert len(err.splitlines()) == 1 and "ds.idx" in err and "truncated" in err
     assert cli_main(["inspect", str(tmp_path / "nothing")]) == 2
     assert "nothing.idx" in capsys.readouterr().err
+
+
+def _inspect(prefix: str, tok_dir, capsys) -> tuple[list[str], dict]:
+    """The report (its first line, naming the prefix, left out) and the JSON statistics (less the prefix) of the
+    first two documents, decoded."""
+    assert cli_main(["inspect", prefix, "--tokenizer", str(tok_dir), "--docs", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"dataset    {prefix.removesuffix('.bin')}"
+    assert cli_main(["inspect", prefix, "--tokenizer", str(tok_dir), "--docs", "2", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats.pop("prefix") == prefix.removesuffix(".bin")
+    return lines[1:], stats
+
+
+@pytest.mark.integration
+def test_inspect_a_remote_prefix_prints_what_the_local_one_does(tmp_path, capsys, small_tokenizer_dir):
+    data = tmp_path / "data"
+    data.mkdir()
+    docs = _build(data / "en", small_tokenizer_dir)
+    local = _inspect(str(data / "en"), small_tokenizer_dir, capsys)
+    assert local[1]["documents"] == len(docs) and local[1]["first_documents"][1]["ids"] == docs[1]
+    with serve_http(data) as (url, counts):
+        assert _inspect(f"{url}/en", small_tokenizer_dir, capsys) == local
+        # per run: the .idx whole (one plain GET), then one ranged GET per document shown
+        assert counts["GET"] == 2 and counts["GET range"] == 4, counts
+    with moto_server() as port, pytest.MonkeyPatch.context() as mp:
+        for key, value in s3_env(port).items():
+            mp.setenv(key, value)
+        upload(port, "bucket", data, "data")
+        forget_filesystems()
+        assert _inspect("s3://bucket/data/en", small_tokenizer_dir, capsys) == local
+        assert _inspect("s3://bucket/data/en.bin", small_tokenizer_dir, capsys) == local
+        assert cli_main(["inspect", "s3://bucket/data/nothing"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "s3://bucket/data/nothing.idx: not found" in err, err
+    forget_filesystems()
