@@ -5,6 +5,7 @@ with credentials from the environment only: a planted secret key appears in noth
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -147,6 +148,22 @@ def _rows_bytes(variant: int) -> bytes:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("name", ["data.jsonl", "data.parquet"])
+def test_fertility_of_s3_and_http_inputs_is_the_local_files(small_tokenizer_dir, local, s3, http, capsys, name):
+    """`bloomdata fertility` of the same file on s3:// and http:// prints the local file's table, row for row."""
+    from bloomdata import cli
+
+    def table(path: str) -> dict:
+        assert cli.main(["fertility", "--tokenizer", str(small_tokenizer_dir), "--input", path, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    reference = table(str(local / name))
+    assert len(reference["rows"]) > 2 and reference["rows"][-1]["tokens"] > 1000  # languages and (all)
+    assert table(f"s3://corpus/in/{name}") == reference
+    assert table(f"{http[0]}/{name}") == reference
+
+
+@pytest.mark.integration
 def test_dask_workers_read_s3(tmp_path, small_tokenizer_dir, local, s3):
     """Two worker processes started with the environment (the endpoint and key) build the local bytes."""
     reference = _build(tmp_path, small_tokenizer_dir, str(local / "data.jsonl"), "local")
@@ -203,6 +220,9 @@ def test_a_planted_secret_key_appears_in_nothing_the_runs_write(tmp_path, small_
                                         "paths; globs must match at least one file)")
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert len(written) > 10
+    for out in ("data", "clean", "tok"):  # each of build, clean and train-tokenizer wrote its outputs
+        assert any(p.is_relative_to(tmp_path / out) for p in written), out
+    assert (tmp_path / "tok" / "tokenizer.json").is_file() and list((tmp_path / "data").glob("*.idx"))
     for path in written:
         data = path.read_bytes()
         assert PLANTED_SECRET.encode() not in data, path
