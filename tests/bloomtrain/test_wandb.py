@@ -72,6 +72,7 @@ def _run(tmp_path: Path, iters: int) -> dict:
     return run_distributed(train_rank, 1, overrides, timeout_s=300)[0]
 
 
+@pytest.mark.integration
 def test_offline_run_holds_the_losses_and_config_and_a_resume_continues_it(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
