@@ -48,6 +48,9 @@ class MegatronArgs:
     vocab_file: str | None = None
     merge_file: str | None = None
     append_eod: bool = False
+    split_sentences: bool = False
+    keep_newlines: bool = False
+    lang: str = "english"
     progress: bool = True
     encoder: EncoderKind = "auto"  # not preprocess_data.py's: bloomdata.tokenizer.encoder.load_encoder's kind
 
@@ -135,3 +138,18 @@ def describe(summaries: dict[str, BuildSummary], prefix: str) -> str:
         lines.append(f"{prefix}_{key}_document.bin/.idx: {s.documents:,} documents, {s.tokens:,} tokens ({state}; "
                      f"work files in {s.out_dir})")
     return "\n".join(lines)
+
+
+def preprocess_sentences(args: MegatronArgs) -> str:
+    """``--split-sentences``: ``<prefix>_<key>_sentence.bin/.idx`` (bloomdata.build.megatron_sentences); one line
+    per key saying what was written."""
+    from bloomdata.build.megatron_sentences import sentence_splitter, write_sentences
+
+    splitter = sentence_splitter(args.lang, args.keep_newlines)  # before anything is written: NLTK and its data
+    keys = list(dict.fromkeys(args.json_keys))
+    targets = {key: f"{args.output_prefix}_{key}_sentence" for key in keys}
+    tokenizer, eod = _tokenizer(args, Path(f"{args.output_prefix}_sentence.build"))
+    documents = write_sentences(args.input, targets, tokenizer, eod if args.append_eod else None, splitter,
+                                args.encoder)
+    return "\n".join(f"{target}.bin/.idx: {documents:,} documents, split into sentences"
+                     for target in targets.values())

@@ -6,8 +6,10 @@
 writes ``data/my-gpt_text_document.bin/.idx``, byte-identical to what preprocess_data.py writes for the same
 command (docs/megatron-data.md), through ``bloomdata build`` (``bloomdata.build.megatron_preprocess``). Flags are
 parsed as preprocess_data.py parses them; ``--partitions`` (with ``--keep-sequential-samples``, or 1),
-``--log-interval``, ``--lang`` and ``--legacy-tokenizer`` are accepted and change nothing in the output (the build
-has its own parallelism and progress bar). A flag of preprocess_data.py we do not implement, or any other, is one
+``--log-interval`` and ``--legacy-tokenizer`` are accepted and change nothing in the output (the build has its own
+parallelism and progress bar). ``--split-sentences`` (with ``--lang``, ``--keep-newlines``) writes
+``PREFIX_<key>_sentence.bin/.idx`` where NLTK and its punkt_tab data are installed, else is one line naming the
+install (``bloomdata.build.megatron_sentences``). A flag of preprocess_data.py we do not implement, or any other, is one
 line naming it (exit 2).
 """
 
@@ -16,7 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bloomdata.build.megatron_preprocess import TOKENIZER_TYPES, MegatronArgs, describe, preprocess
+from bloomdata.build.megatron_preprocess import (
+    TOKENIZER_TYPES,
+    MegatronArgs,
+    describe,
+    preprocess,
+    preprocess_sentences,
+)
 from bloomdata.errors import BloomstackError
 from bloomdata.tokenizer.encoder import ENCODER_HELP
 
@@ -26,8 +34,10 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--input", required=True, help="input file, directory, glob or URL (JSON lines)")
     p.add_argument("--json-keys", nargs="+", default=["text"], help="keys to extract from the json (one output each)")
-    p.add_argument("--split-sentences", action="store_true", help="not supported: refused in one line")
-    p.add_argument("--keep-newlines", action="store_true", help="with --split-sentences only")
+    p.add_argument("--split-sentences", action="store_true", help="one sequence per sentence (NLTK's Punkt, its "
+                   "punkt_tab data installed): writes PREFIX_<key>_sentence.bin/.idx")
+    p.add_argument("--keep-newlines", action="store_true", help="with --split-sentences: newlines stay in the "
+                   "sentences")
     p.add_argument("--append-eod", action="store_true", help="append the eod token to every document")
     p.add_argument("--lang", default="english", help="NLTK's sentence-splitting language (with --split-sentences)")
     p.add_argument("--output-prefix", required=True, help="PREFIX: writes PREFIX_<key>_document.bin/.idx")
@@ -53,10 +63,6 @@ def _refuse(args: argparse.Namespace, unknown: list[str]) -> None:
         raise BloomstackError(f"{flags[0]}: not supported by bloomdata megatron-preprocess (it takes preprocess_data"
                               ".py's --input, --output-prefix, --json-keys, --tokenizer-type, --tokenizer-model, "
                               "--vocab-file, --merge-file, --append-eod, --workers, --partitions, --log-interval)")
-    if args.split_sentences or args.keep_newlines:
-        flag = "--split-sentences" if args.split_sentences else "--keep-newlines"
-        raise BloomstackError(f"{flag}: not supported by bloomdata megatron-preprocess (sentence-level datasets, "
-                              "PREFIX_<key>_sentence, are not written); drop it for document-level datasets")
     if args.partitions > 1 and not args.keep_sequential_samples:
         raise BloomstackError(f"--partitions {args.partitions} without --keep-sequential-samples: preprocess_data.py "
                               "deals the lines out to the partitions in turn, reordering the documents; add "
@@ -68,12 +74,15 @@ def _refuse(args: argparse.Namespace, unknown: list[str]) -> None:
 def main(argv: list[str]) -> int:
     args, unknown = parser().parse_known_args(argv)
     _refuse(args, unknown)
-    summaries = preprocess(MegatronArgs(
+    margs = MegatronArgs(
         input=args.input, output_prefix=args.output_prefix, workers=args.workers, tokenizer_type=args.tokenizer_type,
         json_keys=args.json_keys, tokenizer_model=args.tokenizer_model, vocab_file=args.vocab_file,
         merge_file=args.merge_file, append_eod=args.append_eod, progress=args.progress,
-        encoder=args.encoder))
-    print(describe(summaries, args.output_prefix))
+        encoder=args.encoder, split_sentences=args.split_sentences, keep_newlines=args.keep_newlines, lang=args.lang)
+    if margs.split_sentences:
+        print(preprocess_sentences(margs))
+    else:
+        print(describe(preprocess(margs), args.output_prefix))
     return 0
 
 

@@ -294,6 +294,7 @@ class IndexedDatasetWriter:
         except OSError as exc:
             raise BloomstackError(f"{parent}: cannot write the dataset there ({exc.strerror})") from None
         self._sizes = array("i")  # int32, 4 B per sequence
+        self._documents: array | None = None  # document ends (int64), once add_sentences is used
         self._max_token = np.iinfo(self.dtype).max if self.dtype.kind in "iu" else None
         self.skipped_empty = 0
         self._done = False
@@ -328,6 +329,21 @@ class IndexedDatasetWriter:
         self._sizes.extend(kept.astype(np.int32).tolist())
         return len(kept)
 
+    def add_sentences(self, tokens: Sequence[int] | np.ndarray, lengths: Sequence[int]) -> None:
+        """Append one document of ``len(lengths)`` sequences (Megatron-LM's sentence-level datasets: sequence i is
+        the next ``lengths[i]`` tokens). A document without sequences is kept, as megatron-core's builder keeps it
+        (its document index repeats). A writer given this takes no ``add_document``/``add_flat``."""
+        arr = np.asarray(tokens, dtype=np.int64)
+        if sum(lengths) != arr.size or any(n <= 0 for n in lengths):
+            raise ValueError(f"sentence lengths {list(lengths)[:8]} do not cut the {arr.size} tokens given")
+        if arr.size and self._max_token is not None and arr.max() > self._max_token:
+            raise BloomstackError(f"{self.prefix}: token id {int(arr.max())} does not fit dtype {self.dtype.name}")
+        if self._documents is None:
+            self._documents = array("q", range(1, len(self._sizes) + 1))
+        self._bin.write(arr.astype(self.dtype).tobytes(order="C"))
+        self._sizes.extend(lengths)
+        self._documents.append(len(self._sizes))
+
     def add_documents(self, documents: Iterable[Sequence[int] | np.ndarray]) -> int:
         """Append several documents; returns how many were written (empty ones are skipped)."""
         return sum(self.add_document(d) for d in documents)
@@ -340,7 +356,11 @@ class IndexedDatasetWriter:
         durable.sync_file(self._bin)
         self._bin.close()
         sizes = np.frombuffer(self._sizes, dtype=np.int32) if len(self._sizes) else np.zeros(0, np.int32)
-        _write_index(self._tmp_idx, self.dtype, sizes, np.arange(len(sizes) + 1, dtype=np.int64))
+        documents = np.arange(len(sizes) + 1, dtype=np.int64) if self._documents is None else \
+            np.concatenate([[0], np.frombuffer(self._documents, dtype=np.int64)]).astype(np.int64)
+        if documents[-1] != len(sizes):
+            raise ValueError(f"{self.prefix}: add_sentences and add_document mixed on one writer")
+        _write_index(self._tmp_idx, self.dtype, sizes, documents)
         _publish(self._tmp_bin, self._tmp_idx, self.prefix)
         self._done = True
 
