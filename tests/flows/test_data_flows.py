@@ -1,4 +1,5 @@
-"""tokenizer_flow and dataset_flow on a 3-language slice of the demo corpus, on the shared Prefect server.
+"""tokenizer_flow and dataset_flow on a 3-language slice of the demo corpus, on the shared Prefect server (local
+files, and the same files on s3:// through a local S3 server).
 
 Checks the real outputs (a tokenizer that round-trips, per-language .bin/.idx whose token counts match a
 direct encode), the artifacts, the stage skip on rerun and the rebuild when the tokenizer changes.
@@ -83,3 +84,50 @@ def test_tokenizer_then_dataset(prefect_harness, tmp_path, dask_address):
     # A different upstream (a retrained tokenizer) rebuilds the datasets.
     rebuilt = dataset_flow(build, upstream=["another-tokenizer"])
     assert rebuilt.key != data.key and not rebuilt.skipped
+
+
+def test_tokenizer_and_dataset_flows_read_s3(prefect_harness, tmp_path, dask_address):
+    """The same flows on s3:// sources (moto's local S3 server, endpoint and a planted secret key in the environment):
+    the tokenizer and the datasets are the local sources' bytes, a rerun skips both stages, and the secret is in no
+    file the flows wrote."""
+    import shutil
+
+    from bloomdata.build import run_build
+    from bloomdata.tokenizer.bpe import train_tokenizer
+    from bloomdata.config_loader import derive
+    from tests.harness.object_stores import PLANTED_SECRET, forget_filesystems, moto_server, s3_env, upload
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for lang in LANGS:
+        shutil.copy(CORPUS / f"{lang}.jsonl.gz", corpus)
+    remote = [SourceConfig(paths=[f"s3://corpus/demo/{lang}.jsonl.gz"], lang=lang) for lang in LANGS]
+
+    def tok_config(sources, out):
+        return TokenizerTrainConfig(sources=sources, out_dir=str(tmp_path / out), vocab_size=400,
+                                    byte_budget=150_000, min_frequency=2, show_progress=False)
+
+    with moto_server() as port, pytest.MonkeyPatch.context() as mp:
+        for key, value in s3_env(port).items():
+            mp.setenv(key, value)
+        upload(port, "corpus", corpus, "demo")
+        forget_filesystems()
+        tok = tokenizer_flow(tok_config(remote, "tok"), fertility_docs_per_lang=20)
+        build = BuildConfig(sources=remote, tokenizer=tok.result.tokenizer_dir, out_dir=str(tmp_path / "data"),
+                            append_eod=True, scheduler=dask_address, progress=False)
+        data = dataset_flow(build, upstream=[tok.key])
+        assert tokenizer_flow(tok_config(remote, "tok"), fertility_docs_per_lang=20).skipped
+        assert dataset_flow(build, upstream=[tok.key]).key == data.key
+    forget_filesystems()
+    local_tok = tmp_path / "tok-local"
+    train_tokenizer(tok_config(_sources(), "tok-local"))
+    assert (tmp_path / "tok" / "tokenizer.json").read_bytes() == (local_tok / "tokenizer.json").read_bytes()
+    run_build(derive(build, sources=_sources(), out_dir=str(tmp_path / "data-local"), scheduler=None, workers=0))
+    for lang in LANGS:
+        assert data.result.outputs[lang].tokens > 1000
+        for suffix in (".bin", ".idx"):
+            assert (tmp_path / "data" / f"{lang}{suffix}").read_bytes() == \
+                (tmp_path / "data-local" / f"{lang}{suffix}").read_bytes(), (lang, suffix)
+    for path in (tmp_path / "tok", tmp_path / "data"):
+        for file in path.rglob("*"):
+            assert not file.is_file() or PLANTED_SECRET.encode() not in file.read_bytes(), file
