@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -161,6 +162,37 @@ def test_fertility_of_s3_and_http_inputs_is_the_local_files(small_tokenizer_dir,
     assert len(reference["rows"]) > 2 and reference["rows"][-1]["tokens"] > 1000  # languages and (all)
     assert table(f"s3://corpus/in/{name}") == reference
     assert table(f"{http[0]}/{name}") == reference
+
+
+@pytest.mark.integration
+def test_clean_and_train_tokenizer_of_s3_and_http_inputs_are_the_local_files(tmp_path, corpus_dir, s3):
+    """`clean` keeps the same documents in the same files, `train-tokenizer` writes the same tokenizer.json, whether
+    a corpus file (real sentences) is local, on s3:// or on http://."""
+    import boto3
+
+    from bloomdata.clean import DATA_DIR, CleanConfig, run_clean
+    from bloomdata.tokenizer.bpe import TokenizerTrainConfig, train_tokenizer
+
+    def clean(path: str, out: Path) -> list[tuple[str, bytes]]:
+        """The output parts in order, their names less the hash of the input's path (a URL is another name)."""
+        run_clean(CleanConfig(sources=[SourceConfig(paths=[path])], out_dir=str(out), progress=False, workers=0,
+                              max_rows_per_shard=40))
+        return [(re.sub(r"-[0-9a-f]{10}(?=\.jsonl\.zst$)", "", str(p.relative_to(out))), p.read_bytes())
+                for p in sorted((out / DATA_DIR).rglob("*")) if p.is_file()]
+
+    def tokenizer(path: str, out: Path) -> bytes:
+        train_tokenizer(TokenizerTrainConfig(sources=[SourceConfig(paths=[path])], out_dir=str(out), vocab_size=300,
+                                             show_progress=False))
+        return (out / "tokenizer.json").read_bytes()
+
+    local_file = corpus_dir / "en.jsonl"
+    boto3.client("s3").put_object(Bucket="corpus", Key="real/en.jsonl", Body=local_file.read_bytes())
+    kept, tok = clean(str(local_file), tmp_path / "clean-local"), tokenizer(str(local_file), tmp_path / "tok")
+    assert len(kept) > 1 and b'"merges"' in tok
+    with serve_http(corpus_dir) as (url, _):
+        for protocol, remote in {"s3": "s3://corpus/real/en.jsonl", "http": f"{url}/en.jsonl"}.items():
+            assert clean(remote, tmp_path / f"clean-{protocol}") == kept, protocol
+            assert tokenizer(remote, tmp_path / f"tok-{protocol}") == tok, protocol
 
 
 @pytest.mark.integration
