@@ -234,6 +234,28 @@ def test_other_configurations_use_hf(small_tokenizer_dir, tmp_path, change):
     assert isinstance(load_encoder(small_tokenizer_dir, "hf"), HFEncoder)
 
 
+def test_module_not_built_falls_back_in_one_line_and_a_bad_kind_names_the_key(small_tokenizer_dir, monkeypatch):
+    """Without the C++ module (a wheel built without a compiler) auto is HF's encoder, said in one line, by the
+    loader and by the build's driver alike; a kind other than auto or hf names the encoder key."""
+    import sys
+
+    from bloomdata.errors import BloomstackError
+    from bloomdata.tokenizer.encoder import resolve_kind
+
+    import bloomdata
+
+    monkeypatch.delattr(bloomdata, "_bpe_encoder", raising=False)
+    monkeypatch.setitem(sys.modules, "bloomdata._bpe_encoder", None)  # import raises ImportError
+    with pytest.warns(UserWarning, match="_bpe_encoder is not built") as record:
+        encoder = load_encoder(small_tokenizer_dir)
+        kind = resolve_kind(load_tokenizer(small_tokenizer_dir), "auto", "tok")
+    assert isinstance(encoder, HFEncoder) and kind == "hf" and len(record) == 2
+    assert all("\n" not in str(r.message) for r in record)
+    with pytest.raises(BloomstackError, match="encoder 'tiktoken': use auto or hf") as info:
+        load_encoder(small_tokenizer_dir, "tiktoken")  # type: ignore[arg-type]
+    assert info.value.keys == ("encoder",)
+
+
 def test_old_merges_format_ignore_merges_and_missing_bytes(small_tokenizer_dir, tmp_path, corpus_texts):
     """BLOOM's own file writes merges as "a b" strings; ignore_merges makes a piece that is a token that token;
     a vocabulary without some bytes (and no unk token) drops them, as HF does."""
