@@ -2,11 +2,10 @@
 
 BLOOM's compute nodes had no internet access, as most HPC clusters: on a machine that reaches the package
 registry, this downloads into DIR the wheels of the project's dependencies (``[project].dependencies``, the
-extras: every one, or those ``--extras`` names), of its build requirements (``[build-system].requires``: setup.py compiles a
-pybind11 extension at install, so an offline install needs setuptools and pybind11 as wheels too), and of torch
-(``--torch-spec`` from ``--torch-index``, or none). ``make install WHEELHOUSE=DIR`` then installs from DIR
-alone (``pip --no-index --find-links DIR``). Standard library and pip only: it runs before anything is
-installed.
+extras: every one, or those ``--extras`` names), of its build requirements (``[build-system].requires``: setup.py
+compiles a pybind11 extension at install, so an offline install needs setuptools and pybind11 as wheels too), and of
+torch (``--torch-spec`` from ``--torch-index``, or none). ``make install WHEELHOUSE=DIR`` then installs from DIR alone
+(``pip --no-index --find-links DIR``). Standard library and pip only: it runs before anything is installed.
 
 Steps, all through pip (its index, certificates and proxy settings are the machine's):
 
@@ -159,7 +158,8 @@ def make(args: argparse.Namespace) -> dict:
     pip("download", "--no-deps", "--only-binary=:all:", *flags, "--find-links", str(out), "-d", str(out),
         "-r", str(out / "requirements.txt"))
     wheels = sorted(out.glob("*.whl"))
-    record = {"out": str(out), "python_version": args.python_version or f"{sys.version_info.major}.{sys.version_info.minor}",
+    record = {"out": str(out),
+              "python_version": args.python_version or f"{sys.version_info.major}.{sys.version_info.minor}",
               "platforms": args.platform or ["this machine's"], "extras": extras, "torch": torch_pin,
               "packages": len(pins), "wheels": len(wheels), "bytes": sum(p.stat().st_size for p in wheels),
               "seconds": round(time.monotonic() - started, 1)}

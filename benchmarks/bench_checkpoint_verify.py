@@ -41,8 +41,9 @@ def _overrides(a: argparse.Namespace, ckpt: str) -> list[str]:
     return [
         "model.preset=tiny", f"model.num_layers={a.layers}", f"model.hidden_size={a.hidden}",
         f"model.num_heads={a.heads}", f"model.vocab_size={a.vocab}", f"model.pad_vocab_size_to={a.vocab}",
-        f"optim.precision={a.precision}", "optim.force_bf16=true", "schedule.micro_batch_size=1", "schedule.global_batch_size=1",
-        "schedule.train_iters=1", "schedule.warmup_samples=0", "schedule.decay_samples=1000", "logging.eval_interval=null",
+        f"optim.precision={a.precision}", "optim.force_bf16=true", "schedule.micro_batch_size=1",
+        "schedule.global_batch_size=1", "schedule.train_iters=1", "schedule.warmup_samples=0",
+        "schedule.decay_samples=1000", "logging.eval_interval=null",
         "logging.tensorboard=false", "data.synthetic_samples=8", f"checkpoint.dir={ckpt}", "checkpoint.save_interval=1",
         "model.kernels=torch",
     ]
@@ -76,8 +77,8 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=12)
     parser.add_argument("--vocab", type=int, default=50_304)
     parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
-                        help="bf16: BLOOM's (DeepSpeed's BF16 optimizer with ZeRO-1: fp32 master weights and moments in "
-                             "optimizer files, bf16 weights in layer files); fp32: the tests' exact mode")
+                        help="bf16: BLOOM's (DeepSpeed's BF16 optimizer with ZeRO-1: fp32 master weights and moments "
+                             "in optimizer files, bf16 weights in layer files); fp32: the tests' exact mode")
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--cold", action="store_true", help="evict the checkpoint from the page cache before each load")
     a = parser.parse_args()
@@ -151,7 +152,8 @@ def report(size: int, build_s: float, a: argparse.Namespace, times: dict[str, li
                          "after_build_over_unchecked": round(med["after_build"] / base, 4)}
     wall, cpu = result["wall"], result["cpu"]
     print(f"digest check of {size / 1e6:.0f} MB ({a.precision}, {result['page_cache']} page cache, medians of "
-          f"{a.repeats}): the check alone {wall['check_alone_s']:.3f} s wall = {100 * wall['check_alone_over_load']:.1f}% "
+          f"{a.repeats}): the check alone {wall['check_alone_s']:.3f} s wall = "
+          f"{100 * wall['check_alone_over_load']:.1f}% "
           f"of a load without it ({wall['unchecked_s']:.3f} s; CPU {100 * cpu['check_alone_over_load']:.1f}%); a load "
           f"that checks inline: {wall['inline_over_unchecked']:.3f}x; a load whose check ran during the engine build "
           f"({build_s:.1f} s): {wall['after_build_over_unchecked']:.3f}x; CPU: {cpu['inline_over_unchecked']:.3f}x, "

@@ -275,13 +275,15 @@ def main() -> int:
     for preset in args.presets:
         row = "whole stage" if preset == "default" else f"whole stage ({preset})"
         wall, cpu = best(lambda p=preset: kept.update({p: ours_whole(path, work / f"ours-{p}", p)[0]}), repeat)
-        rows[row] = {"bloomdata": {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "mb_per_cpu_s": round(size / cpu, 2),
+        rows[row] = {"bloomdata": {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                                   "mb_per_cpu_s": round(size / cpu, 2),
                                    "us_per_doc": round(cpu / len(docs) * 1e6, 1), "documents_kept": kept[preset]}}
     if not args.no_datatrove:
         wall, cpu = best(lambda: kept.update(datatrove=datatrove_whole(path, work / "datatrove")), repeat)
         rows["whole stage"]["datatrove"] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
                                             "mb_per_cpu_s": round(size / cpu, 2), "documents_kept": kept["datatrove"]}
-    print(f"\n{'step':<20} {'bloomdata MB/s/core':>20} {'datatrove MB/s/core':>20} {'ratio':>7}   (CPU s: ours / datatrove)")
+    print(f"\n{'step':<20} {'bloomdata MB/s/core':>20} {'datatrove MB/s/core':>20} {'ratio':>7}"
+          "   (CPU s: ours / datatrove)")
     for step, sides_ in rows.items():
         ours, theirs = sides_["bloomdata"], sides_.get("datatrove")
         ratio = f"{ours['mb_per_cpu_s'] / theirs['mb_per_cpu_s']:.2f}x" if theirs else "-"

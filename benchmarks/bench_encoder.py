@@ -74,8 +74,9 @@ def script_texts(script: str, mb: float, seed: int = 0) -> list[str]:
 
 
 def encode_all(encoder, texts: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, CPU seconds, ids) of encoding ``texts`` in batches of ``BATCH``. HF's side is its bare ``encode_batch_fast``
-    and ``.ids`` of each encoding (what bench_build.py's ceiling times), not our HFEncoder's array packing."""
+    """(wall seconds, CPU seconds, ids) of encoding ``texts`` in batches of ``BATCH``. HF's side is its bare
+    ``encode_batch_fast`` and ``.ids`` of each encoding (what bench_build.py's ceiling times), not our HFEncoder's array
+    packing."""
     start, cpu, total = time.perf_counter(), time.process_time(), 0
     hf = getattr(encoder, "tokenizer", None)
     for lo in range(0, len(texts), BATCH):
@@ -180,7 +181,8 @@ def make_tokenizer(args, tmp: Path) -> str:
         from bloomdata.tokenizer.bpe import save_tokenizer
         from tests.bloomdata.encoder_vocab import bloom_size_tokenizer
 
-        texts = [json.loads(line)["text"] for f in sorted(CORPUS.glob("*.jsonl")) for line in f.read_text().splitlines()]
+        texts = [json.loads(line)["text"]
+                 for f in sorted(CORPUS.glob("*.jsonl")) for line in f.read_text().splitlines()]
         save_tokenizer(bloom_size_tokenizer(texts), out)
         return str(out)
     from bloomdata.readers import SourceConfig

@@ -88,7 +88,8 @@ def megatron_build(sizes: np.ndarray, documents: np.ndarray, seq_length: int, nu
 
 
 def ours_build(sizes, documents, seq_length, num_samples, seed):
-    arrays, _, times = build_gpt_indices(documents, sizes, num_samples, SampleSettings(seq_length, seed, "core", backend="cpp"))
+    arrays, _, times = build_gpt_indices(documents, sizes, num_samples,
+                                         SampleSettings(seq_length, seed, "core", backend="cpp"))
     return arrays, times
 
 
@@ -267,8 +268,8 @@ def bench_cached(entries: int, epochs: int, seq_length: int, seed: int, runs: Ru
     print(row("hit: load (+ check)", h_theirs["end_to_end"], h_ours["end_to_end"]))
     print(row("total CPU time, cold", t_theirs["cpu"], t_ours["cpu"]))
     print(f"  content check (xxh3-128 of {nbytes / 1e6:.0f} MB): {check_save * 1e3:.1f} ms in memory at save, "
-          f"{check_load * 1e3:.1f} ms mapped at load = {100 * check_save / build:.1f}% / {100 * check_load / build:.1f}% "
-          f"of our build alone ({build:.3f} s, no files)")
+          f"{check_load * 1e3:.1f} ms mapped at load = {100 * check_save / build:.1f}% / "
+          f"{100 * check_load / build:.1f}% of our build alone ({build:.3f} s, no files)")
     print(f"  identical arrays: {ok}")
     return t_theirs["end_to_end"], t_ours["end_to_end"], ok
 

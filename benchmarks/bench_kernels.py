@@ -90,7 +90,8 @@ def _cases(device: str, quick: bool, dtype: torch.dtype):
 FWD_BWD_BYTES = {"layer_norm": 2.5, "bias_gelu": 2.5}
 
 
-def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype, copy: float | None = None) -> list[dict]:
+def bench_kernels(device: str, quick: bool, kinds: list[str], dtype: torch.dtype,
+                  copy: float | None = None) -> list[dict]:
     warmup, iters = (2, 5) if quick else (5, 20)
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     peak = peak_gbps(name) if device == "cuda" else None
@@ -156,7 +157,8 @@ def _attention_impls(device: str):
         q, k, v, s, q.shape[-1] ** -0.5, None, 0.1, softmax=get_kernels("torch").alibi_softmax)))
     if device != "cuda":
         return impls
-    impls += [("bloomtrain flash (Triton)", p, lambda q, k, v, s, p=p: flash_attention(q, k, v, s, q.shape[-1] ** -0.5, p))
+    impls += [("bloomtrain flash (Triton)", p,
+               lambda q, k, v, s, p=p: flash_attention(q, k, v, s, q.shape[-1] ** -0.5, p))
               for p in (0.0, 0.1)]
     impls += [("SDPA flash, causal, no ALiBi", p,
                lambda q, k, v, s, p=p: F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p))
@@ -239,7 +241,8 @@ def _model_variants(kinds: list[str]) -> list[tuple[str, str, KernelSet | None]]
     rows.insert(2, ("fused, square attn", "fused",
                     KernelSet("fused-square", fused_layer_norm, fused_bias_gelu, fused_alibi_softmax)))
     rows.insert(3, ("torch, block attn", "torch",
-                    KernelSet("torch-blocks", layer_norm, bias_gelu, alibi_softmax, _blocked_composition(alibi_softmax))))
+                    KernelSet("torch-blocks", layer_norm, bias_gelu, alibi_softmax,
+                              _blocked_composition(alibi_softmax))))
     return rows
 
 

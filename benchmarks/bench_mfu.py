@@ -79,9 +79,10 @@ def fit_layout(tp: int, pp: int, world_size: int) -> tuple[int, int]:
 def overrides(a: argparse.Namespace, log_dir: str, layout: tuple[int, int] = (1, 1)) -> list[str]:
     iters = a.warmup + a.iters + (PROFILED if a.profile else 0)
     out = [f"optim.precision={a.precision}", f"parallel.tp={layout[0]}", f"parallel.pp={layout[1]}",
-           f"schedule.micro_batch_size={a.mbs}", f"schedule.global_batch_size={a.gbs}", "schedule.rampup_batch_size=null",
-           "schedule.train_samples=null", f"schedule.train_iters={iters}", "schedule.warmup_samples=0",
-           f"schedule.decay_samples={iters * a.gbs}", "data.kind=synthetic", "data.blend=null", f"data.synthetic_samples={iters * a.gbs}",
+           f"schedule.micro_batch_size={a.mbs}", f"schedule.global_batch_size={a.gbs}",
+           "schedule.rampup_batch_size=null", "schedule.train_samples=null", f"schedule.train_iters={iters}",
+           "schedule.warmup_samples=0", f"schedule.decay_samples={iters * a.gbs}", "data.kind=synthetic",
+           "data.blend=null", f"data.synthetic_samples={iters * a.gbs}",
            "checkpoint.dir=null", "checkpoint.exit_duration_in_mins=null", f"logging.dir={log_dir}",
            "logging.tensorboard=false", "logging.eval_interval=null"]
     if a.activation_checkpointing is not None:

@@ -113,9 +113,11 @@ def report(corpus: str, result, seconds: float, measured: dict[str, list[float]]
     ok = written.mean() <= prior.mean() + 1e-12
     print(f"  fresh seeds: prior {prior.mean():.4f} (spread {np.ptp(prior):.4f}), written {written.mean():.4f} "
           f"(spread {np.ptp(written):.4f}): prior - written {gain:+.4f} = "
-          f"{gain / spread if spread > 0 else 0:.1f}x the spread (target: written <= prior: {'met' if ok else 'MISSED'})")
-    print("  weights prior -> written: " + ", ".join(f"{d.name} {d.prior:.3f}->{c.weights[d.name]:.3f} "
-                                                    f"({c.epochs[d.name]:.1f} ep)" for d in result.datasets), flush=True)
+          f"{gain / spread if spread > 0 else 0:.1f}x the spread "
+          f"(target: written <= prior: {'met' if ok else 'MISSED'})")
+    print("  weights prior -> written: "
+          + ", ".join(f"{d.name} {d.prior:.3f}->{c.weights[d.name]:.3f} ({c.epochs[d.name]:.1f} ep)"
+                      for d in result.datasets), flush=True)
     return {"corpus": corpus, "proxies": len(result.proxies), "choice": c.model_dump(), "fresh": measured,
             "seconds": seconds, "search": result.model_dump(mode="json")}
 

@@ -129,7 +129,8 @@ def main() -> None:
         print(show("memory", memory), flush=True)
         same = (args.work / "counts" / "tokenizer.json").read_bytes() == \
             (args.work / "memory" / "tokenizer.json").read_bytes()
-        print(f"{mb} MB: tokenizer.json identical: {same}; counts/memory wall {counts['wall_s'] / memory['wall_s']:.2f}, "
+        print(f"{mb} MB: tokenizer.json identical: {same}; "
+              f"counts/memory wall {counts['wall_s'] / memory['wall_s']:.2f}, "
               f"peak tree {counts['tree_mb'] / memory['tree_mb']:.2f}, largest process "
               f"{max(counts['procs_mb']) / max(memory['procs_mb']):.2f}", flush=True)
         if not same:

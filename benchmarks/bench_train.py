@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     ref = bench_reference(a, a.device)
     ours = bench_bloomtrain(a)
     tokens = a.gbs * a.seq
-    rows = [("plain PyTorch + transformers BloomForCausalLM (reference)", ref), ("bloomtrain (DeepSpeed pipeline engine)", ours)]
+    rows = [("plain PyTorch + transformers BloomForCausalLM (reference)", ref),
+            ("bloomtrain (DeepSpeed pipeline engine)", ours)]
     print(f"shape: L={a.layers} h={a.hidden} heads={a.heads} seq={a.seq} vocab={a.vocab} | mbs {a.mbs} gbs {a.gbs} | "
           f"{a.precision} on {a.device}, {torch.get_num_threads()} threads, {a.iters} timed iterations")
     print(f"{'run':<60} {'median step s':>14} {'tokens/s':>10}")

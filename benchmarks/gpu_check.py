@@ -16,8 +16,8 @@ On a machine with CUDA, in order (each a subprocess with its log in OUT/logs/, a
 5. ``mfu-bloom-560m`` and ``mfu-bloom-1b7``: ``bench_mfu.py --anchor``, a training step of each shape on one GPU
    in bf16 at its recipe's own settings (dropout 0.1, recompute as the recipe says; TP = PP = 1): model TFLOP/s
    per GPU as Megatron-LM counts them (bloomtrain.metrics) and MFU against the card's dense bf16 peak, hardware
-   TFLOP/s (the recomputed forwards counted) and HFU, peak memory; and in the same process the plain PyTorch GPT of the same shape
-   (benchmarks/anchor_gpt.py): its tokens/s, MFU and peak memory, and ours over its tokens/s; then two more
+   TFLOP/s (the recomputed forwards counted) and HFU, peak memory; and in the same process the plain PyTorch GPT of the
+   same shape (benchmarks/anchor_gpt.py): its tokens/s, MFU and peak memory, and ours over its tokens/s; then two more
    iterations under torch.profiler (``--profile``): the device's busy share and its time by kernel group.
 
 It writes OUT/gpu_report.json (``GpuReport``: device, driver, torch/CUDA versions, each check's pass/fail and

@@ -34,7 +34,8 @@ def no_space_error(exc: BaseException | None) -> OSError | None:
     on a regular file only a full disk or quota makes one, short of a failing disk or a file size limit."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, OSError) and (exc.errno in NO_SPACE or exc.errno is None and _SHORT_WRITE.fullmatch(str(exc))):
+        if isinstance(exc, OSError) and (exc.errno in NO_SPACE
+                                         or exc.errno is None and _SHORT_WRITE.fullmatch(str(exc))):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__

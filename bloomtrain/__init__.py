@@ -5,7 +5,8 @@
 # through the subpackages). The loop (trainer) imports what its callbacks see from bloomtrain.callbacks.base.
 LAYERS = (
     "wandb_config",  # a section of the config, with no import of wandb
-    "config console environment exit_record measures hf_import bf16_optimizer",  # the typed config; records; formulas; DeepSpeed patches
+    # the typed config; records; formulas; DeepSpeed patches
+    "config console environment exit_record measures hf_import bf16_optimizer",
     "data engine inputs precision provenance recovery schedules generate",
     "train_module metrics agent slurm export plan",
     "trainer launcher",  # the loop; the torchrun agent's launcher

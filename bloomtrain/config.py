@@ -47,9 +47,11 @@ class ParallelConfig(_Frozen):
 
 class OptimConfig(_Frozen):
     precision: Literal["bf16", "fp32"] = "bf16"
-    """bf16: DeepSpeed BF16_Optimizer (fp32 master + fp32 grad accumulation); on a CPU without native bf16 it trains fp32 instead (bloomtrain.precision). fp32: exact, for tests."""
+    """bf16: DeepSpeed BF16_Optimizer (fp32 master + fp32 grad accumulation); on a CPU without native bf16 it trains
+    fp32 instead (bloomtrain.precision). fp32: exact, for tests."""
     force_bf16: bool = False
-    """Keep bf16 on a CPU without native bf16 units (no AVX512-BF16/AMX), where it runs several times slower than the fp32 it falls back to otherwise: for tests of bf16 numerics."""
+    """Keep bf16 on a CPU without native bf16 units (no AVX512-BF16/AMX), where it runs several times slower than the
+    fp32 it falls back to otherwise: for tests of bf16 numerics."""
     lr: float = 6e-5
     """Peak learning rate, reached at the end of the warmup."""
     min_lr: float = 6e-6
@@ -119,9 +121,11 @@ class ValidSetConfig(_Frozen):
     path: str
     """A Megatron dataset prefix (PREFIX.bin/.idx) or a blend YAML (.yaml/.yml) written by `bloomdata blend`."""
     split: str | None = None
-    """Its validation documents: a '949,50,1' split (the second part) or a 'START:END' range; None: a blend YAML's own split/valid_range, for a prefix data.blend's (the documents training held out)."""
+    """Its validation documents: a '949,50,1' split (the second part) or a 'START:END' range; None: a blend YAML's own
+    split/valid_range, for a prefix data.blend's (the documents training held out)."""
     samples: int | None = Field(default=None, ge=1)
-    """Samples each evaluation reads, fewer if the split holds fewer (None: logging.eval_iters x schedule.global_batch_size)."""
+    """Samples each evaluation reads, fewer if the split holds fewer (None: logging.eval_iters x
+    schedule.global_batch_size)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -146,9 +150,11 @@ class DataConfig(_Frozen):
     cache_dir: str | None = None
     """Where the blend's sample indices are cached (None: beside each dataset, as megatron-core)."""
     valid_sets: dict[str, ValidSetConfig] = Field(default_factory=dict)
-    """Named validation sets NAME=PREFIX or NAME=BLEND_YAML (e.g. one per language) evaluated every logging.eval_interval: valid/NAME/loss, ppl, bpb."""
+    """Named validation sets NAME=PREFIX or NAME=BLEND_YAML (e.g. one per language) evaluated every
+    logging.eval_interval: valid/NAME/loss, ppl, bpb."""
     tokenizer: str | None = None
-    """tokenizer.json (or its directory) the data was built with: UTF-8 bytes per token id for the bits per byte of valid_sets."""
+    """tokenizer.json (or its directory) the data was built with: UTF-8 bytes per token id for the bits per byte of
+    valid_sets."""
 
     @field_validator("valid_sets")
     @classmethod
@@ -190,7 +196,8 @@ class CheckpointConfig(_Frozen):
     load: bool = True
     """Resume from ``dir/latest`` when it exists."""
     on_corrupt: Literal["previous", "fail"] = "previous"
-    """When a file of the checkpoint to resume from does not match the digest its save recorded: ``previous`` resumes from the newest earlier checkpoint whose files all verify (and says so); ``fail`` stops."""
+    """When a file of the checkpoint to resume from does not match the digest its save recorded: ``previous`` resumes
+    from the newest earlier checkpoint whose files all verify (and says so); ``fail`` stops."""
     load_universal: bool = False
     """Resume at another TP/PP/DP: ``latest`` is converted with ds_to_universal when its layout differs (unless
     ``latest_universal`` names a conversion of it, e.g. DeepSpeed's ds_to_universal run by hand)."""
@@ -210,11 +217,15 @@ class StabilityConfig(_Frozen):
     inject_nan_at_iters: tuple[int, ...] = ()
     """Drill: make the loss NaN at these iterations (1-based) to exercise the skip path."""
     hang_timeout_s: float | Literal["auto"] | None = "auto"
-    """A rank that finishes no iteration for this long dumps every thread's stack, records a hang and exits (the restart resumes from the last checkpoint); the collective timeouts follow it. auto: hang_floor_s, or 5 x the longest iteration (step, evaluations, checkpoint save) measured in this launch if longer; the first iteration of a launch gets at least 5 x the start-up. null: off."""
+    """A rank that finishes no iteration for this long dumps every thread's stack, records a hang and exits (the restart
+    resumes from the last checkpoint); the collective timeouts follow it. auto: hang_floor_s, or 5 x the longest
+    iteration (step, evaluations, checkpoint save) measured in this launch if longer; the first iteration of a launch
+    gets at least 5 x the start-up. null: off."""
     hang_floor_s: float = Field(default=600.0, gt=0)
     """The least hang_timeout_s=auto waits, in seconds (NCCL's and Megatron's collective timeout)."""
     straggler_factor: float = Field(default=1.5, gt=1)
-    """Name a rank (once per launch, in one console line) whose fastest step over straggler_window log intervals took this many times the median of its peers' fastest (CPU seconds: waiting for a peer costs none)."""
+    """Name a rank (once per launch, in one console line) whose fastest step over straggler_window log intervals took
+    this many times the median of its peers' fastest (CPU seconds: waiting for a peer costs none)."""
     straggler_window: int = Field(default=5, ge=1)
     """Log intervals a rank must stay slow before it is named (bloomtrain.callbacks.stragglers)."""
 
@@ -234,13 +245,15 @@ class LoggingConfig(_Frozen):
     eval_interval: int | None = None
     """Evaluate on the validation blend every this many iterations (None: never)."""
     eval_iters: int = 1
-    """Global batches per evaluation (valid_loss reads the same first validation samples each time; valid_sets as many, spread)."""
+    """Global batches per evaluation (valid_loss reads the same first validation samples each time; valid_sets as many,
+    spread)."""
     tensorboard: bool = True
     """Also write TensorBoard events into logging.dir."""
     peak_tflops: float | None = None
     """Per-device peak (dense bf16) for MFU; None: 312 on A100, 989 on H100, no MFU on CPU."""
     profile_iters: tuple[int, int] | None = None
-    """Profile iterations [first, last] (1-based, inclusive) with torch.profiler: a trace and a table by self time in logging.dir/profile/. None: never."""
+    """Profile iterations [first, last] (1-based, inclusive) with torch.profiler: a trace and a table by self time in
+    logging.dir/profile/. None: never."""
     profile_ranks: tuple[int, ...] = (0,)
     """The global ranks that profile (each writes its own files)."""
     wandb: WandbConfig | None = None
@@ -300,7 +313,8 @@ class TrainConfig(_Frozen):
     seed: int = 42
     """Python/numpy/torch seed (+ 100 x pipeline rank, as Megatron); the weights' init seed is model.init_seed."""
     callbacks: list[CallbackSpec] = Field(default_factory=list)
-    """Your callbacks, run after the trainer's own (before its checkpoint saves) in this order: package.module:ClassName, or {target, args}."""
+    """Your callbacks, run after the trainer's own (before its checkpoint saves) in this order:
+    package.module:ClassName, or {target, args}."""
 
     # --- derived sizes -----------------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ engine feeds to the first stage (inputs) and to the loss on the last stage (labe
 The blend data is built where the data lives (``bloomdata.megatron.builder.DataSplits``, from one config:
 ``data_splits``); this module only asks for the splits. Named validation sets (``data.valid_sets``,
 ``build_valid_sets``) are fixed samples instead of a stream: one epoch of a split's samples is indexed, and a
-fixed number of them, evenly spaced along the split, is read at every evaluation. Their micro-batches (``eval_micro_batches``) follow the same sampler order and pad the
-last group with masked copies, so every layout reads exactly the same samples. ``token_byte_lengths``
-gives the UTF-8 bytes of every token id, for bits per byte.
+fixed number of them, evenly spaced along the split, is read at every evaluation. Their micro-batches
+(``eval_micro_batches``) follow the same sampler order and pad the last group with masked copies, so every layout reads
+exactly the same samples. ``token_byte_lengths`` gives the UTF-8 bytes of every token id, for bits per byte.
 """
 
 from __future__ import annotations
@@ -158,8 +158,10 @@ def build_datasets(cfg: TrainConfig) -> tuple[Samples, Samples | None]:
                 SyntheticSamples(max(1, n // 4), length, vocab, cfg.data.seed + 1))
     s = cfg.schedule
     splits = data_splits(cfg)
-    train = splits.split(Split.TRAIN, s.train_samples if s.train_samples is not None else (s.train_iters or 0) * s.global_batch_size)
-    valid = splits.split(Split.VALID, cfg.logging.eval_iters * s.global_batch_size) if cfg.logging.eval_interval else None
+    train = splits.split(Split.TRAIN, s.train_samples if s.train_samples is not None
+                         else (s.train_iters or 0) * s.global_batch_size)
+    valid = (splits.split(Split.VALID, cfg.logging.eval_iters * s.global_batch_size)
+             if cfg.logging.eval_interval else None)
     assert train is not None  # the train split always exists
     return train, valid
 
@@ -198,7 +200,8 @@ def build_valid_sets(cfg: TrainConfig) -> dict[str, FixedSamples]:
     return sets
 
 
-def per_dataset_valid_sets(blend_yaml: str, seq_length: int, compat: Compat = Compat.CORE) -> tuple[dict[str, str], list[str]]:
+def per_dataset_valid_sets(blend_yaml: str, seq_length: int,
+                           compat: Compat = Compat.CORE) -> tuple[dict[str, str], list[str]]:
     """One validation set per dataset of a blend (a language in the pipeline): ``{name: prefix}`` for those
     whose validation split (``BlendSpec.split_of(Split.VALID)``, with the trainer's ``compat`` arithmetic) holds at
     least one sample of ``seq_length + 1`` tokens, and the names left out (too little held-out text)."""

@@ -2,9 +2,10 @@
 config, without starting a process group, building a model or writing a file.
 
 The world size is ``WORLD_SIZE`` (set it to plan another; default ``tp x pp``: one data-parallel replica). Stages
-are DeepSpeed's own partition of the pipeline's layer specs (``bloomtrain.parallel.pipeline.stage_bounds``). Per tensor-parallel rank a block holds ``(12h^2 + 7h) / t + 6h``
-parameters (the QKV, output and MLP weights and the column-parallel biases split; the row-parallel biases and both
-LayerNorms whole), the embedding ``V h / t`` (plus its LayerNorm on the first stage), the final LayerNorm ``2h``.
+are DeepSpeed's own partition of the pipeline's layer specs (``bloomtrain.parallel.pipeline.stage_bounds``). Per
+tensor-parallel rank a block holds ``(12h^2 + 7h) / t + 6h`` parameters (the QKV, output and MLP weights and the
+column-parallel biases split; the row-parallel biases and both LayerNorms whole), the embedding ``V h / t`` (plus its
+LayerNorm on the first stage), the final LayerNorm ``2h``.
 
 Memory per GPU, in bytes, for P parameters on it and a data-parallel size d:
 

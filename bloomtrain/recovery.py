@@ -14,10 +14,11 @@ The rules:
    anywhere (a retry reads the same config, fills the same disk, reads the same files): stop, exit 2;
 2. the end of the schedule, the kill switch or a signal: stop, exit 0 (nothing left, or a person asked);
 3. the time budget: continue in a new allocation when the attempt saved a newer checkpoint;
-4. a failure, or a hang (a rank saw no finished iteration for ``stability.hang_timeout_s``): torchrun restarts the worker group on the same nodes while restarts remain and every node
-   answers. A lost node stops the attempt at once (torchrun would wait for it in the next rendezvous). After
-   the launch: requeue when the attempt saved a newer checkpoint; without one, torchrun already failed
-   ``max_restarts + 1`` times on these nodes, so stop and name them (a retry would likely fail the same way);
+4. a failure, or a hang (a rank saw no finished iteration for ``stability.hang_timeout_s``): torchrun restarts the
+   worker group on the same nodes while restarts remain and every node answers. A lost node stops the attempt at once
+   (torchrun would wait for it in the next rendezvous). After the launch: requeue when the attempt saved a newer
+   checkpoint; without one, torchrun already failed ``max_restarts + 1`` times on these nodes, so stop and name them (a
+   retry would likely fail the same way);
 5. at most ``max_requeues`` requeues (or flow relaunches) in all.
 """
 
@@ -178,7 +179,8 @@ def hang_cause(views: list[NodeView]) -> str | None:
     elif known and first_it < max(known.values()):
         culprit, why = first, f"behind: its last finished iteration is {first_it}, its peers' {max(known.values())}"
     elif alive:
-        culprit, why = alive[0][0], "still running without an exit record after its peers gave up: stuck outside Python?"
+        culprit = alive[0][0]
+        why = "still running without an exit record after its peers gave up: stuck outside Python?"
     else:
         culprit, why = first, "the first to time out"
     where = f"stacks in {Path(stacks).parent}" if stacks else "no stack file"

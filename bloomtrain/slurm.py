@@ -98,7 +98,8 @@ LATEST={latest}
 MAX_REQUEUES={max_requeues}
 say() {{ echo "bloomtrain slurm: job $SLURM_JOB_ID: $*"; }}
 before=$(cat "$LATEST" 2>/dev/null || true)
-say "attempt $((REQUEUES + 1)) of at most $((MAX_REQUEUES + 1)) on $SLURM_JOB_NODELIST; latest checkpoint: ${{before:-none}}"
+say "attempt $((REQUEUES + 1)) of at most $((MAX_REQUEUES + 1)) on $SLURM_JOB_NODELIST; \
+latest checkpoint: ${{before:-none}}"
 
 # `bash -c` so that $SLURM_LAUNCH_NODE_IPADDR is expanded in each task, not here. The words travel as arguments
 # (the launcher's count first), never through a second round of shell parsing.
@@ -112,7 +113,8 @@ line=$({python} -m bloomtrain.recovery --exit-dir "$BLOOMTRAIN_EXIT_DIR" --retur
     --checkpoint-dir {ckpt} --before "$before" --requeues "$REQUEUES" --max-requeues "$MAX_REQUEUES") || code=$?
 say "$line"
 if [ "$code" -eq {requeue_exit} ]; then
-    scontrol requeue "$SLURM_JOB_ID" || {{ say "scontrol requeue failed; sbatch this script again to continue"; exit 1; }}
+    scontrol requeue "$SLURM_JOB_ID" || {{ say "scontrol requeue failed; sbatch this script again to continue"; \
+exit 1; }}
     exit 0  # Slurm ends this attempt now and starts the job again when nodes are free
 fi
 exit "$code"
@@ -134,7 +136,8 @@ class SlurmConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    config: str = Field(description="training YAML (configs/train/NAME.yaml)", json_schema_extra=cli_option(metavar="YAML"))
+    config: str = Field(description="training YAML (configs/train/NAME.yaml)",
+                        json_schema_extra=cli_option(metavar="YAML"))
     nodes: int = Field(ge=1, description="nodes; one launcher (bloomtrain.launcher) per node")
     gpus_per_node: int = Field(default=8, ge=1, description="processes per node: one per GPU (with --device cpu, "
                                                            "CPU processes)")

@@ -8,9 +8,9 @@ a retry redoes only the unfinished shards. The flow writes exactly what a user r
 removed.jsonl.zst, clean.md and clean.png.
 
 The flow adds skip-or-run (``flows.stages.Stage``, the result being the ``CleanSummary``; the key folds the
-config, minus how it runs, and the input files' sizes and mtimes), a table artifact (per language: documents and bytes in and kept, documents
-removed by each step, addresses redacted) and a Markdown artifact with clean.png, as the blend stage shows
-its chart. ``cleaned_sources`` turns the stage's result into the next stages' sources.
+config, minus how it runs, and the input files' sizes and mtimes), a table artifact (per language: documents and bytes
+in and kept, documents removed by each step, addresses redacted) and a Markdown artifact with clean.png, as the blend
+stage shows its chart. ``cleaned_sources`` turns the stage's result into the next stages' sources.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def clean_flow(config: CleanStageConfig = CleanStageConfig(), upstream: list[str
     done)."""
     out = Path(config.out_dir).resolve()
     # What the output is made of: not how it runs (the output is the same for any workers or cluster).
-    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler", "dashboard"}), upstream=upstream or [],
-                    inputs=input_files(config))
+    key = stage_key(config.model_dump(exclude={"progress", "workers", "scheduler", "dashboard"}),
+                    upstream=upstream or [], inputs=input_files(config))
     stage = Stage("clean", out, key, CleanSummary, config)
     return stage.run(lambda: _clean(derive(config, out_dir=str(out))), publish=clean_artifacts,
                      outputs=lambda cleaned: {"summary": out / "clean_summary.json", "data": cleaned.data_dir})

@@ -5,8 +5,8 @@ hints), so every field has a default that runs the embedded demo on a 2-core CPU
 the UI shows. Library configs are embedded as they are, not re-declared, so a field added to the trainer
 is a flow parameter at once: ``TokenizerTrainConfig``, ``BuildConfig`` and ``TrainConfig`` directly, the
 clean, blend and export stages as subclasses of ``CleanConfig``, ``BlendConfig`` and ``ExportConfig`` that
-only change defaults (and add the export's samples). A partial dict from the UI or a deployment is completed from the demo's
-defaults by the loader's own merge (``bloomdata.config_loader.complete``), as a YAML file is under a command.
+only change defaults (and add the export's samples). A partial dict from the UI or a deployment is completed from the
+demo's defaults by the loader's own merge (``bloomdata.config_loader.complete``), as a YAML file is under a command.
 
 Paths: each stage writes under its own ``out_dir``; ``PipelineConfig.out_dir`` places them all and the
 pipeline wires each stage's outputs into the next stage's inputs (a user never types a blend path).
@@ -147,9 +147,9 @@ class ExportCheck(BaseModel):
 
 class EvaluateStageConfig(EvaluateConfig):
     """``EvaluateConfig`` (``bloomtrain evaluate``) with the demo's paths, scoring by default each blend dataset's
-    validation documents (``bloomtrain.evaluation.heldout``) instead of ``sources``, plus reference models. In the pipeline,
-    ``models`` is the exported model (named ``exported``), ``blend``/``tokenizer``/``compat``/``out_dir`` are the
-    pipeline's, and a ``context`` left None is the training's sequence length."""
+    validation documents (``bloomtrain.evaluation.heldout``) instead of ``sources``, plus reference models. In the
+    pipeline, ``models`` is the exported model (named ``exported``), ``blend``/``tokenizer``/``compat``/``out_dir`` are
+    the pipeline's, and a ``context`` left None is the training's sequence length."""
 
     models: list[ModelSpec] = Field(default_factory=lambda: [ModelSpec(path="runs/hf", name="exported")],
                                     min_length=1, description="transformers model directories to evaluate")

@@ -3,8 +3,8 @@
 Each flow takes the library's own pydantic config (``TokenizerTrainConfig``, ``BuildConfig``), so the
 deployment parameters are exactly the CLI's options. The flow adds what Prefect is for: retries of
 transient failures (not of user errors, which end the run Failed with their one line: ``flows.failures``),
-skip-or-run by stage marker (``flows.stages.Stage``), typed results (``flows.results``), and artifacts (fertility per language; tokens
-per language; a progress bar while the build runs).
+skip-or-run by stage marker (``flows.stages.Stage``), typed results (``flows.results``), and artifacts (fertility per
+language; tokens per language; a progress bar while the build runs).
 
 Dask: ``dataset_flow`` runs ``bloomdata.build.run_build`` in the flow process, which places one task per
 shard on a fresh ``LocalCluster`` of ``config.workers`` processes, or on an existing cluster when

@@ -44,7 +44,8 @@ class DemoConfig(BaseModel):
         default_factory=list, json_schema_extra=cli_option("--corpus", metavar="PATH"),
         description="your documents instead of the embedded demo corpus: a jsonl[.gz|.zst], parquet, arrow or txt "
                     "file, a directory of them or an HF save_to_disk directory (LANG=PATH: all in one language)")
-    out_dir: str = Field("demo_out", description="output directory", json_schema_extra=cli_option("--out", metavar="DIR"))
+    out_dir: str = Field("demo_out", description="output directory",
+                         json_schema_extra=cli_option("--out", metavar="DIR"))
     workers: int = Field(2, ge=0, description="Dask LocalCluster worker processes")
     scheduler: str | None = Field(None, description="tcp://host:port of an existing Dask scheduler instead",
                                   json_schema_extra=cli_option(metavar="ADDR"))

@@ -6,11 +6,11 @@ eval.png. What is scored, by default, is held-out text: each blend dataset's val
 training sample draws from, decoded back to text (``bloomtrain.evaluation.heldout``; written to ``heldout/<lang>.jsonl``
 first, and read from there like any ``--data`` input). ``sources`` replaces them with other documents.
 
-The flow adds skip-or-run (``flows.stages.Stage``; the result is an ``Evaluation``; the key folds the export's key in the pipeline, and the
-model directories, blend, datasets and tokenizer files as inputs), a table artifact (bits per byte, loss
-and perplexity per language and model) and a Markdown artifact with the chart. A user error
-(``BloomstackError``: a model that does not load, a blend without a validation split, ...) ends the run
-Failed with that one line as its message, not a traceback (``flows.failures.user_errors``, as every flow).
+The flow adds skip-or-run (``flows.stages.Stage``; the result is an ``Evaluation``; the key folds the export's key in
+the pipeline, and the model directories, blend, datasets and tokenizer files as inputs), a table artifact (bits per
+byte, loss and perplexity per language and model) and a Markdown artifact with the chart. A user error
+(``BloomstackError``: a model that does not load, a blend without a validation split, ...) ends the run Failed with that
+one line as its message, not a traceback (``flows.failures.user_errors``, as every flow).
 """
 
 from __future__ import annotations

@@ -208,7 +208,8 @@ def run_process(cmd: Sequence[str], *, env: dict[str, str] | None = None, cwd: s
         if interrupted and watch.on_interrupt is not None:
             watch.on_interrupt()
         if proc.poll() is None or group_alive(proc.pid):
-            why = "interrupted: the caller is stopping" if interrupted else reason if reason != LaunchEnd.EXITED else "leftovers"
+            why = ("interrupted: the caller is stopping" if interrupted
+                   else reason if reason != LaunchEnd.EXITED else "leftovers")
             watch.on_line(f"[launch] terminating process group {proc.pid} ({why})")
             kill_group(proc, watch.grace_s)
         proc.wait()

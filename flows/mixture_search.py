@@ -35,7 +35,8 @@ from flows.results import MixtureSearchResult
 from flows.stages import Stage, stage_key
 
 # where and how the proxies run: not part of what the search finds
-RUN_ONLY = {"workers", "threads", "scheduler", "dashboard", "slurm", "sbatch", "slurm_time", "env", "python", "progress"}
+RUN_ONLY = {"workers", "threads", "scheduler", "dashboard", "slurm", "sbatch", "slurm_time", "env", "python",
+            "progress"}
 
 
 @task(name="mixture-search")

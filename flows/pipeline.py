@@ -79,7 +79,8 @@ def summary_markdown(result: PipelineResult) -> str:
     run, exported = result.train.result, result.export.result
     c = result.clean.result if result.clean else None
     paths = {
-        **({"cleaned corpus": f"{c.data_dir} ({c.documents_kept:,} of {c.documents_in:,} documents kept)"} if c else {}),
+        **({"cleaned corpus": f"{c.data_dir} ({c.documents_kept:,} of {c.documents_in:,} documents kept)"}
+           if c else {}),
         "tokenizer": f"{result.tokenizer.result.tokenizer_dir} ({result.tokenizer.result.report.vocab_size} tokens)",
         "datasets": f"{result.dataset.result.out_dir} ({result.dataset.result.tokens:,} tokens)",
         "blend": result.blend.result.blend_yaml,
@@ -205,7 +206,8 @@ def model_stages(config: PipelineConfig, clean: CleanResult | None, tok: Tokeniz
     evaluation = stage_result("evaluate", evaluate_flow(eval_cfg, upstream=[export.key], return_state=True),
                               EvaluateResult)
     # the export's card again, now with the evaluation's per-language results (its model-index)
-    model_card_task(export.result.hf_dir, CardConfig(evaluation=evaluation.result.eval_json, evaluated_model="exported"))
+    model_card_task(export.result.hf_dir,
+                    CardConfig(evaluation=evaluation.result.eval_json, evaluated_model="exported"))
     return train, export, evaluation
 
 

@@ -185,7 +185,8 @@ def precision_rows(choice: PrecisionChoice | None) -> list[OverrideRow]:
     (``bloomtrain.precision``; its record in the run's metrics.jsonl, since train.yaml keeps the recipe's bf16)."""
     if choice is None or not choice.changed:
         return []
-    return [OverrideRow("optim.precision", choice.configured, choice.ran, f"hardware (the trainer's check): {choice.why}")]
+    return [OverrideRow("optim.precision", choice.configured, choice.ran,
+                        f"hardware (the trainer's check): {choice.why}")]
 
 
 def _cell(value: Any, root: Path | None) -> str:

@@ -61,7 +61,8 @@ def deployments() -> list[Any]:
     flows = (bloom_pipeline, clean_flow, tokenizer_flow, dataset_flow, blend_flow, mixture_search_flow, train_flow,
              export_flow, evaluate_flow, rehearsal_flow)
     return [f.to_deployment(name=DEPLOYMENTS[f.name] + SERVED, tags=["bloomstack"],
-                            description=(f.description or "").split("\n")[0], enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
+                            description=(f.description or "").split("\n")[0],
+                            enforce_parameter_schema=f.name not in PARTIAL_PARAMETERS)
             for f in flows]
 
 

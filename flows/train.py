@@ -261,7 +261,8 @@ def _launch_until_done(config: TrainStageConfig, cmd: list[str], run_dir: Path, 
         restarts += torchrun_restarts(exit_dir)
         decision = after_launch(LaunchOutcome(
             exit_dir=str(exit_dir), returncode=result.returncode or 0, checkpoint_dir=str(ckpt), before=before,
-            requeues=n - 1, max_requeues=config.retries, again="relaunch", timed_out=result.reason == LaunchEnd.TIMEOUT))
+            requeues=n - 1, max_requeues=config.retries, again="relaunch",
+            timed_out=result.reason == LaunchEnd.TIMEOUT))
         _publish_restarts(restarts, note)
         if decision.action == "stop":
             if decision.exit_code == 0:

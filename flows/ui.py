@@ -31,7 +31,8 @@ class UiConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out_dir: str = Field("demo_out", description="the output folder of `python -m flows.demo` (or flows.rehearsal) "
-                                                 "whose runs to show", json_schema_extra=cli_option("--out", metavar="DIR"))
+                                                 "whose runs to show",
+                         json_schema_extra=cli_option("--out", metavar="DIR"))
     host: str = Field("127.0.0.1", description="address to serve on")
     port: int = Field(DEFAULT_PORT, ge=1, le=65535, description="port to serve on")
 

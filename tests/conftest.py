@@ -123,15 +123,16 @@ def prefect_harness(tmp_path_factory):
 
 @pytest.fixture
 def small_disk(tmp_path) -> Iterator[SmallDisk]:
-    """A 5 MiB tmpfs mounted at ``tmp_path/disk`` for the test (root only: tests/harness/small_disk.py), unmounted after."""
+    """A 5 MiB tmpfs mounted at ``tmp_path/disk`` for the test (root only: tests/harness/small_disk.py), unmounted
+    after."""
     with mounted(tmp_path / "disk") as disk:
         yield disk
 
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory):
-    """``make demo`` once for the run, at small sizes on a terminal (tests/harness/demo_run.py): its console, output folder
-    (Prefect database, model card, logs) and the files the docs' commands build on."""
+    """``make demo`` once for the run, at small sizes on a terminal (tests/harness/demo_run.py): its console, output
+    folder (Prefect database, model card, logs) and the files the docs' commands build on."""
     from tests.harness.demo_run import run_demo
 
     run = run_demo(tmp_path_factory.mktemp("demo"))

@@ -97,12 +97,13 @@ def test_train_tokenizer_flags():
 
 def test_fertility_and_inspect_flags():
     cfg, args = _parse("bloomdata fertility", ["--tokenizer", "t", "--compare", "c", "--input", "zh=x.jsonl",
-                                               "--input", "y", "--format", "jsonl", "--max-docs", "5", "--out", "o.json",
-                                               "--json"])
+                                               "--input", "y", "--format", "jsonl", "--max-docs", "5",
+                                               "--out", "o.json", "--json"])
     assert _same(cfg, {"tokenizer": "t", "compare": "c", "max_docs": 5, "out": "o.json",
                                 "sources": [_source("x.jsonl", "zh", format="jsonl"), _source("y", format="jsonl")]})
     assert args.json is True  # --json prints JSON, in every command
-    cfg, args = _parse("bloomdata inspect", ["data/en.idx", "--tokenizer", "t", "--docs", "5", "--chars", "80", "--json"])
+    cfg, args = _parse("bloomdata inspect",
+                       ["data/en.idx", "--tokenizer", "t", "--docs", "5", "--chars", "80", "--json"])
     assert _same(cfg, {"prefix": "data/en.idx", "tokenizer": "t", "docs": 5, "chars": 80}) and args.json
     cfg, args = _parse("bloomdata inspect", ["data/en"])
     assert _same(cfg, {"prefix": "data/en", "tokenizer": None, "docs": 3, "chars": 200}) and not args.json
@@ -116,9 +117,11 @@ def test_blend_flags():
     assert _same(cfg, {
         "datasets": {"en": "d/en", "fr": "d/fr"}, "datasets_dir": "d", "token_budget": 350_000_000_000, "alpha": 0.5,
         "floor": 0.01, "cap": {"en": 0.5, "fr": 0.4}, "overrides": {"en": 0.2}, "max_epochs": 3.0, "seq_length": 2048,
-        "seed": 5, "split": "949,50,1", "train_range": None, "valid_range": None, "compat": "bloom", "out_dir": "blend"})
+        "seed": 5, "split": "949,50,1", "train_range": None, "valid_range": None, "compat": "bloom",
+        "out_dir": "blend"})
     cfg, _ = _parse("bloomdata blend", ["--datasets-dir", "d", "--budget", "1e9", "--train-range", "0:0.95",
-                                        "--valid-range", "0.95:1", "--out", "b", "--floor", "en=0.05", "--floor", "fr=0.02"])
+                                        "--valid-range", "0.95:1", "--out", "b", "--floor", "en=0.05",
+                                        "--floor", "fr=0.02"])
     assert (cfg.token_budget, cfg.train_range, cfg.valid_range, cfg.out_dir) == (10**9, "0:0.95", "0.95:1", "b")
     assert (cfg.alpha, cfg.max_epochs, cfg.compat, cfg.split, cfg.seed) == (0.3, 4.0, "core", None, None)
     assert cfg.floor == {"en": 0.05, "fr": 0.02} and cfg.cap is None and cfg.overrides == {}
@@ -199,7 +202,8 @@ def test_slurm_and_build_kernels_flags():
     cfg, _ = _parse("bloomtrain slurm", ["--config", "c.yaml", "a.b=1", "--nodes", "2", "c=2", "--max-restarts", "0",
                                          "d=3"])
     assert (cfg.nodes, cfg.max_restarts, cfg.overrides) == (2, 0, ["a.b=1", "c=2", "d=3"])
-    for argv, cuda, verbose in [(["--cpu-only", "--verbose"], False, True), (["--cuda"], True, False), ([], None, False)]:
+    for argv, cuda, verbose in [(["--cpu-only", "--verbose"], False, True), (["--cuda"], True, False),
+                                ([], None, False)]:
         cfg, _ = _parse("bloomtrain build-kernels", argv)
         assert (cfg.cuda, cfg.verbose) == (cuda, verbose)
 
@@ -316,7 +320,8 @@ def test_keys_become_flags_as_whole_words_only():
 
     parser = importlib.import_module("bloomtrain.cli.evaluate").parser()
     exc = BloomstackError("tasks xnli: not a task (runs/tasks/a.yaml, my_tasks, lm_eval.tasks); list them with "
-                          "`lm-eval ls tasks`, or add its directory to task_paths; context 9 > 8", keys=["tasks", "task_paths"])
+                          "`lm-eval ls tasks`, or add its directory to task_paths; context 9 > 8",
+                          keys=["tasks", "task_paths"])
     assert parser.message(exc) == ("--tasks xnli: not a task (runs/tasks/a.yaml, my_tasks, lm_eval.tasks); list them "
                                    "with `lm-eval ls tasks`, or add its directory to --task-path; context 9 > 8")
 

@@ -35,7 +35,8 @@ MFU = {"preset": "bloom-560m", "shape": {"layers": 24, "hidden": 1024, "heads": 
                   "profile": {"rank": 0, "iterations": [12, 13], "device": "cuda", "wall_ms": 800.0, "total_ms": 760.0,
                               "busy": 0.95, "groups": {"matmul": 450.0, "attention": 150.0, "copy": 10.0}, "top": []}},
        "ratio_vs_anchor": 0.8,
-       "profile": {"rank": 0, "iterations": [12, 13], "device": "cuda", "wall_ms": 1000.0, "total_ms": 800.0, "busy": 0.8,
+       "profile": {"rank": 0, "iterations": [12, 13], "device": "cuda", "wall_ms": 1000.0, "total_ms": 800.0,
+                   "busy": 0.8,
                    "groups": {"matmul": 500.0, "attention": 300.0},
                    "top": [{"name": "attention_bwd_dkdv_kernel", "ms": 200.0, "calls": 192, "share": 0.25}]}}
 
@@ -82,7 +83,8 @@ def test_every_planned_command_parses_with_its_scripts_own_parser(quick):
         assert parsed.anchor and parsed.activation_checkpointing is None, c.name
     [pytest_gpu] = [c for c in checks if c.name == "pytest-gpu"]
     files = [a for a in pytest_gpu.args if a.endswith(".py")]
-    assert files == [str(f) for f in gpu_check.gpu_test_files()] and "tests" not in [Path(a).name for a in pytest_gpu.args]
+    assert files == [str(f) for f in gpu_check.gpu_test_files()]
+    assert "tests" not in [Path(a).name for a in pytest_gpu.args]
 
 
 def test_the_gpu_test_files_are_those_holding_a_gpu_marked_test(tmp_path):
@@ -173,7 +175,8 @@ def test_the_report_round_trips_through_its_json_schema_and_reads_as_markdown(tm
                           seconds=61.0, returncode=0),
               CheckResult(name="pytest-gpu", command="PY -m pytest -m gpu", passed=False, seconds=30.0, returncode=1,
                           figures={"tests": 12, "failures": 1, "errors": 0, "skipped": 0, "skipped_tests": []},
-                          detail="FAILED tests/bloomtrain/test_kernels_cuda.py::test_cuda_layer_norm", log="logs/p.log"),
+                          detail="FAILED tests/bloomtrain/test_kernels_cuda.py::test_cuda_layer_norm",
+                          log="logs/p.log"),
               CheckResult(name="mfu-bloom-560m", command="PY benchmarks/bench_mfu.py --preset bloom-560m",
                           passed=True, seconds=90.0, returncode=0, figures=MFU)]
     gpu_check.write_report(_report(checks), tmp_path)
@@ -192,7 +195,8 @@ def test_the_report_round_trips_through_its_json_schema_and_reads_as_markdown(tm
     assert "### pytest-gpu" in md and "test_cuda_layer_norm" in md
     # where the step's time goes: bench_mfu --profile's summary
     assert "| wall (the profiled steps) | 1000 | 800 |" in md and "| device busy | 80.0% | 95.0% |" in md
-    assert "| matmul | 500.0 | 450.0 |" in md and "| attention | 300.0 | 150.0 |" in md and "| copy | 0.0 | 10.0 |" in md
+    assert "| matmul | 500.0 | 450.0 |" in md and "| attention | 300.0 | 150.0 |" in md
+    assert "| copy | 0.0 | 10.0 |" in md
     assert "| `attention_bwd_dkdv_kernel` | 200.0 | 192 | 25.0% |" in md
 
 
@@ -202,7 +206,7 @@ def _junit(tmp_path: Path, body: str) -> None:
 
 
 @pytest.mark.parametrize(("body", "returncode", "passed"), [
-    ('<testsuite tests="3" failures="0" errors="0" skipped="0"><testcase classname="a" name="t"/></testsuite>', 0, True),
+    ('<testsuite tests="3" failures="0" errors="0" skipped="0"><testcase classname="a" name="t"/></testsuite>', 0, True),  # noqa: E501
     ('<testsuite tests="0" failures="0" errors="0" skipped="0"></testsuite>', 0, False),  # nothing ran
     ('<testsuite tests="2" failures="0" errors="0" skipped="1"><testcase classname="a" name="t">'
      '<skipped message="needs CUDA"/></testcase></testsuite>', 0, False),  # a GPU test skipped on a GPU machine
@@ -350,5 +354,6 @@ def test_bench_model_draws_its_ids_on_the_cpu_for_every_device():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     cpu = bench.token_batch(100, 2, 7, "cpu")
-    assert cpu.shape == (2, 8) and torch.equal(cpu, torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0)))
+    assert cpu.shape == (2, 8)
+    assert torch.equal(cpu, torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0)))
     assert bench.token_batch(100, 2, 7, "meta").device.type == "meta"

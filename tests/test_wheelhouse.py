@@ -90,7 +90,8 @@ def test_the_project_requirements_follow_the_extras_it_names():
 def test_kenlm_comes_only_with_its_extra_and_dev():
     """kenlm has no wheels (pip compiles it): in no extra a user installs by default, in dev for its tests."""
     def names(extras: list[str]) -> set[str]:
-        return {wheelhouse.requirement_name(r) for r in wheelhouse.project_requirements(ROOT / "pyproject.toml", extras)}
+        return {wheelhouse.requirement_name(r)
+                for r in wheelhouse.project_requirements(ROOT / "pyproject.toml", extras)}
 
     assert "kenlm" not in names(["all"]) | names(["clean"]) | names([])
     assert "kenlm" in names(["kenlm"]) and "kenlm" in names(["dev"]) and "sentencepiece" in names(["dev"])
@@ -130,11 +131,13 @@ def test_make_install_from_a_wheelhouse_with_no_index(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_CONFIG_FILE=os.devnull,
                PIP_DISABLE_PIP_VERSION_CHECK="1")
-    run = subprocess.run(["make", "install", f"VENV={venv}", f"WHEELHOUSE={house}", "TORCH_SPEC=", "EXTRAS=", "BYTECODE=0"],
+    run = subprocess.run(["make", "install", f"VENV={venv}", f"WHEELHOUSE={house}", "TORCH_SPEC=", "EXTRAS=",
+                          "BYTECODE=0"],
                          cwd=src, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "127.0.0.1" not in run.stdout + run.stderr  # no index was asked
-    check = ("import bloomdata, bloomdata._index_helpers, bloomdata._bpe_learner, bloomdata._bpe_encoder, numpy, pyarrow, dask.distributed, importlib.util; "
+    check = ("import bloomdata, bloomdata._index_helpers, bloomdata._bpe_learner, bloomdata._bpe_encoder, numpy, "
+             "pyarrow, dask.distributed, importlib.util; "
              "assert numpy.__file__.startswith(__import__('sys').prefix), numpy.__file__; "
              "assert importlib.util.find_spec('torch') is None; print(bloomdata.__file__)")
     out = subprocess.run([str(venv / "bin" / "python"), "-c", check], capture_output=True, text=True, timeout=300,

@@ -141,7 +141,8 @@ def blend_evaluation(spec: BlendSpec, reports: list[str], model: str | None = No
     for path in reports:
         shown, bpb = read_eval(path, model)
         if not set(bpb) & set(names):
-            raise BloomstackError(f"eval_reports {path}: none of its languages ({', '.join(bpb) or 'none'}) is a dataset of "
+            raise BloomstackError(f"eval_reports {path}: none of its languages ({', '.join(bpb) or 'none'}) "
+                                  f"is a dataset of "
                                   f"the blend ({', '.join(names)}); a dataset takes the scores of the language of the "
                                   "same name: evaluate with `bloomtrain evaluate --data NAME=PATH` using the blend's "
                                   "names", keys=["eval_reports"])

@@ -35,7 +35,8 @@ class BlendConfig(BaseModel):
 
     datasets: dict[str, str] = Field(default_factory=dict, description="a dataset as NAME=PREFIX (repeatable)",
                                      json_schema_extra=cli_option("--dataset", metavar="NAME=PREFIX"))
-    datasets_dir: str | None = Field(default=None, description="every PREFIX.idx in this directory, named after its file",
+    datasets_dir: str | None = Field(default=None,
+                                     description="every PREFIX.idx in this directory, named after its file",
                                      json_schema_extra=cli_option(metavar="DIR"))
     token_budget: Annotated[int | None, BeforeValidator(parse_count)] = Field(
         default=None, ge=1, description="training tokens to draw, e.g. 350e9 (optional with a mixture)",
@@ -118,13 +119,15 @@ def tune_blend(config: BlendConfig) -> BlendSpec:
     if config.mixture:
         return _mixture_blend(config)
     if config.token_budget is None:
-        raise BloomstackError("token_budget is not set: give token_budget in tokens (e.g. 350e9)", keys=["token_budget"])
+        raise BloomstackError("token_budget is not set: give token_budget in tokens (e.g. 350e9)",
+                              keys=["token_budget"])
     datasets = named_datasets(config.datasets, config.datasets_dir)
     tokens = {name: _train_tokens(p, config.split, config.train_range, config.compat) for name, p in datasets.items()}
     weights = constrain(alpha_weights(tokens, config.alpha), config.floor, config.cap, config.overrides)
     return BlendSpec(seq_length=config.seq_length, seed=config.seed, token_budget=config.token_budget,
                      alpha=config.alpha, split=config.split, train_range=config.train_range,
-                     valid_range=config.valid_range, datasets=blend_rows(datasets, weights, tokens, config.token_budget))
+                     valid_range=config.valid_range,
+                     datasets=blend_rows(datasets, weights, tokens, config.token_budget))
 
 
 def _mixture_blend(config: BlendConfig) -> BlendSpec:

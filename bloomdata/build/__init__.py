@@ -4,5 +4,5 @@ from bloomdata.build.config import REJECTS_FILE, SHARDS_DIR, SUMMARY_FILE, Build
 from bloomdata.build.run import dry_run_build, plan_build, run_build
 from bloomdata.build.summary import BuildSummary, format_summary
 
-__all__ = ["REJECTS_FILE", "SHARDS_DIR", "SUMMARY_FILE", "BuildConfig", "BuildSummary", "dry_run_build", "format_summary",
-           "plan_build", "run_build"]
+__all__ = ["REJECTS_FILE", "SHARDS_DIR", "SUMMARY_FILE", "BuildConfig", "BuildSummary", "dry_run_build",
+           "format_summary", "plan_build", "run_build"]

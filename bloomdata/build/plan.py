@@ -37,7 +37,8 @@ def _sample(config: BuildConfig, shard: Shard, encoder: TextEncoder) -> tuple[Co
             tokens[name] += n
     docs = Counter(names)
     scale = scale_to_file(shard, sample, complete)
-    return Counter({k: round(v * scale) for k, v in tokens.items()}), Counter({k: round(v * scale) for k, v in docs.items()})
+    return (Counter({k: round(v * scale) for k, v in tokens.items()}),
+            Counter({k: round(v * scale) for k, v in docs.items()}))
 
 
 def estimate_outputs(config: BuildConfig, shards: list[Shard], encoder: TextEncoder, dtype: np.dtype, names: set[str],

@@ -2,11 +2,11 @@
 
 A shard is done when ``OUT_DIR/shards/<shard name>.done.json`` exists, records the same *key*
 (``durable.content_key`` of the shard identity, input size + mtime (a remote one's ETag), tokenizer sha256,
-append_eod, dtype, output naming) and the part files it lists exist with the recorded sizes. The marker (a ``ShardManifest``)
-is written with ``durable.write_marker`` only after the parts are published, so a killed worker or build
-never leaves a half-written shard that looks complete; a changed input or tokenizer changes the key and the
-shard is rebuilt, never reused. ``tokenize_shard`` is a pure step: nothing here knows about Dask
-(``bloomdata.jobs`` places it).
+append_eod, dtype, output naming) and the part files it lists exist with the recorded sizes. The marker (a
+``ShardManifest``) is written with ``durable.write_marker`` only after the parts are published, so a killed worker or
+build never leaves a half-written shard that looks complete; a changed input or tokenizer changes the key and the shard
+is rebuilt, never reused. ``tokenize_shard`` is a pure step: nothing here knows about Dask (``bloomdata.jobs`` places
+it).
 """
 
 from __future__ import annotations
@@ -245,5 +245,6 @@ def tokenize_shard(shard: Shard, settings: ShardSettings) -> ShardManifest:
         reject_examples=rejects.examples, seconds=round(time.perf_counter() - t0, 3),
         cpu_seconds=round(time.process_time() - cpu0, 3))
     # the commit point: written after every part file is published (and fsynced by its writer)
-    durable.write_marker(marker_path(settings.out_dir, shard), key, manifest.model_dump(mode="json", exclude={"reused"}))
+    durable.write_marker(marker_path(settings.out_dir, shard), key,
+                         manifest.model_dump(mode="json", exclude={"reused"}))
     return manifest

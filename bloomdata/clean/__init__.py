@@ -25,4 +25,5 @@ LAYERS = (
     "__init__",
 )
 
-__all__ = ["DATA_DIR", "PRESETS", "REMOVED_FILE", "SUMMARY_FILE", "CleanConfig", "CleanSummary", "dry_run_clean", "format_summary", "run_clean"]
+__all__ = ["DATA_DIR", "PRESETS", "REMOVED_FILE", "SUMMARY_FILE", "CleanConfig", "CleanSummary", "dry_run_clean",
+           "format_summary", "run_clean"]

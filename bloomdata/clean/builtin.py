@@ -31,5 +31,7 @@ BUILTIN_FILTERS: dict[str, type[Filter]] = {cls.name: cls for cls in FILTERS}  #
 BEFORE_FILTERS: tuple[type[Modifier], ...] = (Normalize, RemoveWords)  # every document, first
 AFTER_FILTERS: tuple[type[Modifier], ...] = (Redact,)  # every document that passed the filters
 KEYERS: tuple[type[Keyer], ...] = (ExactKeys, MinHashKeys, SimHashKeys, TemplateLines)  # before a user's keyers
-MODEL_FILTERS: tuple[type[Filter], ...] = (LanguageId, Perplexity)  # run even with quality.enabled off: they run only with a model given
-PER_LANGUAGE: tuple[type[Step], ...] = (RemoveWords, *FILTERS)  # the built-in steps whose parameters are per-language settings
+# run even with quality.enabled off: they run only with a model given
+MODEL_FILTERS: tuple[type[Filter], ...] = (LanguageId, Perplexity)
+# the built-in steps whose parameters are per-language settings
+PER_LANGUAGE: tuple[type[Step], ...] = (RemoveWords, *FILTERS)

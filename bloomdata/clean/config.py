@@ -212,13 +212,15 @@ class CleanConfig(BaseModel):
     max_rows_per_shard: int | None = Field(default=None, ge=1, json_schema_extra=not_in_key(),  # in the plan
                                            description="cut larger files into row ranges instead of by size "
                                                        "(planning counts every row)")
-    strict: bool = Field(default=False, json_schema_extra=not_in_key(), description="the first unreadable row is an error naming file:line")
+    strict: bool = Field(default=False, json_schema_extra=not_in_key(),
+                         description="the first unreadable row is an error naming file:line")
     allow_empty: bool = Field(default=False, json_schema_extra=not_in_key(),
                               description="inputs that yield no document write an empty output (else: an error "
                                           "naming the files and the top reject reason)")
     max_removed_examples: int = Field(default=20, ge=0, description="examples per reason in removed.jsonl.zst")
     max_example_chars: int = Field(default=2000, ge=0, description="characters of text kept per example")
-    keep_work: bool = Field(default=False, json_schema_extra=not_in_key(), description="keep OUT/work (candidates, hashes, signatures) at the end")
+    keep_work: bool = Field(default=False, json_schema_extra=not_in_key(),
+                            description="keep OUT/work (candidates, hashes, signatures) at the end")
     settings_name: str = Field(default="default", json_schema_extra=not_in_key(),
                                description="what the report calls these settings (the roots preset: roots)")
     progress: bool = Field(default=True, json_schema_extra=not_in_key(), description="tqdm progress bars on stderr")

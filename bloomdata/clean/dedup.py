@@ -132,7 +132,8 @@ def range_task(task: JoinTask, directory: str, key: str, compute: Callable[[], t
     result, entries = compute()
     os.makedirs(directory, exist_ok=True)
     durable.write_with(path, lambda f: np.save(f, result.astype(np.uint64), allow_pickle=False))
-    manifest = JoinManifest(task=task.name, entries=entries, pairs=len(result), seconds=round(time.perf_counter() - t0, 3))
+    manifest = JoinManifest(task=task.name, entries=entries, pairs=len(result),
+                            seconds=round(time.perf_counter() - t0, 3))
     durable.write_marker(marker, key, manifest.model_dump(mode="json", exclude={"reused"}))
     return manifest
 

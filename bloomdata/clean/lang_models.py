@@ -3,8 +3,8 @@ sentencepiece (words and perplexity of the languages ROOTS tokenised).
 
 The models are the user's: the steps are off until a model path is given. ``fasttext``, ``kenlm`` and
 ``sentencepiece`` are not dependencies of bloomstack (native builds, and most users never turn these steps on):
-they are imported when a model is configured, and a missing package or file is one ``BloomstackError`` line with the fix,
-raised by ``check_models`` in the driver before anything is written. Models load once per worker process
+they are imported when a model is configured, and a missing package or file is one ``BloomstackError`` line with the
+fix, raised by ``check_models`` in the driver before anything is written. Models load once per worker process
 (``functools.lru_cache`` keyed by path, size and mtime, so a replaced file is reloaded).
 
 Scores follow ROOTS (bigscience-workshop/data-preparation, preprocessing/training/
@@ -31,7 +31,8 @@ from bloomdata.clean.text import roots_strip_words, roots_tables
 from bloomdata.config_loader import derive
 from bloomdata.errors import BloomstackError
 
-INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)", "kenlm": "pip install 'bloomstack[kenlm]' (kenlm builds from source: g++ and python3-dev)",
+INSTALL_HINT = {"fasttext": "pip install fasttext-numpy2-wheel (or fasttext)",
+                "kenlm": "pip install 'bloomstack[kenlm]' (kenlm builds from source: g++ and python3-dev)",
                 "sentencepiece": "pip install sentencepiece"}
 
 
@@ -113,7 +114,8 @@ class LangId:
 
     def label(self, lang: str) -> str:
         base = lang.replace("_", "-").split("-")[0]
-        return self.config.labels.get(lang) or self.config.labels.get(base) or self.config.label_format.format(lang=lang)
+        return (self.config.labels.get(lang) or self.config.labels.get(base)
+                or self.config.label_format.format(lang=lang))
 
     def score(self, text: str, lang: str) -> float:
         """The probability of ``lang`` when it is the top prediction, else 0."""

@@ -186,6 +186,7 @@ def load_word_lists(quality: WordListSettings) -> tuple[dict[str, list[str]], di
         if quality.word_lists == "roots":
             closed.update({lang: sorted(set(words)) for lang, words in roots.stopwords().items()})
             flagged = {lang: sorted(set(words)) for lang, words in roots.flagged_words().items()}
-    closed.update({lang: _words(v, f"quality.closed_class_words.{lang}") for lang, v in quality.closed_class_words.items()})
+    closed.update({lang: _words(v, f"quality.closed_class_words.{lang}")
+                   for lang, v in quality.closed_class_words.items()})
     flagged.update({lang: _words(v, f"quality.flagged_words.{lang}") for lang, v in quality.flagged_words.items()})
     return closed, flagged

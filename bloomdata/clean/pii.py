@@ -12,9 +12,9 @@ patterns are ours, written for ROOTS's intent so that the text around a match ne
   punycode ``xn--``) TLD; letters of unspaced scripts are not local-part characters, so that in
   "联系abc@example.com获取" only the address goes; a trailing full stop stays;
 - an IPv4 address is four dotted decimal octets 0-255, not part of a longer dotted number (a version
-  1.2.3.4.5 or a version v1.2.3.4 is left alone), and not a section number: four numbers 1-30 followed by a dot ("1.1.2.1. Scope")
-  number a section (ROOTS and we once redacted them; an address ending a sentence, "... is 10.0.0.1." or
-  "192.168.1.7.", holds a 0 or a number over 30 in all but 0.02% of random addresses, and stays redacted);
+  1.2.3.4.5 or a version v1.2.3.4 is left alone), and not a section number: four numbers 1-30 followed by a dot
+  ("1.1.2.1. Scope") number a section (ROOTS and we once redacted them; an address ending a sentence, "... is 10.0.0.1."
+  or "192.168.1.7.", holds a 0 or a number over 30 in all but 0.02% of random addresses, and stays redacted);
 - an IPv6 address is any of the eight RFC 4291 text forms (full, ``::``-compressed, IPv4-embedded,
   zone-indexed link-local) holding at least one digit (ROOTS's rule against words like ``a::b``), not
   glued to more hex digits or colons.

@@ -39,7 +39,8 @@ def markdown(summary: CleanSummary) -> str:
               "|---|" + "---:|" * (len(reasons) + 7)]
     for name, c in s.languages.items():
         cells = [f"{c.removed.get(r, 0):,}" for r in reasons]
-        lines.append(f"| {name} | {c.documents_in:,} | {c.documents_kept:,} | {_pct(c.documents_kept, c.documents_in)} | "
+        lines.append(f"| {name} | {c.documents_in:,} | {c.documents_kept:,} | "
+                     f"{_pct(c.documents_kept, c.documents_in)} | "
                      + " | ".join(cells) + f" | {c.emails_redacted:,} | {c.ips_redacted:,} | {c.keys_redacted:,} | "
                      f"{c.users_redacted:,} |")
     lines += ["", "## Bytes per language (UTF-8 text; removed bytes as read)", "",
@@ -54,7 +55,8 @@ def markdown(summary: CleanSummary) -> str:
               f"Examples of every reason: `{os.path.basename(s.removed_file)}`.", ""]
     cpu = sum(s.step_seconds.values())
     if cpu:
-        lines += ["## Time", "", f"Wall {s.wall_seconds:.1f} s ({', '.join(f'{k} {v:.1f} s' for k, v in s.stage_seconds.items())});"
+        stages = ", ".join(f"{k} {v:.1f} s" for k, v in s.stage_seconds.items())
+        lines += ["## Time", "", f"Wall {s.wall_seconds:.1f} s ({stages});"
                   f" {s.shards.built} of {s.shards.total} shards filtered in this run, their steps' seconds on every "
                   "worker together:", "", "| step | seconds | share |", "|---|---:|---:|"]
         lines += [f"| {step} | {sec:.2f} | {sec / cpu:.0%} |" for step, sec in s.step_seconds.items()]

@@ -99,7 +99,8 @@ def _join_item(item: tuple[dedup.JoinTask, str], out_dir: str, shard_dirs: list[
     return dedup.join(item[0], out_dir, shard_dirs, item[1], hamming_distance)
 
 
-def _write_item(item: tuple[Shard, int, FilterManifest, str], settings: write.WriteSettings, post=None) -> WriteManifest:
+def _write_item(item: tuple[Shard, int, FilterManifest, str], settings: write.WriteSettings,
+                post=None) -> WriteManifest:
     shard, index, filtered, key = item
     return write.write_shard(shard, index, filtered, key, settings, post() if post else None)
 
@@ -213,7 +214,8 @@ class CleanJob(ShardedJob[CleanSummary, FilterManifest]):
         digests = []
         for shard, removal in zip(shards, removals):
             data = np.ascontiguousarray(removal, dtype=np.uint64)
-            durable.write_with(write.resolve_path(out_dir, shard), functools.partial(np.save, arr=data, allow_pickle=False))
+            durable.write_with(write.resolve_path(out_dir, shard),
+                               functools.partial(np.save, arr=data, allow_pickle=False))
             digests.append(durable.digest(data.tobytes()))
         post = None
         if config.template_dedup.enabled:  # stage 3b: template lines, counted over the surviving documents

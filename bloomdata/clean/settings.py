@@ -60,7 +60,8 @@ def _check_step(cls: type[Step], where: str) -> None:
     if isinstance(cls, type) and issubclass(cls, Filter) and not getattr(cls, "reasons", ()):
         raise BloomstackError(f"{where}: a filter needs its reasons (reasons = ('my_reason',))")
     if issubclass(cls, Keyer) and cls.joins and not (isinstance(cls.reason, str) and STEP_NAME.fullmatch(cls.reason)):
-        raise BloomstackError(f"{where}: a keyer needs the reason its duplicates are removed for (reason = 'my_reason')")
+        raise BloomstackError(f"{where}: a keyer needs the reason its duplicates are removed for "
+                              "(reason = 'my_reason')")
 
 
 def per_language_steps(classes: Sequence[type[Step]]) -> tuple[type[Step], ...]:
@@ -125,7 +126,8 @@ class Thresholds(LanguageSettings):
                                   f"{close_name_hint(unknown[0], known)}", unknown[0])
         for name, owners in declared.items():
             given = name in values
-            value = values[name] if given else owners[0].Params.model_fields[name].get_default(call_default_factory=True)
+            value = (values[name] if given
+                     else owners[0].Params.model_fields[name].get_default(call_default_factory=True))
             checked = [_checked(step, name, value, given, owners[0]) for step in owners]
             out[name] = checked[0]
         return cls.model_construct(**out)

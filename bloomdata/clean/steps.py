@@ -48,7 +48,8 @@ class Step:
 
 
 def _nullable(annotation: Any) -> bool:
-    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(annotation)
+    return (typing.get_origin(annotation) in (typing.Union, types.UnionType)
+            and type(None) in typing.get_args(annotation))
 
 
 class Modifier(Step):

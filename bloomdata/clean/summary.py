@@ -172,7 +172,8 @@ def format_summary(summary: CleanSummary) -> str:
     lines.append(f"  removed: {sum(removed.values()):,} {removed if removed else ''}".rstrip())
     rejected = {k: v for k, v in s.rejects.items() if v}
     lines.append(f"  unreadable rows: {s.rejects_total:,}" + (f" {rejected}" if rejected else ""))
-    lines.append(f"  redacted: {s.emails_redacted:,} e-mail and {s.ips_redacted:,} IP addresses, {s.keys_redacted:,} keys, "
+    lines.append(f"  redacted: {s.emails_redacted:,} e-mail and {s.ips_redacted:,} IP addresses, "
+                 f"{s.keys_redacted:,} keys, "
                  f"{s.users_redacted:,} user names; examples: "
                  f"{s.removed_file}; report: {s.report_md}")
     lines.append(f"  shards {s.shards.total} ({s.shards.built} filtered, {s.shards.reused} reused), "

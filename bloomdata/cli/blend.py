@@ -2,9 +2,11 @@
 
     bloomdata blend --dataset en=data/en --dataset fr=data/fr --budget 1e6 --alpha 0.3 --out blend-enfr/
     bloomdata blend --datasets-dir data/ --budget 1e6 --floor 0.002 --cap 0.9 --override en=0.2 --out blend-capped/
-    bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --seq-length 2048 --seed 42 --out data/tr11
+    bloomdata blend --mixture configs/data/bloom-tr11-mixture.yaml --datasets-dir data/ --seq-length 2048 \\
+        --seed 42 --out data/tr11
     bloomdata blend --datasets-dir data/ --budget 1e6 --eval eval/eval.json --out blend-eval/
-    bloomdata blend --datasets-dir data/ --budget 1e9 --eval before/eval.json --eval after/eval.json --out blend/   # needs-data
+    bloomdata blend --datasets-dir data/ --budget 1e9 --eval before/eval.json --eval after/eval.json \\
+        --out blend/   # needs-data
 
 A thin command line over ``bloomdata.blend`` (flags generated from ``BlendEvalConfig``: ``BlendConfig`` and
 the evaluation reports to show): ``tune_blend`` counts each prefix's tokens (the train range only, when a

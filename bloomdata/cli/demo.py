@@ -3,8 +3,9 @@
     python -m bloomdata.cli.demo --out demo_out [--corpus DIR] [--vocab-size 8000] [--workers 2]
 
 1. Trains a BLOOM-style byte-level BPE tokenizer on the corpus (default tests/data/corpus in the repository:
-   27 languages, Leipzig Wortschatz sentences, its README.md gives the attribution) with the library's ``train_tokenizer`` -> ``OUT/tokenizer/``. The vocabulary
-   is small (8,000) so this takes seconds, and it gives uint16 datasets, as any vocabulary < 65,500 does.
+   27 languages, Leipzig Wortschatz sentences, its README.md gives the attribution) with the library's
+   ``train_tokenizer`` -> ``OUT/tokenizer/``. The vocabulary is small (8,000) so this takes seconds, and it gives uint16
+   datasets, as any vocabulary < 65,500 does.
 2. Builds one dataset per language with ``run_build`` on a LocalCluster of 2 Dask worker processes, with
    ``</s>`` appended to every document -> ``OUT/data/<lang>.bin/.idx`` plus ``build_summary.json``.
 3. Ends by printing the build summary.

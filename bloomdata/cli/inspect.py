@@ -106,10 +106,11 @@ def format_report(stats: dict[str, Any], docs: list[tuple[int, np.ndarray, str |
 class InspectConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prefix: str = Field(description="dataset prefix (PREFIX.bin/.idx; the .bin or .idx path also works; a local path or an "
-                        "fsspec URL: s3://bucket/data/en)",
+    prefix: str = Field(description="dataset prefix (PREFIX.bin/.idx; the .bin or .idx path also works; "
+                        "a local path or an fsspec URL: s3://bucket/data/en)",
                         json_schema_extra=cli_option(positional=True, metavar="PREFIX"))
-    tokenizer: str | None = Field(default=None, description="tokenizer.json or directory, to decode the first documents")
+    tokenizer: str | None = Field(default=None,
+                                  description="tokenizer.json or directory, to decode the first documents")
     docs: int = Field(default=3, description="how many documents to show")
     chars: int = Field(default=200, description="characters shown per document")
 

@@ -5,8 +5,10 @@ holds the same model, and flags given with it go on top. Inputs are ``--input [L
 without ``LANG=`` each row's ``lang`` field names its language).
 
     bloomdata train-tokenizer --input flows/demo_corpus/ --out tok-demo --vocab-size 2000 --byte-budget 5MB
-    bloomdata train-tokenizer --input en=clean/data/en/*.jsonl.zst --input fr=clean/data/fr --out tok-enfr --vocab-size 1000
-    bloomdata train-tokenizer --input roots/ --out tok-roots --byte-budget 5GB --max-memory 2GB --workers 2   # needs-data
+    bloomdata train-tokenizer --input en=clean/data/en/*.jsonl.zst --input fr=clean/data/fr --out tok-enfr \\
+        --vocab-size 1000
+    bloomdata train-tokenizer --input roots/ --out tok-roots --byte-budget 5GB --max-memory 2GB \\
+        --workers 2   # needs-data
         (past one machine's memory: words counted in parallel and spilled, the same merges learned from them)
     bloomdata train-tokenizer --input flows/demo_corpus/ --out tok-yaml --vocab-size 1000 --print-config > tok.yaml
     bloomdata train-tokenizer --config tok.yaml   # a TokenizerTrainConfig in YAML: --print-config writes one

@@ -151,7 +151,8 @@ def dask_client(n_workers: int = 2, scheduler_address: str | None = None, dashbo
                 client.wait_for_workers(1, timeout=CONNECT_TIMEOUT_S)
             except TimeoutError:
                 raise BloomstackError(f"the Dask scheduler at {scheduler_address} has no workers after "
-                                     f"{CONNECT_TIMEOUT_S}s; start some with `dask worker {scheduler_address}`") from None
+                                      f"{CONNECT_TIMEOUT_S}s; "
+                                      f"start some with `dask worker {scheduler_address}`") from None
             _print_dashboard(client, dashboard)
             yield client
         return

@@ -28,8 +28,8 @@ imports the executor (nor Dask).
 
 A job is a subclass: it plans its shards and their first-stage keys before it is built (planning is the
 job's own: whole files, row ranges, byte ranges), and implements ``load_marker``, ``intact`` and ``work``;
-``prepare``, ``on_failure`` and ``finish`` are hooks around them. The trade-off: the summary model must have ``rejects_total`` and ``up_to_date``, the two
-fields the runner reads and sets.
+``prepare``, ``on_failure`` and ``finish`` are hooks around them. The trade-off: the summary model must have
+``rejects_total`` and ``up_to_date``, the two fields the runner reads and sets.
 """
 
 from __future__ import annotations

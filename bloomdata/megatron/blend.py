@@ -264,7 +264,8 @@ def blend_from_spec(
     the YAML names none; ``kwargs``: the other ``SampleSettings`` (tokenizer_id, backend). A run's splits come
     from ``bloomdata.megatron.builder.DataSplits``."""
     if spec.seq_length is None:
-        raise BloomstackError("the blend YAML has no seq_length; set it (or tune the blend again with its seq_length set)")
+        raise BloomstackError("the blend YAML has no seq_length; "
+                              "set it (or tune the blend again with its seq_length set)")
     seed = spec.seed if spec.seed is not None else seed
     if seed is None:
         raise BloomstackError("the blend YAML has no seed; set seed in it (or tune the blend again with --seed)")

@@ -189,7 +189,8 @@ class GPTSamples:
         if tokens == 0:
             raise BloomstackError(f"{where} holds no tokens (all its documents are empty)")
         if self.num_samples is None and tokens - 1 < self.settings.seq_length:
-            raise BloomstackError(f"{where} holds {tokens} tokens, fewer than one sample of {self.settings.seq_length + 1}")
+            raise BloomstackError(f"{where} holds {tokens} tokens, "
+                                  f"fewer than one sample of {self.settings.seq_length + 1}")
         return tokens
 
     def _build(self) -> dict[str, np.ndarray]:

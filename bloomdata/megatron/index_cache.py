@@ -127,7 +127,8 @@ class IndexCache:
         try:
             os.makedirs(self.cache_dir, exist_ok=True)
         except OSError as exc:
-            raise BloomstackError(f"{self.cache_dir}: cannot create the index cache directory ({exc.strerror})") from None
+            raise BloomstackError(f"{self.cache_dir}: cannot create the index cache directory "
+                                  f"({exc.strerror})") from None
         with FileLock(f"{self.stem}.lock", timeout=LOCK_TIMEOUT_S):
             arrays = self.load(names, verify)  # built by another process while we waited
             if arrays is not None:

@@ -68,7 +68,8 @@ class TokenizerTrainConfig(BaseModel):
     vocab_size: int = Field(default=BLOOM_VOCAB_SIZE, ge=len(SPECIAL_TOKENS) + 256,
                             description="tokens incl. specials and the 256 bytes (BLOOM: 250,680)")
     alpha: float = Field(default=0.3, ge=0.0, le=1.0,
-                         description="language sampling exponent: p_lang ∝ bytes_lang ** alpha (1: natural, 0: uniform)")
+                         description="language sampling exponent: p_lang ∝ bytes_lang ** alpha "
+                                     "(1: natural, 0: uniform)")
     byte_budget: Annotated[int, BeforeValidator(parse_bytes)] = Field(
         default=100_000_000, ge=1, description="UTF-8 text to train on, e.g. 50MB or 1GiB")
     seed: int = Field(default=0, description="sampling seed (which documents are drawn)")
@@ -195,7 +196,8 @@ def save_tokenizer(tok: Tokenizer, out_dir: str | os.PathLike[str], report: Toke
         if not is_disk_full(exc):
             raise
         raise disk_full(out, f"the tokenizer ({', '.join(files)})", sum(map(len, files.values())), key="out_dir",
-                        then="run the same command again: the same sample and settings train the same tokenizer") from None
+                        then="run the same command again: "
+                             "the same sample and settings train the same tokenizer") from None
     return out
 
 
@@ -219,7 +221,8 @@ def tokenizer_files(tok: Tokenizer, report: TokenizerReport | None = None) -> di
     files = {"tokenizer_config.json": durable.json_text(config, indent=2),
              "special_tokens_map.json": durable.json_text(special_map, indent=2)}
     if report is not None:
-        files[REPORT_FILE] = durable.json_text(report.model_dump(exclude={"tokenizer_identity"}, exclude_none=True), indent=2)
+        files[REPORT_FILE] = durable.json_text(report.model_dump(exclude={"tokenizer_identity"}, exclude_none=True),
+                                               indent=2)
     files["tokenizer.json"] = tok.to_str(pretty=True)  # the bytes Tokenizer.save writes
     return files
 

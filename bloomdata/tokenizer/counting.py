@@ -387,7 +387,8 @@ class CountsJob(ShardedJob[WordCounts, ScanManifest]):
         quotas = byte_quotas(dict(sizes), config.alpha, config.byte_budget)
         t0 = time.perf_counter()
         chosen = choose(self.plan.out_dir, shards, scans, cutoffs(dict(sizes), quotas), quotas)
-        count_keys = [self._write_chosen(s, k, rows, c) for s, k, rows, c in zip(shards, self.plan.keys, chosen.rows, chosen.cut)]
+        count_keys = [self._write_chosen(s, k, rows, c)
+                      for s, k, rows, c in zip(shards, self.plan.keys, chosen.rows, chosen.cut)]
         self.stage_seconds["choose"] = round(time.perf_counter() - t0, 3)
         pending = sum(durable.read_marker(_marker(self.settings, "count", s.name), k) is None
                       for s, k in zip(shards, count_keys))

@@ -117,7 +117,8 @@ class PartitionedWords:
 def partition_words(words: list[bytes], counts: np.ndarray, partitions: int = 1) -> PartitionedWords:
     """``words[i]`` seen ``counts[i]`` times (distinct words), grouped by partition, each group in list order."""
     if partitions > 1:
-        part = np.fromiter(map(xxhash.xxh64_intdigest, words), dtype=np.uint64, count=len(words)) % np.uint64(partitions)
+        hashes = np.fromiter(map(xxhash.xxh64_intdigest, words), dtype=np.uint64, count=len(words))
+        part = hashes % np.uint64(partitions)
         order = np.argsort(part, kind="stable")
         words, counts = np.asarray(words, dtype=object)[order].tolist(), counts[order]  # 8 bytes a word, no ints
         word_at = np.searchsorted(part[order], np.arange(partitions + 1, dtype=np.uint64))

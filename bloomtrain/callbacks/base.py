@@ -23,8 +23,8 @@ state in each checkpoint under the callback's ``state_key`` and hands it back on
 behaves as the uninterrupted one. The key is a stable name, not a place in a list: the class's name by
 default, and a callback of which a run may hold several (a validation set, a user's callback configured twice)
 names itself from its arguments; the trainer refuses two stateful callbacks under one key (``by_state_key``).
-The state must be the same on every rank (it is read back from the files the model-parallel ranks write). An error raised inside the loop reaches every ``on_error`` hook,
-then ``close``, then propagates.
+The state must be the same on every rank (it is read back from the files the model-parallel ranks write). An error
+raised inside the loop reaches every ``on_error`` hook, then ``close``, then propagates.
 
 A user adds a callback without editing bloomtrain.train: ``callbacks: [{target: "pkg.module:MyCallback",
 args: {...}}]`` in the training config (``bloomtrain.callbacks.configured``).

@@ -28,7 +28,8 @@ class CompileTimeCallback(Callback):
         if len(self.times) == 2:
             first, second = self.times
             record = {"iteration": step.iteration, "compile_s": round(max(first - second, 0.0), 3),
-                      "first_step_s": round(first, 3), "second_step_s": round(second, 3), "compiled_blocks": self.blocks}
+                      "first_step_s": round(first, 3), "second_step_s": round(second, 3),
+                      "compiled_blocks": self.blocks}
             trainer.log(record, step.iteration,
                         f"bloomtrain: model.compile: the first step took {first:.1f} s, the second {second:.2f} s: "
                         f"about {record['compile_s']:.1f} s compiling {self.blocks} blocks")

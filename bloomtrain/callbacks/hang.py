@@ -16,9 +16,10 @@ iteration of a launch (compilation, warm-up) gets at least ``HANG_FACTOR`` x the
 first iteration: imports, engine, checkpoint load) in both cases, and with auto the second 5 x the first.
 
 Collective timeouts follow: every process group's timeout (gloo and NCCL; bloomtrain.parallel.timeouts, but for the
-groups that work beside the loop, a background checkpoint's commit) is the allowance plus ``margin_s``, set when the loop starts and whenever the allowance changes, so that a rank
-blocked in a collective on a frozen peer is ended by its watchdog (with its stack and record), never by a
-collective timeout first. Before the loop (start-up, checkpoint load) the launcher's default timeout holds.
+groups that work beside the loop, a background checkpoint's commit) is the allowance plus ``margin_s``, set when the
+loop starts and whenever the allowance changes, so that a rank blocked in a collective on a frozen peer is ended by its
+watchdog (with its stack and record), never by a collective timeout first. Before the loop (start-up, checkpoint load)
+the launcher's default timeout holds.
 """
 
 from __future__ import annotations

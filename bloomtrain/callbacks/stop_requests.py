@@ -56,7 +56,8 @@ class StopRequests:
         self.received = signal.Signals(signum).name
 
     def check(self) -> tuple[ExitKind, str] | None:
-        """Collective: (exit record kind, reason) to stop for (signal / kill switch / time limit) if any rank has one."""
+        """Collective: (exit record kind, reason) to stop for (signal / kill switch / time limit) if any rank has
+        one."""
         local = [
             self.received is not None,
             self.cfg.kill_switch_path is not None and os.path.exists(self.cfg.kill_switch_path),

@@ -27,7 +27,8 @@ from bloomtrain.provenance import PROVENANCE_FILE, load_provenance, write_proven
 
 BASE_TAGS = ("bloom", "bloomstack", "text-generation")
 CARD_FILE = "README.md"  # the model card, where the Hub and transformers users look for it
-CARD_FILES = frozenset({CARD_FILE, PROVENANCE_FILE, LANGUAGES_PNG, CURVES_PNG})  # an export's files that are not the model
+# an export's files that are not the model
+CARD_FILES = frozenset({CARD_FILE, PROVENANCE_FILE, LANGUAGES_PNG, CURVES_PNG})
 
 
 def card_data(r: CardRecords, name: str) -> ModelCardData:

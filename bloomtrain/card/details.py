@@ -15,7 +15,8 @@ def architecture(r: CardRecords) -> str:
     rows = [
         ("architecture", "BLOOM decoder-only transformer: ALiBi position biases, LayerNorm after the embedding, "
                          "GeLU MLP of 4 x hidden size, input and output embeddings tied"),
-        ("layers", m.num_layers), ("hidden size", m.hidden_size), ("attention heads", f"{m.num_heads} ({m.head_dim} dimensions each)"),
+        ("layers", m.num_layers), ("hidden size", m.hidden_size),
+        ("attention heads", f"{m.num_heads} ({m.head_dim} dimensions each)"),
         ("vocabulary", f"{m.vocab_size:,} tokens ({m.padded_vocab_size(p.tp_size):,} embedding rows)"),
         ("sequence length", f"{m.seq_length:,} tokens"), ("parameters", f"{p.parameters:,}"),
         ("objective", f"next-token prediction: cross-entropy over sequences of {m.seq_length:,} tokens"),
@@ -52,7 +53,8 @@ def training_run(r: CardRecords) -> str:
     if s is not None:
         rows += [("final training loss", f"{s.final_loss:.4f} (perplexity {s.perplexity:.2f})")]
         if s.valid_loss is not None:
-            rows.append(("validation loss, last evaluation", f"{s.valid_loss:.4f} (perplexity {fmt(s.valid_ppl, '.2f')})"))
+            rows.append(("validation loss, last evaluation",
+                         f"{s.valid_loss:.4f} (perplexity {fmt(s.valid_ppl, '.2f')})"))
         if s.tokens_per_s is not None:
             rows.append(("throughput", f"{s.tokens_per_s:,.0f} tokens/s (median of the last logged iterations)"))
     distinct = {(e.device, e.device_name, e.processes, e.nodes, e.threads_per_process): e

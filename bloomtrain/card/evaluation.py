@@ -68,7 +68,8 @@ def heldout_part(r: CardRecords) -> str:
     if e.tasks:
         task_rows = [(task, e.task_splits.get(task, "-"), metric, f"{value:.4f}") for task, metrics in e.tasks.items()
                      for metric, value in metrics.items() if "stderr" not in metric]
-        parts += ["Downstream tasks (lm-evaluation-harness):", table(["task", "split", "metric", "value"], task_rows, 3)]
+        parts += ["Downstream tasks (lm-evaluation-harness):",
+                  table(["task", "split", "metric", "value"], task_rows, 3)]
     return "\n\n".join(parts)
 
 

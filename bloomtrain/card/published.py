@@ -44,6 +44,7 @@ def published(r: CardRecords, card_dir: Path) -> CardRecords:
         return card_path(path, card_dir) if path else path
 
     provenance = derive(r.provenance, checkpoint=shown(r.provenance.checkpoint))
-    evaluation = dataclasses.replace(r.evaluation, path=card_path(r.evaluation.path, card_dir)) if r.evaluation else None
+    evaluation = (dataclasses.replace(r.evaluation, path=card_path(r.evaluation.path, card_dir))
+                  if r.evaluation else None)
     return dataclasses.replace(r, provenance=provenance, blend_path=shown(r.blend_path),
                                tokenizer_dir=shown(r.tokenizer_dir), evaluation=evaluation)

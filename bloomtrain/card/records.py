@@ -82,7 +82,8 @@ def pick_model(report: EvalReport, path: str, name: str | None, model_dir: Path 
     """This model's name in eval.json: ``name``, else the model scored from ``model_dir``, else the only one."""
     if name is not None:
         if name not in report.models:
-            raise BloomstackError(f"evaluated_model {name}: {path} has no such model (it holds {sorted(report.models)})")
+            raise BloomstackError(f"evaluated_model {name}: {path} has no such model "
+                                  f"(it holds {sorted(report.models)})")
         return name
     if model_dir is not None:
         mine = [n for n, r in report.models.items() if Path(r.path).resolve() == model_dir.resolve()]
@@ -121,8 +122,8 @@ def _training(records: CardRecords) -> None:
     records.summary = summarize(records.train, records.evals)
     records.launches = read_launches(metrics, training.iteration)
     if not records.launches:
-        records.notes["launches"] = f"the run's {metrics.name} holds no launch header with times (written by an older " \
-                                    "version)"
+        records.notes["launches"] = (f"the run's {metrics.name} holds no launch header with times "
+                                     "(written by an older version)")
 
 
 def _data(records: CardRecords) -> None:

@@ -24,15 +24,17 @@ host_copy.py): DeepSpeed's states copied, the small files as bytes; a thread the
 (the fault hook's ``engine_file`` after each file) and commits exactly as above, its gather, broadcast and barrier
 on a gloo group of its own (``commit_group``), so they run beside training's collectives. The files are the same
 bytes as a synchronous save's. A save waits for the one before it (``wait``), and so does the end of a run; a
-crash or SIGKILL before the commit leaves ``latest`` at the previous tag, as it does in a synchronous save. A full disk on any rank fails the whole save: every rank learns it from the all-gather, rank 0 removes the
-tag's directory, and every rank raises the same ``DiskFull`` (bloomdata.disk): the save needed every byte the
-ranks counted, and the line says how many, and how many are free once the partial tag is gone.
+crash or SIGKILL before the commit leaves ``latest`` at the previous tag, as it does in a synchronous save. A full disk
+on any rank fails the whole save: every rank learns it from the all-gather, rank 0 removes the tag's directory, and
+every rank raises the same ``DiskFull`` (bloomdata.disk): the save needed every byte the ranks counted, and the line
+says how many, and how many are free once the partial tag is gone.
 
 A resume checks the files of the tag ``latest`` names against its manifest before any tensor is read, each rank a
 share of the bytes (``manifest.share``), in a thread that ``start_check`` starts before the engine is built, so the
-check overlaps the build; the load waits for its verdict and all ranks gather theirs. A damaged file stops the run (``checkpoint.on_corrupt=fail``) or, by
-default, the run resumes from the newest earlier tag whose files all verify and moves ``latest`` back to it: the
-damaged tag is then an unfinished save, removed at the next start or replaced when its iteration is saved again.
+check overlaps the build; the load waits for its verdict and all ranks gather theirs. A damaged file stops the run
+(``checkpoint.on_corrupt=fail``) or, by default, the run resumes from the newest earlier tag whose files all verify and
+moves ``latest`` back to it: the damaged tag is then an unfinished save, removed at the next start or replaced when its
+iteration is saved again.
 
 The trainer's own position (iteration, consumed and scheduled samples, skip counters) travels in
 DeepSpeed's ``client_state``, beside Megatron-DeepSpeed's keys (megatron.py) that BLOOM-era tools read; the

@@ -115,7 +115,8 @@ def check_model(model: ModelConfig, tp_size: int, args: argparse.Namespace, wher
     """Refuse, naming each differing key, a checkpoint whose weights have another shape than ``model``'s."""
     ours = {**{k: getattr(model, k) for k in SHAPE_ARGS}, "padded_vocab_size": model.padded_vocab_size(tp_size)}
     saved = {k: getattr(args, SHAPE_ARGS.get(k, k), None) for k in ours}
-    wrong = [f"model.{k}={ours[k]} (checkpoint: {saved[k]})" for k in ours if saved[k] is not None and saved[k] != ours[k]]
+    wrong = [f"model.{k}={ours[k]} (checkpoint: {saved[k]})"
+             for k in ours if saved[k] is not None and saved[k] != ours[k]]
     if wrong:
         raise BloomstackError(f"checkpoint {where} holds another model shape: {', '.join(wrong)}; set these "
                               "to the checkpoint's values (model.pad_vocab_size_to for the vocabulary) or start "

@@ -34,7 +34,8 @@ def layout_of(state: ParallelState) -> dict[str, int]:
     return {"tp": state.tp_size, "pp": state.pp_size, "dp": state.dp_size}
 
 
-def save_layout(ckpt_dir: str | Path, tag: str, state: ParallelState, write: durable.Writer = durable.write_with) -> None:
+def save_layout(ckpt_dir: str | Path, tag: str, state: ParallelState,
+                write: durable.Writer = durable.write_with) -> None:
     data = durable.json_text(layout_of(state), indent=None).encode("utf-8")
     write(Path(ckpt_dir) / tag / LAYOUT_FILE, lambda f: f.write(data))
 

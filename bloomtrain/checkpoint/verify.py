@@ -33,7 +33,8 @@ class TagReport:
         if v.damage is not None:
             return f"{self.tag}: DAMAGED: {v.damage.line()}"
         if not v.digests:
-            return f"{self.tag}: no digests (saved before bloomtrain recorded them, or by Megatron-DeepSpeed): not checked"
+            return (f"{self.tag}: no digests (saved before bloomtrain recorded them, or by Megatron-DeepSpeed): "
+                    "not checked")
         return f"{self.tag}: ok ({v.files} files, {size_text(v.bytes)} verified)"
 
 

@@ -18,5 +18,6 @@ def main(argv: list[str]) -> int:
 
     out = run_export(config)
     has_tok = (out / "tokenizer.json").is_file()
-    print(f"wrote {out} (config.json, model.safetensors, README.md{', tokenizer' if has_tok else '; no tokenizer files found'})")
+    tokenizer = ", tokenizer" if has_tok else "; no tokenizer files found"
+    print(f"wrote {out} (config.json, model.safetensors, README.md{tokenizer})")
     return 0

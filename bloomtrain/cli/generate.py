@@ -57,7 +57,8 @@ def main(argv: list[str]) -> int:
     ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])  # left padding
     mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
     sampling = Sampling(max_new_tokens=config.max_new_tokens, greedy=config.greedy, temperature=config.temperature,
-                        top_k=config.top_k, top_p=config.top_p, eos_token_id=eos, vocab_limit=tokenizer.get_vocab_size())
+                        top_k=config.top_k, top_p=config.top_p, eos_token_id=eos,
+                        vocab_limit=tokenizer.get_vocab_size())
     out = generate(model, ids, sampling, attention_mask=mask, generator=torch.Generator().manual_seed(config.seed))
     for prompt, row in zip(config.prompts, out[:, width:].tolist()):
         if eos is not None and eos in row:

@@ -18,7 +18,8 @@ class ImportConfig(BaseModel):
 
     hf_dir: str = Field(description="a transformers BloomForCausalLM directory",
                         json_schema_extra=cli_option(positional=True, metavar="HF_DIR"))
-    out_dir: str = Field(description="checkpoint directory to write", json_schema_extra=cli_option("--out", metavar="DIR"))
+    out_dir: str = Field(description="checkpoint directory to write",
+                         json_schema_extra=cli_option("--out", metavar="DIR"))
     tp: int = Field(default=1, ge=1, description="tensor-parallel degree of the written shards")
     pp: int = Field(default=1, ge=1, description="pipeline degree (recorded; layer files do not depend on it)")
     dtype: Dtype | None = Field(default=None, description="cast the weights (default: keep theirs)")

@@ -7,13 +7,13 @@ YAML); ``bloomtrain.train.run`` does the rest. ``--dry-run`` prints the plan (``
 layout for ``WORLD_SIZE`` processes, parameters, memory per GPU, iterations and tokens) and exits.
 
 Exit record: each rank writes how it ended (finished, time budget, signal, kill switch, config or input
-error, full disk, damaged checkpoint, failure: bloomtrain.exit_record) into ``BLOOMTRAIN_EXIT_DIR`` (default ``<checkpoint.dir>/exits``);
-``bloomtrain.recovery`` reads it to decide retry / requeue / stop. Under ``bloomtrain.launcher`` a failed rank
-prints nothing: its traceback goes to the record's file and the node's agent reports the attempt in a few
-lines. A config or input error (every input path is checked first: bloomtrain.inputs), a full disk and a damaged
-checkpoint (with ``checkpoint.on_corrupt=fail``) exit 2: a retry would meet them again. A rank that finishes no
-iteration for ``stability.hang_timeout_s`` writes every thread's stack beside a ``hang`` record and exits 1
-(bloomtrain.callbacks.hang).
+error, full disk, damaged checkpoint, failure: bloomtrain.exit_record) into ``BLOOMTRAIN_EXIT_DIR`` (default
+``<checkpoint.dir>/exits``); ``bloomtrain.recovery`` reads it to decide retry / requeue / stop. Under
+``bloomtrain.launcher`` a failed rank prints nothing: its traceback goes to the record's file and the node's agent
+reports the attempt in a few lines. A config or input error (every input path is checked first: bloomtrain.inputs), a
+full disk and a damaged checkpoint (with ``checkpoint.on_corrupt=fail``) exit 2: a retry would meet them again. A rank
+that finishes no iteration for ``stability.hang_timeout_s`` writes every thread's stack beside a ``hang`` record and
+exits 1 (bloomtrain.callbacks.hang).
 
 Launch plain torchrun with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (bloomtrain.launcher, the flows and
 ``bloomtrain slurm`` do): with the rendezvous store shared between agent and workers, a restarted group can

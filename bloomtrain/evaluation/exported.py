@@ -62,6 +62,7 @@ def greedy_samples(hf_dir: str, prompts: list[str], max_new_tokens: int, seed: i
             # Padded vocabulary rows are never real tokens: keep them out of the argmax.
             bad = [[i] for i in range(vocab, model.config.vocab_size)] or None
             gen = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, bad_words_ids=bad,
-                                 eos_token_id=tokenizer.token_to_id("</s>"), pad_token_id=tokenizer.token_to_id("<pad>"))
+                                 eos_token_id=tokenizer.token_to_id("</s>"),
+                                 pad_token_id=tokenizer.token_to_id("<pad>"))
         out.append(prompt + tokenizer.decode(gen[0, ids.shape[1]:].tolist()))
     return out

@@ -113,8 +113,8 @@ def load_causal_lm(path: str | os.PathLike, *, name: str | None = None, dtype: s
     has_tokenizer = any((Path(path) / f).is_file() for f in
                         ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model", "tokenizer_config.json"))
     if not has_tokenizer:
-        raise BloomstackError(f"model directory {path}: no tokenizer files (tokenizer.json) in the model directory; copy "
-                              "them there, or export with `bloomtrain export --tokenizer DIR`")
+        raise BloomstackError(f"model directory {path}: no tokenizer files (tokenizer.json) in the model directory; "
+                              "copy them there, or export with `bloomtrain export --tokenizer DIR`")
     try:
         tokenizer = _load_quietly(lambda: AutoTokenizer.from_pretrained(path, local_files_only=True))
     except Exception as exc:  # noqa: BLE001

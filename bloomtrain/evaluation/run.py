@@ -115,8 +115,8 @@ def run_evaluation(config: EvaluateConfig) -> EvalReport:
     sources = [(f"{s.lang}=" if s.lang else "") + ",".join(s.paths) for s in config.sources]
     data = DataSummary(sources=sources, rows_read=docs.rows_read, documents=docs.documents, rejects=docs.rejects,
                        rejects_total=sum(docs.rejects.values()), reject_examples=docs.reject_examples)
-    settings = {"context": config.context, "stride": config.window_stride, "max_docs_per_lang": config.max_docs_per_lang,
-                "dtype": config.dtype, "task_limit": config.task_limit}
+    settings = {"context": config.context, "stride": config.window_stride,
+                "max_docs_per_lang": config.max_docs_per_lang, "dtype": config.dtype, "task_limit": config.task_limit}
     report = EvalReport(models=models, tasks=tasks, task_splits=task_splits, data=data, settings=settings)
     write_report(report, config.out_dir)
     return report

@@ -76,7 +76,8 @@ def windows_for_documents(docs: Sequence[Sequence[int]], start_id: int, context:
         s = np.empty(len(ids) + 1, dtype=np.int64)
         s[0] = start_id
         s[1:] = ids
-        out += [Window(s[a:b + 1], score_from, owner) for a, b, score_from in document_windows(len(ids), context, stride)]
+        out += [Window(s[a:b + 1], score_from, owner)
+                for a, b, score_from in document_windows(len(ids), context, stride)]
     return out
 
 

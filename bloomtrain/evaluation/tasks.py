@@ -123,7 +123,8 @@ def check_task_names(manager, tasks: Sequence[str]) -> None:
     for name in tasks:
         if name not in known:
             raise BloomstackError(f"tasks {name}: not an lm-eval task, group or tag; list them with `lm-eval ls "
-                                  "tasks`, or add the directory of its YAML to task_paths", keys=["tasks", "task_paths"])
+                                  "tasks`, or add the directory of its YAML to task_paths",
+                                  keys=["tasks", "task_paths"])
 
 
 def _data_error(manager, tasks: Sequence[str]) -> BloomstackError | None:

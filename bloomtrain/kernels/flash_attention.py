@@ -149,7 +149,8 @@ def _common(q: torch.Tensor, k: torch.Tensor, call: Call) -> dict:
     assert kernels is not None
     scale, dropout_p = call.scale, call.dropout_p
     hd = q.shape[3]
-    return {"HEAD0": call.head_offset, "SQ": q.shape[2], "SK": k.shape[2], "HEAD_DIM": hd, "qk_scale2": scale * kernels.LOG2E,
+    return {"HEAD0": call.head_offset, "SQ": q.shape[2], "SK": k.shape[2], "HEAD_DIM": hd,
+            "qk_scale2": scale * kernels.LOG2E,
             "threshold": kernels.dropout_threshold(dropout_p) if dropout_p else 0,
             "keep_scale": kernels.dropout_scale(dropout_p) if dropout_p else 1.0,
             "BLOCK_D": max(16, 1 << (hd - 1).bit_length()), "DROPOUT": bool(dropout_p),
@@ -210,9 +211,9 @@ def launch_dkdv(bw: Backward, dk: torch.Tensor, dv: torch.Tensor, tiles: Tiles) 
     kernels, _ = _triton()
     assert kernels is not None
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
-    kernels.attention_bwd_dkdv_kernel[grid(triton_cdiv(k.shape[2], tiles.block_n), q)](q, k, v, do, slopes, seed, lse, delta, dk, dv, *strides, *_strides(dk),
-                                            *_strides(dv), **bw.common(),
-                                            **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
+    kernels.attention_bwd_dkdv_kernel[grid(triton_cdiv(k.shape[2], tiles.block_n), q)](
+        q, k, v, do, slopes, seed, lse, delta, dk, dv, *strides, *_strides(dk), *_strides(dv), **bw.common(),
+        **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
 
 def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
@@ -220,9 +221,9 @@ def launch_dq(bw: Backward, dq: torch.Tensor, tiles: Tiles) -> None:
     kernels, _ = _triton()
     assert kernels is not None
     q, k, v, do, slopes, seed, lse, delta, *strides = bw.args()
-    kernels.attention_bwd_dq_kernel[grid(triton_cdiv(q.shape[2], tiles.block_m), q)](q, k, v, do, slopes, seed, lse, delta, bw.out, dq, *strides,
-                                          *_strides(bw.out), *_strides(dq), **bw.common(),
-                                          **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
+    kernels.attention_bwd_dq_kernel[grid(triton_cdiv(q.shape[2], tiles.block_m), q)](
+        q, k, v, do, slopes, seed, lse, delta, bw.out, dq, *strides, *_strides(bw.out), *_strides(dq), **bw.common(),
+        **_tile_args(tiles, bw.q.shape[2], bw.k.shape[2]))
 
 
 def backward_of(do: torch.Tensor, saved: tuple[torch.Tensor, ...], call: Call) -> Backward:

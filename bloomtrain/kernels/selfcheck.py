@@ -2,12 +2,12 @@
 
 ``model.kernels: auto`` (the default) and ``fused`` run it the first time a kernel is called on a device type (cpu,
 cuda) in a dtype, once per process: each fused kernel (layer_norm, bias_gelu, alibi_softmax and the block-causal
-attention; on CUDA also the Triton flash attention) runs forward and backward on small seeded random inputs of that dtype, and its output and every input
-gradient are compared with the PyTorch reference. ``use_fused`` turns the result into the choice for a call: "auto"
-uses each kernel that passed and the reference for the others, with one warning line per reason; "fused" raises a
-BloomstackError instead, as Megatron's ``--abort-on-unmet-fused-kernel-constraints`` aborts. The results stay in
-this module for the life of the process: ``selfcheck_report()`` returns them as JSON-able dicts for the logs and
-the checkpoint metadata.
+attention; on CUDA also the Triton flash attention) runs forward and backward on small seeded random inputs of that
+dtype, and its output and every input gradient are compared with the PyTorch reference. ``use_fused`` turns the result
+into the choice for a call: "auto" uses each kernel that passed and the reference for the others, with one warning line
+per reason; "fused" raises a BloomstackError instead, as Megatron's ``--abort-on-unmet-fused-kernel-constraints``
+aborts. The results stay in this module for the life of the process: ``selfcheck_report()`` returns them as JSON-able
+dicts for the logs and the checkpoint metadata.
 
 Trade-off: four small problems (milliseconds on CPU) catch an extension that was miscompiled, mis-dispatched or
 built for another machine, on the machine that runs it; they cannot cover every shape-dependent path of the

@@ -6,8 +6,8 @@ The rule: the best *measured* mixture, never a prediction over a measurement.
   nothing validated.
 - Validated (the default): the lowest objective averaged over the validation seeds among the prior, the
   proposal and the best proxy (the one proxy that measured better than the prior on the search's seed), all
-  trained on the same seeds, none of them the search's own (``run.validate``). A winner whose margin over the prior is less than the seed spread (the larger
-  max - min over seeds of the two) is written, and reported as a tie.
+  trained on the same seeds, none of them the search's own (``run.validate``). A winner whose margin over the prior is
+  less than the seed spread (the larger max - min over seeds of the two) is written, and reported as a tie.
 - ``--no-validate``: the lowest objective known, the prior's and the best proxy's measured on the search's
   seed, the proposal's predicted (flagged as not measured).
 
@@ -86,7 +86,8 @@ def validated(space: SearchSpace, v: Validation, proxies: int) -> Choice:
         reason = (f"blend.yaml holds {what}, but it is a tie: {figures}, less than the seed spread {spread:.4f}; "
                   f"for a clear answer validate with more seeds (--validate-seeds {2 * len(v.seeds)}).")
     elif best.source == "proposal":
-        reason = f"blend.yaml holds the proposal: {figures}, {margin / max(spread, 1e-12):.1f}x the seed spread {spread:.4f}."
+        reason = (f"blend.yaml holds the proposal: {figures}, "
+                  f"{margin / max(spread, 1e-12):.1f}x the seed spread {spread:.4f}.")
     else:
         reason = (f"blend.yaml holds {what}, measured best: {figures} (seed spread {spread:.4f}); the proposal did "
                   f"not beat it; {next_step(proxies)}.")

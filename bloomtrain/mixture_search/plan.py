@@ -82,7 +82,8 @@ def proxy_train_config(config: MixtureSearchConfig, vocab_size: int, valid_sets:
                       decay_samples=samples, warmup_samples=min(recipe.schedule.warmup_samples, samples // 10))
     data = DataConfig(kind="blend", blend=BLEND, compat=config.compat, cache_dir=str(cache_dir),
                       tokenizer=str(Path(config.tokenizer).resolve()),
-                      valid_sets={n: ValidSetConfig(path=p, samples=config.valid_samples) for n, p in valid_sets.items()})
+                      valid_sets={n: ValidSetConfig(path=p, samples=config.valid_samples)
+                                  for n, p in valid_sets.items()})
     logging = derive(recipe.logging, dir=None, tensorboard=False, eval_interval=iters, eval_iters=1,
                      log_interval=max(1, iters // 5))
     return derive(recipe, model=derive(recipe.model, vocab_size=vocab_size, pad_vocab_size_to=None),

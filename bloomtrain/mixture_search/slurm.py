@@ -42,7 +42,8 @@ export OMP_NUM_THREADS={threads} MKL_NUM_THREADS={threads} {threads_env}={thread
 DIRS=({dirs})
 DIR=${{DIRS[$SLURM_ARRAY_TASK_ID]}}
 PROGRAM=({python} -m bloomtrain.mixture_search.proxy "$DIR")
-echo "=== proxy attempt: Slurm job ${{SLURM_ARRAY_JOB_ID:-?}} task $SLURM_ARRAY_TASK_ID on $(hostname) ===" >> "$DIR/{log}"
+echo "=== proxy attempt: Slurm job ${{SLURM_ARRAY_JOB_ID:-?}} task $SLURM_ARRAY_TASK_ID on $(hostname) ===" \
+>> "$DIR/{log}"
 exec "${{PROGRAM[@]}}" >> "$DIR/{log}" 2>&1
 """
 

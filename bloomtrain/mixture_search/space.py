@@ -107,7 +107,8 @@ def _infeasible(config: MixtureSearchConfig, tokens: dict[str, int], budget: int
     total = sum(tokens.values())
     what = (f"token budget {budget:,} (token_budget)" if config.token_budget else
             f"{budget:,} tokens per proxy (proxy_tokens; no token_budget, so the epochs are counted at the proxies')")
-    fix = "lower the budget" if config.token_budget else f"lower proxy_tokens to {int(config.max_epochs * total):,} or less"
+    fix = ("lower the budget" if config.token_budget
+           else f"lower proxy_tokens to {int(config.max_epochs * total):,} or less")
     return (f"{what} with at most {config.max_epochs:g} epochs per dataset (max_epochs): the datasets hold "
             f"{total:,} training tokens, so even every one at its cap covers only {covered:.1%} of the budget; "
             f"{fix}, raise max_epochs to {budget / max(total, 1):.3g} or more (or the cap), or add data")

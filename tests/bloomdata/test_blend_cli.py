@@ -174,8 +174,8 @@ def test_eval_adds_bits_per_byte_to_table_json_and_chart(data_dir, tmp_path, cap
 
     table = json.loads((tmp_path / "b" / "blend.json").read_text())
     bpb = {d["name"]: d["bpb"] for d in table["datasets"]}
-    assert bpb == {"en": pytest.approx(_bpb(1000, 1500.0), rel=1e-12), "fr": pytest.approx(_bpb(800, 1400.0), rel=1e-12),
-                   "yo": None}
+    assert bpb == {"en": pytest.approx(_bpb(1000, 1500.0), rel=1e-12),
+                   "fr": pytest.approx(_bpb(800, 1400.0), rel=1e-12), "yo": None}
     assert table["evaluation"] == {"reports": [{"path": report, "model": "exported"}], "unmatched_languages": ["de"]}
     # The blend itself does not depend on the report; the chart gains a bits-per-byte panel (a taller image).
     assert (tmp_path / "b" / "blend.yaml").read_text() == (tmp_path / "plain" / "blend.yaml").read_text()
@@ -189,8 +189,9 @@ def test_eval_adds_bits_per_byte_to_table_json_and_chart(data_dir, tmp_path, cap
 
 
 def test_two_reports_show_the_change_per_language(data_dir, tmp_path, capsys):
-    before = _eval_json(tmp_path / "before.json", {"exported": {"en": (1000, 1500.0), "fr": (800, 1400.0), "yo": (90, 300.0)},
-                                                  "ref": {"en": (1000, 1.0)}})
+    before = _eval_json(tmp_path / "before.json",
+                        {"exported": {"en": (1000, 1500.0), "fr": (800, 1400.0), "yo": (90, 300.0)},
+                         "ref": {"en": (1000, 1.0)}})
     after = _eval_json(tmp_path / "after.json", {"exported": {"en": (1000, 1300.0), "fr": (800, 1450.0)},
                                                 "ref": {"en": (1000, 2.0)}})
     assert cli.main([*_blend_argv(data_dir, tmp_path / "b"), "--eval", before, "--eval", after]) == 0

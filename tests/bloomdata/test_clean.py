@@ -156,7 +156,8 @@ def test_emails_and_ip_addresses_are_redacted_and_counted_per_language(tmp_path,
     en, zh = plain("en")[:20], plain("zh")[:20]
     rows = [dict(r, text=f"{r['text']} Write to jane.doe{i}@example.org or ping 10.{i}.0.1 and 2001:db8::{i + 1}.")
             for i, r in enumerate(en)]
-    rows += [dict(r, text=f"{r['text']}联系邮箱：wang{i}@mail.example.cn。服务器地址：192.168.{i}.7。") for i, r in enumerate(zh)]
+    rows += [dict(r, text=f"{r['text']}联系邮箱：wang{i}@mail.example.cn。服务器地址：192.168.{i}.7。")
+             for i, r in enumerate(zh)]
     _write(tmp_path / "in.jsonl", rows)
     summary = run_clean(_config([tmp_path / "in.jsonl"], tmp_path / "out"), client=client)
     assert (summary.languages["en"].emails_redacted, summary.languages["en"].ips_redacted) == (20, 40)

@@ -32,7 +32,8 @@ def test_simhash_fingerprint_is_the_bitwise_majority_of_window_hashes():
     assert fingerprint_of(np.zeros(0, np.uint64)) == 0
     hasher = SimHasher(SimHashConfig())
     # lower-cased, Unicode punctuation removed before windowing: these are one text
-    assert hasher.fingerprint("Hello, World! «Quoted» — text…", "fr") == hasher.fingerprint("hello world quoted  text", "fr")
+    assert (hasher.fingerprint("Hello, World! «Quoted» — text…", "fr")
+            == hasher.fingerprint("hello world quoted  text", "fr"))
     assert hasher.fingerprint("abcdef", "fr") == 0  # 6 characters: ROOTS's range(len - 6) has no window
     assert hasher.fingerprint("abcdefg", "fr") != 0
     assert hasher.fingerprint("one two three four five six", "en") == 0  # en: windows of 6 space tokens
@@ -58,7 +59,8 @@ def test_simhash_join_finds_every_pair_within_the_distance():
     found = set()
     for b in range(keys.shape[1]):
         found |= {tuple(p) for p in _simhash_pairs(keys[:, b], fp, gid, 4).tolist()}
-    brute = {(j, i) for i, j in itertools.combinations(range(len(fp)), 2) if bin(int(fp[i]) ^ int(fp[j])).count("1") <= 4}
+    brute = {(j, i) for i, j in itertools.combinations(range(len(fp)), 2)
+             if bin(int(fp[i]) ^ int(fp[j])).count("1") <= 4}
     assert found <= brute and len(brute) >= 60 * 4
     for pairs in (found, brute):  # the same clusters, each rooted at its first member
         nodes, roots = components(np.array(sorted(pairs), dtype=np.uint64))
@@ -113,7 +115,8 @@ def test_dedup_document_key_and_small_document_steps():
 
     def check(step: str, text: str) -> str | None:
         config = load_config(CleanConfig, PRESETS["roots"], values={
-            "sources": ["x"], "out_dir": "y", "quality": {"steps": [step], "defaults": {"min_bytes": 30, "min_space_words": 5}}})
+            "sources": ["x"], "out_dir": "y",
+            "quality": {"steps": [step], "defaults": {"min_bytes": 30, "min_space_words": 5}}})
         return QualityFilter(config, *load_word_lists(config.quality)).check(text, "sw")
 
     assert check("bytes", "é" * 15) is None  # 30 bytes in 15 characters
@@ -155,10 +158,12 @@ def test_roots_preset_run_reports_its_settings_and_removals(tmp_path):
     for lang in ("en", "bn", "zh", "sw"):
         with open(CORPUS_DIR / f"{lang}.jsonl", encoding="utf-8") as f:
             rows += [json.loads(line) for line in f][:20]
-    rows[0] = dict(rows[0], text=rows[0]["text"] + " Follow @bigscience, card 4111 1111 1111 1111.")  # words over 25 characters go first
+    # words over 25 characters go first
+    rows[0] = dict(rows[0], text=rows[0]["text"] + " Follow @bigscience, card 4111 1111 1111 1111.")
     source = _write_rows(tmp_path / "in.jsonl", rows)
-    config = load_config(CleanConfig, PRESETS["roots"], values={"sources": [str(source)], "out_dir": str(tmp_path / "out"),
-                                                              "workers": 0, "progress": False})
+    config = load_config(CleanConfig, PRESETS["roots"],
+                         values={"sources": [str(source)], "out_dir": str(tmp_path / "out"), "workers": 0,
+                                 "progress": False})
     summary = run_clean(config)
     assert summary.settings_name == "roots" and (summary.keys_redacted, summary.users_redacted) == (1, 1)
     assert summary.languages["bn"].removed["closed_class_words"] >= 5  # ROOTS's bn stopword cut (see test_clean_roots)

@@ -73,7 +73,8 @@ def test_measures_equal_roots_formulas_on_every_language():
     docs = [t for lang in ("en", "zh", "hi", "ar", "sw", "ur") for t in _corpus(lang)[:40]] + SPAM + [KEYWORDS]
     for text in docs:
         for n in (3, 10):
-            assert char_repetition_ratio(code_points(text), n) == pytest.approx(_roots_char_repetition(text, n), abs=1e-12)
+            assert char_repetition_ratio(code_points(text), n) == pytest.approx(_roots_char_repetition(text, n),
+                                                                                abs=1e-12)
         words = word_units(text)
         for n in (2, 5):
             assert word_repetition_ratio(words, n) == pytest.approx(_roots_word_repetition(words, n), abs=1e-12)
@@ -83,7 +84,8 @@ def test_measures_equal_roots_formulas_on_every_language():
 
 def test_normalization_touches_whitespace_and_controls_only():
     config = NormalizeConfig()
-    assert normalize("a\u00a0b\u3000c\r\nd\re\x00f\x1b[0m\ufeff  g \n\n\n\n h\u2028i ", config) == "a b c\nd\nef[0m g\n\nh\ni"
+    assert (normalize("a\u00a0b\u3000c\r\nd\re\x00f\x1b[0m\ufeff  g \n\n\n\n h\u2028i ", config)
+            == "a b c\nd\nef[0m g\n\nh\ni")
     kept = "ﬁ ２ é e\u0301 क्षि \u200c\u200d ❤️ 中文"  # ligature, fullwidth, both é forms, ZWNJ/ZWJ, emoji
     assert normalize(kept, config) == kept  # no Unicode normalization by default (BLOOM's tokenizer has none)
     assert normalize("ﬁ ２ e\u0301", derive(config, unicode_form="NFKC")) == "fi 2 é"
@@ -122,9 +124,9 @@ UNSEEN = {
           "多くの人が花見を楽しみます。日本料理は季節の食材を大切にすることで知られています。新幹線は主要な都市を高速で結んでいます。",
     "th": "ประเทศไทยตั้งอยู่ในเอเชียตะวันออกเฉียงใต้ กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย อาหารไทยมีชื่อเสียงไปทั่วโลก "
           "ฤดูฝนเริ่มประมาณเดือนพฤษภาคม นักท่องเที่ยวจำนวนมากเดินทางมาเที่ยวทะเลทางภาคใต้",
-    "ko": "한국은 동아시아에 있는 나라입니다. 서울은 한국의 수도이며 가장 큰 도시입니다. 봄에는 많은 사람들이 꽃구경을 갑니다. "
+    "ko": "한국은 동아시아에 있는 나라입니다. 서울은 한국의 수도이며 가장 큰 도시입니다. 봄에는 많은 사람들이 꽃구경을 갑니다. "  # noqa: E501
           "김치는 한국의 대표적인 음식입니다. 고속철도는 주요 도시를 빠르게 연결합니다.",
-    "ru": "Россия занимает большую часть Восточной Европы и Северной Азии. Москва является столицей и крупнейшим городом "
+    "ru": "Россия занимает большую часть Восточной Европы и Северной Азии. Москва является столицей и крупнейшим городом "  # noqa: E501
           "страны. Зимой во многих регионах выпадает много снега. Волга считается самой длинной рекой Европы. Железные "
           "дороги соединяют города от Калининграда до Владивостока.",
 }
@@ -164,7 +166,8 @@ def test_per_language_overrides_and_their_errors():
     quality = QualityConfig(languages={"zh": {"min_words": 500}, "en": {"max_special_chars": None}})
     assert quality.thresholds_for("zh").min_words == 500 and quality.thresholds_for("fr").min_words == 10
     assert quality.thresholds_for("en").max_special_chars is None and quality.thresholds_for(None).min_words == 10
-    with pytest.raises(ValueError, match=r"languages.zh.min_wrds: no filter step has a parameter .min_wrds.; did you mean min_words"):
+    with pytest.raises(ValueError, match=r"languages.zh.min_wrds: no filter step has a parameter .min_wrds.; "
+                                         r"did you mean min_words"):
         QualityConfig(languages={"zh": {"min_wrds": 5}})
     with pytest.raises(ValueError, match=r"languages.en.max_special_chars: Input should be less than or equal to 1"):
         QualityConfig(languages={"en": {"max_special_chars": 3}})
@@ -339,7 +342,8 @@ def test_missing_model_files_and_packages_are_one_line_errors(tmp_path, monkeypa
         ("kenlm", {"perplexity": {"models": {"en": str(model)}}}, r"pip install 'bloomstack\[kenlm\]'"),
     ]:
         monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError, installed or not
-        with pytest.raises(BloomstackError, match=rf"needs the {module} package, which is not installed: {hint}") as err:
+        with pytest.raises(BloomstackError,
+                           match=rf"needs the {module} package, which is not installed: {hint}") as err:
             check_models(config(**sections))
         assert "\n" not in str(err.value)
 

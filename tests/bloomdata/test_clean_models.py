@@ -112,7 +112,8 @@ def test_language_id_with_a_trained_fasttext_model(models):
     assert [quality.check(t, "en") for t in en] == [None] * 3
     assert [quality.check(t, "fr") for t in fr] == [None] * 3
     assert [quality.check(t, "fr") for t in en] == ["closed_class_words"] * 3  # ROOTS checks stopwords first
-    config = roots_config(lang_id={"model": str(models / "lid.bin")}, quality={"languages": {"fr": {"min_closed_class": None}}})
+    config = roots_config(lang_id={"model": str(models / "lid.bin")},
+                          quality={"languages": {"fr": {"min_closed_class": None}}})
     quality = QualityFilter(config, *load_word_lists(config.quality))
     assert [quality.check(t, "fr") for t in en] == ["lang_id"] * 3  # top label en is not fr
     assert math.isclose(config.quality.thresholds_for("fr").min_lang_id_score, 0.8)  # ROOTS's fr cutoff

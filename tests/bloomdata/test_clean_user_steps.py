@@ -29,7 +29,8 @@ DIGITS, DROP, OPENING = f"{MODULE}:Digits", f"{MODULE}:DropLines", f"{MODULE}:Op
 def _documents() -> tuple[list[dict], dict[str, int]]:
     """Real English documents (three corpus sentences each), some made to meet each user step, and how many
     documents each step should remove."""
-    sentences = [json.loads(line)["text"] for line in (CORPUS_DIR / "en.jsonl").read_text(encoding="utf-8").splitlines()]
+    sentences = [json.loads(line)["text"]
+                 for line in (CORPUS_DIR / "en.jsonl").read_text(encoding="utf-8").splitlines()]
     texts = [" ".join(sentences[i:i + 3]) for i in range(0, 120, 3)]  # 40 documents
     texts[3] = "Advertisement: buy two, pay one\n" + texts[3] + "\nAdvertisement: today only"  # kept, without ads
     texts[5] = "Advertisement: buy two, pay one\nAdvertisement: today only"  # nothing left: empty

@@ -252,7 +252,8 @@ def test_damaged_gzip_header_or_checksum(tmp_path):
     items = _read_all(SourceConfig(paths=[str(tmp_path)]))
     got = [(os.path.basename(i.path), i.line, i.reason if isinstance(i, Reject) else "ok") for i in items]
     assert got == [("crc.jsonl.gz", n, "ok") for n in range(1, 11)] + [
-        ("crc.jsonl.gz", 11, "corrupt_file"), ("not_gzip.jsonl.gz", 1, "corrupt_file"), ("note.txt.gz", 1, "corrupt_file")]
+        ("crc.jsonl.gz", 11, "corrupt_file"), ("not_gzip.jsonl.gz", 1, "corrupt_file"),
+        ("note.txt.gz", 1, "corrupt_file")]
 
 
 def test_tokenizer_trains_on_the_readable_rows_of_a_truncated_file(tmp_path):

@@ -239,10 +239,9 @@ def test_module_not_built_falls_back_in_one_line_and_a_bad_kind_names_the_key(sm
     loader and by the build's driver alike; a kind other than auto or hf names the encoder key."""
     import sys
 
+    import bloomdata
     from bloomdata.errors import BloomstackError
     from bloomdata.tokenizer.encoder import resolve_kind
-
-    import bloomdata
 
     monkeypatch.delattr(bloomdata, "_bpe_encoder", raising=False)
     monkeypatch.setitem(sys.modules, "bloomdata._bpe_encoder", None)  # import raises ImportError

@@ -63,8 +63,9 @@ def test_cli_markdown_and_json(small_tokenizer_dir, corpus_dir, tmp_path, capsys
     assert rows["sw"]["tokens_per_word"] > 0 and rows["sw"]["compare_tokens"] > rows["sw"]["tokens"]
     # "chinese" is not an ISO code, so it is not known to be space-less; a real "zh" label is
     assert rows["chinese"]["whitespace_words"] is True
-    rc = cli.main(["fertility", "--tokenizer", str(small_tokenizer_dir), "--input", f"chinese={corpus_dir / 'zh.jsonl'}",
-                   "--input", str(corpus_dir / "sw.jsonl"), "--compare", str(other), "--max-docs", "5", "--json"])
+    rc = cli.main(["fertility", "--tokenizer", str(small_tokenizer_dir),
+                   "--input", f"chinese={corpus_dir / 'zh.jsonl'}", "--input", str(corpus_dir / "sw.jsonl"),
+                   "--compare", str(other), "--max-docs", "5", "--json"])
     assert rc == 0 and json.loads(capsys.readouterr().out) == payload  # --json prints what --out writes
     rc = cli.main(["fertility", "--tokenizer", str(tmp_path / "nowhere"), "--input", str(corpus_dir)])
     assert rc == 2 and "tokenizer not found" in capsys.readouterr().err

@@ -28,7 +28,8 @@ def prefix(tmp_path_factory):
 
 def _samples(prefix, cache, **kw):
     args = {"seq_length": 16, "seed": 5, "cache_dir": cache, **kw}
-    split, name, num_samples = args.pop("split", "90,8,2"), args.pop("split_name", "train"), args.pop("num_samples", 2000)
+    split, name = args.pop("split", "90,8,2"), args.pop("split_name", "train")
+    num_samples = args.pop("num_samples", 2000)
     return GPTSamples(prefix, num_samples, SampleSettings(**args), split, name)
 
 

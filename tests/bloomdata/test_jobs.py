@@ -152,7 +152,8 @@ def _slow_square(x: int) -> int:
 def _not_yet_run(dask_scheduler) -> int:
     """Tasks of ``_slow_square`` the scheduler holds that have not run yet."""
     return sum(1 for key, task in dask_scheduler.tasks.items()
-               if str(key).startswith("_slow_square") and task.state in ("waiting", "queued", "no-worker", "processing"))
+               if str(key).startswith("_slow_square")
+               and task.state in ("waiting", "queued", "no-worker", "processing"))
 
 
 def test_run_shards_keeps_at_most_a_window_of_tasks_submitted(client, monkeypatch):

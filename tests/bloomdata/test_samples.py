@@ -170,7 +170,8 @@ def test_bloom_split_syntax_range(prefix):
     ],
 )
 def test_bad_input_raises(prefix, kwargs, message):
-    settings = {"seq_length": 16, "seed": 1, **{k: v for k, v in kwargs.items() if k in ("seq_length", "seed", "compat")}}
+    settings = {"seq_length": 16, "seed": 1,
+                **{k: v for k, v in kwargs.items() if k in ("seq_length", "seed", "compat")}}
     rest = {"num_samples": 10, **{k: v for k, v in kwargs.items() if k in ("num_samples", "split", "split_name")}}
     with pytest.raises(BloomstackError, match=message):
         GPTSamples(prefix, settings=SampleSettings(**settings), **rest)

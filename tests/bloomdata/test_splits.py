@@ -22,7 +22,8 @@ def test_core_ranges_equal_megatron(spec):
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(spec))
     for size in list(range(1, 400)) + [23_931, 1_000_003]:
         for i, name in enumerate(("train", "valid", "test")):
-            expected = (0, 0) if matrix[i] is None else (int(round(matrix[i][0] * size)), int(round(matrix[i][1] * size)))
+            expected = ((0, 0) if matrix[i] is None
+                        else (int(round(matrix[i][0] * size)), int(round(matrix[i][1] * size))))
             assert split_range(spec, name, size, "core") == expected, (spec, size, name)
 
 

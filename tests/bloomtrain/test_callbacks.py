@@ -89,8 +89,8 @@ def test_callbacks_run_by_priority_so_a_reversed_list_saves_the_same_checkpoint(
     runs = {}
     for reverse in (False, True):
         run_dir = tmp_path / ("reversed" if reverse else "given")
-        overrides = [*EXACT, "schedule.train_iters=3", f"checkpoint.dir={run_dir / 'ckpt'}", "checkpoint.save_interval=3",
-                     f"logging.dir={run_dir / 'logs'}"]
+        overrides = [*EXACT, "schedule.train_iters=3", f"checkpoint.dir={run_dir / 'ckpt'}",
+                     "checkpoint.save_interval=3", f"logging.dir={run_dir / 'logs'}"]
         runs[reverse] = run_distributed(_train_in_order, 1, overrides, str(run_dir / "probe.json"), reverse,
                                         timeout_s=300)[0]
     given, reversed_ = runs[False], runs[True]
@@ -174,7 +174,7 @@ def test_two_stateful_callbacks_under_one_state_key_are_refused_naming_the_fix(t
     keyed = by_state_key([Probe("o", "a"), Probe("o", "b"), StopRequestsCallback(CheckpointConfig()),
                           StopRequestsCallback(CheckpointConfig())])  # stateless duplicates are fine
     assert sorted(keyed) == ["probe:a", "probe:b"]
-    with pytest.raises(BloomstackError, match=r"^callbacks: tests\.bloomtrain\.callback_probe:Probe and Probe both keep "
-                                              r"their checkpoint state under state_key 'probe:a'; override the "
-                                              r"state_key property of Probe"):
+    with pytest.raises(BloomstackError, match=r"^callbacks: tests\.bloomtrain\.callback_probe:Probe and Probe "
+                                              r"both keep their checkpoint state under state_key 'probe:a'; "
+                                              r"override the state_key property of Probe"):
         by_state_key([Probe("o", "a"), Probe("o2", "a")])

@@ -61,7 +61,8 @@ def test_deepspeed_reads_megatron_client_state_from_our_mp_rank_files(saved):
     args = ckpt.get_args()
     assert ckpt.get_iteration() == 2 and (ckpt.tp_degree, ckpt.pp_degree, ckpt.dp_degree) == (2, 1, 1)
     assert isinstance(args, argparse.Namespace)
-    assert (args.tensor_model_parallel_size, args.num_layers, args.hidden_size, args.num_attention_heads) == (2, 2, 96, 12)
+    assert (args.tensor_model_parallel_size, args.num_layers, args.hidden_size,
+            args.num_attention_heads) == (2, 2, 96, 12)
     assert (args.consumed_train_samples, args.consumed_train_tokens) == (16, 16 * 32)
     # what BigScience's ds_to_universal.py reads (checkpoint_info[ORIGINAL_VOCAB_SIZE]) to find the padding rows
     assert ckpt.get_checkpoint_info() == {"padded_vocab_size": 256, "original_vocab_size": 250}

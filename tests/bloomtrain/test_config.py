@@ -52,7 +52,8 @@ def test_gradient_accumulation_steps_per_recipe(name, world, consumed, batch, ga
 @pytest.mark.parametrize("name,world,needle", [
     ("bloom-176b-tr11", 480, "global_batch_size=2048 is not a multiple of micro_batch_size 2 x data-parallel size 10"),
     # 64 GPUs -> DP 64: 192 = 3 x 64 fits, the increment 32 does not
-    ("bloom-560m", 64, "rampup_batch_size increment=32 is not a multiple of micro_batch_size 1 x data-parallel size 64"),
+    ("bloom-560m", 64,
+     "rampup_batch_size increment=32 is not a multiple of micro_batch_size 1 x data-parallel size 64"),
     ("bloom-1b7", 15, "world size 15 is not divisible by tp 2 x pp 2"),
 ])
 def test_worlds_that_do_not_fit_a_recipe(name, world, needle):

@@ -102,7 +102,8 @@ def test_harness_accuracy_equals_a_direct_computation(model_dir, task_dir):
     samples = sorted(results["samples"][TASK], key=lambda s: s["doc_id"])
     assert len(samples) == N_DOCS
     for doc, sample in zip(docs, samples):
-        ll = np.array([_direct_loglikelihoods(lm.model, lm.tokenizer, doc["question"], " " + c) for c in doc["choices"]])
+        ll = np.array([_direct_loglikelihoods(lm.model, lm.tokenizer, doc["question"], " " + c)
+                       for c in doc["choices"]])
         harness = np.array([r[0][0] for r in sample["resps"]])  # (loglikelihood, is_greedy) per choice
         np.testing.assert_allclose(harness, ll, rtol=1e-5)
         correct.append(int(np.argmax(ll)) == doc["label"])
@@ -118,7 +119,8 @@ def test_cli_merges_task_accuracy_into_eval_json_and_md(model_dir, task_dir, tmp
     out = tmp_path / "out"
     code = bloomtrain_main(["evaluate", "--model", f"m={model_dir}", "--data", f"en={CORPUS_DIR / 'en.jsonl'}",
                             "--max-docs-per-lang", "2", "--context", "32", "--out", str(out), "--device", "cpu",
-                            "--no-progress", "--tasks", TASK, "--task-path", str(task_dir), "--task-limit", "8", "--json"])
+                            "--no-progress", "--tasks", TASK, "--task-path", str(task_dir), "--task-limit", "8",
+                            "--json"])
     assert code == 0, capsys.readouterr().err
     report = json.loads((out / "eval.json").read_text())
     acc = report["tasks"][TASK]["m"]["acc"]

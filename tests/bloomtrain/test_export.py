@@ -76,7 +76,8 @@ def test_hf_import_export_round_trip_is_bit_identical(tmp_path, hf_bloom, tiny_t
     assert (tmp_path / "ckpt" / "tokenizer.json").is_file()
     assert cli(["export", str(tmp_path / "ckpt"), str(tmp_path / "back")]) == 0
 
-    original, back = load_file(tmp_path / "hf" / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    original = load_file(tmp_path / "hf" / "model.safetensors")
+    back = load_file(tmp_path / "back" / "model.safetensors")
     original = {k if k.startswith("transformer.") else f"transformer.{k}": v for k, v in original.items()
                 if not k.startswith("lm_head")}
     assert original.keys() == back.keys()

@@ -1,9 +1,9 @@
 """The Triton flash ALiBi attention (bloomtrain.kernels.flash_attention) against the PyTorch reference.
 
 Without a GPU the kernels run in Triton's CPU interpreter (``TRITON_INTERPRET=1``, set by tests/conftest.py before
-any module imports triton): the same kernel code, block loops, masks and Philox streams as on CUDA, on CPU tensors. The tile shapes
-there are small and differ per kernel (``flash_attention.plan``), so every test crosses block edges, the diagonal
-blocks and the padded tails of rows, keys and head dims.
+any module imports triton): the same kernel code, block loops, masks and Philox streams as on CUDA, on CPU tensors. The
+tile shapes there are small and differ per kernel (``flash_attention.plan``), so every test crosses block edges, the
+diagonal blocks and the padded tails of rows, keys and head dims.
 
 Tolerances: fp32 rtol = atol = 1e-5 of the largest entry (the kernel sums in another order than the reference);
 bf16/fp16 within 2 ulps + 1e-2 / 1e-3 of the largest entry of an fp64 truth, as the self-check's.

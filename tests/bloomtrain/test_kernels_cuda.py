@@ -73,7 +73,8 @@ def _check(fn_fused, fn_ref, inputs, tol, truth_dtype=None):
     torch.testing.assert_close(out_a, out_b.to(out_a.dtype), **tol)
     g = torch.randn(out_a.shape, device=out_a.device, generator=torch.Generator(out_a.device).manual_seed(1))
     rows = inputs[0].numel() // inputs[0].shape[-1]
-    for ga, gb in zip(torch.autograd.grad(out_a, a, g.to(out_a.dtype)), torch.autograd.grad(out_b, b, g.to(out_b.dtype))):
+    for ga, gb in zip(torch.autograd.grad(out_a, a, g.to(out_a.dtype)),
+                      torch.autograd.grad(out_b, b, g.to(out_b.dtype))):
         scaled = dict(tol, atol=tol["atol"] * rows**0.5) if ga.dim() == 1 else tol
         torch.testing.assert_close(ga, gb.to(ga.dtype), **scaled)
 

@@ -359,7 +359,8 @@ def test_slurm_array_runs_the_pending_proxies(demo, tmp_path, monkeypatch):
     assert result.validation is None and not result.choice.measured and "--no-validate" in result.choice.reason
 
 
-@pytest.mark.integration  # the trainer in child processes (bloomtrain.mixture_search.proxy), beyond tests/tiers.py's sight
+# the trainer in child processes (bloomtrain.mixture_search.proxy), beyond tests/tiers.py's sight
+@pytest.mark.integration
 def test_real_proxies_end_to_end(demo, tmp_path):
     """Real tiny proxies (the trainer in child processes, two local Dask workers), validated on two seeds: the
     written blend's validated objective is at most the prior's. Then one proxy's result is lost (a kill) and the

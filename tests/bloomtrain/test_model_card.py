@@ -99,8 +99,8 @@ def _metrics(tmp_path, validate: bool) -> None:
 
 def _blend(tmp_path) -> None:
     spec = BlendSpec(seq_length=32, token_budget=1536, alpha=0.3, split="90,10,0", datasets=[
-        BlendDataset(name=lang, prefix=str(tmp_path / "data" / lang), weight=w, tokens=10_000, tokens_drawn=int(1536 * w),
-                     epochs=1536 * w / 10_000) for lang, w in WEIGHTS.items()])
+        BlendDataset(name=lang, prefix=str(tmp_path / "data" / lang), weight=w, tokens=10_000,
+                     tokens_drawn=int(1536 * w), epochs=1536 * w / 10_000) for lang, w in WEIGHTS.items()])
     (tmp_path / "blend.yaml").write_text(spec.to_yaml())
 
 
@@ -134,7 +134,8 @@ def _eval_json(tmp_path, model_dir) -> tuple[str, EvalReport]:
 def _run(tmp_path, tiny_tokenizer_dir, validate: bool = True):
     cfg = _train_config(tmp_path, tiny_tokenizer_dir, validate)
     drawn = {lang: 4_115 for lang in LANGS}
-    report = TokenizerReport(languages=list(LANGS), bytes_available=drawn, probabilities={lang: 1 / 3 for lang in LANGS},
+    report = TokenizerReport(languages=list(LANGS), bytes_available=drawn,
+                             probabilities={lang: 1 / 3 for lang in LANGS},
                              bytes_quota=drawn, bytes_drawn=drawn, docs_drawn=drawn, total_bytes_drawn=12_345, seed=0,
                              alpha=0.3, byte_budget=12_345, min_frequency=2, vocab_size_requested=250, vocab_size=250,
                              sampling_seconds=0.1, training_seconds=0.1, wall_seconds=0.2)
@@ -152,7 +153,8 @@ def test_export_writes_a_card_from_every_record(tmp_path, tiny_tokenizer_dir):
     eval_json, report = _eval_json(tmp_path, hf)
     clean = _clean_summary(tmp_path)
     assert cli(["export", str(ckpt), str(hf), "--tokenizer", str(tiny_tokenizer_dir), "--license", "apache-2.0",
-                "--name", "bloom-tiny-test", "--clean-summary", clean.out_dir + "/clean_summary.json", "--fertility", str(fertility), "--evaluation", eval_json,
+                "--name", "bloom-tiny-test", "--clean-summary", clean.out_dir + "/clean_summary.json",
+                "--fertility", str(fertility), "--evaluation", eval_json,
                 "--evaluation-split", "validation", "--power-watts", "10", "--carbon-intensity", "0.5"]) == 0
 
     card = ModelCard.load(hf / "README.md")

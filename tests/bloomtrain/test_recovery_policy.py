@@ -186,7 +186,8 @@ def test_after_a_launch_stops_when_it_ended_on_purpose_or_on_a_user_error(launch
 def test_after_a_launch_continues_only_after_progress_and_within_the_limit(launch):
     d = launch(["time_budget", "time_budget"], saved="global_step5")
     assert (d.action, d.line) == ("requeue", "the trainer stopped at its time budget at iteration 3 and saved "
-                                             "global_step5; requeuing (1 of 2): the next attempt resumes from global_step5")
+                                             "global_step5; requeuing (1 of 2): "
+                                             "the next attempt resumes from global_step5")
     d = launch(["time_budget", "time_budget"])
     assert (d.action, d.exit_code) == ("stop", 1) and "without a new checkpoint (latest: global_step2)" in d.line
     d = launch(["failure", "running"], rc=1, saved="global_step5", again="relaunch", requeues=1)

@@ -98,7 +98,8 @@ FAKE_SRUN = """#!/bin/bash
 echo "$@" > "$FAKE/srun.args"
 if [ -n "${FAKE_SAVE:-}" ]; then echo "$FAKE_SAVE" > "$FAKE_LATEST"; fi
 mkdir -p "$BLOOMTRAIN_EXIT_DIR/attempt-0"
-printf '{"kind": "%s", "rank": 0, "node": "node1", "pid": 1, "attempt": 0, "started": 0, "iteration": 7, "message": "%s"}' \\
+printf '{"kind": "%s", "rank": 0, "node": "node1", "pid": 1, "attempt": 0, "started": 0, "iteration": 7, \
+"message": "%s"}' \\
     "$FAKE_KIND" "${FAKE_MESSAGE:-}" > "$BLOOMTRAIN_EXIT_DIR/attempt-0/rank-0.json"
 exit "${FAKE_RC:-0}"
 """
@@ -208,9 +209,12 @@ def test_overrides_reach_the_trainer_as_written(tmp_path):
     argv it got."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do [[ "$1" == --jobid ]] && shift; shift; done\nexec "$@"\n')
+    (bin_dir / "srun").write_text('#!/bin/bash\n'
+                                  'while [[ "$1" == --* ]]; do [[ "$1" == --jobid ]] && shift; shift; done\n'
+                                  'exec "$@"\n')
     (bin_dir / "scontrol").write_text(FAKE_SCONTROL)
-    (bin_dir / "python").write_text('#!/bin/bash\n[[ "$*" == *bloomtrain.recovery* ]] && exit 0\nprintf "%s\\n" "$@" > "$FAKE/argv"\n')
+    (bin_dir / "python").write_text('#!/bin/bash\n[[ "$*" == *bloomtrain.recovery* ]] && exit 0\n'
+                                    'printf "%s\\n" "$@" > "$FAKE/argv"\n')
     for name in ("srun", "scontrol", "python"):
         (bin_dir / name).chmod(0o755)
     nasty = f"checkpoint.kill_switch_path={tmp_path}/it's a \"stop\" $(touch {tmp_path}/PWNED) `id`"

@@ -93,7 +93,8 @@ def _blend(out: Path) -> str:
     """A blend YAML with one (empty) dataset: enough for the job to be written; training never reads it."""
     blend = out / "blend.yaml"
     if not blend.exists():
-        blend.write_text(f"seq_length: 32\nsplit: '90,10,0'\ndatasets:\n- {{name: en, prefix: {out}/en, weight: 1.0}}\n")
+        blend.write_text(f"seq_length: 32\nsplit: '90,10,0'\n"
+                         f"datasets:\n- {{name: en, prefix: {out}/en, weight: 1.0}}\n")
         for suffix in (".bin", ".idx"):
             (out / f"en{suffix}").touch()
     return str(blend)
@@ -174,8 +175,8 @@ def _hung_then_requeued(jobs, name: str, cause: str) -> None:
 def test_a_time_budget_requeues_the_job_and_the_run_matches(jobs):
     (job, output, run), (_, _, reference) = jobs["time-budget"], jobs["two-nodes"]
     _finished(job, restarts=1)
-    assert ("the trainer stopped at its time budget at iteration 1 and saved global_step1; requeuing (1 of 2): the next "
-            "attempt resumes from global_step1") in output
+    assert ("the trainer stopped at its time budget at iteration 1 and saved global_step1; requeuing (1 of 2): "
+            "the next attempt resumes from global_step1") in output
     assert "attempt 2 of at most 3 on n" in output
     losses, starts = losses_by_start(run / "logs")
     assert [s[0] for s in starts] == [1, 2] and starts[-1][-1] == ITERS

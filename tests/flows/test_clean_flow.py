@@ -53,7 +53,8 @@ def test_clean_flow_report_artifacts_sources_and_skip(prefect_harness, tmp_path)
     cleaned = read_documents(cleaned_sources(result)).texts
     assert cleaned["en"][:20] == en and cleaned["yo"] == yo  # clean demo text passes unchanged, in order
     assert cleaned["en"][20] == pii.format("PI:EMAIL", "PI:IP_ADDRESS")
-    assert [s.paths for s in cleaned_sources(result)] == [[str(tmp_path / "clean" / "data" / lang)] for lang in ("en", "yo")]
+    assert [s.paths for s in cleaned_sources(result)] == [[str(tmp_path / "clean" / "data" / lang)]
+                                                          for lang in ("en", "yo")]
 
     rows = {r["language"]: r for r in json.loads(artifact("clean-report").data)}
     assert rows["en"] == {"language": "en", "documents in": 23, "kept": 21, "bytes in": en_counts.bytes_in,

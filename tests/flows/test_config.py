@@ -67,7 +67,8 @@ def test_parameter_schema_is_json_and_demo_is_distributed():
 def test_launch_commands():
     torchrun = build_command(LaunchConfig(nproc_per_node=4, launcher_args=["--nnodes=2"]), "t.yaml", ["a.b=1"])
     assert torchrun == [sys.executable, "-m", "bloomtrain.launcher", "--standalone", "--nproc-per-node=4",
-                        "--max-restarts=3", "--nnodes=2", "-m", "bloomtrain.cli", "train", "--config", "t.yaml", "a.b=1"]
+                        "--max-restarts=3", "--nnodes=2", "-m", "bloomtrain.cli", "train", "--config", "t.yaml",
+                        "a.b=1"]
     assert launch_env(LaunchConfig(env={"A": "1"})) == {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "A": "1"}
     assert launch_env(LaunchConfig(launcher="deepspeed", env={"A": "1"})) == {"A": "1"}
     ds = build_command(LaunchConfig(launcher="deepspeed", nproc_per_node=8), "t.yaml")

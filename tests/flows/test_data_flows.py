@@ -93,8 +93,8 @@ def test_tokenizer_and_dataset_flows_read_s3(prefect_harness, tmp_path, dask_add
     import shutil
 
     from bloomdata.build import run_build
-    from bloomdata.tokenizer.bpe import train_tokenizer
     from bloomdata.config_loader import derive
+    from bloomdata.tokenizer.bpe import train_tokenizer
     from tests.harness.object_stores import PLANTED_SECRET, forget_filesystems, moto_server, s3_env, upload
 
     corpus = tmp_path / "corpus"

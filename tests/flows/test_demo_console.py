@@ -43,7 +43,8 @@ BAR = re.compile(r"^(?P<what>[a-z ]+): +100%\|")  # a tqdm bar at its end
 
 def third_party_info(line: str) -> bool:
     m = PREFECT_LINE.match(line)
-    return bool(m and m["level"] == "INFO" and not m["who"].startswith(RUNS)) or any(p.search(line) for p in THIRD_PARTY)
+    return (bool(m and m["level"] == "INFO" and not m["who"].startswith(RUNS))
+            or any(p.search(line) for p in THIRD_PARTY))
 
 
 @pytest.mark.integration

@@ -81,8 +81,8 @@ def test_pull_steps_for_a_worker_elsewhere(monkeypatch):
         "prefect.deployments.steps.set_working_directory"]["directory"] == str(REPO)
     with pytest.raises(BloomstackError, match="absolute path"):
         deploy_spec(DeployConfig(pull="shared", shared_dir=Path("bloomstack")))
-    assert [d["name"] for d in deploy_spec(DeployConfig(pull="shared", name=["bloom-train/launch-training", "bits-per-byte"]))[
-        "deployments"]] == ["launch-training", "bits-per-byte"]
+    spec = deploy_spec(DeployConfig(pull="shared", name=["bloom-train/launch-training", "bits-per-byte"]))
+    assert [d["name"] for d in spec["deployments"]] == ["launch-training", "bits-per-byte"]
     with pytest.raises(BloomstackError, match="name train: no such deployment"):
         deploy_spec(DeployConfig(pull="shared", name=["bloom-train/train"]))
     monkeypatch.setattr("flows.deploy._git", lambda *args: None)  # a checkout without an origin remote
@@ -158,7 +158,8 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         with get_client(sync_client=True) as client:
             while time.monotonic() < deadline:
                 try:
-                    served = client.read_deployment_by_name("bloom-rehearsal/tr11-on-cpu-served")  # the last one registered
+                    # the last one registered
+                    served = client.read_deployment_by_name("bloom-rehearsal/tr11-on-cpu-served")
                     break
                 except ObjectNotFound:
                     assert server.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
@@ -167,8 +168,8 @@ def test_deploy_serve_and_run_through_the_api(prefect_harness, tmp_path):
         out = tmp_path / "tok"
         config = {"sources": [{"paths": [str(DEMO_CORPUS / "yo.jsonl.gz")], "lang": "yo"}], "out_dir": str(out),
                   "vocab_size": 300, "byte_budget": 50_000, "show_progress": False}
-        run = run_deployment("bloom-tokenizer/train-tokenizer-served", parameters={"config": config, "fertility_docs_per_lang": 5},
-                             timeout=180)
+        run = run_deployment("bloom-tokenizer/train-tokenizer-served",
+                             parameters={"config": config, "fertility_docs_per_lang": 5}, timeout=180)
         assert run.state.is_completed(), (run.state, (tmp_path / "serve.log").read_text()[-4000:])
         assert (out / "tokenizer.json").exists() and (out / "_stage.json").exists()
 

@@ -65,7 +65,8 @@ def test_mixture_search_flow(prefect_harness, stub_proxies, tmp_path):
         search.choice.weights
     rows = json.loads(artifact("mixture-search-proxies").data)
     assert [r["mixture"] for r in rows][:2] == ["prior", "p01"]
-    assert rows[-1]["mixture"].startswith("blend.yaml: ") and "prior (validated, seeds [1, 2])" in [r["mixture"] for r in rows]
+    assert rows[-1]["mixture"].startswith("blend.yaml: ")
+    assert "prior (validated, seeds [1, 2])" in [r["mixture"] for r in rows]
     assert search.choice.reason in artifact("mixture-search").data
     assert "data:image/png;base64," in artifact("mixture-search").data
     again = mixture_search_flow(derive(config, workers=2))  # where proxies run is not in the key

@@ -1,5 +1,5 @@
-"""``make ui`` after ``make demo`` (the session's small demo, tests/harness/demo_run.py): the Prefect UI on the database the
-demo kept in its output folder, opened in headless Chromium (Debian's package) at the link the demo printed.
+"""``make ui`` after ``make demo`` (the session's small demo, tests/harness/demo_run.py): the Prefect UI on the database
+the demo kept in its output folder, opened in headless Chromium (Debian's package) at the link the demo printed.
 
 Checked: ``make ui`` prints the UI's address and the last pipeline run's link, the same run the demo's last line
 named; that flow-run page loads and shows the pipeline (bloom-pipeline, Completed) with its subflows: the run
@@ -47,7 +47,8 @@ def test_make_ui_serves_the_demo_runs_to_a_browser(demo_run, tmp_path):
     port = _free_port()
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
     env.pop("PREFECT_API_URL", None)
-    proc = subprocess.Popen(["make", "--no-print-directory", "ui", f"DEMO_OUT={demo_run.out}", f"UI_ARGS=--port {port}"],
+    proc = subprocess.Popen(["make", "--no-print-directory", "ui", f"DEMO_OUT={demo_run.out}",
+                             f"UI_ARGS=--port {port}"],
                             cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             preexec_fn=_as_at_a_terminal)

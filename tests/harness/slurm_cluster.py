@@ -1,11 +1,11 @@
 """A real Slurm cluster on this machine for the tests: munged, slurmctld and two slurmd nodes (n1, n2).
 
 Debian's ``slurm-wlm`` and ``munge`` (``make test`` installs them with apt when they are missing, ``make
-engines``; elsewhere: ``apt-get install slurm-wlm munge``). Everything lives in one temporary directory: the munge key and socket,
-slurm.conf (written here), the controller's state, each node's spool, pid and log files. The daemons listen
-on free ports of 127.0.0.1 (both nodes: ``NodeAddr=127.0.0.1``, ``slurmd -N n1`` / ``-N n2``), run in the
-foreground as children of the test process, and are stopped by pid: SIGTERM, then SIGKILL. In containers
-without cgroups: ``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none``.
+engines``; elsewhere: ``apt-get install slurm-wlm munge``). Everything lives in one temporary directory: the munge key
+and socket, slurm.conf (written here), the controller's state, each node's spool, pid and log files. The daemons listen
+on free ports of 127.0.0.1 (both nodes: ``NodeAddr=127.0.0.1``, ``slurmd -N n1`` / ``-N n2``), run in the foreground as
+children of the test process, and are stopped by pid: SIGTERM, then SIGKILL. In containers without cgroups:
+``ProctrackType=proctrack/linuxproc`` and ``TaskPlugin=task/none``.
 
 Two settings make requeues test-sized: ``cred_expire=5`` (a requeued job waits for its old credential to
 expire: 120 s by default) and a scheduler that looks every second. Jobs are followed by polling
