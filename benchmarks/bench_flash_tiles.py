@@ -2,9 +2,11 @@
 
     python benchmarks/bench_flash_tiles.py                 # hd 64 and 128, [4, 16, 2048, hd], bf16, dropout 0.1
 
-The kernels' tiles are fixed per head dim in ``bloomtrain.kernels.flash_attention.plan`` (never autotuned at run
-time: a resumed run must be bit-exact). This script is how they were chosen: per kernel (forward, dK/dV, dQ) it
-times every candidate (query rows x keys per tile, warps, pipeline stages) and prints the fastest first.
+The kernels' tiles are fixed per architecture and head dim in ``bloomtrain.kernels.flash_plans`` (never autotuned at
+run time: a resumed run must be bit-exact). This script is how they are chosen: per kernel (forward, dK/dV, dQ) it
+times every candidate (query rows x keys per tile, warps, pipeline stages) and prints the fastest first; a candidate
+that does not fit the card is a row with its error. ``bloomtrain build-kernels --targets ...`` says, without a GPU,
+which candidates spill registers or overflow shared memory on each architecture.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bloomtrain.kernels import flash_attention as fa  # noqa: E402
+from bloomtrain.kernels import flash_plans  # noqa: E402
 from bloomtrain.model.alibi import alibi_slopes  # noqa: E402
 
 CANDIDATES = {
@@ -53,17 +56,16 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
     out, lse = fa._forward(q, k, v, slopes, seed, fa.Call(scale, dropout))
     bw = fa.backward_of(do, (q, k, v, out, lse, slopes, seed), fa.Call(scale, dropout))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    base = fa.plan(hd, True)
-    fa.launch_dq(bw, dq, base.dq)  # writes bw.delta, which the dK/dV kernel reads
+    base = fa.plan(q)
+    fa.launch_dq(bw, dq, base.dq[0])  # writes bw.delta, which the dK/dV kernel reads
     results: dict[str, list] = {}
     for kernel, candidates in CANDIDATES.items():
         rows = []
         for cand in candidates:
-            tiles = fa.Tiles(*cand)
+            tiles = flash_plans.Tiles(*cand)
             try:
                 if kernel == "fwd":
-                    fa.plan = lambda h, c, t=tiles: fa.LaunchPlan(t, base.dkdv, base.dq)  # type: ignore[assignment]
-                    ms = _ms(lambda: fa._forward(q, k, v, slopes, seed, fa.Call(scale, dropout)))
+                    ms = _ms(lambda t=tiles: fa._forward(q, k, v, slopes, seed, fa.Call(scale, dropout, tiles=t)))
                 elif kernel == "dkdv":
                     ms = _ms(lambda t=tiles: fa.launch_dkdv(bw, dk, dv, t))
                 else:
@@ -71,17 +73,12 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
             except Exception as exc:  # a tile that does not fit the SM (shared memory, registers) is a row
                 rows.append((cand, None, f"{type(exc).__name__}: {str(exc)[:60]}"))
                 continue
-            finally:
-                fa.plan = PLAN
             rows.append((cand, ms, None))
         rows.sort(key=lambda r: (r[1] is None, r[1] or 0))
         results[kernel] = rows
         print(f"[{b}, {heads}, {s}, {hd}] {dtype} dropout {dropout} {kernel}: " + "  ".join(
             f"{c}={ms:.3f}" if ms is not None else f"{c}=({err})" for c, ms, err in rows), flush=True)
     return results
-
-
-PLAN = fa.plan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1, default=str) + "\n")
     if a.write_tiles:  # the fastest candidate per kernel at the first dropout, as flash_attention.plan reads it
-        table = {str(64 if hd <= 64 else 256): {k: list(out[f"hd{hd}_p{a.dropout[0]}"][k][0][0]) for k in CANDIDATES}
-                 for hd in a.head_dims}
+        table = {str(flash_plans.head_dim_class(hd)): {k: list(out[f"hd{hd}_p{a.dropout[0]}"][k][0][0])
+                                                       for k in CANDIDATES} for hd in a.head_dims}
         Path(a.write_tiles).write_text(json.dumps(table, indent=1) + "\n")
-        print(f"tiles: {table} -> {a.write_tiles} (use with {fa.TILES_ENV}={a.write_tiles})")
+        print(f"tiles: {table} -> {a.write_tiles} (use with {flash_plans.TILES_ENV}={a.write_tiles})")
     return 0
 
 

@@ -242,6 +242,8 @@ def selfcheck_main(path: str) -> int:
     device = torch.device("cuda")
     checks = [c.as_dict() for dtype in (torch.bfloat16, torch.float16, torch.float32)
               for c in selfcheck.check(device, dtype).values()]
+    checks += [selfcheck.check_flash(device, dtype, head_dim).as_dict()  # BLOOM's head dims: 64 (560m), 128 (176B)
+               for dtype in (torch.bfloat16, torch.float16, torch.float32) for head_dim in (64, 128)]
     Path(path).write_text(json.dumps({"checks": checks}, indent=1) + "\n")
     return 0 if all(c["fused"] for c in checks) else 1
 

@@ -10,7 +10,12 @@ The kernels run as two ``torch.library`` custom ops (forward -> (out, lse), back
 ``register_autograd``: ``torch.compile`` keeps each in a compiled block's graph (bloomtrain.model.compiled) as one
 op, which Inductor launches between its own kernels.
 
-Dropout: a Philox counter per (head, row, key) keyed by a 64-bit seed. Each call draws the seed from the torch
+Launches: the tiles come from the device's launch plan (bloomtrain.kernels.flash_plans: per architecture and head
+dim, with fallbacks); a launch that runs out of resources takes the plan's next tiles, with one warning. The grid
+is ``(tiles, np, b)`` and the kernels' offsets are 64-bit: any batch x heads, any tensor size.
+
+Dropout: a Philox counter per (global head, row, key) keyed by a 64-bit seed (``head_offset``: a TP rank's first
+head; bloomtrain.kernels.dropout_mask). Each call draws the seed from the torch
 generator of the tensors' device, so the run's RNG state (saved in every checkpoint, restored by activation
 checkpointing's recompute) replays the same masks, and ``keep_mask(seed, ...)`` rebuilds a call's mask for tests.
 The kept values are scaled by ``dropout_scale(p)`` (p quantised to 1/65536).
@@ -23,34 +28,22 @@ paths. ``flash_problem`` says why a call is not served, for the dispatcher's one
 from __future__ import annotations
 
 import functools
-import json
+import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
 import torch
 
+from bloomtrain.kernels import flash_plans
 from bloomtrain.kernels.dropout_mask import draw_seed
+from bloomtrain.kernels.flash_plans import LaunchPlan, Tiles
+
+logger = logging.getLogger("bloomtrain.kernels")
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
-
-
-@dataclass(frozen=True)
-class Tiles:
-    """One kernel's launch shape: query rows and keys per tile, warps and software-pipeline stages."""
-
-    block_m: int
-    block_n: int
-    num_warps: int
-    num_stages: int
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    fwd: Tiles
-    dkdv: Tiles
-    dq: Tiles
 
 
 def interpreted() -> bool:
@@ -67,34 +60,47 @@ def _triton() -> tuple[ModuleType | None, str | None]:
     return flash_triton, None
 
 
-# Fastest of benchmarks/bench_flash_tiles.py's candidates per kernel on an H200 (2026-11-27, [4, 16, 2048, hd] bf16,
-# dropout 0.1; benchmarks/RESULTS.md): (query rows, keys, warps, stages) for head dims up to 64 and up to 256.
-CUDA_TILES = {
-    64: LaunchPlan(Tiles(64, 64, 4, 3), Tiles(64, 64, 4, 3), Tiles(64, 32, 4, 4)),
-    256: LaunchPlan(Tiles(128, 64, 8, 3), Tiles(128, 64, 8, 2), Tiles(64, 32, 4, 4)),
-}
-TILES_ENV = "BLOOMTRAIN_FLASH_TILES"
-
-
-def plan(head_dim: int, on_cuda: bool) -> LaunchPlan:
-    """Tile sizes. Fixed per head dim, never autotuned: a timing-dependent choice would change the summation order
-    between runs, and a resumed run must be bit-exact. ``$BLOOMTRAIN_FLASH_TILES`` may name a JSON file of another
-    GPU's table (bench_flash_tiles.py --write-tiles). The interpreter gets small tiles of different shapes per
-    kernel, so the CPU tests cross block edges."""
-    if not on_cuda:
-        return LaunchPlan(Tiles(32, 16, 4, 1), Tiles(16, 32, 4, 1), Tiles(32, 16, 4, 1))
-    table = _tiles_file(os.environ.get(TILES_ENV, "")) or CUDA_TILES
-    return table[64 if head_dim <= 64 else 256]
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """The compute capability whose launch plan a device uses; None in the interpreter (bloomtrain.kernels
+    .flash_plans)."""
+    return _capability(device.index if device.index is not None else torch.cuda.current_device()) \
+        if device.type == "cuda" else None
 
 
 @functools.cache
-def _tiles_file(path: str) -> dict[int, LaunchPlan] | None:
-    """``{"64": {"fwd": [m, n, warps, stages], "dkdv": [...], "dq": [...]}, "256": {...}}``, or None without a path."""
-    if not path:
-        return None
-    with open(path) as f:
-        raw = json.load(f)
-    return {int(k): LaunchPlan(*(Tiles(*v[name]) for name in ("fwd", "dkdv", "dq"))) for k, v in raw.items()}
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def plan(q: torch.Tensor) -> LaunchPlan:
+    """The launch plan of a call: by the device's architecture and the head dim."""
+    return flash_plans.plan(q.shape[3], device_capability(q.device))
+
+
+_CHOSEN: dict[tuple, int] = {}  # (kernel, capability, head-dim class, dtype) -> the plan's tiles that launched
+
+
+def _launch(kernel: str, q: torch.Tensor, launch: Callable[[Tiles], None]) -> None:
+    """Launch ``kernel`` (fwd, dkdv, dq) with the first of its plan's tiles that fits the device. A launch that runs
+    out of resources (shared memory, registers) takes the next, with one warning; the choice is remembered."""
+    kernels, _ = _triton()
+    assert kernels is not None
+    capability = device_capability(q.device)
+    candidates = flash_plans.plan(q.shape[3], capability).tiles(kernel)
+    key = (kernel, capability, flash_plans.head_dim_class(q.shape[3]), q.dtype)
+    for i in range(_CHOSEN.get(key, 0), len(candidates)):
+        try:
+            launch(candidates[i])
+        except kernels.OutOfResources as exc:
+            if i + 1 == len(candidates):
+                raise
+            logger.warning("flash attention %s: tiles %s do not fit this GPU (sm %s, head dim %d, %s: %s); "
+                           "using %s (bloomtrain build-kernels --targets shows what each plan needs)", kernel,
+                           candidates[i], capability, q.shape[3], str(q.dtype).removeprefix("torch."),
+                           str(exc).strip().splitlines()[0], candidates[i + 1])
+            continue
+        _CHOSEN[key] = i
+        return
 
 
 def flash_problem(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.Tensor,
@@ -137,6 +143,8 @@ class Call:
     scale: float
     dropout_p: float
     head_offset: int = 0
+    tiles: Tiles | None = None
+    """The forward's tiles (benchmarks/bench_flash_tiles.py); None: the launch plan's, with its fallbacks."""
 
 
 def grid(tiles: int, q: torch.Tensor) -> tuple[int, int, int]:
@@ -170,16 +178,22 @@ def _tile_args(t: Tiles, sq: int, sk: int) -> dict:
 
 
 def _forward(q, k, v, slopes, seed, call: Call) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output and lse (the kernel's tiles: ``call.tiles``, else the launch plan's with its fallbacks)."""
     kernels, _ = _triton()
     assert kernels is not None
     b, heads, sq, _ = q.shape
     out = _like_heads_last(q, sq)
     lse = q.new_empty(b * heads, sq, dtype=torch.float32)  # base-2 log-sum-exp of each row's scaled scores
-    tiles = plan(q.shape[3], q.is_cuda).fwd
-    kernels.attention_fwd_kernel[grid(triton_cdiv(sq, tiles.block_m), q)](
-        q, k, v, slopes, seed, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
-        **_common(q, k, call),
-                                       **_tile_args(tiles, sq, k.shape[2]))
+
+    def launch(tiles: Tiles) -> None:
+        kernels.attention_fwd_kernel[grid(triton_cdiv(sq, tiles.block_m), q)](
+            q, k, v, slopes, seed, out, lse, *_strides(q), *_strides(k), *_strides(v), *_strides(out),
+            **_common(q, k, call), **_tile_args(tiles, sq, k.shape[2]))
+
+    if call.tiles is None:
+        _launch("fwd", q, launch)
+    else:
+        launch(call.tiles)
     return out, lse
 
 
@@ -238,9 +252,8 @@ def _backward(do, saved: tuple[torch.Tensor, ...], call: Call):
     bw = backward_of(do, saved, call)
     q, k, v = bw.q, bw.k, bw.v
     dq, dk, dv = _like_heads_last(q, q.shape[2]), _like_heads_last(k, k.shape[2]), _like_heads_last(v, v.shape[2])
-    tiles = plan(q.shape[3], q.is_cuda)
-    launch_dq(bw, dq, tiles.dq)  # first: it writes delta
-    launch_dkdv(bw, dk, dv, tiles.dkdv)
+    _launch("dq", q, lambda tiles: launch_dq(bw, dq, tiles))  # first: it writes delta
+    _launch("dkdv", q, lambda tiles: launch_dkdv(bw, dk, dv, tiles))
     return dq, dk, dv
 
 

@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from bloomtrain.kernels.dropout_mask import RNG_GROUP, RNG_RANGE, dropout_scale, dropout_threshold
 
 LOG2E = 1.4426950408889634
-__all__ = ["LOG2E", "RNG_GROUP", "RNG_RANGE", "dropout_scale", "dropout_threshold"]
+__all__ = ["LOG2E", "RNG_GROUP", "RNG_RANGE", "OutOfResources", "dropout_scale", "dropout_threshold"]
 
 
 @triton.jit

@@ -2,12 +2,14 @@
 
 ``model.kernels: auto`` (the default) and ``fused`` run it the first time a kernel is called on a device type (cpu,
 cuda) in a dtype, once per process: each fused kernel (layer_norm, bias_gelu, alibi_softmax and the block-causal
-attention; on CUDA also the Triton flash attention) runs forward and backward on small seeded random inputs of that
-dtype, and its output and every input gradient are compared with the PyTorch reference. ``use_fused`` turns the result
-into the choice for a call: "auto" uses each kernel that passed and the reference for the others, with one warning line
-per reason; "fused" raises a BloomstackError instead, as Megatron's ``--abort-on-unmet-fused-kernel-constraints``
-aborts. The results stay in this module for the life of the process: ``selfcheck_report()`` returns them as JSON-able
-dicts for the logs and the checkpoint metadata.
+attention) runs forward and backward on small seeded random inputs of that dtype, and its output and every input
+gradient are compared with the PyTorch reference. On CUDA the Triton flash attention is checked the same way at the
+head dim of the call that first uses it (the model's: its tiles, padding and launch plan depend on the head dim),
+once per device type, dtype and head dim (``check_flash``). ``use_fused`` turns the result into the choice for a
+call: "auto" uses each kernel that passed and the reference for the others, with one warning line per reason;
+"fused" raises a BloomstackError instead, as Megatron's ``--abort-on-unmet-fused-kernel-constraints`` aborts. The
+results stay in this module for the life of the process: ``selfcheck_report()`` returns them as JSON-able dicts for
+the logs and the checkpoint metadata.
 
 Trade-off: four small problems (milliseconds on CPU) catch an extension that was miscompiled, mis-dispatched or
 built for another machine, on the machine that runs it; they cannot cover every shape-dependent path of the
@@ -36,6 +38,7 @@ A wrong kernel (a transposed index, a missing bias or slope, a bad reduction) is
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -59,13 +62,9 @@ from bloomtrain.kernels.layer_norm import FusedLayerNormFunction, layer_norm_ref
 logger = logging.getLogger("bloomtrain.kernels")
 
 KERNELS = ("layer_norm", "bias_gelu", "alibi_softmax", "attention")
-# Checked on CUDA only: the Triton flash attention (bloomtrain.kernels.flash_attention) needs no C++ extension.
+# Checked on CUDA only, per head dim: the Triton flash attention (bloomtrain.kernels.flash_attention) needs no C++
+# extension.
 CUDA_KERNELS = (*KERNELS, "flash_attention")
-
-
-def kernels_on(device_type: str) -> tuple[str, ...]:
-    """The kernels checked (and dispatched) on a device type."""
-    return CUDA_KERNELS if device_type == "cuda" else KERNELS
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {  # (rtol, atol x max|reference|); see the module docstring
     torch.float64: (1e-5, 1e-5),
@@ -102,6 +101,8 @@ class KernelCheck:
     atol: float
     ms: float
     """Wall time of this kernel's check, milliseconds."""
+    head_dim: int | None = None
+    """The head dim the flash attention was checked at; None for the other kernels."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -116,7 +117,8 @@ class _Case:
     reference_dtype: torch.dtype
 
 
-def _case(kernel: str, ext: ModuleType | None, device: torch.device, dtype: torch.dtype, gen: torch.Generator) -> _Case:
+def _case(kernel: str, ext: ModuleType | None, device: torch.device, dtype: torch.dtype, gen: torch.Generator,
+          head_dim: int = 24) -> _Case:
     def rand(*shape: int, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
         # Drawn on the CPU from the check's own generator: the run's global RNG streams are left alone.
         t = torch.randn(shape, generator=gen, dtype=torch.float64) * scale + shift
@@ -137,10 +139,13 @@ def _case(kernel: str, ext: ModuleType | None, device: torch.device, dtype: torc
                      lambda s: alibi_softmax_reference(s, slopes, 0.125),
                      (rand(2, 4, 24, 40, scale=4.0),), ("scores",), torch.float64)
     if kernel == "flash_attention":
-        # 136 rows over 144 keys (row i at key 8 + i): two query tiles, the diagonal tiles and a padded head dim.
-        return _Case(lambda q, k, v: flash_attention(q, k, v, slopes, 0.25),
-                     lambda q, k, v: attention_reference(q, k, v, slopes, 0.25, softmax=alibi_softmax_reference),
-                     (rand(1, 4, 136, 24), rand(1, 4, 144, 24), rand(1, 4, 144, 24)), ("q", "k", "v"), dtype)
+        # 136 rows over 144 keys (row i at key 8 + i): two query tiles and the diagonal tiles, at the model's head
+        # dim (the launch plan, and its fallbacks where a tile does not fit the card, are that head dim's).
+        scale = head_dim ** -0.5
+        return _Case(lambda q, k, v: flash_attention(q, k, v, slopes, scale),
+                     lambda q, k, v: attention_reference(q, k, v, slopes, scale, softmax=alibi_softmax_reference),
+                     (rand(1, 4, 136, head_dim), rand(1, 4, 144, head_dim), rand(1, 4, 144, head_dim)),
+                     ("q", "k", "v"), dtype)
     if kernel == "attention":
         # 136 rows: two blocks of the block-causal path ([0, 68) and [68, 136)); reference in the run's dtype.
         return _Case(lambda q, k, v: BlockCausalAttentionFunction.apply(q, k, v, slopes, 0.25, ext),
@@ -179,13 +184,15 @@ def _device_name(device: torch.device, ext: ModuleType | None) -> str:
     return f"cpu ({ext.cpu_isa()})" if ext is not None else "cpu"
 
 
-def _check_one(kernel: str, seed: int, ext: ModuleType | None, device: torch.device, dtype: torch.dtype,
-               common: dict) -> KernelCheck:
+def _check_one(kernel: str, ext: ModuleType | None, device: torch.device, dtype: torch.dtype, common: dict,
+               head_dim: int | None = None) -> KernelCheck:
     started = time.perf_counter()
     rtol, atol = common["rtol"], common["atol"]
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator().manual_seed(1000 + CUDA_KERNELS.index(kernel))
+    if head_dim is not None:
+        common = dict(common, head_dim=head_dim)
     try:
-        err, used, where = _compare(_case(kernel, ext, device, dtype, gen), rtol, atol, gen)
+        err, used, where = _compare(_case(kernel, ext, device, dtype, gen, head_dim or 24), rtol, atol, gen)
     except Exception as exc:  # a kernel that throws is a failed kernel, whatever the exception
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         return KernelCheck(kernel, fused=False, reason=f"raised {type(exc).__name__}: {first}", failure="error",
@@ -206,35 +213,46 @@ def _run(device: torch.device, dtype: torch.dtype) -> dict[str, KernelCheck]:
     common: dict[str, Any] = {"device": str(device), "device_name": _device_name(device, ext), "dtype": dtype_name,
               "rtol": rtol, "atol": atol}
     results: dict[str, KernelCheck] = {}
-    kernels = kernels_on(device.type)
+    kernels: tuple[str, ...] = KERNELS
     if ext is None:
         for kernel in KERNELS:
             results[kernel] = KernelCheck(kernel, fused=False, reason=f"the extension did not build: {build_problem}",
                                           failure="build", max_error=None, tolerance_used=None, ms=0.0, **common)
-        kernels = tuple(k for k in kernels if k not in KERNELS)  # the Triton kernel needs no extension
-    # The first call may come from inside no_grad, inference_mode or autocast (evaluation, generation): the
-    # check needs autograd and its own dtypes. On the CPU it runs on one thread: its problems are below the
-    # kernels' parallel grain anyway, and waking torch's intra-op pool for each tiny op costs more than the op
-    # (tens of ms per kernel on a loaded 2-core machine, about 1 ms on one thread).
+        kernels = ()
+    # On the CPU the check runs on one thread: its problems are below the kernels' parallel grain anyway, and waking
+    # torch's intra-op pool for each tiny op costs more than the op (tens of ms per kernel on a loaded 2-core machine,
+    # about 1 ms on one thread).
     threads = torch.get_num_threads()
     if device.type == "cpu":
         torch.set_num_threads(1)
     try:
-        with torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        with _checking(device):
             for kernel in kernels:
-                results[kernel] = _check_one(kernel, 1000 + CUDA_KERNELS.index(kernel), ext, device, dtype, common)
+                results[kernel] = _check_one(kernel, ext, device, dtype, common)
     finally:
         torch.set_num_threads(threads)
     check_ms = sum(c.ms for c in results.values())
     logger.info("fused kernel self-check on %s %s in %.1f ms (extension ready in %.0f ms): %s", device, dtype_name,
-                check_ms, load_ms, "; ".join(
-                    f"{c.kernel} {'ok' if c.fused else 'FAILED'}"
-                    + (f" (max error {c.max_error:.2g}, {c.tolerance_used:.2g}x tolerance)" if c.max_error is not None
-                       else "") for c in results.values()))
+                check_ms, load_ms, "; ".join(_summary(c) for c in results.values()))
     return results
 
 
+def _summary(c: KernelCheck) -> str:
+    errors = f" (max error {c.max_error:.2g}, {c.tolerance_used:.2g}x tolerance)" if c.max_error is not None else ""
+    return f"{c.kernel} {'ok' if c.fused else 'FAILED'}{errors}"
+
+
+def _checking(device: torch.device) -> contextlib.ExitStack:
+    """What a check runs under: autograd on and no autocast, also when the first call comes from inside no_grad,
+    inference_mode or autocast (evaluation, generation): the check needs autograd and its own dtypes."""
+    stack = contextlib.ExitStack()
+    for context in (torch.inference_mode(False), torch.enable_grad(), torch.autocast(device.type, enabled=False)):
+        stack.enter_context(context)
+    return stack
+
+
 _RESULTS: dict[tuple[str, torch.dtype], dict[str, KernelCheck]] = {}
+_FLASH: dict[tuple[str, torch.dtype, int], KernelCheck] = {}
 
 
 def check(device: torch.device, dtype: torch.dtype) -> dict[str, KernelCheck]:
@@ -243,6 +261,21 @@ def check(device: torch.device, dtype: torch.dtype) -> dict[str, KernelCheck]:
     if key not in _RESULTS:
         _RESULTS[key] = _run(device, dtype)
     return _RESULTS[key]
+
+
+def check_flash(device: torch.device, dtype: torch.dtype, head_dim: int) -> KernelCheck:
+    """The flash attention's self-check on ``device``'s type in ``dtype`` at ``head_dim``: run on first call, then
+    cached."""
+    key = (device.type, dtype, head_dim)
+    if key not in _FLASH:
+        rtol, atol = TOLERANCES[dtype]
+        common: dict[str, Any] = {"device": str(device), "device_name": _device_name(device, None),
+                                  "dtype": str(dtype).removeprefix("torch."), "rtol": rtol, "atol": atol}
+        with _checking(device):
+            _FLASH[key] = _check_one("flash_attention", None, device, dtype, common, head_dim)
+        logger.info("flash attention self-check on %s %s at head dim %d in %.1f ms: %s", device, common["dtype"],
+                    head_dim, _FLASH[key].ms, _summary(_FLASH[key]))
+    return _FLASH[key]
 
 
 @functools.cache
@@ -268,7 +301,12 @@ def use_fused(kernel: str, t: torch.Tensor, *, strict: bool) -> bool:
     if problem is not None:
         log_fallback(kernel, problem)
         return False
-    result = check(t.device, t.dtype)[kernel]
+    return _decide(check(t.device, t.dtype)[kernel], strict)
+
+
+def _decide(result: KernelCheck, strict: bool) -> bool:
+    """``use_fused``'s rule for a check's result: True when it passed; else a warning (auto) or an error (fused)."""
+    kernel = result.kernel
     if result.fused:
         return True
     if strict:
@@ -278,7 +316,11 @@ def use_fused(kernel: str, t: torch.Tensor, *, strict: bool) -> bool:
         raise BloomstackError(
             f"model.kernels=fused: the fused {kernel} kernel {what} on {result.device} {result.dtype}: "
             f"{result.reason}; {fix}model.kernels=auto (PyTorch for the kernels that fail) or model.kernels=torch")
-    _warn_fallbacks(t.device.type, t.dtype)
+    if result.head_dim is not None:
+        log_fallback("flash attention", f"it failed its self-check on {result.device} {result.dtype} at head dim "
+                     f"{result.head_dim}, using the other attention paths: {result.reason}")
+    else:
+        _warn_fallbacks(torch.device(result.device).type, getattr(torch, result.dtype))
     return False
 
 
@@ -290,7 +332,7 @@ def use_flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slopes: torch.T
     if problem is not None:
         log_fallback("flash attention", problem, logging.INFO if mask is not None else logging.WARNING)
         return False
-    return use_fused("flash_attention", q, strict=strict)
+    return _decide(check_flash(q.device, q.dtype, q.shape[3]), strict)
 
 
 def selfcheck_report() -> list[dict]:
@@ -298,10 +340,12 @@ def selfcheck_report() -> list[dict]:
 
     Empty when no model ran on "auto" or "fused" kernels (``torch`` never checks).
     """
-    return [c.as_dict() for results in _RESULTS.values() for c in results.values()]
+    return [c.as_dict() for results in _RESULTS.values() for c in results.values()] + \
+        [c.as_dict() for c in _FLASH.values()]
 
 
 def reset() -> None:
     """Forget the checks and their warnings, so the next call checks again (tests)."""
     _RESULTS.clear()
+    _FLASH.clear()
     _warn_fallbacks.cache_clear()

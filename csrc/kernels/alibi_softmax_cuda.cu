@@ -5,10 +5,13 @@
 // Keys j >= limit = sk - sq + i + 1 are masked: they are never loaded and are written as 0 (the
 // reference's finfo.min fill gives exactly 0 there), so a causal square reads half its scores.
 // ELEMS <= 16 per thread and blockDim <= 1024 give rows of up to 16384 keys (Megatron's kernel
-// stops at 2048/4096); Python falls back to the reference above that. __launch_bounds__(1024) caps the
+// stops at 2048/4096); Python falls back to the reference above that. __launch_bounds__(1024, 1) caps the
 // registers at 64 a thread, so the widest launch (1024 x 16) fits the SM's 64K registers: without it
-// the compiler took 71-80 and that launch failed with "too many resources requested" (values past the
-// cap spill to local memory, which only rows of > 8192 keys pay for).
+// the compiler took 71-80 and that launch failed with "too many resources requested". The minimum of one
+// block per SM keeps ptxas from trading registers for occupancy (with the bare bound, the 8-value
+// forward took 32 registers and spilled 8 bytes on sm_90). The backward of a 16-value row reads its two
+// inputs twice (the dot product, then the output; the second read hits L1/L2) instead of holding 32
+// values a thread, which spilled ~60 bytes: `bloomtrain build-kernels --targets ...` shows none spill.
 #include "cuda_common.cuh"
 
 namespace bloomkernels::cuda {
@@ -18,9 +21,9 @@ constexpr int kMaxElems = 16;
 constexpr int kMaxThreads = 1024;
 
 template <typename T, int ELEMS>
-__global__ void __launch_bounds__(kMaxThreads) alibi_softmax_fwd_kernel(const T* __restrict__ scores, const float* __restrict__ slopes,
-                                         T* __restrict__ probs, int64_t heads, int64_t sq, int64_t sk,
-                                         float scale) {
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    alibi_softmax_fwd_kernel(const T* __restrict__ scores, const float* __restrict__ slopes, T* __restrict__ probs,
+                             int64_t heads, int64_t sq, int64_t sk, float scale) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t i = row % sq;
@@ -58,29 +61,46 @@ __global__ void __launch_bounds__(kMaxThreads) alibi_softmax_fwd_kernel(const T*
 }
 
 template <typename T, int ELEMS>
-__global__ void __launch_bounds__(kMaxThreads) alibi_softmax_bwd_kernel(const T* __restrict__ dprobs, const T* __restrict__ probs,
-                                         T* __restrict__ dscores, int64_t sq, int64_t sk, float scale) {
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    alibi_softmax_bwd_kernel(const T* __restrict__ dprobs, const T* __restrict__ probs, T* __restrict__ dscores,
+                             int64_t sq, int64_t sk, float scale) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t limit = sk - sq + row % sq + 1;  // <= 0: fully masked row, zero gradient
   const T* y = probs + row * sk;
   const T* dy = dprobs + row * sk;
   T* dx = dscores + row * sk;
-  float yv[ELEMS], dv[ELEMS];
-  float dot = 0.f;
+  if constexpr (ELEMS <= 8) {  // the row's values stay in registers between the two passes
+    float yv[ELEMS], dv[ELEMS];
+    float dot = 0.f;
 #pragma unroll
-  for (int k = 0; k < ELEMS; ++k) {
-    const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    const bool live = j < limit;
-    yv[k] = live ? to_float(y[j]) : 0.f;
-    dv[k] = live ? to_float(dy[j]) : 0.f;
-    dot += yv[k] * dv[k];
-  }
-  dot = block_reduce<false>(dot, scratch);
+    for (int k = 0; k < ELEMS; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      const bool live = j < limit;
+      yv[k] = live ? to_float(y[j]) : 0.f;
+      dv[k] = live ? to_float(dy[j]) : 0.f;
+      dot += yv[k] * dv[k];
+    }
+    dot = block_reduce<false>(dot, scratch);
 #pragma unroll
-  for (int k = 0; k < ELEMS; ++k) {
-    const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
-    if (j < sk) dx[j] = from_float<T>(scale * yv[k] * (dv[k] - dot));
+    for (int k = 0; k < ELEMS; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (j < sk) dx[j] = from_float<T>(scale * yv[k] * (dv[k] - dot));
+    }
+  } else {  // 16 values a thread: read them again for the output (4 loads in flight, no spill)
+    float dot = 0.f;
+#pragma unroll 4
+    for (int k = 0; k < ELEMS; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (j < limit) dot += to_float(y[j]) * to_float(dy[j]);
+    }
+    dot = block_reduce<false>(dot, scratch);
+#pragma unroll 4
+    for (int k = 0; k < ELEMS; ++k) {
+      const int64_t j = threadIdx.x + static_cast<int64_t>(k) * blockDim.x;
+      if (j >= sk) continue;
+      dx[j] = from_float<T>(j < limit ? scale * to_float(y[j]) * (to_float(dy[j]) - dot) : 0.f);
+    }
   }
 }
 

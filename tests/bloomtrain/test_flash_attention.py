@@ -12,6 +12,7 @@ With dropout the reference gets the kernel's own keep mask (``keep_mask``) and s
 
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -219,3 +220,54 @@ def test_any_batch_times_heads_launches(monkeypatch):
     assert len(grids) == 3
     for grid in grids:
         assert grid[0] * grid[1] * grid[2] == 70_000 and max(grid[1:]) <= 65_535, grid
+
+
+def test_a_launch_out_of_resources_takes_the_plans_next_tiles(monkeypatch, caplog):
+    """The forward's first tiles "run out of shared memory" (as a too-large plan does on a 99 KiB card): the call
+    takes the plan's next tiles, with one warning for the two calls, and gives the reference's result."""
+    from bloomtrain.kernels import flash_plans, flash_triton  # noqa: PLC0415
+
+    real = flash_triton.attention_fwd_kernel
+    first = flash_plans.INTERPRETER_PLAN.fwd[0]
+    used: list[int] = []
+
+    class Small:  # a device whose shared memory the first tiles overflow
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                used.append(kwargs["BLOCK_M"])
+                if kwargs["BLOCK_M"] == first.block_m and kwargs["BLOCK_N"] == first.block_n:
+                    raise flash_triton.OutOfResources(232_448, 101_376, "shared memory")
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(flash_triton, "attention_fwd_kernel", Small())
+    monkeypatch.setattr(fa, "_CHOSEN", {})
+    q, k, v = _inputs(1, 2, 40, 40, 16, torch.float32)
+    slopes = alibi_slopes(2).to(DEVICE)
+    with caplog.at_level(logging.WARNING, logger="bloomtrain.kernels"):
+        outs = [flash_attention(q, k, v, slopes, 0.25) for _ in range(2)]
+    warnings = [r.getMessage() for r in caplog.records if "do not fit" in r.getMessage()]
+    assert len(warnings) == 1 and str(first) in warnings[0] and str(flash_plans.INTERPRETER_PLAN.fwd[1]) in warnings[0]
+    assert used == [first.block_m, flash_plans.INTERPRETER_PLAN.fwd[1].block_m,
+                    flash_plans.INTERPRETER_PLAN.fwd[1].block_m]  # the second call starts at the tiles that fit
+    for out in outs:
+        torch.testing.assert_close(out, _reference(q, k, v, slopes, 0.25), rtol=1e-5, atol=1e-5)
+
+
+def test_the_self_check_runs_at_the_models_head_dim(monkeypatch):
+    """``use_flash`` checks the kernel at the call's head dim, once per head dim (the interpreter runs it here)."""
+    from bloomtrain.kernels import selfcheck  # noqa: PLC0415
+
+    selfcheck.reset()
+    try:
+        result = selfcheck.check_flash(torch.device(DEVICE), torch.float32, 64)
+        assert result.fused and result.head_dim == 64 and result.tolerance_used <= 1, result
+        assert selfcheck.check_flash(torch.device(DEVICE), torch.float32, 64) is result  # cached
+        assert [r["head_dim"] for r in selfcheck.selfcheck_report() if r["kernel"] == "flash_attention"] == [64]
+        asked: list[int] = []
+        monkeypatch.setattr(selfcheck, "check_flash", lambda device, dtype, hd: asked.append(hd) or result)
+        q, k, v = _inputs(1, 2, 8, 8, 128, torch.float32)
+        assert selfcheck.use_flash(q, k, v, alibi_slopes(2).to(DEVICE), None, strict=True)
+        assert asked == [128]
+    finally:
+        selfcheck.reset()
