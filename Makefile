@@ -49,7 +49,7 @@ PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),
 TORCH_FROM := $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
 VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 
-.PHONY: install demo ui test test-fast engines lint bench clean wheelhouse gpu-check reference
+.PHONY: install demo ui test test-fast engines lint bench clean wheelhouse gpu-check gpu-speed reference
 
 install: $(STAMP)
 
@@ -131,6 +131,12 @@ gpu-check: install
 # (tests/test_reference_docs.py fails when they are stale).
 reference: install
 	$(PY) docs/reference/generate.py
+
+# The speed run, under 8 minutes (a 15-minute device lease runs it twice): bloom-560m profiled beside the anchor with
+# TORCH_LOGS=recompiles,graph_breaks, the head against its three GEMMs, the flash tiles, micro-batch 8 (gpu_check.py
+# --speed); the same report files, each kernel group's time beside the anchor's.
+gpu-speed: install
+	$(PY) benchmarks/gpu_check.py --speed --out $(GPU_REPORT)
 
 clean:
 	rm -rf $(VENV) build *.egg-info $(DEMO_OUT)

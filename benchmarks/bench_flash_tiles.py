@@ -4,8 +4,9 @@
 
 The kernels' tiles are fixed per architecture and head dim in ``bloomtrain.kernels.flash_plans`` (never autotuned at
 run time: a resumed run must be bit-exact). This script is how they are chosen: per kernel (forward, dK/dV, dQ) it
-times every candidate (query rows x keys per tile, warps, pipeline stages) and prints the fastest first; a candidate
-that does not fit the card is a row with its error. ``bloomtrain build-kernels --targets ...`` says, without a GPU,
+times every candidate (query rows x keys per tile, warps, pipeline stages), the launch plan's first choice for this
+GPU among them (``plan`` in the JSON), and prints the fastest first; a candidate that does not fit the card is a row
+with its error. ``bloomtrain build-kernels --targets ...`` says, without a GPU,
 which candidates spill registers or overflow shared memory on each architecture.
 """
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import astuple
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -58,10 +61,10 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     base = fa.plan(q)
     fa.launch_dq(bw, dq, base.dq[0])  # writes bw.delta, which the dK/dV kernel reads
-    results: dict[str, list] = {}
+    results: dict[str, Any] = {"plan": {kernel: list(astuple(base.tiles(kernel)[0])) for kernel in CANDIDATES}}
     for kernel, candidates in CANDIDATES.items():
         rows = []
-        for cand in candidates:
+        for cand in dict.fromkeys([astuple(base.tiles(kernel)[0]), *candidates]):  # the plan's first choice too
             tiles = flash_plans.Tiles(*cand)
             try:
                 if kernel == "fwd":

@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py --out gpu_report          # what `make gpu-check` runs
     python benchmarks/gpu_check.py --out gpu_report --quick  # smaller shapes and fewer repeats (minutes)
+    python benchmarks/gpu_check.py --out gpu_report --speed  # the speed run: under 8 minutes (make gpu-speed)
 
 On a machine with CUDA, in order (each a subprocess with its log in OUT/logs/, a failure does not stop the next):
 
@@ -25,6 +26,11 @@ figures) and OUT/gpu_report.md, and exits 0 only when every check passed, 1 othe
 command exits 0 (and, for pytest, ran at least one test with no failure, error or skip; for the self-check,
 every kernel passed). Speed goals are figures, not checks: the report shows them, a slow card is not a broken
 one. Without CUDA it prints one line and exits 2 (nothing to check).
+
+``--speed`` runs ``speed_plan`` instead, within ``SPEED_BUDGET_S`` in all (under 8 minutes, so that a 15-minute
+device lease can run it twice): bloom-560m profiled beside the anchor under ``TORCH_LOGS=recompiles,graph_breaks``
+(the report counts both), the fused head against its three GEMMs, the flash kernels' tiles at hd 64 and 128 with
+dropout 0.1, and bloom-560m at micro-batch 8; the report puts each kernel group's time beside the anchor's.
 """
 
 from __future__ import annotations
@@ -41,67 +47,24 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-SCHEMA_VERSION = 1
+if str(ROOT) not in sys.path:  # run as a script: benchmarks/ is sys.path[0], the repository is not
+    sys.path.insert(0, str(ROOT))
 
+from benchmarks.gpu_report import (  # noqa: E402  (re-exported: tests and callers read them from here)
+    CheckResult,
+    DeviceInfo,
+    GpuReport,
+    figure_cells,
+    report_markdown,
+    write_report,
+)
 
-class DeviceInfo(BaseModel):
-    """The machine the report is about."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    gpu: str
-    gpu_count: int
-    compute_capability: str
-    memory_gib: float
-    driver: str | None
-    cuda_runtime: str | None
-    """torch.version.cuda: the CUDA torch was built with."""
-    nvcc: str | None
-    """The toolkit that compiles the fused kernels (``nvcc --version``)."""
-    torch: str
-    cudnn: str | None
-    deepspeed: str | None
-    python: str
-    host: str
-
-
-class CheckResult(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    command: str
-    passed: bool
-    seconds: float
-    returncode: int | None
-    """None when the command did not start or timed out."""
-    figures: dict[str, Any] = {}
-    """What it measured (a benchmark's JSON), or the counts of a test run."""
-    detail: str | None = None
-    """Why it failed: the last lines of its output, or the reason."""
-    log: str | None = None
-    """Its full output, relative to the report's directory."""
-
-
-class GpuReport(BaseModel):
-    """gpu_report.json."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: int = SCHEMA_VERSION
-    created: str
-    passed: bool
-    quick: bool
-    device: DeviceInfo
-    checks: list[CheckResult]
-
+__all__ = ["CheckResult", "DeviceInfo", "GpuReport", "report_markdown", "write_report"]
 
 @dataclass
 class Check:
@@ -153,6 +116,45 @@ def plan(quick: bool, python: str = sys.executable) -> list[Check]:
                                                "cuda", "--anchor", "--iters", "3" if quick else "8", "--json", out,
                                                "--profile", f"figures/profile_{preset}"], 1800, out))
     return checks
+
+
+SPEED_BUDGET_S = 480  # --speed, all checks together: under 8 minutes of a 15-minute device lease, so it can rerun
+COMPILE_LOGS = {"TORCH_LOGS": "recompiles,graph_breaks"}
+
+
+def speed_plan(python: str = sys.executable) -> list[Check]:
+    """``--speed``: the next device run (issue 49), most telling first, within ``SPEED_BUDGET_S``: bloom-560m at the
+    recipe's settings with the anchor in the same process, profiled, under ``TORCH_LOGS=recompiles,graph_breaks``;
+    the fused head and loss against its three GEMMs; the flash kernels' tiles at hd 64 and 128, dropout 0.1 (the
+    launch plan's own tiles among them); bloom-560m at micro-batch 8 (its step time per token against micro-batch
+    4's: a large drop means the host, not the GPU, limits the step)."""
+    py = [python]
+    mfu = [*py, str(BENCH / "bench_mfu.py"), "--preset", "bloom-560m", "--device", "cuda", "--iters", "5",
+           "--warmup", "3"]
+    out, mbs8 = "figures/mfu_bloom-560m.json", "figures/mfu_bloom-560m_mbs8.json"
+    head = [*py, str(BENCH / "bench_head_loss.py"), "--device", "cuda", "--dtype", "bfloat16", "--hidden", "1024",
+            "--tokens", "8192", "--iters", "5", "--json", "figures/bench_head_loss.json"]
+    tiles = [*py, str(BENCH / "bench_flash_tiles.py"), "--head-dims", "64", "128", "--dropout", "0.1", "--quick",
+             "--json", "figures/flash_tiles.json"]
+    return [
+        Check("mfu-bloom-560m", [*mfu, "--anchor", "--json", out, "--profile", "figures/profile_bloom-560m"], 210, out,
+              judge_compile_logs, COMPILE_LOGS),
+        Check("bench_head_loss", head, 75, "figures/bench_head_loss.json"),
+        Check("flash_tiles", tiles, 100, "figures/flash_tiles.json"),
+        Check("mfu-bloom-560m-mbs8", [*mfu, "--mbs", "8", "--json", mbs8], 150, mbs8, judge_compile_logs,
+              COMPILE_LOGS),
+    ]
+
+
+_RECOMPILE = re.compile(r"Recompiling function")
+_GRAPH_BREAK = re.compile(r"Graph break\b")
+
+
+def judge_compile_logs(result: CheckResult, out: Path) -> CheckResult:
+    """Figures, not a verdict: how many recompiles and graph breaks ``TORCH_LOGS`` wrote into the check's log."""
+    text = (out / result.log).read_text(errors="replace") if result.log else ""
+    counts = {"recompiles": len(_RECOMPILE.findall(text)), "graph_breaks": len(_GRAPH_BREAK.findall(text))}
+    return result.model_copy(update={"figures": {**result.figures, **counts}})
 
 
 GPU_MARK = re.compile(r"^\s*(@pytest\.mark\.gpu\b|pytestmark\s*=.*\bgpu\b)", re.MULTILINE)
@@ -290,129 +292,29 @@ def no_cuda_line() -> str | None:
             "GPU and a CUDA build of torch (docs/install.md)")
 
 
-# --- the report ----------------------------------------------------------------------------------------------
 
-
-def _figure_cells(check: CheckResult) -> str:
-    """The figures a reader looks for first, one cell."""
-    f = check.figures
-    if check.name.startswith("mfu-") and f.get("model_tflops") is not None:
-        ratio = f", {f['ratio_vs_anchor']:.2f}x the anchor" if f.get("ratio_vs_anchor") is not None else ""
-        return f"{f['model_tflops']:.1f} model TFLOP/s per GPU, MFU {_pct(f.get('mfu'))}{ratio}"
-    if check.name == "pytest-gpu" and "tests" in f:
-        return f"{f['tests']} tests, {f['failures']} failed, {f['errors']} errors, {f['skipped']} skipped"
-    if check.name == "kernel-selfcheck" and f.get("checks"):
-        return f"{sum(c['fused'] for c in f['checks'])} of {len(f['checks'])} kernel x dtype checks fused"
-    for key in ("ratio", "ratio_vs_forward", "ratio_ours_over_transformers"):
-        if isinstance(f.get(key), int | float):
-            return f"{key} {f[key]:.3f}"
-    return ""
-
-
-def _pct(x: float | None) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "n/a"
-
-
-def _gib(x: float | None) -> str:
-    return f"{x:.1f}" if x is not None else "n/a"
-
-
-def mfu_rows(report: GpuReport) -> list[str]:
-    rows = ["| shape | layers x hidden, seq | TP x PP | micro x accumulation | dropout | activation checkpointing | "
-            "step s | tokens/s | model TFLOP/s | MFU | hardware TFLOP/s | HFU | peak GiB | anchor tokens/s | "
-            "anchor MFU | anchor peak GiB | ours / anchor |",
-            "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for c in report.checks:
-        f = c.figures
-        if not c.name.startswith("mfu-") or f.get("step_time_s") is None:
-            continue
-        layout, dropout, anchor = f.get("layout", {}), f.get("dropout", {}), f.get("anchor") or {}
-        ratio = f"{f['ratio_vs_anchor']:.2f}x" if f.get("ratio_vs_anchor") is not None else "n/a"
-        anchor_tokens = f"{anchor['tokens_per_s']:,.0f}" if anchor else "n/a"
-        rows.append(f"| {f['preset']} | {f['shape']['layers']} x {f['shape']['hidden']}, {f['shape']['seq']} | "
-                    f"{layout.get('tp', '?')} x {layout.get('pp', '?')} | "
-                    f"{f['micro_batch']} x {f['global_batch'] // f['micro_batch']} | "
-                    f"{dropout.get('hidden', '?')}/{dropout.get('attention', '?')} | "
-                    f"{'on' if f['activation_checkpointing'] else 'off'} | {f['step_time_s']:.3f} | "
-                    f"{f['tokens_per_s']:,.0f} | {f['model_tflops']:.1f} | {_pct(f.get('mfu'))} | "
-                    f"{f['hw_tflops']:.1f} | {_pct(f.get('hfu'))} | {_gib(f.get('memory_gib'))} | {anchor_tokens} | "
-                    f"{_pct(anchor.get('mfu'))} | {_gib(anchor.get('memory_gib'))} | {ratio} |")
-    return rows
-
-
-def profile_rows(report: GpuReport, top: int = 8) -> list[str]:
-    """Where each training step's device time went (bench_mfu --profile): busy share and groups, ours beside the
-    anchor's, then our largest kernels."""
-    lines: list[str] = []
-    for c in report.checks:
-        pr = c.figures.get("profile") if c.name.startswith("mfu-") else None
-        if not pr:
-            continue
-        an = (c.figures.get("anchor") or {}).get("profile") or {"groups": {}, "wall_ms": None, "busy": None}
-        wall = f"{an['wall_ms']:.0f}" if an["wall_ms"] is not None else "n/a"
-        lines += [f"### {c.figures['preset']}, iterations {pr['iterations'][0]}-{pr['iterations'][1]}", "",
-                  "| | ours ms | anchor ms |", "|---|---:|---:|",
-                  f"| wall (the profiled steps) | {pr['wall_ms']:.0f} | {wall} |",
-                  f"| device busy | {_pct(pr.get('busy'))} | {_pct(an.get('busy'))} |"]
-        for group in dict.fromkeys([*pr["groups"], *an["groups"]]):
-            ours, theirs = pr["groups"].get(group), an["groups"].get(group)
-            lines.append(f"| {group} | {ours or 0:.1f} | {theirs or 0:.1f} |")
-        lines += ["", "| our kernel | ms | calls | share |", "|---|---:|---:|---:|"]
-        lines += [f"| `{r['name'][:100]}` | {r['ms']:.1f} | {r['calls']} | {r['share']:.1%} |" for r in pr["top"][:top]]
-        lines.append("")
-    return lines
-
-
-def report_markdown(report: GpuReport) -> str:
-    d = report.device
-    lines = [f"# gpu-check: {'PASSED' if report.passed else 'FAILED'} on {d.gpu_count} x {d.gpu}", "",
-             f"{report.created}, host {d.host}{' (--quick)' if report.quick else ''}", "",
-             "| device | driver | CUDA (torch) | nvcc | torch | cuDNN | DeepSpeed | Python | memory |",
-             "|---|---|---|---|---|---|---|---|---|",
-             f"| {d.gpu} (sm {d.compute_capability}) | {d.driver} | {d.cuda_runtime} | {d.nvcc} | {d.torch} | "
-             f"{d.cudnn} | {d.deepspeed} | {d.python} | {d.memory_gib} GiB |", "",
-             "| check | result | seconds | figures |", "|---|---|---:|---|"]
-    lines += [f"| {c.name} | {'pass' if c.passed else '**FAIL**'} | {c.seconds:.0f} | {_figure_cells(c)} |"
-              for c in report.checks]
-    lines += ["", "## Training step, one GPU", "",
-              "Model TFLOP/s per GPU as Megatron-LM counts them: l (72 h^2 + 6 h s) + 6 h V FLOPs per token (the "
-              "causal attention halved, forward + backward three forwards), MFU = model TFLOP/s / the card's dense "
-              "bf16 peak; hardware TFLOP/s and HFU add one more forward of every block, l (24 h^2 + 2 h s) per "
-              "token, where activation checkpointing recomputes it (docs/bloom-training.md, \"FLOPs and MFU\"). "
-              "The anchor: a plain "
-              "PyTorch GPT of the same shape in the same process (SDPA causal attention without ALiBi, compiled "
-              "blocks, fused AdamW, bf16 autocast, the recipe's dropout; benchmarks/anchor_gpt.py), its MFU by the "
-              "same FLOP count; peak GiB: torch.cuda.max_memory_allocated of each.", "", *mfu_rows(report)]
-    profiles = profile_rows(report)
-    if profiles:
-        lines += ["", "## Where the step's time goes (torch.profiler, two iterations after the timed ones)", "",
-                  "Groups are read from kernel names (bloomtrain.callbacks.profile.GROUPS); traces in "
-                  "figures/profile_<preset>/.", "", *profiles]
-    failed = [c for c in report.checks if not c.passed]
-    if failed:
-        lines += ["", "## Failures", ""]
-        for c in failed:
-            lines += [f"### {c.name}", "", f"`{c.command}` (log: `{c.log}`)", "", "```", c.detail or "", "```", ""]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def write_report(report: GpuReport, out: Path) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_report.json").write_text(report.model_dump_json(indent=1) + "\n")
-    (out / "gpu_report.md").write_text(report_markdown(report))
-
-
-def run_all(checks: list[Check], out: Path, device: DeviceInfo, quick: bool) -> GpuReport:
+def run_all(checks: list[Check], out: Path, device: DeviceInfo, quick: bool, budget_s: float | None = None,
+            speed: bool = False) -> GpuReport:
+    """Run ``checks`` in order, the report rewritten after each. ``budget_s``: all of them within it (a check's
+    timeout shrinks to what is left; one that would start with under 20 s left does not run and fails)."""
     results: list[CheckResult] = []
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     for check in checks:
         print(f"gpu-check: {check.name} ...", flush=True)
-        results.append(run_check(check, out))
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left < 20:
+            results.append(CheckResult(name=check.name, command=shlex.join(check.args), passed=False, seconds=0.0,
+                                       returncode=None, detail=f"not run: the run's budget of {budget_s:.0f} s "
+                                       "was spent"))
+        else:
+            results.append(run_check(check if left is None else replace(check, timeout_s=min(check.timeout_s, left)),
+                                     out))
         r = results[-1]
-        print(f"gpu-check: {check.name} {'pass' if r.passed else 'FAIL'} ({r.seconds:.0f} s) {_figure_cells(r)}",
+        print(f"gpu-check: {check.name} {'pass' if r.passed else 'FAIL'} ({r.seconds:.0f} s) {figure_cells(r)}",
               flush=True)
         report = GpuReport(created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
                            passed=all(c.passed for c in results) and len(results) == len(checks), quick=quick,
-                           device=device, checks=results)
+                           speed=speed, device=device, checks=results)
         write_report(report, out)  # after every check: a killed run still leaves what it measured
     return report
 
@@ -421,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="gpu_report", help="directory for gpu_report.md/json, logs/ and figures/")
     p.add_argument("--quick", action="store_true", help="smaller shapes and fewer repeats")
+    p.add_argument("--speed", action="store_true", help=f"the speed run instead (speed_plan: bloom-560m profiled "
+                   f"beside the anchor, the head against its GEMMs, the flash tiles, micro-batch 8), within "
+                   f"{SPEED_BUDGET_S} s")
     p.add_argument("--only", action="append", default=[], help="run only this check (repeatable; by name)")
     p.add_argument("--selfcheck-json", help=argparse.SUPPRESS)  # the kernel-selfcheck step's own subprocess
     a = p.parse_args(argv)
@@ -430,9 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     if line is not None:
         print(line, file=sys.stderr)
         return 2
-    checks = [c for c in plan(a.quick) if not a.only or c.name in a.only]
+    checks = [c for c in (speed_plan() if a.speed else plan(a.quick)) if not a.only or c.name in a.only]
     out = Path(a.out).resolve()
-    report = run_all(checks, out, device_info(), a.quick)
+    report = run_all(checks, out, device_info(), a.quick, SPEED_BUDGET_S if a.speed else None, a.speed)
     print(f"gpu-check: {'PASSED' if report.passed else 'FAILED'} ({sum(c.passed for c in report.checks)} of "
           f"{len(report.checks)} checks); report: {out / 'gpu_report.md'}")
     return 0 if report.passed else 1

@@ -357,3 +357,59 @@ def test_bench_model_draws_its_ids_on_the_cpu_for_every_device():
     assert cpu.shape == (2, 8)
     assert torch.equal(cpu, torch.randint(0, 100, (2, 8), generator=torch.Generator().manual_seed(0)))
     assert bench.token_batch(100, 2, 7, "meta").device.type == "meta"
+
+
+def test_the_speed_run_fits_its_budget_and_every_command_parses():
+    """``--speed``: the next device run in one script, under 8 minutes: bloom-560m profiled beside the anchor with
+    the compile logs on, the head against its GEMMs, the flash tiles at hd 64 and 128 with dropout 0.1, micro-batch 8."""
+    checks = gpu_check.speed_plan(python="PY")
+    assert [c.name for c in checks] == ["mfu-bloom-560m", "bench_head_loss", "flash_tiles", "mfu-bloom-560m-mbs8"]
+    assert gpu_check.SPEED_BUDGET_S <= 8 * 60 and all(c.timeout_s < gpu_check.SPEED_BUDGET_S for c in checks)
+    parsed = {c.name: _script_parser(Path(c.args[1]).stem).parse_args(c.args[2:]) for c in checks}
+    first, mbs8 = parsed["mfu-bloom-560m"], parsed["mfu-bloom-560m-mbs8"]
+    assert first.anchor and first.profile and first.preset == mbs8.preset == "bloom-560m" and first.mbs == 4
+    assert mbs8.mbs == 8 and not mbs8.anchor and mbs8.gbs == first.gbs  # the same tokens a step, half the micro-steps
+    assert all(c.env == {"TORCH_LOGS": "recompiles,graph_breaks"} for c in checks if c.name.startswith("mfu-"))
+    assert parsed["bench_head_loss"].device == "cuda" and parsed["bench_head_loss"].hidden == 1024
+    assert parsed["flash_tiles"].head_dims == [64, 128] and parsed["flash_tiles"].dropout == [0.1]
+    assert all(c.json_out in c.args for c in checks)
+
+
+def test_the_budget_stops_what_would_start_too_late_and_the_logs_are_counted(tmp_path):
+    logs = gpu_check.Check("logs", [sys.executable, "-c", "import json; json.dump({}, open('f.json', 'w')); print("
+                           "'Recompiling function forward in x.py\\nGraph break in user code at y.py:3\\n"
+                           "Graph break (user stack suppressed) in user code')"], 60, "f.json",
+                           gpu_check.judge_compile_logs)
+    slow = gpu_check.Check("slow", [sys.executable, "-c", "import time; time.sleep(60)"], 60)
+    late = gpu_check.Check("late", [sys.executable, "-c", "pass"], 60)
+    report = gpu_check.run_all([logs, slow, late], tmp_path, DEVICE, quick=False, budget_s=25, speed=True)
+    first, second, third = report.checks
+    assert first.passed and first.figures == {"recompiles": 1, "graph_breaks": 2}
+    assert not second.passed and second.detail.startswith("timed out after") and second.seconds < 30
+    assert not third.passed and third.returncode is None and third.detail == "not run: the run's budget of 25 s was spent"
+    assert report.speed and "(--speed)" in (tmp_path / "gpu_report.md").read_text()
+
+
+def test_the_speed_runs_figures_read_in_the_report(tmp_path):
+    head = {"fused": {"step_time_s": 0.02}, "unfused": {"step_time_s": 0.05}, "gemms": {"step_time_s": 0.0125},
+            "fused_over_gemms": 1.6, "ratio": 2.5}
+    tiles = {"hd64_p0.1": {"plan": {"fwd": [64, 64, 4, 3], "dkdv": [64, 64, 8, 3], "dq": [64, 32, 4, 4]},
+                           "fwd": [[[128, 64, 8, 3], 0.25, None], [[64, 64, 4, 3], 0.27, None]],
+                           "dkdv": [[[64, 64, 8, 3], 0.4, None], [[128, 64, 8, 2], None, "OutOfResources: shared"]],
+                           "dq": [[[64, 32, 4, 4], 0.26, None]]}}
+    mbs8 = dict(MFU, micro_batch=8, tokens_per_s=72089.6, anchor=None, ratio_vs_anchor=None, profile=None,
+                recompiles=0, graph_breaks=0)
+    checks = [CheckResult(name="mfu-bloom-560m", command="c", passed=True, seconds=200.0, returncode=0,
+                          figures=dict(MFU, recompiles=2, graph_breaks=0)),
+              CheckResult(name="bench_head_loss", command="c", passed=True, seconds=40.0, returncode=0, figures=head),
+              CheckResult(name="flash_tiles", command="c", passed=True, seconds=90.0, returncode=0, figures=tiles),
+              CheckResult(name="mfu-bloom-560m-mbs8", command="c", passed=True, seconds=120.0, returncode=0,
+                          figures=mbs8)]
+    md = gpu_check.report_markdown(_report(checks))
+    assert "MFU 9.1%, 0.80x the anchor, 2 recompiles, 0 graph breaks |" in md
+    assert "| flash_tiles | pass | 90 | hd64_p0.1: best fwd + dK/dV + dQ 0.910 ms |" in md
+    assert "| its three GEMMs alone | 0.0125 |" in md and "| fused / GEMMs | 1.60x |" in md
+    assert "| fwd | [64, 64, 4, 3] | 0.270 | [128, 64, 8, 3] | 0.250 |" in md
+    assert "| dkdv | [64, 64, 8, 3] | 0.400 | [64, 64, 8, 3] | 0.400 |" in md
+    assert "micro-batch 8 against 4: 72,090 against 65,536 tokens/s (x1.10;" in md
+    assert "| matmul | 500.0 | 450.0 |" in md  # the kernel groups, ours beside the anchor's

@@ -257,7 +257,7 @@ def table(usages: list[Usage]) -> list[str]:
     """The rows ``bloomtrain build-kernels --targets`` prints: one per kernel, head dim, tiles and target."""
     import triton  # noqa: PLC0415
 
-    head = f"{'kernel':<42} {'hd':>4} {'target':<6} {'tiles':<12} {'#':>2} {'regs':>4} {'spill B':>7} " \
+    head = f"{'kernel':<46} {'hd':>4} {'target':<6} {'tiles':<12} {'#':>2} {'regs':>4} {'spill B':>7} " \
            f"{'shared B':>8} {'limit':>7}  verdict"
     lines = [f"# triton {triton.__version__}, ptxas of its bundle; nvcc for csrc/ (bf16 [4, 16, 2048, hd], dropout "
              "on, model layout)", head, "-" * len(head)]
@@ -267,6 +267,6 @@ def table(usages: list[Usage]) -> list[str]:
             + ([f"shared memory {u.shared_bytes:,} > {u.shared_limit:,} B"] if u.shared_bytes > u.shared_limit
                else []))
         choice = "" if u.choice is None else u.choice + 1  # 1: the plan's first choice, 2..: its fallbacks
-        lines.append(f"{u.kernel[:42]:<42} {u.head_dim or '-':>4} {u.target:<6} {u.tiles:<12} {choice:>2} "
+        lines.append(f"{u.kernel[:46]:<46} {u.head_dim or '-':>4} {u.target:<6} {u.tiles:<12} {choice:>2} "
                      f"{u.registers:>4} {u.spill_bytes:>7} {u.shared_bytes:>8} {u.shared_limit:>7}  {verdict}")
     return lines
