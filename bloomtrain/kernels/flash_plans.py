@@ -55,22 +55,32 @@ def _plan(fwd: list[tuple[int, ...]], dkdv: list[tuple[int, ...]], dq: list[tupl
     return LaunchPlan(*(tuple(Tiles(*t) for t in tiles) for tiles in (fwd, dkdv, dq)))
 
 
-# (query rows, keys, warps, stages) per kernel, first choice first. The first choices on sm_90 are the H200 sweep's
-# winners (benchmarks/RESULTS.md, [4, 16, 2048, hd] bf16, dropout 0.1) wherever they neither spill nor overflow
-# shared memory, else the nearest candidate that does neither; the other targets keep those shapes where they fit.
+# (query rows, keys, warps, stages) per kernel, first choice first. The first choices are the H200 sweep's winners
+# (benchmarks/RESULTS.md, [4, 16, 2048, hd] bf16, dropout 0.1) where they neither spill nor overflow shared memory on
+# that target, else the nearest candidate that does neither (more warps: fewer registers a thread); each fallback
+# takes less shared memory. `bloomtrain build-kernels --targets sm_80,sm_86,sm_89,sm_90` shows every one passes
+# (benchmarks/RESULTS.md, "Kernels that fit every GPU"): e.g. dK/dV at hd 128 spilled 280 B a thread at 64 x 64 on
+# sm_90, the forward at hd 128, 128 x 64 x 3 stages, needs 104 KiB of shared memory, more than sm_86 / sm_89 have.
+_HD64 = ([(64, 64, 4, 3), (64, 32, 4, 2)], [(64, 64, 8, 2), (64, 32, 4, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)])
+_HD256 = ([(64, 32, 8, 2), (32, 32, 4, 1)], [(32, 32, 8, 2), (16, 32, 4, 1)], [(32, 32, 4, 2), (16, 32, 4, 1)])
 CUDA_TILES: dict[str, dict[int, LaunchPlan]] = {
     "sm_90": {
         64: _plan([(64, 64, 4, 3), (64, 32, 4, 2)], [(64, 64, 8, 3), (32, 64, 4, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
-        128: _plan([(128, 64, 8, 3), (64, 32, 4, 2)], [(64, 64, 8, 2), (32, 64, 4, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
-        256: _plan([(64, 32, 4, 2), (32, 32, 4, 1)], [(32, 32, 4, 2), (16, 32, 4, 1)], [(32, 32, 4, 2), (16, 32, 4, 1)]),
+        128: _plan([(128, 64, 8, 3), (64, 32, 4, 2)], [(32, 64, 8, 2), (32, 32, 4, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
+        256: _plan(*_HD256),
     },
     "sm_80": {
-        64: _plan([(64, 64, 4, 3), (64, 32, 4, 2)], [(64, 64, 8, 3), (32, 64, 4, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
-        128: _plan([(128, 64, 8, 3), (64, 32, 4, 2)], [(64, 64, 8, 2), (32, 64, 4, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
-        256: _plan([(64, 32, 4, 2), (32, 32, 4, 1)], [(32, 32, 4, 2), (16, 32, 4, 1)], [(32, 32, 4, 2), (16, 32, 4, 1)]),
+        64: _plan(*_HD64),
+        128: _plan([(128, 64, 8, 3), (64, 32, 4, 2)], [(64, 64, 8, 2), (32, 64, 8, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
+        256: _plan(*_HD256),
+    },
+    "sm_86": {  # 99 KiB of shared memory a block: the hd 128 forward takes 128 x 32 tiles (68 KiB), not 128 x 64
+        64: _plan(*_HD64),
+        128: _plan([(128, 32, 8, 3), (64, 32, 4, 2)], [(64, 64, 8, 2), (32, 64, 8, 2)], [(64, 32, 4, 4), (32, 32, 4, 2)]),
+        256: _plan(*_HD256),
     },
 }
-CUDA_TILES["sm_86"] = CUDA_TILES["sm_89"] = CUDA_TILES["sm_80"]
+CUDA_TILES["sm_89"] = CUDA_TILES["sm_86"]  # Ada (L4, L40S, RTX 40xx): sm_86's limits; its binaries measure the same
 # Architectures without a table of their own take the one whose limits they share or exceed.
 ARCH_ALIASES = {"sm_87": "sm_80", "sm_100": "sm_90", "sm_103": "sm_90", "sm_120": "sm_86", "sm_121": "sm_86"}
 FALLBACK_ARCH = "sm_86"  # the smallest shared memory of the tables: fits any card of compute capability >= 8.0
