@@ -84,14 +84,18 @@ def sweep(b: int, heads: int, s: int, hd: int, dropout: float, dtype: torch.dtyp
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
     p.add_argument("--dropout", type=float, nargs="+", default=[0.1, 0.0])
     p.add_argument("--json", default=None)
     p.add_argument("--write-tiles", default=None, help="write the fastest tiles per kernel for flash_attention.plan")
     p.add_argument("--quick", action="store_true", help="the three fastest candidates per kernel seen on an H200")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_flash_tiles: needs a CUDA GPU", file=sys.stderr)
         return 2
