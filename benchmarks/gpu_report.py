@@ -187,7 +187,8 @@ def speed_rows(report: GpuReport) -> list[str]:
 def report_markdown(report: GpuReport) -> str:
     d = report.device
     lines = [f"# gpu-check: {'PASSED' if report.passed else 'FAILED'} on {d.gpu_count} x {d.gpu}", "",
-             f"{report.created}, host {d.host}{' (--quick)' if report.quick else ''}{' (--speed)' if report.speed else ''}", "",
+             f"{report.created}, host {d.host}{' (--quick)' if report.quick else ''}"
+             f"{' (--speed)' if report.speed else ''}", "",
              "| device | driver | CUDA (torch) | nvcc | torch | cuDNN | DeepSpeed | Python | memory |",
              "|---|---|---|---|---|---|---|---|---|",
              f"| {d.gpu} (sm {d.compute_capability}) | {d.driver} | {d.cuda_runtime} | {d.nvcc} | {d.torch} | "

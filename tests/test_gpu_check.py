@@ -361,7 +361,8 @@ def test_bench_model_draws_its_ids_on_the_cpu_for_every_device():
 
 def test_the_speed_run_fits_its_budget_and_every_command_parses():
     """``--speed``: the next device run in one script, under 8 minutes: bloom-560m profiled beside the anchor with
-    the compile logs on, the head against its GEMMs, the flash tiles at hd 64 and 128 with dropout 0.1, micro-batch 8."""
+    the compile logs on, the head against its GEMMs, the flash tiles at hd 64 and 128 with dropout 0.1, micro-batch
+    8."""
     checks = gpu_check.speed_plan(python="PY")
     assert [c.name for c in checks] == ["mfu-bloom-560m", "bench_head_loss", "flash_tiles", "mfu-bloom-560m-mbs8"]
     assert gpu_check.SPEED_BUDGET_S <= 8 * 60 and all(c.timeout_s < gpu_check.SPEED_BUDGET_S for c in checks)
@@ -375,6 +376,7 @@ def test_the_speed_run_fits_its_budget_and_every_command_parses():
     assert all(c.json_out in c.args for c in checks)
 
 
+@pytest.mark.integration
 def test_the_budget_stops_what_would_start_too_late_and_the_logs_are_counted(tmp_path):
     logs = gpu_check.Check("logs", [sys.executable, "-c", "import json; json.dump({}, open('f.json', 'w')); print("
                            "'Recompiling function forward in x.py\\nGraph break in user code at y.py:3\\n"
@@ -386,7 +388,8 @@ def test_the_budget_stops_what_would_start_too_late_and_the_logs_are_counted(tmp
     first, second, third = report.checks
     assert first.passed and first.figures == {"recompiles": 1, "graph_breaks": 2}
     assert not second.passed and second.detail.startswith("timed out after") and second.seconds < 30
-    assert not third.passed and third.returncode is None and third.detail == "not run: the run's budget of 25 s was spent"
+    assert not third.passed and third.returncode is None
+    assert third.detail == "not run: the run's budget of 25 s was spent"
     assert report.speed and "(--speed)" in (tmp_path / "gpu_report.md").read_text()
 
 

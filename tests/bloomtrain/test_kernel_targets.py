@@ -30,6 +30,7 @@ def _compile_env(tmp_path: Path) -> dict[str, str]:
     return dict(env, TRITON_CACHE_DIR=str(tmp_path / "triton-cache"))  # a fresh cache: every kernel compiles
 
 
+@pytest.mark.integration
 def test_bloom_plans_and_csrc_kernels_fit_sm80_and_sm90(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bloomtrain.cli", "build-kernels", "--targets", "sm_80,sm_90",
                            "--head-dims", "64,128", "--first-only"], capture_output=True, text=True, cwd=ROOT,
@@ -51,6 +52,7 @@ def test_bloom_plans_and_csrc_kernels_fit_sm80_and_sm90(tmp_path):
     assert proc.stdout.rstrip().endswith("none spills, all fit")
 
 
+@pytest.mark.integration
 def test_the_check_sees_spills_and_shared_memory_overflow():
     """Tiles known to spill on sm_90 (the dK/dV kernel at 64 x 64 on 4 warps) and to overflow a 99 KiB card (the
     forward at 128 x 64, 3 stages, head dim 128 on sm_86): the rows fail, so a plan like them cannot pass."""
