@@ -19,7 +19,7 @@ def shown_files() -> dict[str, str]:
 def test_the_page_shows_each_example_file_as_it_is():
     shown = shown_files()
     assert {"docs/examples/psv_reader.py", "docs/examples/loss_log.py", "docs/examples/token_count_flow.py",
-            "docs/examples/recipe-tiny-wide.yaml", "docs/examples/digits_step.py"} <= set(shown)
+            "docs/examples/recipe-tiny-wide.yaml", "docs/examples/shouting_step.py"} <= set(shown)
     stale = [path for path, text in shown.items() if (ROOT / path).read_text() != text]
     assert not stale, f"docs/extending.md shows an old version of {stale}: paste the file's text again"
 
