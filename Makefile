@@ -16,9 +16,13 @@ NVIDIA_PROC ?= /proc/driver/nvidia
 NVIDIA_DRIVER := $(shell { command -v nvidia-smi || [ -e "$(NVIDIA_PROC)" ]; } >/dev/null 2>&1 && echo yes)
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_SPEC ?= torch==$(TORCH_VERSION)$(if $(NVIDIA_DRIVER),,+cpu)
-TORCH_INDEX ?= $(if $(NVIDIA_DRIVER),,--extra-index-url $(TORCH_CPU_INDEX))
+# yes when PyTorch's index resolves (checked only when TORCH_INDEX is used); where it does not (registries-only
+# networks), pip looks for the CPU build in its own indexes and find-links instead of retrying the index per package
+TORCH_CPU_INDEX_UP ?= $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
+	>/dev/null 2>&1 && echo yes)
+TORCH_INDEX ?= $(if $(NVIDIA_DRIVER),,$(if $(TORCH_CPU_INDEX_UP),--extra-index-url $(TORCH_CPU_INDEX)))
 TORCH_WHY := $(if $(NVIDIA_DRIVER),an NVIDIA driver is here: the CUDA build,no NVIDIA driver here (no nvidia-smi$(comma) no $(NVIDIA_PROC)): the CPU build)
-TORCH_LINE = $(if $(strip $(TORCH_SPEC)),$(if $(filter-out file,$(origin TORCH_SPEC) $(origin TORCH_INDEX)),as TORCH_SPEC/TORCH_INDEX say,$(TORCH_WHY)): $(TORCH_SPEC) $(if $(WHEELHOUSE),from $(WHEELHOUSE),$(or $(strip $(TORCH_INDEX)),from PyPI)); another: make install TORCH_SPEC=... TORCH_INDEX=... (TORCH_SPEC= keeps the machine's torch),TORCH_SPEC is empty: the machine's own torch)
+TORCH_LINE = $(if $(strip $(TORCH_SPEC)),$(if $(filter-out file,$(origin TORCH_SPEC) $(origin TORCH_INDEX)),as TORCH_SPEC/TORCH_INDEX say,$(TORCH_WHY)): $(TORCH_SPEC) $(if $(WHEELHOUSE),from $(WHEELHOUSE),$(or $(strip $(TORCH_INDEX)),$(if $(NVIDIA_DRIVER),from PyPI,from pip's indexes and find-links (PyTorch's CPU index does not resolve here)))); another: make install TORCH_SPEC=... TORCH_INDEX=... (TORCH_SPEC= keeps the machine's torch),TORCH_SPEC is empty: the machine's own torch)
 EXTRAS ?= all,dev
 WHEELHOUSE ?=
 WHEEL_PYTHON ?=
@@ -46,7 +50,7 @@ export DO_NOT_TRACK := 1
 
 # With a wheelhouse every pip call is offline; TORCH_INDEX only applies online.
 PIP_FROM := $(if $(WHEELHOUSE),--no-index --find-links $(abspath $(WHEELHOUSE)),)
-TORCH_FROM := $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
+TORCH_FROM = $(if $(WHEELHOUSE),$(PIP_FROM),$(TORCH_INDEX))
 VENV_FLAGS := $(if $(strip $(TORCH_SPEC)),,--system-site-packages)
 
 .PHONY: install demo ui test test-fast engines lint bench clean wheelhouse gpu-check gpu-speed reference

@@ -37,9 +37,15 @@ def dry_install(tmp_path: Path, driver: str, *args: str) -> tuple[str, str]:
 
 
 def test_without_an_nvidia_driver_make_install_takes_the_cpu_build(tmp_path):
-    said, pip = dry_install(tmp_path, "none")
+    said, pip = dry_install(tmp_path, "none", "TORCH_CPU_INDEX_UP=yes")
     assert "no NVIDIA driver here" in said and "the CPU build" in said and "TORCH_SPEC=" in said, said
     assert pip.endswith(f'{CPU_INDEX} "torch==2.13.0+cpu"'), pip
+
+
+def test_where_pytorchs_index_does_not_resolve_the_cpu_build_comes_from_pips_own_sources(tmp_path):
+    said, pip = dry_install(tmp_path, "none", "TORCH_CPU_INDEX_UP=")
+    assert "the CPU build" in said and "PyTorch's CPU index does not resolve here" in said, said
+    assert pip.endswith('--no-compile  "torch==2.13.0+cpu"') and "whl/cpu" not in pip, pip
 
 
 @pytest.mark.parametrize("driver", ["smi", "proc"])
