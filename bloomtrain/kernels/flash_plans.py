@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 KERNELS = ("fwd", "dkdv", "dq")
@@ -51,7 +52,10 @@ class LaunchPlan:
         return getattr(self, kernel)
 
 
-def _plan(fwd: list[tuple[int, ...]], dkdv: list[tuple[int, ...]], dq: list[tuple[int, ...]]) -> LaunchPlan:
+TileRows = Sequence[tuple[int, int, int, int]]  # (query rows, keys, warps, stages) per tile, first choice first
+
+
+def _plan(fwd: TileRows, dkdv: TileRows, dq: TileRows) -> LaunchPlan:
     return LaunchPlan(*(tuple(Tiles(*t) for t in tiles) for tiles in (fwd, dkdv, dq)))
 
 
