@@ -3,7 +3,7 @@
 The plan reads the inputs once, as the sampler's first pass does (``count_bytes``: UTF-8 bytes of text per
 language), and applies the same alpha weighting (``byte_quotas``) to show how many bytes each language would give
 the sample; it trains nothing. ``tokenizer.json``'s size is estimated at ``JSON_BYTES_PER_TOKEN`` per vocabulary
-entry (61 measured on a 2,000-token tokenizer of the test corpus; BLOOM's 250,680-token file is 14.5 MB, 58).
+entry: about what byte-level BPE files hold per entry, from a few thousand tokens to BLOOM's 250,680.
 """
 
 from __future__ import annotations
