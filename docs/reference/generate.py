@@ -122,7 +122,15 @@ def _slug(text: str) -> str:
 def _help_text(parser: object) -> str:
     parser = getattr(parser, "parser", parser)  # a ConfigParser holds its argparse parser
     assert isinstance(parser, argparse.ArgumentParser)
-    return parser.format_help().rstrip()
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = HELP_COLUMNS  # read by argparse's formatter when it is made; put back after
+    try:
+        return parser.format_help().rstrip()
+    finally:
+        if before is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = before
 
 
 def command_pages(models: dict[type[BaseModel], list[str]]) -> dict[str, str]:
@@ -204,7 +212,6 @@ def index_page(pages: dict[str, str]) -> str:
 
 def pages() -> dict[str, str]:
     """Every page's path under docs/reference/ -> its text."""
-    os.environ["COLUMNS"] = HELP_COLUMNS
     models: dict[type[BaseModel], list[str]] = {}
     out = command_pages(models)
     out["flows.md"] = flows_page(models)
